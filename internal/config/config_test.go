@@ -1,0 +1,95 @@
+package config
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestGoodConfigs(t *testing.T) {
+	files, _ := filepath.Glob("testdata/good/*.yaml")
+	if len(files) == 0 {
+		t.Fatal("no good configs")
+	}
+	for _, f := range files {
+		if _, err := Load(f); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+// TestBadConfigs checks each file in testdata/bad fails with the error its first line announces.
+func TestBadConfigs(t *testing.T) {
+	files, _ := filepath.Glob("testdata/bad/*.yaml")
+	if len(files) == 0 {
+		t.Fatal("no bad configs")
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			want := firstLineWant(t, f)
+			_, err := Parse(filepath.Base(f), mustRead(t, f))
+			if err == nil {
+				t.Fatalf("accepted; want error %q", want)
+			}
+			if !strings.Contains(err.Error(), want) {
+				t.Fatalf("error\n  %v\nwant it to contain\n  %s", err, want)
+			}
+		})
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := Parse("x", []byte("services:\n- {name: a, vip: 10.0.0.1, port: 80, backends: [{address: 10.0.0.2}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.Services[0]
+	if cfg.Datapath != "nft" || s.Protocol != "tcp" || s.Mode != "nat" || s.Scheduler != "maglev" || s.Backends[0].WeightOrDefault() != 1 {
+		t.Fatalf("defaults not applied: %+v", cfg)
+	}
+}
+
+func TestEmptyFile(t *testing.T) {
+	if _, err := Parse("empty.yaml", nil); err == nil || !strings.Contains(err.Error(), "empty.yaml: empty config") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestPortRange(t *testing.T) {
+	for in, want := range map[string]PortRange{"80": {80, 80}, "8000-8010": {8000, 8010}, " 1 - 2 ": {1, 2}} {
+		got, err := ParsePortRange(in)
+		if err != nil || got != want {
+			t.Errorf("ParsePortRange(%q) = %v, %v", in, got, err)
+		}
+	}
+	for _, in := range []string{"", "a", "1-", "-1", "1-2-3"} {
+		if _, err := ParsePortRange(in); err == nil {
+			t.Errorf("ParsePortRange(%q) accepted", in)
+		}
+	}
+}
+
+func firstLineWant(t *testing.T, path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Scan()
+	want, ok := strings.CutPrefix(sc.Text(), "# want: ")
+	if !ok {
+		t.Fatalf("%s: first line must be '# want: <error>'", path)
+	}
+	return want
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}

@@ -1,0 +1,154 @@
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"time"
+)
+
+// Allowed values of the enumerated fields; the first of each list is the default.
+var (
+	Datapaths  = []string{"nft"}
+	Protocols  = []string{"tcp", "udp"}
+	Modes      = []string{"nat", "fullnat", "dsr"}
+	Schedulers = []string{"maglev", "rr", "wrr", "hash", "random"}
+	Fallbacks  = []string{"drop", "reject"}
+)
+
+// MaxWeight is the largest backend weight.
+const MaxWeight = 1000
+
+// DefaultFlowTimeout is how long an idle DSR flow keeps its backend.
+const DefaultFlowTimeout = 5 * time.Minute
+
+var serviceName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,31}$`)
+
+// Validate checks the whole config and fills in defaults; it returns every problem found.
+func (c *Config) Validate() Errors {
+	var errs Errors
+	fail := func(path, format string, args ...any) {
+		errs = append(errs, FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+	}
+	c.Datapath = oneOf(c.Datapath, Datapaths, "datapath", fail)
+	for i, name := range c.Interfaces {
+		if name == "" || len(name) > 15 {
+			fail(fmt.Sprintf("interfaces[%d]", i), "%q is not an interface name", name)
+		}
+	}
+	names := map[string]int{}
+	type listener struct {
+		vip   netip.Addr
+		proto string
+		ports PortRange
+		index int
+	}
+	var listeners []listener
+	for i := range c.Services {
+		s := &c.Services[i]
+		at := fmt.Sprintf("services[%d]", i)
+		s.validate(at, fail)
+		if j, dup := names[s.Name]; dup && s.Name != "" {
+			fail(at+".name", "%q is already the name of services[%d]", s.Name, j)
+		}
+		names[s.Name] = i
+		vip, err := netip.ParseAddr(s.VIP)
+		if err != nil {
+			continue
+		}
+		for _, l := range listeners {
+			if l.vip == vip && l.proto == s.Protocol && l.ports.First <= s.Port.Last && s.Port.First <= l.ports.Last {
+				fail(at, "%s %s:%s overlaps services[%d] (%s)", s.Protocol, s.VIP, s.Port, l.index, c.Services[l.index].Name)
+			}
+		}
+		listeners = append(listeners, listener{vip, s.Protocol, s.Port, i})
+	}
+	return errs
+}
+
+func (s *Service) validate(at string, fail func(path, format string, args ...any)) {
+	if !serviceName.MatchString(s.Name) {
+		fail(at+".name", "%q is not a service name (a letter, then up to 31 letters, digits, '-' or '_')", s.Name)
+	}
+	vip, vipErr := parseIP(s.VIP)
+	if vipErr != nil {
+		fail(at+".vip", "%v", vipErr)
+	}
+	if s.Port.First < 1 || s.Port.Last > 65535 || s.Port.First > s.Port.Last {
+		fail(at+".port", "%q is not a port in 1-65535 or a range first-last", s.Port)
+	}
+	s.Protocol = oneOf(s.Protocol, Protocols, at+".protocol", fail)
+	s.Mode = oneOf(s.Mode, Modes, at+".mode", fail)
+	s.Scheduler = oneOf(s.Scheduler, Schedulers, at+".scheduler", fail)
+	if s.Fallback != "" {
+		oneOf(s.Fallback, Fallbacks, at+".fallback", fail)
+	}
+	if s.TableSize != 0 && s.Scheduler != "maglev" {
+		fail(at+".table_size", "only applies to scheduler maglev, not %s", s.Scheduler)
+	}
+	if s.FlowTimeout != "" {
+		if s.Mode != "dsr" {
+			fail(at+".flow_timeout", "only applies to mode dsr (nat and fullnat flows are tracked by conntrack)")
+		} else if d, err := time.ParseDuration(s.FlowTimeout); err != nil || d < time.Second {
+			fail(at+".flow_timeout", "%q is not a duration of at least 1s (like 5m)", s.FlowTimeout)
+		}
+	}
+	if len(s.Backends) == 0 && s.Fallback == "" {
+		fail(at+".backends", "no backends and no fallback: add backends or set fallback: drop|reject")
+	}
+	seen := map[string]int{}
+	for j, b := range s.Backends {
+		bat := fmt.Sprintf("%s.backends[%d]", at, j)
+		addr, err := parseIP(b.Address)
+		if err != nil {
+			fail(bat+".address", "%v", err)
+		} else if vipErr == nil {
+			if addr.Is4() != vip.Is4() {
+				fail(bat+".address", "%s and vip %s are of different address families", addr, vip)
+			}
+			if addr == vip {
+				fail(bat+".address", "%s is the service's own vip", addr)
+			}
+		}
+		if b.Port < 0 || b.Port > 65535 {
+			fail(bat+".port", "%d is not a port in 1-65535", b.Port)
+		}
+		if s.Mode == "dsr" && b.Port != 0 && (s.Port.IsRange() || b.Port != s.Port.First) {
+			fail(bat+".port", "dsr cannot remap ports (backend port %d, service port %s): the packet keeps its destination", b.Port, s.Port)
+		}
+		if w := b.WeightOrDefault(); w < 0 || w > MaxWeight {
+			fail(bat+".weight", "%d is out of range 0-%d", w, MaxWeight)
+		}
+		key := fmt.Sprintf("%s|%d", addr, b.Port)
+		if k, dup := seen[key]; dup && err == nil {
+			fail(bat, "%s port %d is already backends[%d]", addr, b.Port, k)
+		}
+		seen[key] = j
+	}
+}
+
+func parseIP(s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return netip.Addr{}, fmt.Errorf("%q is not an IP address", s)
+	}
+	a = a.Unmap()
+	if a.IsUnspecified() || a.IsMulticast() || a.IsLoopback() {
+		return netip.Addr{}, fmt.Errorf("%q cannot be used (unspecified, multicast or loopback)", s)
+	}
+	return a, nil
+}
+
+// oneOf returns v or the default (allowed[0]) when v is empty, and reports values outside allowed.
+func oneOf(v string, allowed []string, path string, fail func(path, format string, args ...any)) string {
+	if v == "" {
+		return allowed[0]
+	}
+	for _, a := range allowed {
+		if v == a {
+			return v
+		}
+	}
+	fail(path, "%q is not one of %v", v, allowed)
+	return v
+}
