@@ -32,12 +32,13 @@ const MaxSize = 1 << 20
 // maxPrime is the largest prime not above MaxSize.
 const maxPrime = 1048573
 
-// Hash salts: the two hashes of an ID start from different FNV-1a states.
+// FNV-1a 64 parameters, and the salts hashed before an ID so that its offset
+// and skip come from two independent hashes (ASCII "maglev-o" and "maglev-s").
 const (
 	fnvOffset64 = 14695981039346656037
 	fnvPrime64  = 1099511628211
-	offsetSalt  = 0x6d61676c65762d6f // "maglev-o"
-	skipSalt    = 0x6d61676c65762d73 // "maglev-s"
+	offsetSalt  = 0x6d61676c65762d6f
+	skipSalt    = 0x6d61676c65762d73
 )
 
 // DefaultSize returns the smallest prime >= max(DefaultMinSize, 100*n+1), capped at the largest prime not above MaxSize.

@@ -1,0 +1,72 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicelb/sluice/internal/lab"
+)
+
+func labCmd() *cobra.Command {
+	var prefix string
+	var backends int
+	newLab := func() *lab.Lab {
+		l := lab.New(prefix, backends)
+		if self, err := os.Executable(); err == nil {
+			l.UDPResponderCmd = func(reply string) []string {
+				return []string{self, "lab", "udp-responder", "--listen", ":5353", "--reply", reply}
+			}
+		}
+		return l
+	}
+	cmd := &cobra.Command{Use: "lab", Short: "A network-namespace lab: client, balancer, nginx backends"}
+	cmd.PersistentFlags().StringVar(&prefix, "prefix", "sluice", "namespace name prefix")
+	cmd.PersistentFlags().IntVar(&backends, "backends", 3, "number of backends")
+	cmd.AddCommand(
+		&cobra.Command{
+			Use: "up", Short: "Create the lab (idempotent)", Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				l := newLab()
+				if err := l.Up(cmd.Context()); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "lab %s up: client %s, balancer %s, %d backends; VIPs %s and %s\n",
+					l.Prefix, l.ClientNS(), l.BalancerNS(), l.Backends, lab.VIP4, lab.VIP6)
+				return nil
+			},
+		},
+		&cobra.Command{
+			Use: "down", Short: "Remove the lab and its processes", Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error { return newLab().Down(cmd.Context()) },
+		},
+		&cobra.Command{
+			Use: "status", Short: "Show the lab's namespaces and backend processes", Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				st, err := newLab().Status(cmd.Context())
+				if err != nil {
+					return err
+				}
+				fmt.Fprint(cmd.OutOrStdout(), st.String())
+				return nil
+			},
+		},
+		udpResponderCmd(),
+	)
+	return cmd
+}
+
+func udpResponderCmd() *cobra.Command {
+	var listen, reply string
+	cmd := &cobra.Command{
+		Use: "udp-responder", Hidden: true, Args: cobra.NoArgs,
+		Short: "Answer each UDP datagram with a fixed reply, from the address it was sent to (lab backends)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return lab.ServeUDP(cmd.Context(), listen, []byte(reply+"\n"))
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", ":5353", "address to listen on")
+	cmd.Flags().StringVar(&reply, "reply", "", "reply payload")
+	return cmd
+}

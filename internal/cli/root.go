@@ -1,0 +1,86 @@
+// Package cli holds the sluice command line: one file per command group.
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// netnsEnv marks a process already re-executed inside the namespace --netns named.
+const netnsEnv = "SLUICE_NETNS"
+
+type globals struct {
+	netns    string
+	logLevel string
+}
+
+// Execute runs the command line and returns the process exit status.
+func Execute() int {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:           "sluice",
+		Short:         "Layer-4 load balancer on kernel datapaths",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return g.enterNetns()
+		},
+	}
+	root.PersistentFlags().StringVar(&g.netns, "netns", "", "run inside this named network namespace (as `ip netns exec NAME sluice ...`)")
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
+	root.AddCommand(validateCmd(), applyCmd(g), listCmd(g), flushCmd(g), labCmd())
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "sluice:", err)
+		return 1
+	}
+	return 0
+}
+
+func (g *globals) logger() *slog.Logger {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+		level = slog.LevelWarn
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// enterNetns re-executes sluice through `ip netns exec` so that the whole process, and the nft it
+// runs, lives in the namespace; a Go process cannot move all its threads itself.
+func (g *globals) enterNetns() error {
+	if g.netns == "" || os.Getenv(netnsEnv) == g.netns {
+		return nil
+	}
+	ip, err := exec.LookPath("ip")
+	if err != nil {
+		return fmt.Errorf("--netns needs iproute2's ip: %w", err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	args := []string{"ip", "netns", "exec", g.netns, self}
+	args = append(args, withoutNetnsFlag(os.Args[1:])...)
+	env := append(slices.Clone(os.Environ()), netnsEnv+"="+g.netns)
+	return syscall.Exec(ip, args, env)
+}
+
+func withoutNetnsFlag(args []string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "--netns":
+			i++
+		case strings.HasPrefix(a, "--netns="):
+		default:
+			out = append(out, a)
+		}
+	}
+	return out
+}

@@ -1,0 +1,44 @@
+// Package datapath defines what every kernel datapath of Sluice implements.
+package datapath
+
+import (
+	"context"
+
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+// Datapath programs a plan into the kernel. Apply takes the whole desired state each time and
+// changes only what differs, atomically; it is idempotent.
+type Datapath interface {
+	Apply(ctx context.Context, p *plan.Plan) error
+	// Status reads back what the kernel holds, with counters.
+	Status(ctx context.Context) ([]ServiceStatus, error)
+	// Flush removes everything the datapath owns.
+	Flush(ctx context.Context) error
+}
+
+// ServiceStatus is one programmed service as read from the kernel.
+type ServiceStatus struct {
+	Name      string `json:"name"`
+	Protocol  string `json:"protocol"`
+	VIP       string `json:"vip"`
+	Ports     string `json:"ports"`
+	Mode      string `json:"mode"`
+	Scheduler string `json:"scheduler"`
+	// Slots is the size of the slot table new flows are spread over (0: no backend takes new flows).
+	Slots    int             `json:"slots"`
+	Backends []BackendStatus `json:"backends"`
+}
+
+// BackendStatus is one programmed backend with its counters.
+type BackendStatus struct {
+	Address string `json:"address"`
+	Port    int    `json:"port"`
+	Weight  int    `json:"weight"`
+	// Share is the backend's fraction of the slot table.
+	Share float64 `json:"share"`
+	// Packets and Bytes count what the balancer sent to the backend: the first packet of each
+	// connection for nat and fullnat (so Packets = connections), every packet for dsr.
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+}

@@ -1,0 +1,113 @@
+package nft
+
+import (
+	"strings"
+
+	"sigs.k8s.io/knftables"
+)
+
+// reconcile adds to tx what turns have into want, touching only what differs, and returns the
+// number of operations. Order matters inside the one atomic transaction: objects are created
+// before anything refers to them, and references are dropped before their targets are deleted.
+func reconcile(tx *knftables.Transaction, have, want *state) int {
+	for f := range want.tables {
+		if !have.tables[f] {
+			tx.Add(&knftables.Table{Family: f, Name: TableName})
+		}
+	}
+	for _, k := range sortedKeys(want.counters) {
+		if have.counters[k] == nil {
+			tx.Add(want.counters[k])
+		}
+	}
+	for _, k := range sortedKeys(want.sets) {
+		if have.sets[k] == nil {
+			tx.Add(want.sets[k].obj)
+		}
+	}
+	var newChains []objKey
+	for _, k := range sortedKeys(want.chains) {
+		if have.chains[k] == nil {
+			tx.Add(want.chains[k].chain)
+			newChains = append(newChains, k)
+		}
+	}
+	for _, k := range newChains {
+		c := want.chains[k]
+		for _, r := range c.rules {
+			tx.Add(&knftables.Rule{Family: k.family, Table: TableName, Chain: k.name, Rule: r})
+		}
+	}
+	// Elements: drop stale ones first (a changed value is a delete then an add of the same key).
+	for _, k := range sortedKeys(want.sets) {
+		w, h := want.sets[k], have.sets[k]
+		if h == nil {
+			continue
+		}
+		for _, id := range sortedIDs(h.elems) {
+			if w.elems[id] == nil {
+				tx.Delete(deletable(h.elems[id]))
+			}
+		}
+	}
+	for _, k := range sortedKeys(want.sets) {
+		w, h := want.sets[k], have.sets[k]
+		for _, id := range sortedIDs(w.elems) {
+			if h == nil || h.elems[id] == nil {
+				tx.Add(w.elems[id])
+			}
+		}
+	}
+	// Obsolete objects: empty chains first so nothing refers to what is deleted next.
+	for _, k := range sortedKeys(have.chains) {
+		if want.chains[k] == nil && want.tables[k.family] {
+			tx.Flush(have.chains[k].chain)
+		}
+	}
+	for _, k := range sortedKeys(have.sets) {
+		if want.sets[k] == nil && want.tables[k.family] {
+			tx.Delete(have.sets[k].obj)
+		}
+	}
+	for _, k := range sortedKeys(have.chains) {
+		if want.chains[k] == nil && want.tables[k.family] {
+			tx.Delete(have.chains[k].chain)
+		}
+	}
+	for _, k := range sortedKeys(have.counters) {
+		if want.counters[k] == nil && want.tables[k.family] {
+			tx.Delete(have.counters[k])
+		}
+	}
+	for f := range have.tables {
+		if !want.tables[f] {
+			tx.Delete(&knftables.Table{Family: f, Name: TableName})
+		}
+	}
+	return tx.NumOperations()
+}
+
+// deletable is the element as nft needs it to delete: its key, recovered from the comment where
+// the listing could not be read back (ranges in concatenations).
+func deletable(e *knftables.Element) *knftables.Element {
+	d := *e
+	d.Value = nil
+	if e.Comment != nil {
+		d.Key = keyFromDescription(d.Set != "", *e.Comment)
+		d.Comment = nil
+	}
+	return &d
+}
+
+// keyFromDescription turns a service description ("web tcp 10.0.0.1 80 nat maglev") back into
+// the key of its dispatch element (proto . vip . ports) or full-NAT element (vip . ports).
+func keyFromDescription(fullnatSet bool, desc string) []string {
+	f := strings.Fields(desc)
+	if len(f) < 4 {
+		return nil
+	}
+	if fullnatSet {
+		return []string{f[2], f[3]}
+	}
+	return []string{f[1], f[2], f[3]}
+}

@@ -1,0 +1,300 @@
+package nft
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+// TableName is the name of the table Sluice owns in the inet family (nat, fullnat) and in the
+// netdev family (dsr). Nothing else is touched.
+const TableName = "sluice"
+
+// hashSeed seeds jhash; every node must use the same one so that a flow hashes alike everywhere.
+const hashSeed = "0x51ce"
+
+// dsrPriority runs DSR before anything else on the ingress device.
+const dsrPriority = "-500"
+
+// Environment is what rendering needs to know about the machine.
+type Environment struct {
+	// DSRDevices are the devices DSR traffic arrives on.
+	DSRDevices []string
+	// DeviceTo returns the device leading to a backend.
+	DeviceTo func(netip.Addr) (string, error)
+}
+
+// family helpers for one IP version.
+type ipv struct {
+	ip       string // "ip" or "ip6"
+	addrType string // "ipv4_addr" or "ipv6_addr"
+	suffix   string // "4" or "6"
+}
+
+var (
+	ipv4 = ipv{"ip", "ipv4_addr", "4"}
+	ipv6 = ipv{"ip6", "ipv6_addr", "6"}
+)
+
+func ipvOf(a netip.Addr) ipv {
+	if a.Is6() {
+		return ipv6
+	}
+	return ipv4
+}
+
+// render computes the desired content of Sluice's tables for a plan.
+func render(p *plan.Plan, env Environment) (*state, error) {
+	st := newState()
+	renderInetBase(st)
+	hasDSR := false
+	for i := range p.Services {
+		s := &p.Services[i]
+		var err error
+		if s.Mode == "dsr" {
+			if !hasDSR {
+				if err := renderNetdevBase(st, env.DSRDevices); err != nil {
+					return nil, err
+				}
+				hasDSR = true
+			}
+			err = renderDSRService(st, s, env)
+		} else {
+			renderNATService(st, s)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("service %s: %w", s.Name, err)
+		}
+	}
+	return st, nil
+}
+
+// renderInetBase lays out the inet table: dispatch verdict maps keyed by proto . vip . port, the
+// nat hooks that consult them, and the sets of full-NAT services whose flows are masqueraded.
+func renderInetBase(st *state) {
+	const f = knftables.InetFamily
+	st.tables[f] = true
+	var pre, post []string
+	for _, v := range []ipv{ipv4, ipv6} {
+		st.addSet(f, dispatchMap(v))
+		pre = append(pre, fmt.Sprintf("meta l4proto . %s daddr . th dport vmap @dispatch%s", v.ip, v.suffix))
+		for _, proto := range []string{"tcp", "udp"} {
+			name := "fullnat-" + proto + v.suffix
+			st.addSet(f, &knftables.Set{Name: name, Type: v.addrType + " . inet_service", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
+			post = append(post, fmt.Sprintf("meta l4proto %s ct original %s daddr . ct original proto-dst @%s masquerade", proto, v.ip, name))
+		}
+	}
+	st.addChain(baseChain(f, "prerouting", knftables.NATType, knftables.PreroutingHook, knftables.DNATPriority), pre...)
+	st.addChain(baseChain(f, "output", knftables.NATType, knftables.OutputHook, knftables.DNATPriority), pre...)
+	st.addChain(baseChain(f, "postrouting", knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority), post...)
+}
+
+// renderNetdevBase lays out the netdev table: an ingress chain per DSR device dispatching by
+// proto . vip . port.
+func renderNetdevBase(st *state, devices []string) error {
+	if len(devices) == 0 {
+		return fmt.Errorf("dsr needs at least one ingress interface")
+	}
+	const f = knftables.NetDevFamily
+	st.tables[f] = true
+	var rules []string
+	for _, v := range []ipv{ipv4, ipv6} {
+		st.addSet(f, dispatchMap(v))
+		rules = append(rules, fmt.Sprintf("meta protocol %s meta l4proto . %s daddr . th dport vmap @dispatch%s", v.ip, v.ip, v.suffix))
+	}
+	for _, dev := range devices {
+		c := baseChain(f, "ingress-"+dev, knftables.FilterType, knftables.IngressHook, dsrPriority)
+		c.Device = ptr(dev)
+		st.addChain(c, rules...)
+	}
+	return nil
+}
+
+func dispatchMap(v ipv) *knftables.Map {
+	return &knftables.Map{
+		Name:  "dispatch" + v.suffix,
+		Type:  "inet_proto . " + v.addrType + " . inet_service : verdict",
+		Flags: []knftables.SetFlag{knftables.IntervalFlag},
+	}
+}
+
+func baseChain(f knftables.Family, name string, t knftables.BaseChainType, hook knftables.BaseChainHook, prio knftables.BaseChainPriority) *knftables.Chain {
+	return &knftables.Chain{Family: f, Name: name, Type: &t, Hook: &hook, Priority: &prio, Policy: ptr(knftables.AcceptPolicy)}
+}
+
+// names of one service's objects; the hash covers everything the service chain's rules depend on.
+type serviceNames struct {
+	desc, chain, slots, members, flows, marks string
+}
+
+func namesOf(s *plan.Service) serviceNames {
+	desc := describe(s)
+	h := hash8(desc, strconv.Itoa(len(s.Slots)), s.Fallback, s.FlowTimeout.String())
+	sfx := s.Name + "-" + h
+	return serviceNames{
+		desc: desc, chain: "svc-" + sfx, slots: "slots-" + sfx, members: "members-" + sfx,
+		flows: "flows-" + sfx, marks: "backends-" + sfx,
+	}
+}
+
+// describe is the service as recorded in the kernel (the dispatch element's comment), enough for
+// `sluice list` to show it without the config: "web tcp 10.91.9.100 80 nat maglev".
+func describe(s *plan.Service) string {
+	return strings.Join([]string{s.Name, s.Protocol, s.VIP.String(), s.Ports.String(), s.Mode, s.Scheduler}, " ")
+}
+
+// selector is the expression that picks a slot for a new flow.
+func selector(s *plan.Service) string {
+	v := ipvOf(s.VIP)
+	n := len(s.Slots)
+	switch s.Scheduler {
+	case "rr", "wrr":
+		return fmt.Sprintf("numgen inc mod %d", n)
+	case "random":
+		return fmt.Sprintf("numgen random mod %d", n)
+	default: // maglev, hash: the 5-tuple, so a reused source port lands where its old flow did
+		return fmt.Sprintf("jhash %s saddr . %s sport . %s daddr . %s dport mod %d seed %s", v.ip, s.Protocol, v.ip, s.Protocol, n, hashSeed)
+	}
+}
+
+// commonService adds what every mode shares: the dispatch element and the members map, which
+// records each backend's weight in the kernel (value) so a listing needs no config.
+func commonService(st *state, f knftables.Family, s *plan.Service, n serviceNames) {
+	v := ipvOf(s.VIP)
+	st.sets[objKey{f, "dispatch" + v.suffix}].add(&knftables.Element{
+		Key: []string{s.Protocol, s.VIP.String(), s.Ports.String()}, Value: []string{"goto " + n.chain}, Comment: ptr(n.desc),
+	})
+	members := st.addSet(f, &knftables.Map{Name: n.members, Type: v.addrType + " . inet_service : mark"})
+	for _, b := range s.Backends {
+		members.add(&knftables.Element{Key: []string{b.Addr.String(), strconv.Itoa(int(b.Port))}, Value: []string{strconv.Itoa(b.Weight)}})
+		st.addCounter(f, counterName(s.Name, b))
+	}
+}
+
+func renderNATService(st *state, s *plan.Service) {
+	const f = knftables.InetFamily
+	n := namesOf(s)
+	v := ipvOf(s.VIP)
+	commonService(st, f, s, n)
+	if s.Mode == "fullnat" {
+		st.sets[objKey{f, "fullnat-" + s.Protocol + v.suffix}].add(&knftables.Element{
+			Key: []string{s.VIP.String(), s.Ports.String()}, Comment: ptr(n.desc),
+		})
+	}
+	var rules []string
+	if len(s.Slots) > 0 {
+		slots := st.addSet(f, &knftables.Map{Name: n.slots, TypeOf: "numgen inc mod 2 : verdict"})
+		for slot, bi := range s.Slots {
+			slots.add(&knftables.Element{Key: []string{strconv.Itoa(slot)}, Value: []string{"goto " + backendChain(s.Name, s.Protocol, s.Backends[bi].ID(), "")}})
+		}
+		rules = append(rules, fmt.Sprintf("meta l4proto %s %s vmap @%s", s.Protocol, selector(s), n.slots))
+	}
+	rules = append(rules, fallbackRule(s))
+	st.addChain(&knftables.Chain{Family: f, Name: n.chain}, rules...)
+	for _, b := range s.Backends {
+		to := b.Addr.String()
+		if b.Port != 0 {
+			to = netip.AddrPortFrom(b.Addr, b.Port).String()
+		}
+		st.addChain(&knftables.Chain{Family: f, Name: backendChain(s.Name, s.Protocol, b.ID(), "")},
+			fmt.Sprintf("counter name %q", counterName(s.Name, b)),
+			fmt.Sprintf("meta l4proto %s dnat %s to %s", s.Protocol, v.ip, to))
+	}
+}
+
+func fallbackRule(s *plan.Service) string {
+	switch {
+	case s.Fallback == "reject" && s.Protocol == "tcp":
+		return "reject with tcp reset"
+	case s.Fallback == "reject":
+		return "reject"
+	default:
+		return "drop"
+	}
+}
+
+// renderDSRService hashes new flows to a backend mark, remembers flow -> mark in a dynamic map
+// (DSR has no conntrack) and forwards to the backend's MAC, keeping the VIP as destination.
+func renderDSRService(st *state, s *plan.Service, env Environment) error {
+	const f = knftables.NetDevFamily
+	n := namesOf(s)
+	v := ipvOf(s.VIP)
+	commonService(st, f, s, n)
+	marks := backendMarks(s.Backends)
+	flowKey := fmt.Sprintf("%s saddr . %s sport . %s dport", v.ip, s.Protocol, s.Protocol)
+	st.addSet(f, &knftables.Map{
+		Name: n.flows, TypeOf: flowKey + " : meta mark",
+		Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag}, Timeout: &s.FlowTimeout, Size: ptr(uint64(65535)),
+	})
+	backends := st.addSet(f, &knftables.Map{Name: n.marks, Type: "mark : verdict"})
+	rules := []string{fmt.Sprintf("meta l4proto %s meta mark set %s map @%s meta mark vmap @%s", s.Protocol, flowKey, n.flows, n.marks)}
+	for i, b := range s.Backends {
+		dev, err := env.DeviceTo(b.Addr)
+		if err != nil {
+			return fmt.Errorf("backend %s: %w", b.ID(), err)
+		}
+		chain := backendChain(s.Name, s.Protocol, b.ID(), dev)
+		backends.add(&knftables.Element{Key: []string{strconv.FormatUint(uint64(marks[i]), 10)}, Value: []string{"goto " + chain}})
+		st.addChain(&knftables.Chain{Family: f, Name: chain},
+			fmt.Sprintf("counter name %q", counterName(s.Name, b)),
+			fmt.Sprintf("fwd %s to %s device %q", v.ip, b.Addr, dev))
+	}
+	if len(s.Slots) > 0 {
+		slots := st.addSet(f, &knftables.Map{Name: n.slots, TypeOf: "numgen inc mod 2 : meta mark"})
+		for slot, bi := range s.Slots {
+			slots.add(&knftables.Element{Key: []string{strconv.Itoa(slot)}, Value: []string{strconv.FormatUint(uint64(marks[bi]), 10)}})
+		}
+		rules = append(rules, fmt.Sprintf("meta l4proto %s meta mark set %s map @%s update @%s { %s : meta mark } meta mark vmap @%s",
+			s.Protocol, selector(s), n.slots, n.flows, flowKey, n.marks))
+	}
+	rules = append(rules, "drop")
+	st.addChain(&knftables.Chain{Family: f, Name: n.chain}, rules...)
+	return nil
+}
+
+// backendMarks gives each backend a stable non-zero mark derived from its identity, so a DSR flow
+// remembered by mark keeps its backend while others are added or removed.
+func backendMarks(backends []plan.Backend) []uint32 {
+	marks := make([]uint32, len(backends))
+	used := map[uint32]bool{0: true}
+	for i, b := range backends {
+		h := fnv.New32a()
+		h.Write([]byte(b.ID()))
+		m := h.Sum32()
+		for used[m] {
+			m++
+		}
+		used[m] = true
+		marks[i] = m
+	}
+	return marks
+}
+
+// backendChain names the chain that sends flows to one backend; a DSR chain also depends on the
+// device it forwards out of, but every backend's slots are counted under the device-less name.
+func backendChain(service, proto, backendID, device string) string {
+	name := "be-" + service + "-" + hash8(proto, backendID)
+	if device != "" {
+		name += "-" + hash8(device)[:4]
+	}
+	return name
+}
+
+func counterName(service string, b plan.Backend) string {
+	return "c-" + service + "-" + hash8(b.ID())
+}
+
+func hash8(parts ...string) string {
+	sum := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
+	return hex.EncodeToString(sum[:4])
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,109 @@
+package nft
+
+import (
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/knftables"
+)
+
+// objKey names one nftables object of Sluice's tables.
+type objKey struct {
+	family knftables.Family
+	name   string
+}
+
+// chainDef is a chain with its rules. Chain names carry a hash of everything their rules depend
+// on, so two chains of the same name are the same chain.
+type chainDef struct {
+	chain *knftables.Chain
+	rules []string
+}
+
+// setDef is a set or map with its elements, indexed by elementID.
+type setDef struct {
+	obj   knftables.Object // *knftables.Set or *knftables.Map
+	elems map[string]*knftables.Element
+}
+
+// state is the content of Sluice's nftables tables, desired (rendered) or current (read back).
+type state struct {
+	tables   map[knftables.Family]bool
+	chains   map[objKey]*chainDef
+	sets     map[objKey]*setDef
+	counters map[objKey]*knftables.Counter
+}
+
+func newState() *state {
+	return &state{
+		tables:   map[knftables.Family]bool{},
+		chains:   map[objKey]*chainDef{},
+		sets:     map[objKey]*setDef{},
+		counters: map[objKey]*knftables.Counter{},
+	}
+}
+
+func (s *state) addChain(c *knftables.Chain, rules ...string) {
+	c.Table = TableName
+	s.chains[objKey{c.Family, c.Name}] = &chainDef{chain: c, rules: rules}
+}
+
+func (s *state) addSet(family knftables.Family, obj knftables.Object) *setDef {
+	d := &setDef{obj: obj, elems: map[string]*knftables.Element{}}
+	var name string
+	switch o := obj.(type) {
+	case *knftables.Set:
+		o.Family, o.Table, name = family, TableName, o.Name
+	case *knftables.Map:
+		o.Family, o.Table, name = family, TableName, o.Name
+	}
+	s.sets[objKey{family, name}] = d
+	return d
+}
+
+func (d *setDef) add(e *knftables.Element) {
+	switch o := d.obj.(type) {
+	case *knftables.Set:
+		e.Family, e.Table, e.Set = o.Family, o.Table, o.Name
+	case *knftables.Map:
+		e.Family, e.Table, e.Map = o.Family, o.Table, o.Name
+	}
+	d.elems[elementID(e)] = e
+}
+
+func (s *state) addCounter(family knftables.Family, name string) {
+	s.counters[objKey{family, name}] = &knftables.Counter{Family: family, Table: TableName, Name: name}
+}
+
+// elementID identifies an element with its value. Elements of interval sets carry their key as
+// comment, because nft's JSON listing of a range inside a concatenation cannot be read back.
+func elementID(e *knftables.Element) string {
+	id := strings.Join(e.Key, " . ")
+	if e.Comment != nil {
+		id = *e.Comment
+	}
+	return id + " : " + strings.Join(e.Value, " . ")
+}
+
+func sortedKeys[V any](m map[objKey]V) []objKey {
+	keys := make([]objKey, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].family != keys[j].family {
+			return keys[i].family < keys[j].family
+		}
+		return keys[i].name < keys[j].name
+	})
+	return keys
+}
+
+func sortedIDs(m map[string]*knftables.Element) []string {
+	ids := make([]string, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}

@@ -1,0 +1,62 @@
+package plan
+
+import "reflect"
+
+// Change is the difference between two plans as an operator wants to see it.
+type Change struct {
+	Added, Removed, Changed []string
+	// Moved is, per changed service, the share of slots (and so of new flows' hash space) whose
+	// backend differs.
+	Moved map[string]float64
+}
+
+// Empty tells whether nothing differs.
+func (c Change) Empty() bool { return len(c.Added)+len(c.Removed)+len(c.Changed) == 0 }
+
+// Diff compares two plans; old may be nil.
+func Diff(old, new *Plan) Change {
+	c := Change{Moved: map[string]float64{}}
+	before := map[string]*Service{}
+	if old != nil {
+		for i := range old.Services {
+			before[old.Services[i].Name] = &old.Services[i]
+		}
+	}
+	for i := range new.Services {
+		n := &new.Services[i]
+		o, ok := before[n.Name]
+		delete(before, n.Name)
+		switch {
+		case !ok:
+			c.Added = append(c.Added, n.Name)
+		case !reflect.DeepEqual(o, n):
+			c.Changed = append(c.Changed, n.Name)
+			c.Moved[n.Name] = moved(o, n)
+		}
+	}
+	if old != nil {
+		for _, o := range old.Services {
+			if _, gone := before[o.Name]; gone {
+				c.Removed = append(c.Removed, o.Name)
+			}
+		}
+	}
+	return c
+}
+
+// moved is the share of the new table's slots whose backend is not the one the old table had.
+func moved(o, n *Service) float64 {
+	if len(n.Slots) == 0 {
+		return 1
+	}
+	if len(o.Slots) != len(n.Slots) {
+		return 1
+	}
+	diff := 0
+	for i := range n.Slots {
+		if o.Backends[o.Slots[i]].ID() != n.Backends[n.Slots[i]].ID() {
+			diff++
+		}
+	}
+	return float64(diff) / float64(len(n.Slots))
+}

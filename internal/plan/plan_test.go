@@ -1,0 +1,111 @@
+package plan
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+	"testing"
+
+	"github.com/sluicelb/sluice/internal/config"
+)
+
+func mustPlan(t *testing.T, yaml string) *Plan {
+	t.Helper()
+	cfg, err := config.Parse("test.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Build(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func service(scheduler string, weights ...int) string {
+	y := fmt.Sprintf("services:\n- name: web\n  vip: 10.0.0.1\n  port: 80\n  scheduler: %s\n  backends:\n", scheduler)
+	for i, w := range weights {
+		y += fmt.Sprintf("  - {address: 10.0.1.%d, weight: %d}\n", i+1, w)
+	}
+	return y
+}
+
+func TestInterleaveIsSmoothAndWeighted(t *testing.T) {
+	got := interleave([]int{5, 1, 1})
+	want := []int{0, 0, 1, 0, 2, 0, 0}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("interleave = %v, want %v", got, want)
+	}
+	if got := interleave([]int{20, 10, 0}); !reflect.DeepEqual(got, []int{0, 1, 0}) {
+		t.Fatalf("gcd not reduced: %v", got)
+	}
+}
+
+func TestSchedulersShares(t *testing.T) {
+	for _, sched := range []string{"maglev", "wrr", "hash", "random"} {
+		p := mustPlan(t, service(sched, 1, 2, 0, 1))
+		share := p.Services[0].Share()
+		for i, want := range []float64{0.25, 0.5, 0, 0.25} {
+			if math.Abs(share[i]-want) > 0.01 {
+				t.Errorf("%s: backend %d share %.3f, want %.2f", sched, i, share[i], want)
+			}
+		}
+	}
+	p := mustPlan(t, service("rr", 1, 5, 0))
+	if got := p.Services[0].Slots; !reflect.DeepEqual(got, []int{0, 1}) {
+		t.Errorf("rr ignores weights except 0: slots %v", got)
+	}
+}
+
+func TestMaglevTableSize(t *testing.T) {
+	p := mustPlan(t, service("maglev", 1, 1, 1))
+	if n := len(p.Services[0].Slots); n != 1021 {
+		t.Fatalf("default M = %d, want 1021", n)
+	}
+	p = mustPlan(t, service("maglev", 1, 1)+"  table_size: 65537\n")
+	if n := len(p.Services[0].Slots); n != 65537 {
+		t.Fatalf("M = %d, want 65537", n)
+	}
+}
+
+func TestNoActiveBackendHasNoSlots(t *testing.T) {
+	p := mustPlan(t, service("maglev", 0, 0))
+	if s := p.Services[0]; len(s.Slots) != 0 || s.Fallback != "drop" {
+		t.Fatalf("slots %d fallback %q", len(s.Slots), s.Fallback)
+	}
+}
+
+func TestDSRDropsBackendPort(t *testing.T) {
+	p := mustPlan(t, "services:\n- {name: d, vip: 10.0.0.1, port: 80, mode: dsr, backends: [{address: 10.0.1.1, port: 80}]}\n")
+	if b := p.Services[0].Backends[0]; b.Port != 0 || b.ID() != "10.0.1.1" {
+		t.Fatalf("dsr backend %+v id %s", b, b.ID())
+	}
+}
+
+func TestBuildIsDeterministic(t *testing.T) {
+	a := mustPlan(t, service("maglev", 1, 2, 3))
+	b := mustPlan(t, service("maglev", 1, 2, 3))
+	if !reflect.DeepEqual(a, b) || !Diff(a, b).Empty() {
+		t.Fatal("same config, different plans")
+	}
+}
+
+func TestDiff(t *testing.T) {
+	old := mustPlan(t, service("maglev", 1, 1, 1, 1))
+	removed := mustPlan(t, service("maglev", 1, 1, 1, 0))
+	c := Diff(old, removed)
+	if !reflect.DeepEqual(c.Changed, []string{"web"}) || len(c.Added)+len(c.Removed) != 0 {
+		t.Fatalf("diff %+v", c)
+	}
+	if m := c.Moved["web"]; m < 0.24 || m > 0.26 {
+		t.Fatalf("weighting 1 of 4 backends to 0 moved %.3f of slots, want ~0.25", m)
+	}
+	c = Diff(nil, old)
+	if !reflect.DeepEqual(c.Added, []string{"web"}) {
+		t.Fatalf("diff from nothing %+v", c)
+	}
+	c = Diff(old, &Plan{})
+	if !reflect.DeepEqual(c.Removed, []string{"web"}) {
+		t.Fatalf("diff to nothing %+v", c)
+	}
+}
