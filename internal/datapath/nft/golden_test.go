@@ -1,0 +1,126 @@
+package nft
+
+import (
+	"context"
+	"flag"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// testEnv stands in for the host: DSR arrives on eth0, backends are behind eth1.
+var testEnv = Environment{
+	DSRDevices: []string{"eth0"},
+	DeviceTo:   func(netip.Addr) (string, error) { return "eth1", nil },
+}
+
+func renderFile(t *testing.T, path string) *state {
+	t.Helper()
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := plan.Build(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := render(p, testEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func compareGolden(t *testing.T, path, got string) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if string(want) != got {
+		t.Errorf("%s differs (go test -update rewrites it):\n--- got ---\n%s", path, got)
+	}
+}
+
+// TestGoldenRulesets renders each testdata/golden/<case>/config.yaml from an empty kernel and
+// compares the resulting tables (as a knftables fake dumps them) with ruleset.nft.
+func TestGoldenRulesets(t *testing.T) {
+	dirs, _ := filepath.Glob("testdata/golden/*")
+	if len(dirs) == 0 {
+		t.Fatal("no golden cases")
+	}
+	for _, dir := range dirs {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			fake := knftables.NewFake("", "")
+			tx := fake.NewTransaction()
+			reconcile(tx, newState(), renderFile(t, filepath.Join(dir, "config.yaml")))
+			if err := fake.Run(context.Background(), tx); err != nil {
+				t.Fatalf("transaction rejected by the fake: %v", err)
+			}
+			compareGolden(t, filepath.Join(dir, "ruleset.nft"), fake.Dump())
+		})
+	}
+}
+
+// TestTransitions checks that a change produces exactly the transaction in tx.nft: only what
+// differs, in an order nft accepts, and nothing when applied twice.
+func TestTransitions(t *testing.T) {
+	dirs, _ := filepath.Glob("testdata/transitions/*")
+	if len(dirs) == 0 {
+		t.Fatal("no transition cases")
+	}
+	for _, dir := range dirs {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			before := renderFile(t, filepath.Join(dir, "before.yaml"))
+			after := renderFile(t, filepath.Join(dir, "after.yaml"))
+			fake := knftables.NewFake("", "")
+			setup := fake.NewTransaction()
+			reconcile(setup, newState(), renderFile(t, filepath.Join(dir, "before.yaml"))) // the fake keeps what it is given
+			if err := fake.Run(context.Background(), setup); err != nil {
+				t.Fatal(err)
+			}
+			tx := fake.NewTransaction()
+			reconcile(tx, before, after)
+			if err := fake.Run(context.Background(), tx); err != nil {
+				t.Fatalf("transition rejected by the fake: %v\n%s", err, tx)
+			}
+			compareGolden(t, filepath.Join(dir, "tx.nft"), tx.String())
+
+			fresh := knftables.NewFake("", "")
+			full := fresh.NewTransaction()
+			reconcile(full, newState(), renderFile(t, filepath.Join(dir, "after.yaml")))
+			if err := fresh.Run(context.Background(), full); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := sortedLines(fake.Dump()), sortedLines(fresh.Dump()); got != want {
+				t.Errorf("incremental result differs from a fresh apply:\n%s\n---\n%s", got, want)
+			}
+			if n := reconcile(fake.NewTransaction(), after, after); n != 0 {
+				t.Errorf("applying the same plan again costs %d operations, want 0", n)
+			}
+		})
+	}
+}
+
+// sortedLines compares dumps regardless of element order (the fake keeps insertion order).
+func sortedLines(dump string) string {
+	lines := strings.Split(dump, "\n")
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
