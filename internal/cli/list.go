@@ -68,7 +68,7 @@ func printTable(w io.Writer, services []datapath.ServiceStatus, portNames map[st
 	for _, s := range services {
 		fmt.Fprintf(tw, "%s  %s\t%s\t%s\t%d\t\n", strings.ToUpper(s.Protocol), hostPort(s.VIP, portName(s.Ports, s.Protocol, portNames)), s.Scheduler, s.Mode, s.Slots)
 		for _, b := range s.Backends {
-			port := "*"
+			port := portName(s.Ports, s.Protocol, portNames) // the port the client used
 			if b.Port != 0 {
 				port = portName(strconv.Itoa(b.Port), s.Protocol, portNames)
 			}

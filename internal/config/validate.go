@@ -83,6 +83,9 @@ func (s *Service) validate(at string, fail func(path, format string, args ...any
 	if s.Fallback != "" {
 		oneOf(s.Fallback, Fallbacks, at+".fallback", fail)
 	}
+	if s.Fallback == "reject" && s.Mode == "dsr" {
+		fail(at+".fallback", "dsr can only drop: its rules run on ingress, before the stack could answer")
+	}
 	if s.TableSize != 0 && s.Scheduler != "maglev" {
 		fail(at+".table_size", "only applies to scheduler maglev, not %s", s.Scheduler)
 	}

@@ -1,0 +1,31 @@
+# Sluice: `make demo` shows it working, `make test` proves it. Both install what they need.
+GO ?= go
+BIN := bin/sluice
+
+.PHONY: all build deps test unit e2e demo lint clean
+
+all: build
+
+deps:
+	./scripts/deps.sh
+
+build:
+	$(GO) build -o $(BIN) ./cmd/sluice
+
+lint:
+	test -z "$$(gofmt -l cmd internal test)" || (gofmt -l cmd internal test; exit 1)
+	$(GO) vet ./...
+
+# Unit tests need no root; the lab tests (internal/lab, test/e2e) skip themselves without root.
+test: deps lint build
+	$(GO) test -count=1 -timeout 25m -p 1 ./...
+	$(GO) test -count=1 -run '^$$' -fuzz FuzzBuild -fuzztime 10s ./internal/maglev/
+
+unit:
+	$(GO) test -count=1 -short ./internal/config/ ./internal/maglev/ ./internal/plan/ ./internal/datapath/...
+
+demo: deps build
+	./scripts/demo.sh
+
+clean:
+	rm -rf bin
