@@ -1,0 +1,118 @@
+// Package lab builds a network-namespace test bed for Sluice: a client, a
+// balancer, a bridge "switch" and N nginx backends, all in named network
+// namespaces that never get a link to the root namespace.
+package lab
+
+import (
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"regexp"
+)
+
+// Default demo VIPs and the VIP ranges that backends accept locally (DSR).
+const (
+	VIP4    = "10.91.9.100"
+	VIP6    = "fd00:91:9::100"
+	VIPNet4 = "10.91.9.0/24"
+	VIPNet6 = "fd00:91:9::/64"
+)
+
+// MaxBackends is the largest backend count a lab supports.
+const MaxBackends = 99
+
+// Lab describes one lab instance (its namespaces, addresses and state dir).
+type Lab struct {
+	// Prefix names the namespaces: {Prefix}-client, -lb, -sw, -b1..-bN.
+	Prefix string
+	// Backends is the number of backends (1..MaxBackends).
+	Backends int
+	// StateDir holds nginx configs, pid files, logs and static files.
+	StateDir string
+	// UDPResponderCmd returns the argv of a UDP responder on port 5353 that
+	// answers with the given backend name (e.g. "b2"); nil starts none.
+	UDPResponderCmd func(reply string) []string
+}
+
+// New returns a lab with the given prefix and backend count; empty or zero values pick the defaults "sluice" and 3.
+func New(prefix string, backends int) *Lab {
+	if prefix == "" {
+		prefix = "sluice"
+	}
+	if backends == 0 {
+		backends = 3
+	}
+	return &Lab{Prefix: prefix, Backends: backends, StateDir: filepath.Join("/run/sluice-lab", prefix)}
+}
+
+var prefixRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$`)
+
+func (l *Lab) validate() error {
+	if !prefixRE.MatchString(l.Prefix) {
+		return fmt.Errorf("lab: invalid prefix %q", l.Prefix)
+	}
+	if l.Backends < 1 || l.Backends > MaxBackends {
+		return fmt.Errorf("lab: backends must be 1..%d, got %d", MaxBackends, l.Backends)
+	}
+	if !filepath.IsAbs(l.StateDir) {
+		return fmt.Errorf("lab: state dir %q is not absolute", l.StateDir)
+	}
+	return nil
+}
+
+// ClientNS is the client namespace name.
+func (l *Lab) ClientNS() string { return l.Prefix + "-client" }
+
+// BalancerNS is the load balancer namespace name.
+func (l *Lab) BalancerNS() string { return l.Prefix + "-lb" }
+
+// SwitchNS is the namespace holding the backend-side bridge.
+func (l *Lab) SwitchNS() string { return l.Prefix + "-sw" }
+
+// BackendNS is the namespace name of backend i (1-based).
+func (l *Lab) BackendNS(i int) string { return fmt.Sprintf("%s-b%d", l.Prefix, i) }
+
+// BackendName is the short name of backend i ("b1"), also its HTTP and UDP reply.
+func BackendName(i int) string { return fmt.Sprintf("b%d", i) }
+
+// Namespaces lists every namespace of the lab in creation order.
+func (l *Lab) Namespaces() []string {
+	ns := []string{l.ClientNS(), l.BalancerNS(), l.SwitchNS()}
+	for i := 1; i <= l.Backends; i++ {
+		ns = append(ns, l.BackendNS(i))
+	}
+	return ns
+}
+
+func pick(v6 bool, a4, a6 string) netip.Addr {
+	if v6 {
+		return netip.MustParseAddr(a6)
+	}
+	return netip.MustParseAddr(a4)
+}
+
+// ClientAddr is the client's address on its eth0 (10.91.1.2).
+func (l *Lab) ClientAddr(v6 bool) netip.Addr { return pick(v6, "10.91.1.2", "fd00:91:1::2") }
+
+// ClientBypassAddr is the client's byp0 address on the backend bridge, the DSR return next hop (10.91.2.2).
+func (l *Lab) ClientBypassAddr(v6 bool) netip.Addr { return pick(v6, "10.91.2.2", "fd00:91:2::2") }
+
+// BalancerClientSideAddr is the balancer's eth0 address, the client's gateway (10.91.1.1).
+func (l *Lab) BalancerClientSideAddr(v6 bool) netip.Addr {
+	return pick(v6, "10.91.1.1", "fd00:91:1::1")
+}
+
+// BalancerBackendSideAddr is the balancer's eth1 address, the backends' gateway (10.91.2.1).
+func (l *Lab) BalancerBackendSideAddr(v6 bool) netip.Addr {
+	return pick(v6, "10.91.2.1", "fd00:91:2::1")
+}
+
+// BackendAddr is backend i's eth0 address (10.91.2.(10+i), fd00:91:2::(10+i)); invalid if i is out of range.
+func (l *Lab) BackendAddr(i int, v6 bool) netip.Addr {
+	if i < 1 || i > l.Backends {
+		return netip.Addr{}
+	}
+	return pick(v6, fmt.Sprintf("10.91.2.%d", 10+i), fmt.Sprintf("fd00:91:2::%d", 10+i))
+}
+
+func (l *Lab) backendDir(i int) string { return filepath.Join(l.StateDir, BackendName(i)) }

@@ -1,0 +1,162 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Timeouts for process start-up and for a graceful stop before SIGKILL.
+const (
+	startTimeout = 10 * time.Second
+	stopTimeout  = 5 * time.Second
+	pollInterval = 20 * time.Millisecond
+)
+
+func parsePid(s string) (int, bool) {
+	pid, err := strconv.Atoi(s)
+	return pid, err == nil && pid > 0
+}
+
+// running reports whether pid is a live (non-zombie) process whose command
+// line, with NULs read as spaces, contains marker; the marker guards
+// against signalling a recycled pid.
+func running(pid int, marker string) bool {
+	if pid <= 0 {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	if i := bytes.LastIndexByte(stat, ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X' {
+		return false
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return err == nil && strings.Contains(string(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '})), marker)
+}
+
+// readPidFile returns the pid on a pid file's first line and the rest of the file (trimmed).
+func readPidFile(path string) (int, string) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, ""
+	}
+	first, rest, _ := strings.Cut(string(b), "\n")
+	pid, _ := parsePid(strings.TrimSpace(first))
+	return pid, strings.TrimSpace(rest)
+}
+
+// startDetached starts argv inside ns in a new session with output appended
+// to logPath, so it outlives the caller; done closes when it exits while the
+// caller still runs (a goroutine reaps it).
+func (l *Lab) startDetached(ns string, argv []string, logPath string) (pid int, done <-chan struct{}, err error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer logf.Close()
+	cmd := l.Exec(context.Background(), ns, argv...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return 0, nil, fmt.Errorf("start %s in %s: %w", argv[0], ns, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	return cmd.Process.Pid, exited, nil
+}
+
+// waitReady polls ready until it holds; it fails if the process exits, ctx
+// ends or startTimeout passes, killing the process and quoting its log.
+func waitReady(ctx context.Context, pid int, done <-chan struct{}, logPath string, ready func() bool) error {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for !ready() {
+		select {
+		case <-done:
+			return fmt.Errorf("pid %d exited during start-up: %s", pid, logTail(logPath))
+		case <-ctx.Done():
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			return fmt.Errorf("pid %d not ready: %w: %s", pid, ctx.Err(), logTail(logPath))
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+func logTail(path string) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// stopPid sends SIGTERM to pid if it runs with marker, waits for it to go
+// (SIGKILL after stopTimeout or when ctx ends) and removes pidFile.
+func stopPid(ctx context.Context, pid int, marker, pidFile string) error {
+	if running(pid, marker) {
+		if err := terminate(ctx, []int{pid}, func(p int) bool { return running(p, marker) }); err != nil {
+			return err
+		}
+	}
+	if err := os.Remove(pidFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// terminate sends SIGTERM to pids, then SIGKILL to those still alive after stopTimeout or when ctx ends.
+func terminate(ctx context.Context, pids []int, alive func(pid int) bool) error {
+	signalAll(pids, syscall.SIGTERM)
+	left := waitGone(ctx, stopTimeout, pids, alive)
+	if len(left) == 0 {
+		return nil
+	}
+	signalAll(left, syscall.SIGKILL)
+	if left = waitGone(context.Background(), stopTimeout, left, alive); len(left) > 0 {
+		return fmt.Errorf("pids %v survived SIGKILL", left)
+	}
+	return nil
+}
+
+func signalAll(pids []int, sig syscall.Signal) {
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, sig)
+	}
+}
+
+// waitGone polls until no pid is alive or timeout/ctx ends, returning the pids still alive.
+func waitGone(ctx context.Context, timeout time.Duration, pids []int, alive func(pid int) bool) []int {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		var left []int
+		for _, pid := range pids {
+			if alive(pid) {
+				left = append(left, pid)
+			}
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return left
+		case <-time.After(pollInterval):
+		}
+	}
+}

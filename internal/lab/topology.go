@@ -1,0 +1,324 @@
+package lab
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// dsrTable is the backends' routing table for replies sourced from a VIP.
+const dsrTable = 100
+
+// endpoint is one interface in one namespace.
+type endpoint struct{ ns, dev string }
+
+// vethPair is created in a.ns with its peer directly in b.ns.
+type vethPair struct{ a, b endpoint }
+
+type ifAddr struct {
+	endpoint
+	prefix netip.Prefix
+}
+
+func (l *Lab) vethPairs() []vethPair {
+	sw := l.SwitchNS()
+	pairs := []vethPair{
+		{endpoint{l.ClientNS(), "eth0"}, endpoint{l.BalancerNS(), "eth0"}},
+		{endpoint{sw, "lb"}, endpoint{l.BalancerNS(), "eth1"}},
+		{endpoint{sw, "client"}, endpoint{l.ClientNS(), "byp0"}},
+	}
+	for i := 1; i <= l.Backends; i++ {
+		pairs = append(pairs, vethPair{endpoint{sw, BackendName(i)}, endpoint{l.BackendNS(i), "eth0"}})
+	}
+	return pairs
+}
+
+func (l *Lab) ifAddrs() []ifAddr {
+	var out []ifAddr
+	add := func(ns, dev string, bits4, bits6 int, addr func(v6 bool) netip.Addr) {
+		out = append(out,
+			ifAddr{endpoint{ns, dev}, netip.PrefixFrom(addr(false), bits4)},
+			ifAddr{endpoint{ns, dev}, netip.PrefixFrom(addr(true), bits6)})
+	}
+	add(l.ClientNS(), "eth0", 24, 64, l.ClientAddr)
+	add(l.ClientNS(), "byp0", 32, 128, l.ClientBypassAddr)
+	add(l.BalancerNS(), "eth0", 24, 64, l.BalancerClientSideAddr)
+	add(l.BalancerNS(), "eth1", 24, 64, l.BalancerBackendSideAddr)
+	for i := 1; i <= l.Backends; i++ {
+		add(l.BackendNS(i), "eth0", 24, 64, func(v6 bool) netip.Addr { return l.BackendAddr(i, v6) })
+	}
+	return out
+}
+
+// links lists every interface the lab expects, per namespace.
+func (l *Lab) links() map[string][]string {
+	m := map[string][]string{}
+	for _, ns := range l.Namespaces() {
+		m[ns] = []string{"lo"}
+	}
+	m[l.SwitchNS()] = append(m[l.SwitchNS()], "br0")
+	for _, p := range l.vethPairs() {
+		m[p.a.ns] = append(m[p.a.ns], p.a.dev)
+		m[p.b.ns] = append(m[p.b.ns], p.b.dev)
+	}
+	return m
+}
+
+// The stamp file, written after a successful build, records the lab's shape.
+const stampFormat = "sluice-lab v1 backends=%d\n"
+
+func (l *Lab) stampPath() string { return filepath.Join(l.StateDir, "topology") }
+
+// builtBackends is the backend count recorded by the last successful build, or 0.
+func (l *Lab) builtBackends() int {
+	var n int
+	b, err := os.ReadFile(l.stampPath())
+	if err != nil {
+		return 0
+	}
+	if _, err := fmt.Sscanf(string(b), stampFormat, &n); err != nil {
+		return 0
+	}
+	return n
+}
+
+// built reports whether a complete topology of this shape exists: the stamp
+// written after a successful build, exactly the expected namespaces, and
+// every expected link present and up.
+func (l *Lab) built() bool {
+	if l.builtBackends() != l.Backends {
+		return false
+	}
+	have, err := l.labNamespaces()
+	want := l.Namespaces()
+	slices.Sort(have)
+	slices.Sort(want)
+	if err != nil || !slices.Equal(have, want) {
+		return false
+	}
+	for ns, devs := range l.links() {
+		err := withHandle(ns, func(h *netlink.Handle) error {
+			for _, dev := range devs {
+				link, err := h.LinkByName(dev)
+				if err != nil {
+					return err
+				}
+				if link.Attrs().Flags&net.FlagUp == 0 {
+					return fmt.Errorf("%s is down", dev)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// build creates namespaces, links, addresses, routes and sysctls from scratch.
+func (l *Lab) build() error {
+	for _, ns := range l.Namespaces() {
+		if err := createNS(ns); err != nil {
+			return err
+		}
+		// Links created later inherit the defaults.
+		if err := setSysctls(ns,
+			sysctl{"net.ipv4.conf.all.rp_filter", "0"},
+			sysctl{"net.ipv4.conf.default.rp_filter", "0"},
+			sysctl{"net.ipv6.conf.all.accept_dad", "0"},
+			sysctl{"net.ipv6.conf.default.accept_dad", "0"},
+		); err != nil {
+			return err
+		}
+	}
+	if err := withHandle(l.SwitchNS(), func(h *netlink.Handle) error {
+		return h.LinkAdd(&netlink.Bridge{LinkAttrs: linkAttrs("br0")})
+	}); err != nil {
+		return fmt.Errorf("create br0: %w", err)
+	}
+	for _, p := range l.vethPairs() {
+		if err := addVeth(p, p.a.ns == l.SwitchNS()); err != nil {
+			return err
+		}
+	}
+	for ns := range l.links() {
+		if err := l.configureLinks(ns); err != nil {
+			return err
+		}
+	}
+	for _, a := range l.ifAddrs() {
+		if err := withHandle(a.ns, func(h *netlink.Handle) error {
+			link, err := h.LinkByName(a.dev)
+			if err != nil {
+				return err
+			}
+			return h.AddrAdd(link, &netlink.Addr{IPNet: ipNet(a.prefix), Flags: unix.IFA_F_NODAD})
+		}); err != nil {
+			return fmt.Errorf("address %s on %s/%s: %w", a.prefix, a.ns, a.dev, err)
+		}
+	}
+	if err := l.balancerSetup(); err != nil {
+		return err
+	}
+	if err := l.clientRoutes(); err != nil {
+		return err
+	}
+	for i := 1; i <= l.Backends; i++ {
+		if err := l.backendSetup(i); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(l.stampPath(), fmt.Appendf(nil, stampFormat, l.Backends), 0o644)
+}
+
+func linkAttrs(name string) netlink.LinkAttrs {
+	a := netlink.NewLinkAttrs()
+	a.Name = name
+	a.MTU = 1500
+	return a
+}
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+// addVeth creates the pair in p.a.ns with the peer directly in p.b.ns, so no
+// end ever appears in the root namespace; bridged a-ends join br0.
+func addVeth(p vethPair, bridged bool) error {
+	peerNS, err := netns.GetFromName(p.b.ns)
+	if err != nil {
+		return fmt.Errorf("open netns %s: %w", p.b.ns, err)
+	}
+	defer peerNS.Close()
+	return withHandle(p.a.ns, func(h *netlink.Handle) error {
+		veth := &netlink.Veth{
+			LinkAttrs:     linkAttrs(p.a.dev),
+			PeerName:      p.b.dev,
+			PeerNamespace: netlink.NsFd(peerNS),
+			PeerTxQLen:    -1,
+		}
+		if err := h.LinkAdd(veth); err != nil {
+			return fmt.Errorf("veth %s/%s <-> %s/%s: %w", p.a.ns, p.a.dev, p.b.ns, p.b.dev, err)
+		}
+		if !bridged {
+			return nil
+		}
+		br, err := h.LinkByName("br0")
+		if err != nil {
+			return err
+		}
+		return h.LinkSetMaster(veth, br)
+	})
+}
+
+// configureLinks sets per-interface sysctls and brings every link in ns up.
+func (l *Lab) configureLinks(ns string) error {
+	var settings []sysctl
+	for _, dev := range l.links()[ns] {
+		settings = append(settings,
+			sysctl{"net.ipv4.conf." + dev + ".rp_filter", "0"},
+			sysctl{"net.ipv6.conf." + dev + ".accept_dad", "0"})
+	}
+	if err := setSysctls(ns, settings...); err != nil {
+		return err
+	}
+	return withHandle(ns, func(h *netlink.Handle) error {
+		for _, dev := range l.links()[ns] {
+			link, err := h.LinkByName(dev)
+			if err == nil {
+				err = h.LinkSetUp(link)
+			}
+			if err != nil {
+				return fmt.Errorf("up %s/%s: %w", ns, dev, err)
+			}
+		}
+		return nil
+	})
+}
+
+func (l *Lab) balancerSetup() error {
+	return setSysctls(l.BalancerNS(),
+		sysctl{"net.ipv4.ip_forward", "1"},
+		sysctl{"net.ipv6.conf.all.forwarding", "1"})
+}
+
+func (l *Lab) clientRoutes() error {
+	return withHandle(l.ClientNS(), func(h *netlink.Handle) error {
+		eth0, err := h.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		for _, v6 := range []bool{false, true} {
+			gw := l.BalancerClientSideAddr(v6)
+			if err := h.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: gw.AsSlice()}); err != nil {
+				return fmt.Errorf("client default route via %s: %w", gw, err)
+			}
+		}
+		return nil
+	})
+}
+
+// backendSetup gives backend i its default route via the balancer, AnyIP VIP
+// ranges on lo, ARP settings, and policy routing that sends VIP-sourced (DSR)
+// replies straight to the client's bypass address.
+func (l *Lab) backendSetup(i int) error {
+	ns := l.BackendNS(i)
+	if err := setSysctls(ns,
+		sysctl{"net.ipv4.conf.all.arp_ignore", "1"},
+		sysctl{"net.ipv4.conf.eth0.arp_ignore", "1"},
+		sysctl{"net.ipv4.conf.all.arp_announce", "2"},
+		sysctl{"net.ipv4.conf.eth0.arp_announce", "2"},
+	); err != nil {
+		return err
+	}
+	return withHandle(ns, func(h *netlink.Handle) error {
+		eth0, err := h.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		lo, err := h.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		for _, v6 := range []bool{false, true} {
+			vipNet, family := netip.MustParsePrefix(VIPNet4), netlink.FAMILY_V4
+			if v6 {
+				vipNet, family = netip.MustParsePrefix(VIPNet6), netlink.FAMILY_V6
+			}
+			gw := l.BalancerBackendSideAddr(v6)
+			if err := h.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: gw.AsSlice()}); err != nil {
+				return fmt.Errorf("default route via %s: %w", gw, err)
+			}
+			if err := h.RouteAdd(&netlink.Route{
+				LinkIndex: lo.Attrs().Index, Dst: ipNet(vipNet), Type: unix.RTN_LOCAL,
+				Table: unix.RT_TABLE_LOCAL, Scope: netlink.SCOPE_HOST,
+			}); err != nil {
+				return fmt.Errorf("local route %s: %w", vipNet, err)
+			}
+			bypass := l.ClientBypassAddr(v6)
+			if err := h.RouteAdd(&netlink.Route{
+				LinkIndex: eth0.Attrs().Index, Gw: bypass.AsSlice(), Table: dsrTable,
+				Flags: int(netlink.FLAG_ONLINK),
+			}); err != nil {
+				return fmt.Errorf("table %d default via %s: %w", dsrTable, bypass, err)
+			}
+			rule := netlink.NewRule()
+			rule.Family = family
+			rule.Src = ipNet(vipNet)
+			rule.Table = dsrTable
+			rule.Priority = dsrTable
+			if err := h.RuleAdd(rule); err != nil {
+				return fmt.Errorf("rule from %s: %w", vipNet, err)
+			}
+		}
+		return nil
+	})
+}

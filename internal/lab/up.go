@@ -1,0 +1,87 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Up builds the lab and starts its backend processes. It is idempotent: a
+// complete lab of the same shape is kept (missing processes are started),
+// anything else is torn down and rebuilt. On failure the lab is torn down.
+func (l *Lab) Up(ctx context.Context) error {
+	if err := l.validate(); err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("lab: needs root")
+	}
+	if err := l.up(ctx); err != nil {
+		return errors.Join(err, l.Down(context.WithoutCancel(ctx)))
+	}
+	return nil
+}
+
+func (l *Lab) up(ctx context.Context) error {
+	if !l.built() {
+		if err := l.Down(ctx); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(l.StateDir, 0o755); err != nil {
+			return err
+		}
+		if err := l.build(); err != nil {
+			return fmt.Errorf("lab: build topology: %w", err)
+		}
+	}
+	if err := l.writeStatic(); err != nil {
+		return err
+	}
+	for i := 1; i <= l.Backends; i++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := l.StartBackend(ctx, i); err != nil {
+			return err
+		}
+		if err := l.startUDPResponder(ctx, i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Down stops the backend processes recorded in the state dir, kills whatever
+// else runs in the lab's namespaces, deletes every namespace named like the
+// lab's and removes the state dir. It is idempotent; an ended ctx only
+// shortens the grace period before SIGKILL.
+func (l *Lab) Down(ctx context.Context) error {
+	if err := l.validate(); err != nil {
+		return err
+	}
+	var errs []error
+	dirs, _ := filepath.Glob(filepath.Join(l.StateDir, "b[0-9]*"))
+	for _, dir := range dirs {
+		if i, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(dir), "b")); err == nil {
+			errs = append(errs, l.stopNginx(ctx, i), l.stopUDPResponder(ctx, i))
+		}
+	}
+	names, err := l.labNamespaces()
+	errs = append(errs, err)
+	for _, ns := range names {
+		pids, err := nsPids(ns)
+		if err == nil && len(pids) > 0 {
+			err = terminate(ctx, pids, func(pid int) bool { return running(pid, "") })
+		}
+		errs = append(errs, err, deleteNS(ns))
+	}
+	errs = append(errs, os.RemoveAll(l.StateDir))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("lab: down: %w", err)
+	}
+	return nil
+}
