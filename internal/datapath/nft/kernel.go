@@ -53,8 +53,8 @@ func (d *Datapath) read(ctx context.Context) (*state, error) {
 			return nil, err
 		}
 		for _, c := range counters {
-			c.Family, c.Table = f, TableName
-			st.counters[objKey{f, c.Name}] = c
+			// By name, not handle: knftables writes "delete counter ... handle N" without its newline.
+			st.counters[objKey{f, c.Name}] = &knftables.Counter{Family: f, Table: TableName, Name: c.Name, Packets: c.Packets, Bytes: c.Bytes}
 		}
 	}
 	return st, nil
