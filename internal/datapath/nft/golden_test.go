@@ -12,8 +12,6 @@ import (
 
 	"sigs.k8s.io/knftables"
 
-	"github.com/sluicelb/sluice/internal/config"
-	"github.com/sluicelb/sluice/internal/plan"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -26,15 +24,7 @@ var testEnv = Environment{
 
 func renderFile(t *testing.T, path string) *state {
 	t.Helper()
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := plan.Build(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := render(p, testEnv)
+	st, err := render(loadPlan(t, path), testEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
