@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"sigs.k8s.io/knftables"
-
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
