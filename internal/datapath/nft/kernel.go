@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 	"sigs.k8s.io/knftables"
@@ -39,6 +40,9 @@ func (d *Datapath) read(ctx context.Context) (*state, error) {
 					obj = &knftables.Map{Name: name}
 				}
 				def := st.addSet(f, obj)
+				if strings.HasPrefix(name, "flows-") {
+					continue // the packet path owns a dynamic map's elements; never reconcile them
+				}
 				elems, err := nft.ListElements(ctx, kind, name)
 				if err != nil {
 					return nil, fmt.Errorf("reading %s %s: %w", kind, name, err)

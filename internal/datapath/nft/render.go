@@ -224,6 +224,10 @@ func fallbackRule(s *plan.Service) string {
 // renderDSRService hashes new flows to a backend mark, remembers flow -> mark in a dynamic map
 // (DSR has no conntrack) and forwards to the backend's MAC, keeping the VIP as destination.
 func renderDSRService(st *state, s *plan.Service, env Environment) error {
+	if s.VIP.Is6() {
+		// nft 1.0.6 (Debian 12) aborts on a 20-byte IPv6 flow key in a set update (fixed in 1.0.9).
+		return fmt.Errorf("dsr over IPv6 is not supported with this nftables datapath yet; use nat or fullnat")
+	}
 	const f = knftables.NetDevFamily
 	n := namesOf(s)
 	v := ipvOf(s.VIP)
@@ -235,7 +239,9 @@ func renderDSRService(st *state, s *plan.Service, env Environment) error {
 		Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag}, Timeout: &s.FlowTimeout, Size: ptr(uint64(65535)),
 	})
 	backends := st.addSet(f, &knftables.Map{Name: n.marks, Type: "mark : verdict"})
-	rules := []string{fmt.Sprintf("meta l4proto %s meta mark set %s map @%s meta mark vmap @%s", s.Protocol, flowKey, n.flows, n.marks)}
+	// A known flow refreshes its entry (the timeout is an idle timeout) and goes to its backend.
+	rules := []string{fmt.Sprintf("meta l4proto %s meta mark set %s map @%s update @%s { %s : meta mark } meta mark vmap @%s",
+		s.Protocol, flowKey, n.flows, n.flows, flowKey, n.marks)}
 	for i, b := range s.Backends {
 		dev, err := env.DeviceTo(b.Addr)
 		if err != nil {
@@ -252,8 +258,10 @@ func renderDSRService(st *state, s *plan.Service, env Environment) error {
 		for slot, bi := range s.Slots {
 			slots.add(&knftables.Element{Key: []string{strconv.Itoa(slot)}, Value: []string{strconv.FormatUint(uint64(marks[bi]), 10)}})
 		}
-		rules = append(rules, fmt.Sprintf("meta l4proto %s meta mark set %s map @%s update @%s { %s : meta mark } meta mark vmap @%s",
-			s.Protocol, selector(s), n.slots, n.flows, flowKey, n.marks))
+		// Two rules, not one: nft 1.0.6 runs out of registers for an IPv6 flow key in a single rule.
+		rules = append(rules,
+			fmt.Sprintf("meta l4proto %s meta mark set %s map @%s", s.Protocol, selector(s), n.slots),
+			fmt.Sprintf("meta mark != 0 update @%s { %s : meta mark } meta mark vmap @%s", n.flows, flowKey, n.marks))
 	}
 	rules = append(rules, "drop")
 	st.addChain(&knftables.Chain{Family: f, Name: n.chain}, rules...)

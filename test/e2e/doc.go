@@ -1,0 +1,7 @@
+// Package e2e is Sluice's root-only end-to-end suite: it builds the sluice binary, brings up a
+// network-namespace lab (internal/lab) and drives real TCP and UDP traffic from the lab's client
+// through the balancer to nginx and UDP responders, once per datapath mode.
+//
+// Run it as root: go test -count=1 -v ./test/e2e/
+// Without root, nft, nginx or ip every test skips with the reason.
+package e2e

@@ -1,0 +1,250 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicelb/sluice/internal/lab"
+)
+
+// labPrefix names the suite's namespaces (slt-client, slt-lb, slt-sw, slt-b1..); keep it short.
+const labPrefix = "slt"
+
+// labBackends is the number of lab backends (b1..b3).
+const labBackends = 3
+
+// Environment passed from the supervising process to the test process it runs.
+const (
+	envChild  = "SLUICE_E2E_CHILD"  // set in the test process
+	envSluice = "SLUICE_E2E_SLUICE" // path of the sluice binary built for the suite
+)
+
+var (
+	// theLab is the lab every test uses; nil when the suite skips.
+	theLab *lab.Lab
+	// sluiceBin is the sluice binary under test.
+	sluiceBin string
+	// skipReason says why the suite cannot run here (not root, a tool missing).
+	skipReason string
+)
+
+// TestMain supervises the suite: when the environment allows it, it builds sluice, brings the lab
+// up (after tearing down a stale one of the same prefix), runs the tests in a child process (this
+// test binary again) and tears the lab down whatever happened to the child: failure, panic,
+// -timeout (whose panic runs no cleanups) or a signal. The child only runs the tests.
+func TestMain(m *testing.M) {
+	if os.Getenv(envChild) != "" {
+		sluiceBin = os.Getenv(envSluice)
+		theLab = newLab(sluiceBin)
+		os.Exit(m.Run())
+	}
+	if skipReason = missingPrerequisite(); skipReason != "" {
+		os.Exit(m.Run()) // every test skips with the reason
+	}
+	os.Exit(supervise())
+}
+
+// requireLab skips t when the suite cannot run here.
+func requireLab(t *testing.T) {
+	t.Helper()
+	if skipReason != "" {
+		t.Skip(skipReason)
+	}
+	if theLab == nil {
+		t.Fatal("e2e: no lab (the test process was not started by the suite's TestMain)")
+	}
+}
+
+func missingPrerequisite() string {
+	if os.Geteuid() != 0 {
+		return "e2e: needs root (creates network namespaces and nftables rules)"
+	}
+	for _, bin := range []string{"ip", "nft", "go"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return fmt.Sprintf("e2e: needs %s: %v", bin, err)
+		}
+	}
+	if _, err := lab.NginxPath(); err != nil {
+		return fmt.Sprintf("e2e: needs nginx: %v", err)
+	}
+	return ""
+}
+
+func newLab(sluice string) *lab.Lab {
+	l := lab.New(labPrefix, labBackends)
+	// The same hidden responder `sluice lab up` starts (internal/cli/lab.go).
+	l.UDPResponderCmd = func(reply string) []string {
+		return []string{sluice, "lab", "udp-responder", "--listen", ":5353", "--reply", reply}
+	}
+	return l
+}
+
+// supervise sets up, runs the child and always tears down; it returns the exit status.
+func supervise() (code int) {
+	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "e2e: "+format+"\n", args...) }
+	tmp, err := os.MkdirTemp("", "sluice-e2e-")
+	if err != nil {
+		logf("%v", err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	bin := filepath.Join(tmp, "sluice")
+	if err := buildSluice(bin); err != nil {
+		logf("%v", err)
+		return 1
+	}
+	l := newLab(bin)
+
+	// Signals stop the child (it shares our process group for terminal signals), never us
+	// before the teardown.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := l.Down(ctx); err != nil {
+			logf("lab down: %v", err)
+			code = 1
+		}
+		if left := leftoverNamespaces(); len(left) > 0 {
+			logf("namespaces left behind: %v", left)
+			code = 1
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := l.Down(ctx); err != nil { // a stale lab of an interrupted run
+		logf("tearing down a stale lab: %v", err)
+		return 1
+	}
+	start := time.Now()
+	if err := l.Up(ctx); err != nil {
+		logf("lab up: %v", err)
+		return 1
+	}
+	// Work around lab.Up returning before the topology forwards: a bridge port's carrier (and
+	// so its forwarding state) is only taken into account when linkwatch runs, up to a second
+	// later, and frames sent before are dropped (the first connection of a fresh lab stalls
+	// for a 1 s ARP retransmission).
+	if err := waitOperUp(ctx, l); err != nil {
+		logf("%v", err)
+		return 1
+	}
+	logf("lab %s up and forwarding in %v", l.Prefix, time.Since(start).Round(time.Millisecond))
+
+	child := exec.Command(os.Args[0], os.Args[1:]...)
+	child.Env = append(os.Environ(), envChild+"=1", envSluice+"="+bin)
+	child.Stdin, child.Stdout, child.Stderr = nil, os.Stdout, os.Stderr
+	if err := child.Start(); err != nil {
+		logf("start tests: %v", err)
+		return 1
+	}
+	done := make(chan error, 1)
+	go func() { done <- child.Wait() }()
+	for {
+		select {
+		case sig := <-sigs:
+			_ = child.Process.Signal(sig)
+		case err := <-done:
+			var exit *exec.ExitError
+			switch {
+			case err == nil:
+				return 0
+			case errors.As(err, &exit) && exit.ExitCode() > 0:
+				return exit.ExitCode()
+			default:
+				logf("tests: %v", err)
+				return 1
+			}
+		}
+	}
+}
+
+// waitOperUp waits until every link of the lab but lo is operationally up.
+func waitOperUp(ctx context.Context, l *lab.Lab) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		var down []string
+		for _, ns := range l.Namespaces() {
+			out, err := exec.CommandContext(ctx, "ip", "-j", "-n", ns, "link", "show").Output()
+			if err != nil {
+				return fmt.Errorf("ip -n %s link show: %w", ns, err)
+			}
+			var links []struct {
+				IfName    string `json:"ifname"`
+				OperState string `json:"operstate"`
+			}
+			if err := json.Unmarshal(out, &links); err != nil {
+				return fmt.Errorf("ip -n %s link show: %w", ns, err)
+			}
+			for _, link := range links {
+				if link.IfName != "lo" && link.OperState != "UP" {
+					down = append(down, ns+"/"+link.IfName+"="+link.OperState)
+				}
+			}
+		}
+		if len(down) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("lab links not operationally up: %v", down)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// buildSluice builds ./cmd/sluice of the module this package belongs to.
+func buildSluice(out string) error {
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/sluice")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./cmd/sluice: %v\n%s", err, b)
+	}
+	return nil
+}
+
+func moduleRoot() (string, error) {
+	if b, err := exec.Command("go", "env", "GOMOD").Output(); err == nil {
+		if gomod := strings.TrimSpace(string(b)); gomod != "" && gomod != os.DevNull {
+			return filepath.Dir(gomod), nil
+		}
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		return "", fmt.Errorf("cannot find the module root: %w", err)
+	}
+	return root, nil
+}
+
+// leftoverNamespaces lists named namespaces that belong to the suite's lab.
+func leftoverNamespaces() []string {
+	entries, _ := os.ReadDir("/var/run/netns")
+	var left []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), labPrefix+"-") {
+			left = append(left, e.Name())
+		}
+	}
+	return left
+}
