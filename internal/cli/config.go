@@ -79,5 +79,5 @@ func loadPlan(file string) (*plan.Plan, error) {
 		return nil, err
 	}
 	slog.Debug("config loaded", "file", file, "services", len(cfg.Services))
-	return plan.Build(cfg)
+	return plan.Build(cfg, nil)
 }

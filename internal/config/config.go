@@ -8,93 +8,51 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
 
-// Config is the whole desired state of one balancer.
+// Config is the whole desired state of one balancer. The JSON names (REST API) are the YAML names.
 type Config struct {
 	// Datapath selects the kernel datapath: "nft" (default).
-	Datapath string `yaml:"datapath"`
+	Datapath string `yaml:"datapath,omitempty" json:"datapath,omitempty"`
 	// Interfaces lists the devices DSR traffic arrives on; empty means every non-loopback interface.
-	Interfaces []string `yaml:"interfaces"`
+	Interfaces []string `yaml:"interfaces,omitempty" json:"interfaces,omitempty"`
 	// Services are the virtual services to balance.
-	Services []Service `yaml:"services"`
+	Services []Service `yaml:"services" json:"services"`
 }
 
 // Service is one virtual service: VIP:port/protocol spread over backends.
 type Service struct {
-	Name      string    `yaml:"name"`
-	VIP       string    `yaml:"vip"`
-	Port      PortRange `yaml:"port"`
-	Protocol  string    `yaml:"protocol"`
-	Mode      string    `yaml:"mode"`
-	Scheduler string    `yaml:"scheduler"`
+	Name      string `yaml:"name" json:"name"`
+	VIP       string `yaml:"vip" json:"vip"`
+	Port      Range  `yaml:"port" json:"port"`
+	Protocol  string `yaml:"protocol,omitempty" json:"protocol,omitempty"`
+	Mode      string `yaml:"mode,omitempty" json:"mode,omitempty"`
+	Scheduler string `yaml:"scheduler,omitempty" json:"scheduler,omitempty"`
 	// TableSize is the Maglev table size M (a prime); 0 picks the smallest prime >= max(1021, 100 x backends).
-	TableSize int `yaml:"table_size"`
-	// Fallback says what happens to new flows when no backend can take them: "drop" or "reject".
-	Fallback string `yaml:"fallback"`
+	TableSize int `yaml:"table_size,omitempty" json:"table_size,omitempty"`
+	// Fallback says what happens to new flows when no backend can take them: "drop", "reject", or
+	// "sorry" (send them to SorryServers).
+	Fallback string `yaml:"fallback,omitempty" json:"fallback,omitempty"`
+	// SorryServers take new flows while no backend is up and weighted (fallback: sorry).
+	SorryServers []Backend `yaml:"sorry_servers,omitempty" json:"sorry_servers,omitempty"`
 	// FlowTimeout is how long an idle DSR flow keeps its backend (DSR has no conntrack); default 5m.
-	FlowTimeout string    `yaml:"flow_timeout"`
-	Backends    []Backend `yaml:"backends"`
+	FlowTimeout string `yaml:"flow_timeout,omitempty" json:"flow_timeout,omitempty"`
+	// HealthCheck probes the backends; without one every backend counts as up.
+	HealthCheck *HealthCheck `yaml:"health_check,omitempty" json:"health_check,omitempty"`
+	Backends    []Backend    `yaml:"backends" json:"backends"`
 }
 
 // Backend is one real server behind a service.
 type Backend struct {
-	Address string `yaml:"address"`
+	Address string `yaml:"address" json:"address"`
 	// Port is the backend's port; 0 means the port the client asked for.
-	Port int `yaml:"port"`
+	Port int `yaml:"port,omitempty" json:"port,omitempty"`
 	// Weight is the share of new flows; 0 takes no new flows but keeps existing ones. nil means 1.
-	Weight *int `yaml:"weight"`
+	Weight *int `yaml:"weight,omitempty" json:"weight,omitempty"`
 }
-
-// PortRange is a service port or an inclusive range "first-last".
-type PortRange struct{ First, Last int }
-
-// UnmarshalYAML accepts 80 or "8000-8010".
-func (p *PortRange) UnmarshalYAML(n *yaml.Node) error {
-	pr, err := ParsePortRange(n.Value)
-	if err != nil {
-		return fmt.Errorf("line %d: port: %w", n.Line, err)
-	}
-	*p = pr
-	return nil
-}
-
-// MarshalYAML writes the port back the way an operator writes it.
-func (p PortRange) MarshalYAML() (any, error) {
-	if p.First == p.Last {
-		return p.First, nil
-	}
-	return p.String(), nil
-}
-
-// ParsePortRange parses "80" or "8000-8010".
-func ParsePortRange(s string) (PortRange, error) {
-	first, last, isRange := strings.Cut(strings.TrimSpace(s), "-")
-	if !isRange {
-		last = first
-	}
-	a, err1 := strconv.Atoi(strings.TrimSpace(first))
-	b, err2 := strconv.Atoi(strings.TrimSpace(last))
-	if err1 != nil || err2 != nil {
-		return PortRange{}, fmt.Errorf("%q is not a port or a port range like 8000-8010", s)
-	}
-	return PortRange{First: a, Last: b}, nil
-}
-
-// String renders "80" or "8000-8010".
-func (p PortRange) String() string {
-	if p.First == p.Last {
-		return strconv.Itoa(p.First)
-	}
-	return fmt.Sprintf("%d-%d", p.First, p.Last)
-}
-
-// IsRange tells whether the service covers more than one port.
-func (p PortRange) IsRange() bool { return p.First != p.Last }
 
 // WeightOrDefault returns the backend's weight, 1 when unset.
 func (b Backend) WeightOrDefault() int {

@@ -2,6 +2,7 @@ package config
 
 import (
 	"bufio"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,17 +58,37 @@ func TestEmptyFile(t *testing.T) {
 	}
 }
 
-func TestPortRange(t *testing.T) {
-	for in, want := range map[string]PortRange{"80": {80, 80}, "8000-8010": {8000, 8010}, " 1 - 2 ": {1, 2}} {
-		got, err := ParsePortRange(in)
+func TestRange(t *testing.T) {
+	for in, want := range map[string]Range{"80": {First: 80, Last: 80}, "8000-8010": {First: 8000, Last: 8010}, " 1 - 2 ": {First: 1, Last: 2}} {
+		got, err := ParseRange(in)
 		if err != nil || got != want {
-			t.Errorf("ParsePortRange(%q) = %v, %v", in, got, err)
+			t.Errorf("ParseRange(%q) = %v, %v", in, got, err)
 		}
 	}
 	for _, in := range []string{"", "a", "1-", "-1", "1-2-3"} {
-		if _, err := ParsePortRange(in); err == nil {
-			t.Errorf("ParsePortRange(%q) accepted", in)
+		if _, err := ParseRange(in); err == nil {
+			t.Errorf("ParseRange(%q) accepted", in)
 		}
+	}
+}
+
+func TestRangeJSON(t *testing.T) {
+	for in, want := range map[string]string{`80`: "80", `"8000-8010"`: "8000-8010"} {
+		var r Range
+		if err := json.Unmarshal([]byte(in), &r); err != nil || r.Err() != nil || r.String() != want {
+			t.Errorf("%s decoded to %v (%v, %v)", in, r, err, r.Err())
+		}
+		out, _ := json.Marshal(r)
+		if string(out) != in {
+			t.Errorf("%s encoded back as %s", in, out)
+		}
+	}
+	var r Range
+	if err := json.Unmarshal([]byte(`"http"`), &r); err != nil || r.Err() == nil {
+		t.Errorf(`"http" decoded without a deferred error: %v %v`, err, r.Err())
+	}
+	if err := json.Unmarshal([]byte(`true`), &r); err == nil {
+		t.Error("true decoded as a range")
 	}
 }
 

@@ -13,7 +13,7 @@ var (
 	Protocols  = []string{"tcp", "udp"}
 	Modes      = []string{"nat", "fullnat", "dsr"}
 	Schedulers = []string{"maglev", "rr", "wrr", "hash", "random"}
-	Fallbacks  = []string{"drop", "reject"}
+	Fallbacks  = []string{"drop", "reject", "sorry"}
 )
 
 // MaxWeight is the largest backend weight.
@@ -40,7 +40,7 @@ func (c *Config) Validate() Errors {
 	type listener struct {
 		vip   netip.Addr
 		proto string
-		ports PortRange
+		ports Range
 		index int
 	}
 	var listeners []listener
@@ -74,7 +74,9 @@ func (s *Service) validate(at string, fail func(path, format string, args ...any
 	if vipErr != nil {
 		fail(at+".vip", "%v", vipErr)
 	}
-	if s.Port.First < 1 || s.Port.Last > 65535 || s.Port.First > s.Port.Last {
+	if err := s.Port.Err(); err != nil {
+		fail(at+".port", "%v", err)
+	} else if s.Port.First < 1 || s.Port.Last > 65535 || s.Port.First > s.Port.Last {
 		fail(at+".port", "%q is not a port in 1-65535 or a range first-last", s.Port)
 	}
 	s.Protocol = oneOf(s.Protocol, Protocols, at+".protocol", fail)
@@ -99,13 +101,28 @@ func (s *Service) validate(at string, fail func(path, format string, args ...any
 	if len(s.Backends) == 0 && s.Fallback == "" {
 		fail(at+".backends", "no backends and no fallback: add backends or set fallback: drop|reject")
 	}
-	seen := map[string]int{}
-	for j, b := range s.Backends {
-		bat := fmt.Sprintf("%s.backends[%d]", at, j)
+	if s.Fallback == "sorry" && len(s.SorryServers) == 0 {
+		fail(at+".fallback", "sorry needs at least one entry in sorry_servers")
+	}
+	if len(s.SorryServers) > 0 && s.Fallback != "sorry" {
+		fail(at+".sorry_servers", "only used with fallback: sorry")
+	}
+	if s.HealthCheck != nil {
+		s.HealthCheck.validate(at+".health_check", fail)
+	}
+	seen := map[string]string{}
+	s.validateBackends(at+".backends", s.Backends, vip, vipErr == nil, seen, fail)
+	s.validateBackends(at+".sorry_servers", s.SorryServers, vip, vipErr == nil, seen, fail)
+}
+
+// validateBackends checks a list of backends; seen holds the paths of the addresses already used.
+func (s *Service) validateBackends(at string, backends []Backend, vip netip.Addr, vipOK bool, seen map[string]string, fail func(path, format string, args ...any)) {
+	for j, b := range backends {
+		bat := fmt.Sprintf("%s[%d]", at, j)
 		addr, err := parseIP(b.Address)
 		if err != nil {
 			fail(bat+".address", "%v", err)
-		} else if vipErr == nil {
+		} else if vipOK {
 			if addr.Is4() != vip.Is4() {
 				fail(bat+".address", "%s and vip %s are of different address families", addr, vip)
 			}
@@ -123,10 +140,10 @@ func (s *Service) validate(at string, fail func(path, format string, args ...any
 			fail(bat+".weight", "%d is out of range 0-%d", w, MaxWeight)
 		}
 		key := fmt.Sprintf("%s|%d", addr, b.Port)
-		if k, dup := seen[key]; dup && err == nil {
-			fail(bat, "%s port %d is already backends[%d]", addr, b.Port, k)
+		if other, dup := seen[key]; dup && err == nil {
+			fail(bat, "%s port %d is already %s", addr, b.Port, other)
 		}
-		seen[key] = j
+		seen[key] = bat
 	}
 }
 

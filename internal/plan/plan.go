@@ -5,6 +5,7 @@ package plan
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -24,7 +25,7 @@ type Plan struct {
 type Service struct {
 	Name        string
 	VIP         netip.Addr
-	Ports       config.PortRange
+	Ports       config.Range
 	Protocol    string // "tcp" or "udp"
 	Mode        string // "nat", "fullnat" or "dsr"
 	Scheduler   string
@@ -63,11 +64,17 @@ func (s *Service) Listener() string {
 	return s.Protocol + " " + host + ":" + s.Ports.String()
 }
 
-// Build computes the plan of a validated config.
-func Build(cfg *config.Config) (*Plan, error) {
+// Availability tells whether a backend of a service may take new flows (it passes its health
+// check); nil means every backend may.
+type Availability func(service string, b Backend) bool
+
+// Build computes the plan of a validated config. Backends that are not available get weight 0:
+// they take no new flows and keep their established ones. When no backend of a service is left
+// with a weight, its sorry servers (fallback: sorry) take the new flows.
+func Build(cfg *config.Config, available Availability) (*Plan, error) {
 	p := &Plan{Datapath: cfg.Datapath, Interfaces: cfg.Interfaces}
 	for _, cs := range cfg.Services {
-		s, err := buildService(cs)
+		s, err := buildService(cs, available)
 		if err != nil {
 			return nil, fmt.Errorf("service %s: %w", cs.Name, err)
 		}
@@ -77,7 +84,7 @@ func Build(cfg *config.Config) (*Plan, error) {
 	return p, nil
 }
 
-func buildService(cs config.Service) (Service, error) {
+func buildService(cs config.Service, available Availability) (Service, error) {
 	vip, err := netip.ParseAddr(cs.VIP)
 	if err != nil {
 		return Service{}, err
@@ -94,50 +101,112 @@ func buildService(cs config.Service) (Service, error) {
 			return Service{}, err
 		}
 	}
+	// configured holds each backend's weight before health is applied: the base of the table.
+	var configured []int
+	weighted := false
 	for _, cb := range cs.Backends {
-		addr, err := netip.ParseAddr(cb.Address)
+		b, err := backend(cb, cs.Mode)
 		if err != nil {
 			return Service{}, err
 		}
-		port := uint16(cb.Port)
-		if cs.Mode == "dsr" {
-			port = 0
+		configured = append(configured, b.Weight)
+		if available != nil && !available(cs.Name, b) {
+			b.Weight = 0
 		}
-		s.Backends = append(s.Backends, Backend{Addr: addr.Unmap(), Port: port, Weight: cb.WeightOrDefault()})
+		weighted = weighted || b.Weight > 0
+		s.Backends = append(s.Backends, b)
 	}
-	sort.Slice(s.Backends, func(i, j int) bool { return s.Backends[i].ID() < s.Backends[j].ID() })
-	s.Slots, err = slots(s.Scheduler, s.Backends, cs.TableSize)
+	for _, cb := range cs.SorryServers {
+		b, err := backend(cb, cs.Mode)
+		if err != nil {
+			return Service{}, err
+		}
+		configured = append(configured, 0)
+		if weighted {
+			b.Weight = 0
+		}
+		s.Backends = append(s.Backends, b)
+	}
+	order := make([]int, len(s.Backends))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(i, j int) bool { return s.Backends[order[i]].ID() < s.Backends[order[j]].ID() })
+	sorted, sortedConfigured := make([]Backend, len(order)), make([]int, len(order))
+	for i, o := range order {
+		sorted[i], sortedConfigured[i] = s.Backends[o], configured[o]
+	}
+	s.Backends = sorted
+	s.Slots, err = slots(s.Scheduler, s.Backends, sortedConfigured, cs.TableSize)
 	return s, err
 }
 
-// slots builds the slot table of a scheduler over the backends.
-func slots(scheduler string, backends []Backend, tableSize int) ([]int, error) {
+func backend(cb config.Backend, mode string) (Backend, error) {
+	addr, err := netip.ParseAddr(cb.Address)
+	if err != nil {
+		return Backend{}, err
+	}
+	port := uint16(cb.Port)
+	if mode == "dsr" {
+		port = 0
+	}
+	return Backend{Addr: addr.Unmap(), Port: port, Weight: cb.WeightOrDefault()}, nil
+}
+
+// slots builds the slot table of a scheduler over the backends' weights. For maglev, the table is
+// built over the configured weights and only the slots of backends whose weight health took away
+// are handed to the others, as a table without them would: no other backend's slot moves, and the
+// slots return to the same backend when it comes back.
+func slots(scheduler string, backends []Backend, configured []int, tableSize int) ([]int, error) {
 	weights := make([]int, len(backends))
-	active := 0
 	for i, b := range backends {
 		weights[i] = b.Weight
 		if scheduler == "rr" && b.Weight > 0 {
 			weights[i] = 1
 		}
-		if b.Weight > 0 {
-			active++
-		}
 	}
-	if active == 0 {
+	if countPositive(weights) == 0 {
 		return nil, nil
 	}
 	if scheduler != "maglev" {
 		return interleave(weights), nil
 	}
-	mb := make([]maglev.Backend, len(backends))
-	for i, b := range backends {
-		mb[i] = maglev.Backend{ID: b.ID(), Weight: uint32(b.Weight)}
-	}
 	m := tableSize
 	if m == 0 {
-		m = maglev.DefaultSize(active)
+		m = maglev.DefaultSize(max(countPositive(configured), countPositive(weights)))
+	}
+	table, err := maglevTable(backends, weights, m)
+	if err != nil || slices.Equal(weights, configured) || countPositive(configured) == 0 {
+		return table, err
+	}
+	base, err := maglevTable(backends, configured, m)
+	if err != nil {
+		return nil, err
+	}
+	for i, b := range base {
+		if weights[b] == 0 {
+			base[i] = table[i]
+		}
+	}
+	return base, nil
+}
+
+func maglevTable(backends []Backend, weights []int, m int) ([]int, error) {
+	mb := make([]maglev.Backend, len(backends))
+	for i, b := range backends {
+		mb[i] = maglev.Backend{ID: b.ID(), Weight: uint32(weights[i])}
 	}
 	return maglev.Build(mb, m)
+}
+
+func countPositive(weights []int) int {
+	n := 0
+	for _, w := range weights {
+		if w > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // interleave spreads each index i over weights[i]/g slots (g the weights' gcd) in smooth weighted
@@ -177,9 +246,13 @@ func gcd(a, b int) int {
 
 // Share returns each backend's fraction of the slots, by backend index.
 func (s *Service) Share() []float64 {
-	share := make([]float64, len(s.Backends))
+	count := make([]int, len(s.Backends))
 	for _, b := range s.Slots {
-		share[b] += 1 / float64(len(s.Slots))
+		count[b]++
+	}
+	share := make([]float64, len(s.Backends))
+	for i, n := range count {
+		share[i] = float64(n) / float64(len(s.Slots))
 	}
 	return share
 }

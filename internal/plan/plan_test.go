@@ -11,11 +11,16 @@ import (
 
 func mustPlan(t *testing.T, yaml string) *Plan {
 	t.Helper()
+	return mustPlanWith(t, yaml, nil)
+}
+
+func mustPlanWith(t *testing.T, yaml string, available Availability) *Plan {
+	t.Helper()
 	cfg, err := config.Parse("test.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := Build(cfg)
+	p, err := Build(cfg, available)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,5 +112,36 @@ func TestDiff(t *testing.T) {
 	c = Diff(old, &Plan{})
 	if !reflect.DeepEqual(c.Removed, []string{"web"}) {
 		t.Fatalf("diff to nothing %+v", c)
+	}
+}
+
+func TestUnavailableBackendLeavesTableKeepsOthersSlots(t *testing.T) {
+	y := service("maglev", 1, 1, 1, 1)
+	all := mustPlan(t, y).Services[0]
+	down := func(_ string, b Backend) bool { return b.Addr.String() != "10.0.1.2" }
+	p := mustPlanWith(t, y, down).Services[0]
+	if p.Backends[1].Weight != 0 || len(p.Backends) != 4 {
+		t.Fatalf("down backend not kept at weight 0: %+v", p.Backends)
+	}
+	for i, b := range p.Slots {
+		if b == 1 {
+			t.Fatalf("slot %d still points at the down backend", i)
+		}
+		if all.Slots[i] != 1 && all.Slots[i] != b {
+			t.Fatalf("slot %d moved from backend %d to %d although neither is down", i, all.Slots[i], b)
+		}
+	}
+}
+
+func TestSorryServersOnlyWhenNoBackendIsUp(t *testing.T) {
+	y := service("maglev", 1, 1) + "  fallback: sorry\n  sorry_servers:\n  - {address: 10.0.2.1, port: 8080}\n"
+	up := mustPlan(t, y).Services[0]
+	if len(up.Backends) != 3 || up.Backends[2].Weight != 0 || up.Share()[2] != 0 {
+		t.Fatalf("sorry server takes flows while backends are up: %+v", up.Backends)
+	}
+	none := func(string, Backend) bool { return false }
+	p := mustPlanWith(t, y, none).Services[0]
+	if share := p.Share(); share[2] != 1 {
+		t.Fatalf("sorry server share %v with every backend down", share)
 	}
 }

@@ -66,7 +66,7 @@ func loadPlan(t *testing.T, path string) *plan.Plan {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := plan.Build(cfg)
+	p, err := plan.Build(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

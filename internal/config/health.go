@@ -1,0 +1,152 @@
+package config
+
+import (
+	"fmt"
+	"time"
+)
+
+// Allowed values of the health-check fields; the first of each list is the default.
+var (
+	CheckTypes = []string{"tcp", "http", "https", "udp", "exec"}
+	OnFailures = []string{"inhibit", "reset"}
+	// CheckMethods are the HTTP methods a check may use.
+	CheckMethods = []string{"GET", "HEAD", "POST", "OPTIONS"}
+)
+
+// Health-check defaults.
+const (
+	DefaultCheckInterval = 2 * time.Second
+	DefaultCheckTimeout  = time.Second
+	DefaultRise          = 2
+	DefaultFall          = 3
+)
+
+// HealthCheck says how a service's backends are probed. Services whose checks are identical and
+// whose backends are the same share one probe per backend.
+type HealthCheck struct {
+	// Type is tcp (connect), http, https, udp (send, expect) or exec (exit code 0 means up).
+	Type string `yaml:"type" json:"type"`
+	// Port is probed instead of the backend's port (or, for a port range or dsr, the service's first port).
+	Port int `yaml:"port,omitempty" json:"port,omitempty"`
+	// Interval between probes (default 2s) and Timeout of one probe (default 1s).
+	Interval string `yaml:"interval,omitempty" json:"interval,omitempty"`
+	Timeout  string `yaml:"timeout,omitempty" json:"timeout,omitempty"`
+	// Rise consecutive successes bring a backend up (default 2); Fall failures take it down (default 3).
+	Rise int `yaml:"rise,omitempty" json:"rise,omitempty"`
+	Fall int `yaml:"fall,omitempty" json:"fall,omitempty"`
+	// OnFailure is what happens to a fallen backend's established flows: inhibit keeps them
+	// (default), reset drops them so their clients reconnect elsewhere.
+	OnFailure string `yaml:"on_failure,omitempty" json:"on_failure,omitempty"`
+
+	// HTTP and HTTPS: the request and what the answer must be.
+	Method string `yaml:"method,omitempty" json:"method,omitempty"`
+	Path   string `yaml:"path,omitempty" json:"path,omitempty"`
+	Host   string `yaml:"host,omitempty" json:"host,omitempty"`
+	// ExpectStatus lists accepted status codes and ranges (default 200-399).
+	ExpectStatus []Range `yaml:"expect_status,omitempty" json:"expect_status,omitempty"`
+	// ExpectBody, when set, must occur in the first 64 KiB of the body.
+	ExpectBody string `yaml:"expect_body,omitempty" json:"expect_body,omitempty"`
+	// InsecureSkipVerify accepts any certificate (https).
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify,omitempty" json:"insecure_skip_verify,omitempty"`
+
+	// UDP: the datagram sent and the text the answer must contain (any answer when empty).
+	Send   string `yaml:"send,omitempty" json:"send,omitempty"`
+	Expect string `yaml:"expect,omitempty" json:"expect,omitempty"`
+
+	// Command is run for exec checks, with SLUICE_BACKEND_ADDRESS and SLUICE_BACKEND_PORT set.
+	Command []string `yaml:"command,omitempty" json:"command,omitempty"`
+}
+
+// IntervalOrDefault is the parsed interval.
+func (h *HealthCheck) IntervalOrDefault() time.Duration {
+	return durationOr(h.Interval, DefaultCheckInterval)
+}
+
+// TimeoutOrDefault is the parsed timeout.
+func (h *HealthCheck) TimeoutOrDefault() time.Duration {
+	return durationOr(h.Timeout, DefaultCheckTimeout)
+}
+
+func durationOr(s string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(s); err == nil && s != "" {
+		return d
+	}
+	return def
+}
+
+// validate checks the health check and fills in its defaults.
+func (h *HealthCheck) validate(at string, fail func(path, format string, args ...any)) {
+	h.Type = oneOf(h.Type, CheckTypes, at+".type", fail)
+	h.OnFailure = oneOf(h.OnFailure, OnFailures, at+".on_failure", fail)
+	if h.Port < 0 || h.Port > 65535 {
+		fail(at+".port", "%d is not a port in 1-65535", h.Port)
+	}
+	interval, timeout := DefaultCheckInterval, DefaultCheckTimeout
+	for _, d := range []struct {
+		field string
+		text  *string
+		value *time.Duration
+	}{{"interval", &h.Interval, &interval}, {"timeout", &h.Timeout, &timeout}} {
+		if *d.text == "" {
+			continue
+		}
+		v, err := time.ParseDuration(*d.text)
+		if err != nil || v < 10*time.Millisecond || v > time.Hour {
+			fail(at+"."+d.field, "%q is not a duration between 10ms and 1h (like 2s)", *d.text)
+			continue
+		}
+		*d.value = v
+	}
+	if timeout > interval {
+		fail(at+".timeout", "%s is longer than the interval %s", timeout, interval)
+	}
+	if h.Rise == 0 {
+		h.Rise = DefaultRise
+	}
+	if h.Fall == 0 {
+		h.Fall = DefaultFall
+	}
+	if h.Rise < 1 || h.Rise > 100 {
+		fail(at+".rise", "%d is out of range 1-100", h.Rise)
+	}
+	if h.Fall < 1 || h.Fall > 100 {
+		fail(at+".fall", "%d is out of range 1-100", h.Fall)
+	}
+	isHTTP := h.Type == "http" || h.Type == "https"
+	onlyFor := func(field string, set bool, ok bool, types string) {
+		if set && !ok {
+			fail(at+"."+field, "only applies to %s checks, not %s", types, h.Type)
+		}
+	}
+	onlyFor("method", h.Method != "", isHTTP, "http and https")
+	onlyFor("path", h.Path != "", isHTTP, "http and https")
+	onlyFor("host", h.Host != "", isHTTP, "http and https")
+	onlyFor("expect_status", len(h.ExpectStatus) > 0, isHTTP, "http and https")
+	onlyFor("expect_body", h.ExpectBody != "", isHTTP, "http and https")
+	onlyFor("insecure_skip_verify", h.InsecureSkipVerify, h.Type == "https", "https")
+	onlyFor("send", h.Send != "", h.Type == "udp", "udp")
+	onlyFor("expect", h.Expect != "", h.Type == "udp", "udp")
+	onlyFor("command", len(h.Command) > 0, h.Type == "exec", "exec")
+	if isHTTP {
+		h.Method = oneOf(h.Method, CheckMethods, at+".method", fail)
+		if h.Path == "" {
+			h.Path = "/"
+		}
+		if h.Path[0] != '/' {
+			fail(at+".path", "%q does not start with /", h.Path)
+		}
+		for i, r := range h.ExpectStatus {
+			if err := r.Err(); err != nil {
+				fail(fmt.Sprintf("%s.expect_status[%d]", at, i), "%v", err)
+			} else if r.First < 100 || r.Last > 599 || r.First > r.Last {
+				fail(fmt.Sprintf("%s.expect_status[%d]", at, i), "%s is not a status code or range within 100-599", r)
+			}
+		}
+	}
+	if h.Type == "udp" && h.Send == "" {
+		fail(at+".send", "a udp check needs a datagram to send")
+	}
+	if h.Type == "exec" && (len(h.Command) == 0 || h.Command[0] == "") {
+		fail(at+".command", "an exec check needs a command, like [/usr/local/bin/check-db]")
+	}
+}
