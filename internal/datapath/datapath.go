@@ -13,6 +13,9 @@ type Datapath interface {
 	Apply(ctx context.Context, p *plan.Plan) error
 	// Status reads back what the kernel holds, with counters.
 	Status(ctx context.Context) ([]ServiceStatus, error)
+	// ResetFlows drops the established flows from a service's clients to one of its backends, so
+	// that they fail fast and reconnect elsewhere; it returns how many flows were dropped.
+	ResetFlows(ctx context.Context, s *plan.Service, b plan.Backend) (int, error)
 	// Flush removes everything the datapath owns.
 	Flush(ctx context.Context) error
 }
@@ -37,8 +40,11 @@ type BackendStatus struct {
 	Weight  int    `json:"weight"`
 	// Share is the backend's fraction of the slot table.
 	Share float64 `json:"share"`
-	// Packets and Bytes count what the balancer sent to the backend: the first packet of each
-	// connection for nat and fullnat (so Packets = connections), every packet for dsr.
+	// Flows counts the flows (connections) sent to the backend since it was programmed.
+	Flows uint64 `json:"flows"`
+	// ActiveFlows is the number of flows the datapath tracks to the backend right now.
+	ActiveFlows uint64 `json:"active_flows"`
+	// Packets and Bytes count what the balancer forwarded from clients to the backend.
 	Packets uint64 `json:"packets"`
 	Bytes   uint64 `json:"bytes"`
 }

@@ -172,3 +172,8 @@ func deref(v *uint64) uint64 {
 	}
 	return *v
 }
+
+// ResetFlows drops the established flows of one backend of a service.
+func (d *Datapath) ResetFlows(ctx context.Context, s *plan.Service, b plan.Backend) (int, error) {
+	return 0, fmt.Errorf("nft: resetting flows of %s is not implemented yet", b.ID())
+}

@@ -1,0 +1,117 @@
+// Package fake is a recording datapath for tests of what drives a datapath: it keeps the last
+// plan, counts calls and reports flows the test sets.
+package fake
+
+import (
+	"context"
+	"sync"
+
+	"github.com/sluicelb/sluice/internal/datapath"
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+// Datapath records what it is asked to do; it is safe for concurrent use.
+type Datapath struct {
+	mu      sync.Mutex
+	plan    *plan.Plan
+	applies int
+	fail    error
+	active  map[string]uint64 // service/backend ID -> active flows
+	resets  []string          // service/backend ID, in call order
+}
+
+var _ datapath.Datapath = (*Datapath)(nil)
+
+// New returns an empty fake datapath.
+func New() *Datapath { return &Datapath{active: map[string]uint64{}} }
+
+// Apply records the plan, or returns the error set by FailWith without recording anything.
+func (d *Datapath) Apply(_ context.Context, p *plan.Plan) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.fail != nil {
+		return d.fail
+	}
+	d.applies++
+	d.plan = p
+	return nil
+}
+
+// Status reports the last plan with the active flows set by SetActiveFlows.
+func (d *Datapath) Status(context.Context) ([]datapath.ServiceStatus, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.plan == nil {
+		return nil, nil
+	}
+	var out []datapath.ServiceStatus
+	for _, s := range d.plan.Services {
+		st := datapath.ServiceStatus{
+			Name: s.Name, Protocol: s.Protocol, VIP: s.VIP.String(), Ports: s.Ports.String(),
+			Mode: s.Mode, Scheduler: s.Scheduler, Slots: len(s.Slots),
+		}
+		share := s.Share()
+		for i, b := range s.Backends {
+			st.Backends = append(st.Backends, datapath.BackendStatus{
+				Address: b.Addr.String(), Port: int(b.Port), Weight: b.Weight, Share: share[i],
+				ActiveFlows: d.active[s.Name+"/"+b.ID()],
+			})
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// ResetFlows records the call and clears the backend's active flows.
+func (d *Datapath) ResetFlows(_ context.Context, s *plan.Service, b plan.Backend) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	key := s.Name + "/" + b.ID()
+	n := d.active[key]
+	delete(d.active, key)
+	d.resets = append(d.resets, key)
+	return int(n), nil
+}
+
+// Flush forgets the plan.
+func (d *Datapath) Flush(context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.plan = nil
+	return nil
+}
+
+// Plan returns the last applied plan (nil before the first Apply or after Flush).
+func (d *Datapath) Plan() *plan.Plan {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.plan
+}
+
+// Applies counts the successful Apply calls.
+func (d *Datapath) Applies() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.applies
+}
+
+// FailWith makes every following Apply return err (nil: succeed again).
+func (d *Datapath) FailWith(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.fail = err
+}
+
+// SetActiveFlows sets the active flows Status reports for a backend ID ("10.0.0.1:80") of a service.
+func (d *Datapath) SetActiveFlows(service, backend string, n uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.active[service+"/"+backend] = n
+}
+
+// Resets lists the "service/backend" pairs ResetFlows was called for, in order.
+func (d *Datapath) Resets() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.resets...)
+}
