@@ -4,10 +4,12 @@ import "reflect"
 
 // Change is the difference between two plans as an operator wants to see it.
 type Change struct {
-	Added, Removed, Changed []string
+	Added   []string `json:"added"`
+	Removed []string `json:"removed"`
+	Changed []string `json:"changed"`
 	// Moved is, per changed service, the share of slots (and so of new flows' hash space) whose
 	// backend differs.
-	Moved map[string]float64
+	Moved map[string]float64 `json:"moved"`
 }
 
 // Empty tells whether nothing differs.

@@ -261,3 +261,16 @@ func (s *Service) Share() []float64 {
 func (s *Service) String() string {
 	return s.Name + " " + s.Listener() + " " + s.Mode + "/" + s.Scheduler + " backends=" + strconv.Itoa(len(s.Backends))
 }
+
+// Backend finds a backend by "service/backend ID".
+func (p *Plan) Backend(key string) (*Service, Backend, bool) {
+	for i := range p.Services {
+		s := &p.Services[i]
+		for _, b := range s.Backends {
+			if s.Name+"/"+b.ID() == key {
+				return s, b, true
+			}
+		}
+	}
+	return nil, Backend{}, false
+}

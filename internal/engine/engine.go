@@ -1,0 +1,227 @@
+// Package engine is Sluice's reconcile loop: it holds the desired state (the config file plus the
+// changes made through the API), folds in health, builds the plan and hands it to the datapath,
+// which changes only what differs.
+package engine
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/datapath"
+	"github.com/sluicelb/sluice/internal/health"
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+// Prober runs the health checks; health.Monitor is the real one.
+type Prober interface {
+	Set(probes []health.Probe)
+	Status(key string) (health.Status, bool)
+	All() []health.Status
+}
+
+// Options configure an engine. Zero values pick the defaults.
+type Options struct {
+	// ConfigPath is the file Reload reads.
+	ConfigPath string
+	Datapath   datapath.Datapath
+	Log        *slog.Logger
+	// Prober replaces the health monitor (tests); it must report changes to Engine.HealthChanged.
+	Prober Prober
+	// MinApplyInterval is the shortest time between two applies: changes arriving faster (a burst
+	// of health flaps, a script of API calls) are folded into one apply. Default 100ms.
+	MinApplyInterval time.Duration
+	// Resync is how often the plan is applied even without a change, repairing a datapath that
+	// someone else altered. Default 30s.
+	Resync time.Duration
+	// DrainPoll is how often a drain reads the active flows. Default 1s.
+	DrainPoll time.Duration
+	// OnApply observes every datapath apply (metrics).
+	OnApply func(took time.Duration, err error)
+}
+
+// ApplyStats summarise the datapath applies so far.
+type ApplyStats struct {
+	Applies      uint64        `json:"applies"`
+	Failures     uint64        `json:"failures"`
+	LastDuration time.Duration `json:"last_duration_ns"`
+	LastApplied  time.Time     `json:"last_applied"`
+	LastError    string        `json:"last_error,omitempty"`
+}
+
+// Engine reconciles the desired state into the datapath.
+type Engine struct {
+	opts   Options
+	log    *slog.Logger
+	dp     datapath.Datapath
+	prober Prober
+	events *eventLog
+	dirty  chan struct{} // one pending reconcile
+
+	mu      sync.Mutex
+	cfg     *config.Config
+	applied *plan.Plan        // last plan the datapath accepted
+	resets  map[string]bool   // "service/backend" whose flows are dropped once it is out of the table
+	drains  map[string]*drain // by "service/backend"
+	stats   ApplyStats
+}
+
+// New returns an engine for a validated config; Run starts it.
+func New(cfg *config.Config, opts Options) *Engine {
+	if opts.MinApplyInterval == 0 {
+		opts.MinApplyInterval = 100 * time.Millisecond
+	}
+	if opts.Resync == 0 {
+		opts.Resync = 30 * time.Second
+	}
+	if opts.DrainPoll == 0 {
+		opts.DrainPoll = time.Second
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	e := &Engine{
+		opts: opts, log: opts.Log, dp: opts.Datapath, events: newEventLog(),
+		dirty: make(chan struct{}, 1), cfg: cfg, resets: map[string]bool{}, drains: map[string]*drain{},
+	}
+	e.prober = opts.Prober
+	if e.prober == nil {
+		e.prober = health.NewMonitor(opts.Log, e.HealthChanged)
+	}
+	return e
+}
+
+// Run programs the datapath and keeps it reconciled until ctx ends. It leaves the datapath as it
+// is when it returns: traffic keeps flowing while the daemon restarts.
+func (e *Engine) Run(ctx context.Context) error {
+	e.mu.Lock()
+	e.prober.Set(probes(e.cfg))
+	e.mu.Unlock()
+	if monitor, ok := e.prober.(*health.Monitor); ok {
+		defer monitor.Close()
+	}
+	e.trigger()
+	resync := time.NewTicker(e.opts.Resync)
+	defer resync.Stop()
+	var retry <-chan time.Time
+	for {
+		force := false
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-e.dirty:
+		case <-resync.C:
+			force = true
+		case <-retry:
+			force = true
+		}
+		retry = nil
+		if err := e.reconcile(ctx, force); err != nil && ctx.Err() == nil {
+			retry = time.After(time.Second)
+		}
+		// Fold whatever arrives during the pause into the next reconcile.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(e.opts.MinApplyInterval):
+		}
+	}
+}
+
+// trigger asks for a reconcile; triggers arriving before it runs fold into one.
+func (e *Engine) trigger() {
+	select {
+	case e.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// reconcile builds the plan and applies it when it differs from the last one applied (always
+// when force is set), then drops the flows of fallen backends whose service asks for it.
+func (e *Engine) reconcile(ctx context.Context, force bool) error {
+	e.mu.Lock()
+	p, err := plan.Build(e.cfg, e.available(e.cfg))
+	unchanged := e.applied != nil && reflect.DeepEqual(e.applied, p)
+	e.mu.Unlock()
+	if err != nil {
+		return e.applyFailed(err)
+	}
+	if unchanged && !force {
+		return e.resetFlows(ctx, p)
+	}
+	start := time.Now()
+	err = e.dp.Apply(ctx, p)
+	took := time.Since(start)
+	if e.opts.OnApply != nil {
+		e.opts.OnApply(took, err)
+	}
+	if err != nil {
+		return e.applyFailed(err)
+	}
+	e.mu.Lock()
+	e.applied = p
+	e.stats.Applies++
+	e.stats.LastDuration, e.stats.LastApplied, e.stats.LastError = took, time.Now(), ""
+	e.mu.Unlock()
+	e.log.Debug("datapath applied", "services", len(p.Services), "took", took)
+	return e.resetFlows(ctx, p)
+}
+
+func (e *Engine) applyFailed(err error) error {
+	e.mu.Lock()
+	e.stats.Failures++
+	e.stats.LastError = err.Error()
+	e.mu.Unlock()
+	e.log.Error("datapath apply failed; will retry", "err", err)
+	e.publish(Event{Type: EventApplyFailed, Message: err.Error()})
+	return err
+}
+
+// resetFlows drops the flows of backends that fell with on_failure: reset, once the applied plan
+// no longer sends new flows to them (else the dropped clients would come straight back).
+func (e *Engine) resetFlows(ctx context.Context, p *plan.Plan) error {
+	e.mu.Lock()
+	pending := e.resets
+	e.resets = map[string]bool{}
+	e.mu.Unlock()
+	var errs []error
+	for key := range pending {
+		s, b, ok := p.Backend(key)
+		if !ok || b.Weight > 0 {
+			continue // removed meanwhile, or back up before its flows were dropped
+		}
+		n, err := e.dp.ResetFlows(ctx, s, b)
+		if err != nil {
+			errs = append(errs, err)
+			e.log.Error("resetting flows failed", "service", s.Name, "backend", b.ID(), "err", err)
+			continue
+		}
+		e.publish(Event{Type: EventFlowsReset, Service: s.Name, Backend: b.ID(), Message: plural(n, "flow") + " dropped (on_failure: reset)"})
+	}
+	return errors.Join(errs...)
+}
+
+// Stats returns the apply statistics.
+func (e *Engine) Stats() ApplyStats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stats
+}
+
+// Events returns the events after id (0: all kept).
+func (e *Engine) Events(id uint64) []Event {
+	events, _ := e.events.since(id)
+	return events
+}
+
+// WaitEvents returns the events after id, waiting until there is one or ctx ends.
+func (e *Engine) WaitEvents(ctx context.Context, id uint64) []Event { return e.events.wait(ctx, id) }
+
+func (e *Engine) publish(ev Event) {
+	ev = e.events.publish(ev)
+	e.log.Info("event", "type", ev.Type, "service", ev.Service, "backend", ev.Backend, "message", ev.Message)
+}

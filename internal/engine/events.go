@@ -1,0 +1,88 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Event is something an operator wants to be told about: a backend going down or up, a drain
+// finishing, a reload, a failed apply.
+type Event struct {
+	ID      uint64    `json:"id"`
+	Time    time.Time `json:"time"`
+	Type    string    `json:"type"`
+	Service string    `json:"service,omitempty"`
+	Backend string    `json:"backend,omitempty"`
+	Message string    `json:"message"`
+}
+
+// Event types.
+const (
+	EventBackendDown   = "backend_down"
+	EventBackendUp     = "backend_up"
+	EventFlowsReset    = "flows_reset"
+	EventDrainStarted  = "drain_started"
+	EventDrained       = "drained"
+	EventDrainCanceled = "drain_canceled"
+	EventConfigChanged = "config_changed"
+	EventApplyFailed   = "apply_failed"
+)
+
+// eventLogSize is how many events are kept for late readers.
+const eventLogSize = 1024
+
+// eventLog is a bounded log of events that readers can wait on.
+type eventLog struct {
+	mu     sync.Mutex
+	events []Event
+	nextID uint64
+	wake   chan struct{} // closed and replaced on every publish
+}
+
+func newEventLog() *eventLog { return &eventLog{nextID: 1, wake: make(chan struct{})} }
+
+func (l *eventLog) publish(e Event) Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e.ID = l.nextID
+	l.nextID++
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	l.events = append(l.events, e)
+	if len(l.events) > eventLogSize {
+		l.events = append([]Event(nil), l.events[len(l.events)-eventLogSize:]...)
+	}
+	close(l.wake)
+	l.wake = make(chan struct{})
+	return e
+}
+
+// since returns the events with an ID above id, and a channel closed when more arrive.
+func (l *eventLog) since(id uint64) ([]Event, <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []Event
+	for _, e := range l.events {
+		if e.ID > id {
+			out = append(out, e)
+		}
+	}
+	return out, l.wake
+}
+
+// wait returns the events after id, blocking until there is at least one or ctx ends.
+func (l *eventLog) wait(ctx context.Context, id uint64) []Event {
+	for {
+		events, wake := l.since(id)
+		if len(events) > 0 {
+			return events
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+		}
+	}
+}

@@ -1,0 +1,158 @@
+package engine
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"time"
+
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/health"
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+// HealthView is one health probe as an operator reads it; services sharing a probe are listed together.
+type HealthView struct {
+	Services []string       `json:"services"`
+	Type     string         `json:"type"`
+	Target   netip.AddrPort `json:"target"`
+	State    string         `json:"state"` // "up" or "down"
+	Since    time.Time      `json:"since"`
+	Checks   uint64         `json:"checks"`
+	// Streak is the current run of consecutive successes (up) or failures (down, or up but failing).
+	Successes int           `json:"successes"`
+	Failures  int           `json:"failures"`
+	Latency   time.Duration `json:"last_latency_ns"`
+	Message   string        `json:"last_message"`
+}
+
+// probeOf is the probe of one backend of a service, and whether the service is checked at all.
+func probeOf(s *config.Service, addr netip.Addr, port uint16) (health.Probe, bool) {
+	hc := s.HealthCheck
+	if hc == nil {
+		return health.Probe{}, false
+	}
+	switch {
+	case hc.Port != 0:
+		port = uint16(hc.Port)
+	case port == 0:
+		port = uint16(s.Port.First)
+	}
+	return health.Probe{Check: *hc, Target: netip.AddrPortFrom(addr, port)}, true
+}
+
+// probes lists the probes a config needs: one per checked backend (sorry servers are not checked).
+func probes(cfg *config.Config) []health.Probe {
+	var out []health.Probe
+	for i := range cfg.Services {
+		s := &cfg.Services[i]
+		for _, b := range s.Backends {
+			addr, err := netip.ParseAddr(b.Address)
+			if err != nil {
+				continue
+			}
+			if p, ok := probeOf(s, addr.Unmap(), uint16(b.Port)); ok {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// available tells the plan which backends health allows new flows to.
+func (e *Engine) available(cfg *config.Config) plan.Availability {
+	byName := map[string]*config.Service{}
+	for i := range cfg.Services {
+		byName[cfg.Services[i].Name] = &cfg.Services[i]
+	}
+	return func(service string, b plan.Backend) bool {
+		s := byName[service]
+		if s == nil {
+			return true
+		}
+		p, checked := probeOf(s, b.Addr, b.Port)
+		if !checked {
+			return true
+		}
+		st, ok := e.prober.Status(p.Key())
+		return !ok || st.Up
+	}
+}
+
+// HealthChanged is told by the prober that a probe went up or down: every service using that
+// probe is re-planned, and a fall of a service with on_failure: reset schedules its flows' reset.
+func (e *Engine) HealthChanged(st health.Status) {
+	e.mu.Lock()
+	var affected []string
+	for i := range e.cfg.Services {
+		s := &e.cfg.Services[i]
+		for _, b := range s.Backends {
+			addr, err := netip.ParseAddr(b.Address)
+			if err != nil {
+				continue
+			}
+			pb := plan.Backend{Addr: addr.Unmap(), Port: uint16(b.Port)}
+			if s.Mode == "dsr" {
+				pb.Port = 0
+			}
+			p, ok := probeOf(s, pb.Addr, pb.Port)
+			if !ok || p.Key() != st.Key {
+				continue
+			}
+			affected = append(affected, s.Name+"/"+pb.ID())
+			if !st.Up && s.HealthCheck.OnFailure == "reset" {
+				e.resets[s.Name+"/"+pb.ID()] = true
+			}
+		}
+	}
+	e.mu.Unlock()
+	kind, verb := EventBackendUp, "up"
+	if !st.Up {
+		kind, verb = EventBackendDown, "down"
+	}
+	for _, key := range affected {
+		service, backend := splitKey(key)
+		e.publish(Event{Type: kind, Service: service, Backend: backend,
+			Message: fmt.Sprintf("%s check of %s is %s: %s", st.Type, st.Target, verb, st.Last.Message)})
+	}
+	e.trigger()
+}
+
+// Health lists every probe with the services that use it.
+func (e *Engine) Health() []HealthView {
+	e.mu.Lock()
+	users := map[string][]string{}
+	for i := range e.cfg.Services {
+		s := &e.cfg.Services[i]
+		for _, p := range probes(&config.Config{Services: []config.Service{*s}}) {
+			users[p.Key()] = appendUnique(users[p.Key()], s.Name)
+		}
+	}
+	e.mu.Unlock()
+	var out []HealthView
+	for _, st := range e.prober.All() {
+		if users[st.Key] == nil {
+			continue
+		}
+		state := "up"
+		if !st.Up {
+			state = "down"
+		}
+		out = append(out, HealthView{
+			Services: users[st.Key], Type: st.Type, Target: st.Target, State: state, Since: st.Since,
+			Checks: st.Checks, Successes: st.Successes, Failures: st.Failures,
+			Latency: st.Last.Latency, Message: st.Last.Message,
+		})
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Target.String() < out[j].Target.String() })
+	return out
+}
+
+func appendUnique(list []string, s string) []string {
+	for _, x := range list {
+		if x == s {
+			return list
+		}
+	}
+	return append(list, s)
+}

@@ -1,0 +1,168 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+// ErrNotFound is returned (wrapped) when a service or backend named by the caller does not exist.
+var ErrNotFound = errors.New("not found")
+
+// ErrConflict is returned (wrapped) when a service or backend to add already exists.
+var ErrConflict = errors.New("already exists")
+
+// Mutation changes a copy of the running config; an error leaves the running config untouched.
+type Mutation func(cfg *config.Config) error
+
+// Config returns a copy of the running config.
+func (e *Engine) Config() *config.Config {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return clone(e.cfg)
+}
+
+// Update applies a mutation to the running config: the result is validated as a whole and, unless
+// dryRun, becomes the running config and is reconciled. It returns what the change does to the plan
+// (which services change and the share of each one's new flows that moves). On any error nothing
+// changes.
+func (e *Engine) Update(dryRun bool, why string, mutate Mutation) (plan.Change, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	next := clone(e.cfg)
+	if err := mutate(next); err != nil {
+		return plan.Change{}, err
+	}
+	if errs := next.Validate(); len(errs) > 0 {
+		return plan.Change{}, errs
+	}
+	before, err := plan.Build(e.cfg, e.available(e.cfg))
+	if err != nil {
+		return plan.Change{}, err
+	}
+	after, err := plan.Build(next, e.available(next))
+	if err != nil {
+		return plan.Change{}, err
+	}
+	change := plan.Diff(before, after)
+	if dryRun {
+		return change, nil
+	}
+	e.cfg = next
+	e.prober.Set(probes(next))
+	e.cancelStaleDrains()
+	if !change.Empty() {
+		e.publish(Event{Type: EventConfigChanged, Message: describe(why, change)})
+	}
+	e.trigger()
+	return change, nil
+}
+
+// Replace makes cfg the running config (a reload); see Update.
+func (e *Engine) Replace(dryRun bool, why string, cfg *config.Config) (plan.Change, error) {
+	return e.Update(dryRun, why, func(running *config.Config) error {
+		*running = *clone(cfg)
+		return nil
+	})
+}
+
+// Reload reads the config file again and makes it the running config; a file that does not load
+// or validate is rejected with its errors and the running config stays.
+func (e *Engine) Reload() (plan.Change, error) {
+	if e.opts.ConfigPath == "" {
+		return plan.Change{}, errors.New("reload: the daemon was started without a config file")
+	}
+	cfg, err := config.Load(e.opts.ConfigPath)
+	if err != nil {
+		return plan.Change{}, err
+	}
+	return e.Replace(false, "reload of "+e.opts.ConfigPath, cfg)
+}
+
+func describe(why string, c plan.Change) string {
+	var parts []string
+	for _, x := range []struct {
+		verb  string
+		names []string
+	}{{"added", c.Added}, {"removed", c.Removed}, {"changed", c.Changed}} {
+		if len(x.names) > 0 {
+			parts = append(parts, x.verb+" "+strings.Join(x.names, ", "))
+		}
+	}
+	return why + ": " + strings.Join(parts, "; ")
+}
+
+func clone(cfg *config.Config) *config.Config {
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		panic(fmt.Sprintf("engine: config does not encode: %v", err))
+	}
+	var out config.Config
+	if err := json.Unmarshal(data, &out); err != nil {
+		panic(fmt.Sprintf("engine: config does not decode: %v", err))
+	}
+	return &out
+}
+
+// FindService returns the named service of cfg.
+func FindService(cfg *config.Config, name string) (*config.Service, int, error) {
+	for i := range cfg.Services {
+		if cfg.Services[i].Name == name {
+			return &cfg.Services[i], i, nil
+		}
+	}
+	return nil, -1, fmt.Errorf("service %q: %w", name, ErrNotFound)
+}
+
+// FindBackend returns the backend of s that ref names: "10.0.0.1:8080", "[fd00::1]:80", or a
+// bare address when only one backend has it.
+func FindBackend(s *config.Service, ref string) (*config.Backend, int, error) {
+	want, bare, err := parseBackendRef(ref)
+	if err != nil {
+		return nil, -1, err
+	}
+	found := -1
+	for i, b := range s.Backends {
+		addr, err := netip.ParseAddr(b.Address)
+		if err != nil || addr.Unmap() != want.Addr() || (!bare && b.Port != int(want.Port())) {
+			continue
+		}
+		if found >= 0 {
+			return nil, -1, fmt.Errorf("backend %q of service %s is ambiguous: give address:port", ref, s.Name)
+		}
+		found = i
+	}
+	if found < 0 {
+		return nil, -1, fmt.Errorf("backend %q of service %s: %w", ref, s.Name, ErrNotFound)
+	}
+	return &s.Backends[found], found, nil
+}
+
+// parseBackendRef parses "addr", "addr:port" or "[v6]:port"; bare tells that no port was given.
+func parseBackendRef(ref string) (netip.AddrPort, bool, error) {
+	if ap, err := netip.ParseAddrPort(ref); err == nil {
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), false, nil
+	}
+	addr, err := netip.ParseAddr(strings.Trim(ref, "[]"))
+	if err != nil {
+		return netip.AddrPort{}, false, fmt.Errorf("%q is not a backend address or address:port", ref)
+	}
+	return netip.AddrPortFrom(addr.Unmap(), 0), true, nil
+}
+
+func splitKey(key string) (service, backend string) {
+	service, backend, _ = strings.Cut(key, "/")
+	return service, backend
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}

@@ -1,0 +1,139 @@
+package engine
+
+import (
+	"context"
+	"net/netip"
+	"strconv"
+
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/datapath"
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+// ServiceView is one service as the daemon sees it: what the config asks for, what the kernel
+// holds, and the health of each backend.
+type ServiceView struct {
+	Name      string `json:"name"`
+	Protocol  string `json:"protocol"`
+	VIP       string `json:"vip"`
+	Ports     string `json:"ports"`
+	Mode      string `json:"mode"`
+	Scheduler string `json:"scheduler"`
+	Fallback  string `json:"fallback"`
+	// Programmed tells whether the datapath holds the service.
+	Programmed bool `json:"programmed"`
+	// Slots is the size of the programmed slot table (0: new flows meet the fallback).
+	Slots    int           `json:"slots"`
+	Backends []BackendView `json:"backends"`
+}
+
+// BackendView is one backend (or sorry server) of a service.
+type BackendView struct {
+	// ID is "address:port", or the address alone when the backend takes the client's port.
+	ID      string `json:"id"`
+	Address string `json:"address"`
+	Port    int    `json:"port,omitempty"`
+	// Weight is the configured weight; ProgrammedWeight what the datapath holds after health.
+	Weight           int `json:"weight"`
+	ProgrammedWeight int `json:"programmed_weight"`
+	Sorry            bool `json:"sorry,omitempty"`
+	// Health is "up", "down" or "unchecked"; State sums up: active, down, draining, drained, idle
+	// (weight 0), standby (a sorry server while backends are up) or sorry (taking the flows).
+	Health string     `json:"health"`
+	State  string     `json:"state"`
+	Drain  *DrainView `json:"drain,omitempty"`
+	// Share is the backend's fraction of the slot table.
+	Share       float64 `json:"share"`
+	Flows       uint64  `json:"flows"`
+	ActiveFlows uint64  `json:"active_flows"`
+	Packets     uint64  `json:"packets"`
+	Bytes       uint64  `json:"bytes"`
+}
+
+// Services reads the datapath and describes every configured service.
+func (e *Engine) Services(ctx context.Context) ([]ServiceView, error) {
+	kernel, err := e.dp.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	programmed := map[string]*datapath.ServiceStatus{}
+	for i := range kernel {
+		programmed[kernel[i].Name] = &kernel[i]
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	available := e.available(e.cfg)
+	out := make([]ServiceView, 0, len(e.cfg.Services))
+	for i := range e.cfg.Services {
+		out = append(out, e.serviceView(&e.cfg.Services[i], programmed[e.cfg.Services[i].Name], available))
+	}
+	return out, nil
+}
+
+func (e *Engine) serviceView(s *config.Service, k *datapath.ServiceStatus, available plan.Availability) ServiceView {
+	v := ServiceView{
+		Name: s.Name, Protocol: s.Protocol, VIP: s.VIP, Ports: s.Port.String(), Mode: s.Mode,
+		Scheduler: s.Scheduler, Fallback: s.Fallback, Programmed: k != nil,
+	}
+	if v.Fallback == "" {
+		v.Fallback = config.Fallbacks[0]
+	}
+	counters := map[string]datapath.BackendStatus{}
+	if k != nil {
+		v.Slots = k.Slots
+		for _, b := range k.Backends {
+			counters[backendID(b.Address, b.Port)] = b
+		}
+	}
+	anyUp := false
+	for _, b := range s.Backends {
+		bv := e.backendView(s, b, counters, available)
+		anyUp = anyUp || bv.State == "active"
+		v.Backends = append(v.Backends, bv)
+	}
+	for _, b := range s.SorryServers {
+		bv := e.backendView(s, b, counters, nil)
+		bv.Sorry, bv.State = true, "standby"
+		if !anyUp {
+			bv.State = "sorry"
+		}
+		v.Backends = append(v.Backends, bv)
+	}
+	return v
+}
+
+func (e *Engine) backendView(s *config.Service, b config.Backend, counters map[string]datapath.BackendStatus, available plan.Availability) BackendView {
+	addr, _ := netip.ParseAddr(b.Address)
+	pb := plan.Backend{Addr: addr.Unmap(), Port: uint16(b.Port), Weight: b.WeightOrDefault()}
+	if s.Mode == "dsr" {
+		pb.Port = 0
+	}
+	k := counters[pb.ID()]
+	v := BackendView{
+		ID: pb.ID(), Address: pb.Addr.String(), Port: int(pb.Port), Weight: pb.Weight,
+		ProgrammedWeight: k.Weight, Share: k.Share, Flows: k.Flows, ActiveFlows: k.ActiveFlows,
+		Packets: k.Packets, Bytes: k.Bytes, Health: "unchecked", State: "active",
+	}
+	if s.HealthCheck != nil && available != nil {
+		v.Health = "up"
+		if !available(s.Name, pb) {
+			v.Health, v.State = "down", "down"
+		}
+	}
+	if d := e.drains[s.Name+"/"+pb.ID()]; d != nil {
+		view := d.view()
+		v.Drain, v.State = &view, view.State
+	} else if v.State == "active" && v.Weight == 0 {
+		v.State = "idle"
+	}
+	return v
+}
+
+// backendID is plan.Backend.ID for an address and port as the datapath reports them.
+func backendID(addr string, port int) string {
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return addr + ":" + strconv.Itoa(port)
+	}
+	return plan.Backend{Addr: a, Port: uint16(port)}.ID()
+}
