@@ -34,8 +34,8 @@ type BackendView struct {
 	Address string `json:"address"`
 	Port    int    `json:"port,omitempty"`
 	// Weight is the configured weight; ProgrammedWeight what the datapath holds after health.
-	Weight           int `json:"weight"`
-	ProgrammedWeight int `json:"programmed_weight"`
+	Weight           int  `json:"weight"`
+	ProgrammedWeight int  `json:"programmed_weight"`
 	Sorry            bool `json:"sorry,omitempty"`
 	// Health is "up", "down" or "unchecked"; State sums up: active, down, draining, drained, idle
 	// (weight 0), standby (a sorry server while backends are up) or sorry (taking the flows).

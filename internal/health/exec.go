@@ -1,0 +1,76 @@
+package health
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sluicelb/sluice/internal/config"
+)
+
+const (
+	// maxOutput is how much of a failed command's output its Result keeps.
+	maxOutput = 200
+	// outputGrace is how long a finished or killed command's output may stay open (held by a
+	// child that escaped its process group) before the probe stops waiting for it.
+	outputGrace = time.Second
+)
+
+// execChecker runs a command (no shell); exit status 0 passes. The command gets the target in
+// SLUICE_BACKEND_ADDRESS and SLUICE_BACKEND_PORT and runs in its own process group, which is
+// killed whole when the probe times out.
+type execChecker struct {
+	command []string
+}
+
+func newExecChecker(hc *config.HealthCheck) (*execChecker, error) {
+	if len(hc.Command) == 0 || hc.Command[0] == "" {
+		return nil, errors.New("an exec health check needs a command")
+	}
+	return &execChecker{command: slices.Clone(hc.Command)}, nil
+}
+
+func (c *execChecker) Check(ctx context.Context, target netip.AddrPort) Result {
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, c.command[0], c.command[1:]...)
+	cmd.Env = append(os.Environ(),
+		"SLUICE_BACKEND_ADDRESS="+target.Addr().String(),
+		"SLUICE_BACKEND_PORT="+strconv.Itoa(int(target.Port())))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = outputGrace
+	output := &headWriter{limit: maxOutput}
+	cmd.Stdout, cmd.Stderr = output, output // one writer, so one pipe and output in order
+	err := cmd.Run()
+	if err == nil {
+		return passed(start, "exit status 0")
+	}
+	reason, ok := interrupted(ctx, start)
+	if !ok {
+		reason = err.Error()
+	}
+	if out := bytes.TrimSpace(output.head); len(out) > 0 {
+		reason += ": " + strings.ToValidUTF8(string(out), "")
+	}
+	return failed(start, reason)
+}
+
+// headWriter keeps the first limit bytes written to it and discards the rest, so a chatty
+// command never blocks on its output.
+type headWriter struct {
+	head  []byte
+	limit int
+}
+
+func (w *headWriter) Write(p []byte) (int, error) {
+	w.head = append(w.head, clip(p, w.limit-len(w.head))...)
+	return len(p), nil
+}
