@@ -35,9 +35,28 @@ func applyCmd(g *globals) *cobra.Command {
 	var file string
 	cmd := &cobra.Command{
 		Use:   "apply -f FILE",
-		Short: "Program the datapath from a config file and exit (again with the same file: no change)",
-		Args:  cobra.NoArgs,
+		Short: "Make a config file the running state (through the daemon when one runs)",
+		Long: `Apply validates the file here, then hands it to the running daemon, which replaces its running
+config and reconciles. Without a daemon it programs the datapath directly and exits. Either way only
+the difference is changed: applying the same file again changes nothing.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			data, err := loadFile(file)
+			if err != nil {
+				return err
+			}
+			c, err := g.daemon(ctx)
+			if err != nil {
+				return err
+			}
+			if c != nil {
+				change, err := c.PutConfig(ctx, data, false)
+				if err != nil {
+					return err
+				}
+				return printChange(cmd.OutOrStdout(), change, false)
+			}
 			p, err := loadPlan(file)
 			if err != nil {
 				return err
@@ -46,7 +65,7 @@ func applyCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := dp.Apply(cmd.Context(), p); err != nil {
+			if err := dp.Apply(ctx, p); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "applied %s: %d services\n", file, len(p.Services))
@@ -59,11 +78,17 @@ func applyCmd(g *globals) *cobra.Command {
 }
 
 func flushCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var force bool
+	cmd := &cobra.Command{
 		Use:   "flush",
 		Short: "Remove every rule Sluice programmed",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !force {
+				if c, _ := g.daemon(cmd.Context()); c != nil {
+					return fmt.Errorf("a sluice daemon answers on %s and would program the rules again: stop it (with --flush-on-exit to remove them), or give --force", g.socket)
+				}
+			}
 			dp, err := nft.New(g.logger())
 			if err != nil {
 				return err
@@ -71,6 +96,8 @@ func flushCmd(g *globals) *cobra.Command {
 			return dp.Flush(cmd.Context())
 		},
 	}
+	cmd.Flags().BoolVar(&force, "force", false, "flush even while a daemon runs")
+	return cmd
 }
 
 func loadPlan(file string) (*plan.Plan, error) {

@@ -2,7 +2,7 @@ package cli
 
 import (
 	"bufio"
-	"encoding/json"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -11,10 +11,10 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/datapath/nft"
+	"github.com/sluicelb/sluice/internal/engine"
 )
 
 func listCmd(g *globals) *cobra.Command {
@@ -22,57 +22,85 @@ func listCmd(g *globals) *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:   "list [-n] [-o table|json|yaml]",
-		Short: "List programmed services and backends with counters (like ipvsadm -L)",
-		Args:  cobra.NoArgs,
+		Short: "List services and backends with state and counters (like ipvsadm -L)",
+		Long: `List services and backends. With a daemon running, the listing adds configured weights,
+health and drains to what the kernel holds; without one, it is read from the kernel alone.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "table" && output != "json" && output != "yaml" {
-				return fmt.Errorf("-o: %q is not one of table, json, yaml", output)
-			}
-			dp, err := nft.New(g.logger())
+			services, err := listServices(cmd.Context(), g)
 			if err != nil {
 				return err
 			}
-			services, err := dp.Status(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if services == nil {
-				services = []datapath.ServiceStatus{}
-			}
-			out := cmd.OutOrStdout()
-			switch output {
-			case "json":
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(services)
-			case "yaml":
-				return yaml.NewEncoder(out).Encode(services)
-			}
-			names := map[string]string{}
-			if !numeric {
-				names = serviceNames("/etc/services")
-			}
-			return printTable(out, services, names)
+			return emit(cmd.OutOrStdout(), output, services, func(w io.Writer) error {
+				names := map[string]string{}
+				if !numeric {
+					names = serviceNames("/etc/services")
+				}
+				return printTable(w, services, names)
+			})
 		},
 	}
 	cmd.Flags().BoolVarP(&numeric, "numeric", "n", false, "numeric ports (no /etc/services names)")
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, json, yaml")
+	outputFlag(cmd, &output)
 	return cmd
 }
 
+// listServices asks the daemon, or reads the kernel when no daemon runs.
+func listServices(ctx context.Context, g *globals) ([]engine.ServiceView, error) {
+	c, err := g.daemon(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if c != nil {
+		return c.Services(ctx)
+	}
+	dp, err := nft.New(g.logger())
+	if err != nil {
+		return nil, err
+	}
+	kernel, err := dp.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return kernelViews(kernel), nil
+}
+
+// kernelViews describes what the kernel holds in the daemon's terms; health and drains are unknown.
+func kernelViews(kernel []datapath.ServiceStatus) []engine.ServiceView {
+	out := []engine.ServiceView{}
+	for _, k := range kernel {
+		v := engine.ServiceView{
+			Name: k.Name, Protocol: k.Protocol, VIP: k.VIP, Ports: k.Ports, Mode: k.Mode,
+			Scheduler: k.Scheduler, Programmed: true, Slots: k.Slots,
+		}
+		for _, b := range k.Backends {
+			v.Backends = append(v.Backends, engine.BackendView{
+				ID: b.Address, Address: b.Address, Port: b.Port, Weight: b.Weight, ProgrammedWeight: b.Weight,
+				Share: b.Share, Flows: b.Flows, ActiveFlows: b.ActiveFlows, Packets: b.Packets, Bytes: b.Bytes,
+			})
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
 // printTable writes the ipvsadm -L layout: a line per service, an indented line per backend.
-func printTable(w io.Writer, services []datapath.ServiceStatus, portNames map[string]string) error {
+func printTable(w io.Writer, services []engine.ServiceView, portNames map[string]string) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "Prot LocalAddress:Port\tScheduler\tMode\tSlots\t")
-	fmt.Fprintln(tw, "  -> RemoteAddress:Port\tWeight\tShare\tConns/Pkts\tBytes")
+	fmt.Fprintln(tw, "Prot LocalAddress:Port\tScheduler\tMode\tSlots\t\t\t\t\t")
+	fmt.Fprintln(tw, "  -> RemoteAddress:Port\tWeight\tState\tShare\tActiveConn\tConns\tInPkts\tInBytes\t")
 	for _, s := range services {
-		fmt.Fprintf(tw, "%s  %s\t%s\t%s\t%d\t\n", strings.ToUpper(s.Protocol), hostPort(s.VIP, portName(s.Ports, s.Protocol, portNames)), s.Scheduler, s.Mode, s.Slots)
+		fmt.Fprintf(tw, "%s  %s\t%s\t%s\t%d\t\t\t\t\t\n", strings.ToUpper(s.Protocol), hostPort(s.VIP, portName(s.Ports, s.Protocol, portNames)), s.Scheduler, s.Mode, s.Slots)
 		for _, b := range s.Backends {
 			port := portName(s.Ports, s.Protocol, portNames) // the port the client used
 			if b.Port != 0 {
 				port = portName(strconv.Itoa(b.Port), s.Protocol, portNames)
 			}
-			fmt.Fprintf(tw, "  -> %s\t%d\t%.1f%%\t%d\t%d\n", hostPort(b.Address, port), b.Weight, 100*b.Share, b.Packets, b.Bytes)
+			state := b.State
+			if state == "" {
+				state = "-"
+			}
+			fmt.Fprintf(tw, "  -> %s\t%d\t%s\t%.1f%%\t%d\t%d\t%d\t%d\t\n", hostPort(b.Address, port), b.Weight, state, 100*b.Share, b.ActiveFlows, b.Flows, b.Packets, b.Bytes)
 		}
 	}
 	return tw.Flush()

@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sluicelb/sluice/internal/api"
 )
 
 // netnsEnv marks a process already re-executed inside the namespace --netns named.
@@ -19,6 +21,9 @@ const netnsEnv = "SLUICE_NETNS"
 type globals struct {
 	netns    string
 	logLevel string
+	socket   string
+	apiURL   string
+	apiToken string
 }
 
 // Execute runs the command line and returns the process exit status.
@@ -34,8 +39,12 @@ func Execute() int {
 		},
 	}
 	root.PersistentFlags().StringVar(&g.netns, "netns", "", "run inside this named network namespace (as `ip netns exec NAME sluice ...`)")
-	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
-	root.AddCommand(validateCmd(), applyCmd(g), listCmd(g), flushCmd(g), labCmd())
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "", "log level: debug, info, warn, error (default: info for serve, warn otherwise)")
+	root.PersistentFlags().StringVar(&g.socket, "socket", envOr("SLUICE_SOCKET", api.DefaultSocket), "the daemon's API socket")
+	root.PersistentFlags().StringVar(&g.apiURL, "api", os.Getenv("SLUICE_API"), "talk to the daemon's TCP API at this URL instead of the socket")
+	root.PersistentFlags().StringVar(&g.apiToken, "token", os.Getenv("SLUICE_TOKEN"), "bearer token for --api")
+	root.AddCommand(validateCmd(), applyCmd(g), listCmd(g), flushCmd(g), labCmd(), serveCmd(g),
+		serviceCmd(g), backendCmd(g), healthCmd(g), eventsCmd(g), planCmd(g), reloadCmd(g))
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice:", err)
 		return 1
@@ -43,12 +52,30 @@ func Execute() int {
 	return 0
 }
 
-func (g *globals) logger() *slog.Logger {
+func (g *globals) logger() *slog.Logger { return g.loggerAs("text", "") }
+
+// loggerAs logs in format "text" or "json"; an unset --log-level means fallback.
+func (g *globals) loggerAs(format, fallback string) *slog.Logger {
+	name := g.logLevel
+	if name == "" {
+		name = fallback
+	}
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+	if err := level.UnmarshalText([]byte(name)); err != nil {
 		level = slog.LevelWarn
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	opts := &slog.HandlerOptions{Level: level}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+func envOr(name, fallback string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return fallback
 }
 
 // enterNetns re-executes sluice through `ip netns exec` so that the whole process, and the nft it

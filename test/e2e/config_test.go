@@ -64,6 +64,8 @@ type Service struct {
 	Protocol  string // "" is tcp
 	Scheduler string // "" is maglev
 	Backends  []Backend
+	// Extra is YAML added to the service as is, one "key: value" per line (e.g. a health_check).
+	Extra []string
 }
 
 // Backend is one backend of a rendered config. Address is text so that tests can write invalid
@@ -86,6 +88,9 @@ func (f Flavor) Config(services ...Service) string {
 			s.Name, s.VIP, s.Port, proto, f.Mode, sched)
 		for _, be := range s.Backends {
 			fmt.Fprintf(&b, "      - address: %s\n        weight: %d\n", be.Address, be.Weight)
+		}
+		for _, line := range s.Extra {
+			fmt.Fprintf(&b, "    %s\n", line)
 		}
 	}
 	return b.String()

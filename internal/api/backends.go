@@ -1,0 +1,188 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"slices"
+
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/engine"
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+// backendPath is where the j-th backend of the i-th service sits in a config.
+func backendPath(i, j int) string { return fmt.Sprintf("%s.backends[%d]", servicePath(i), j) }
+
+// addBackend adds a backend to a service; one with the same address and port is a conflict.
+func (s *server) addBackend(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("name")
+	dry, err := dryRun(r)
+	if err != nil {
+		return err
+	}
+	b, err := readJSON[config.Backend](r)
+	if err != nil {
+		return err
+	}
+	ref := backendRef(b)
+	var at string
+	change, err := s.engine.Update(dry, fmt.Sprintf("api: add backend %s to %s", ref, name), func(cfg *config.Config) error {
+		svc, i, err := engine.FindService(cfg, name)
+		if err != nil {
+			return err
+		}
+		if _, _, err := engine.FindBackend(svc, ref); err == nil {
+			return fmt.Errorf("backend %s of service %s: %w", ref, name, engine.ErrConflict)
+		}
+		svc.Backends = append(svc.Backends, b)
+		at = backendPath(i, len(svc.Backends)-1)
+		return nil
+	})
+	if err != nil {
+		return relativeTo(at, err)
+	}
+	return s.respondBackend(w, r, dry, http.StatusCreated, name, ref, change)
+}
+
+func (s *server) getBackend(w http.ResponseWriter, r *http.Request) error {
+	view, err := s.backendView(r.Context(), r.PathValue("name"), r.PathValue("backend"))
+	if err != nil {
+		return err
+	}
+	return respond(w, http.StatusOK, view)
+}
+
+// patchBackend changes a backend's weight, the only field that can be patched.
+func (s *server) patchBackend(w http.ResponseWriter, r *http.Request) error {
+	name, ref := r.PathValue("name"), r.PathValue("backend")
+	dry, err := dryRun(r)
+	if err != nil {
+		return err
+	}
+	body, err := readJSON[weightBody](r)
+	if err != nil {
+		return err
+	}
+	if body.Weight == nil {
+		return invalid("weight", "missing: send {\"weight\": N}")
+	}
+	change, err := s.setWeight(dry, name, ref, *body.Weight)
+	if err != nil {
+		return err
+	}
+	return s.respondBackend(w, r, dry, http.StatusOK, name, ref, change)
+}
+
+func (s *server) removeBackend(w http.ResponseWriter, r *http.Request) error {
+	name, ref := r.PathValue("name"), r.PathValue("backend")
+	dry, err := dryRun(r)
+	if err != nil {
+		return err
+	}
+	change, err := s.engine.Update(dry, fmt.Sprintf("api: remove backend %s of %s", ref, name), func(cfg *config.Config) error {
+		svc, _, err := engine.FindService(cfg, name)
+		if err != nil {
+			return err
+		}
+		_, j, err := findBackend(svc, ref)
+		if err != nil {
+			return err
+		}
+		svc.Backends = slices.Delete(svc.Backends, j, j+1)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return respondChange(w, change)
+}
+
+// setWeight sets the weight of a service's backend; validation errors name the field "weight".
+func (s *server) setWeight(dry bool, service, ref string, weight int) (plan.Change, error) {
+	var at string
+	change, err := s.engine.Update(dry, fmt.Sprintf("api: weight of %s backend %s set to %d", service, ref, weight), func(cfg *config.Config) error {
+		svc, i, err := engine.FindService(cfg, service)
+		if err != nil {
+			return err
+		}
+		b, j, err := findBackend(svc, ref)
+		if err != nil {
+			return err
+		}
+		b.Weight = &weight
+		at = backendPath(i, j)
+		return nil
+	})
+	return change, relativeTo(at, err)
+}
+
+// respondBackend answers a backend added or reweighted with status, or a dry run with its change.
+func (s *server) respondBackend(w http.ResponseWriter, r *http.Request, dry bool, status int, service, ref string, change plan.Change) error {
+	if dry {
+		return respondChange(w, change)
+	}
+	view, err := s.backendView(r.Context(), service, ref)
+	if err != nil {
+		return err
+	}
+	return respond(w, status, BackendResult{Backend: view, Change: change})
+}
+
+// backendView describes the backend of a service that ref names (see engine.FindBackend).
+func (s *server) backendView(ctx context.Context, service, ref string) (engine.BackendView, error) {
+	b, j, err := s.lookupBackend(service, ref)
+	if err != nil {
+		return engine.BackendView{}, err
+	}
+	view, err := s.serviceView(ctx, service)
+	if err != nil {
+		return engine.BackendView{}, err
+	}
+	// The view lists the configured backends in config order, then the sorry servers; the
+	// address check catches a change made between the two reads.
+	if j < len(view.Backends) && !view.Backends[j].Sorry && view.Backends[j].Address == canonicalAddress(b.Address) {
+		return view.Backends[j], nil
+	}
+	return engine.BackendView{}, fmt.Errorf("backend %q of service %s: %w", ref, service, engine.ErrNotFound)
+}
+
+// lookupBackend finds the backend ref names in the running config, and its index.
+func (s *server) lookupBackend(service, ref string) (*config.Backend, int, error) {
+	svc, _, err := engine.FindService(s.engine.Config(), service)
+	if err != nil {
+		return nil, -1, err
+	}
+	return findBackend(svc, ref)
+}
+
+// findBackend is engine.FindBackend with a malformed or ambiguous reference answered by 400.
+func findBackend(svc *config.Service, ref string) (*config.Backend, int, error) {
+	b, j, err := engine.FindBackend(svc, ref)
+	if err != nil && !errors.Is(err, engine.ErrNotFound) {
+		return nil, -1, invalid("backend", "%v", err)
+	}
+	return b, j, err
+}
+
+// backendRef names a backend to add the way engine.FindBackend reads it ("10.0.0.1:8080",
+// "10.0.0.1:0" when it takes the client's port); an invalid address or port gives a reference
+// that matches nothing, and validation reports it.
+func backendRef(b config.Backend) string {
+	addr, err := netip.ParseAddr(b.Address)
+	if err != nil || b.Port < 0 || b.Port > 65535 {
+		return "invalid backend"
+	}
+	return netip.AddrPortFrom(addr.Unmap(), uint16(b.Port)).String()
+}
+
+// canonicalAddress writes an address the way the engine's views do.
+func canonicalAddress(text string) string {
+	addr, err := netip.ParseAddr(text)
+	if err != nil {
+		return text
+	}
+	return addr.Unmap().String()
+}

@@ -1,0 +1,138 @@
+package api
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicelb/sluice/internal/config"
+)
+
+// configBodyName stands for the file name in the errors of a YAML config body.
+const configBodyName = "request body"
+
+// getConfig answers the running config as JSON, or as YAML for ?format=yaml or Accept: application/yaml.
+func (s *server) getConfig(w http.ResponseWriter, r *http.Request) error {
+	asYAML, err := wantsYAML(r)
+	if err != nil {
+		return err
+	}
+	cfg := s.engine.Config()
+	if !asYAML {
+		return respond(w, http.StatusOK, cfg)
+	}
+	data, err := yaml.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", mediaYAML)
+	_, _ = w.Write(data)
+	return nil
+}
+
+// putConfig replaces the running config with the body's.
+func (s *server) putConfig(w http.ResponseWriter, r *http.Request) error {
+	dry, err := dryRun(r)
+	if err != nil {
+		return err
+	}
+	cfg, err := readConfig(r)
+	if err != nil {
+		return err
+	}
+	change, err := s.engine.Replace(dry, "api: replace config", cfg)
+	if err != nil {
+		return err
+	}
+	return respondChange(w, change)
+}
+
+// plan answers what replacing the running config with the body's would change, changing nothing.
+func (s *server) plan(w http.ResponseWriter, r *http.Request) error {
+	cfg, err := readConfig(r)
+	if err != nil {
+		return err
+	}
+	change, err := s.engine.Replace(true, "api: plan", cfg)
+	if err != nil {
+		return err
+	}
+	return respond(w, http.StatusOK, change)
+}
+
+// reload reads the config file again, like SIGHUP.
+func (s *server) reload(w http.ResponseWriter, _ *http.Request) error {
+	if s.info.ConfigFile == "" {
+		return &Error{Status: http.StatusConflict, Message: "the daemon was started without a config file: there is nothing to reload"}
+	}
+	change, err := s.engine.Reload()
+	if err != nil {
+		return err
+	}
+	return respondChange(w, change)
+}
+
+// readConfig reads a whole config from the body: YAML, whose errors carry lines, or strict JSON.
+func readConfig(r *http.Request) (*config.Config, error) {
+	data, media, err := readBody(r, append([]string{mediaJSON}, yamlMediaTypes...)...)
+	if err != nil {
+		return nil, err
+	}
+	if media == mediaJSON {
+		var cfg config.Config
+		if err := decodeJSON(data, &cfg); err != nil {
+			return nil, err
+		}
+		if errs := cfg.Validate(); len(errs) > 0 {
+			return nil, errs
+		}
+		return &cfg, nil
+	}
+	if err := oneYAMLDocument(data); err != nil {
+		return nil, err
+	}
+	cfg, err := config.Parse(configBodyName, data)
+	if err != nil && !errors.As(err, new(config.Errors)) {
+		return nil, invalid("", "%v", err)
+	}
+	return cfg, err
+}
+
+// oneYAMLDocument rejects a body of several YAML documents: config.Parse reads only the first.
+func oneYAMLDocument(data []byte) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		return nil // config.Parse reports it, with its line
+	}
+	if err := dec.Decode(&doc); !errors.Is(err, io.EOF) {
+		return invalid("", "the request body holds more than one YAML document")
+	}
+	return nil
+}
+
+// wantsYAML tells whether the client asks for YAML: ?format=yaml|json, else the Accept header.
+func wantsYAML(r *http.Request) (bool, error) {
+	switch format := r.URL.Query().Get("format"); format {
+	case "yaml":
+		return true, nil
+	case "json":
+		return false, nil
+	case "":
+	default:
+		return false, invalid("format", "%q is not json or yaml", format)
+	}
+	for _, accepted := range strings.Split(r.Header.Get("Accept"), ",") {
+		media, _, err := mime.ParseMediaType(strings.TrimSpace(accepted))
+		if err == nil && slices.Contains(yamlMediaTypes, media) {
+			return true, nil
+		}
+	}
+	return false, nil
+}

@@ -1,0 +1,82 @@
+// Package api is Sluice's REST API: JSON over HTTP, versioned under /v1, served on a root-only
+// unix socket and, when asked, on TCP behind a bearer token (RequireToken). It is a thin layer over
+// the engine: every change goes through engine.Update, which validates the whole resulting config,
+// so a request that fails changes nothing.
+package api
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/sluicelb/sluice/internal/engine"
+)
+
+// Info describes the running daemon for GET /v1/status.
+type Info struct {
+	Version    string
+	Datapath   string
+	ConfigFile string
+	Started    time.Time
+}
+
+// MaxBodyBytes bounds a request body; a larger one is answered with 413.
+const MaxBodyBytes = 1 << 20
+
+// NewHandler serves the API of e.
+func NewHandler(e *engine.Engine, info Info) http.Handler {
+	s := &server{engine: e, info: info}
+	mux := http.NewServeMux()
+	for _, rt := range s.routes() {
+		mux.Handle(rt.pattern, rt.handle)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// server holds what the handlers serve.
+type server struct {
+	engine *engine.Engine
+	info   Info
+}
+
+// route is one endpoint: a ServeMux pattern ("METHOD /path") and its handler.
+type route struct {
+	pattern string
+	handle  handler
+}
+
+// routes lists every endpoint; openapi.yaml documents each one.
+func (s *server) routes() []route {
+	return []route{
+		{"GET /v1/status", s.status},
+		{"GET /v1/services", s.listServices},
+		{"POST /v1/services", s.addService},
+		{"GET /v1/services/{name}", s.getService},
+		{"PUT /v1/services/{name}", s.putService},
+		{"DELETE /v1/services/{name}", s.removeService},
+		{"POST /v1/services/{name}/backends", s.addBackend},
+		{"GET /v1/services/{name}/backends/{backend}", s.getBackend},
+		{"PATCH /v1/services/{name}/backends/{backend}", s.patchBackend},
+		{"DELETE /v1/services/{name}/backends/{backend}", s.removeBackend},
+		{"POST /v1/services/{name}/backends/{backend}/drain", s.drain},
+		{"GET /v1/drains", s.listDrains},
+		{"GET /v1/health", s.health},
+		{"GET /v1/config", s.getConfig},
+		{"PUT /v1/config", s.putConfig},
+		{"POST /v1/plan", s.plan},
+		{"POST /v1/reload", s.reload},
+		{"GET /v1/events", s.events},
+		{"GET /v1/openapi.yaml", s.openAPI},
+	}
+}
+
+// handler is an endpoint: it writes its answer, or returns the error to answer with.
+type handler func(w http.ResponseWriter, r *http.Request) error
+
+func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := h(w, r); err != nil {
+		writeError(w, err)
+	}
+}

@@ -1,0 +1,134 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/engine"
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+// servicePath is where the i-th service sits in a config, as validation errors name it.
+func servicePath(i int) string { return fmt.Sprintf("services[%d]", i) }
+
+func (s *server) listServices(w http.ResponseWriter, r *http.Request) error {
+	views, err := s.engine.Services(r.Context())
+	if err != nil {
+		return err
+	}
+	return respond(w, http.StatusOK, orEmpty(views))
+}
+
+func (s *server) getService(w http.ResponseWriter, r *http.Request) error {
+	view, err := s.serviceView(r.Context(), r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	return respond(w, http.StatusOK, view)
+}
+
+// addService creates a service; a service of the same name is a conflict.
+func (s *server) addService(w http.ResponseWriter, r *http.Request) error {
+	dry, err := dryRun(r)
+	if err != nil {
+		return err
+	}
+	svc, err := readJSON[config.Service](r)
+	if err != nil {
+		return err
+	}
+	var at string
+	change, err := s.engine.Update(dry, "api: add service "+svc.Name, func(cfg *config.Config) error {
+		if _, _, err := engine.FindService(cfg, svc.Name); err == nil {
+			return fmt.Errorf("service %q: %w", svc.Name, engine.ErrConflict)
+		}
+		cfg.Services = append(cfg.Services, svc)
+		at = servicePath(len(cfg.Services) - 1)
+		return nil
+	})
+	if err != nil {
+		return relativeTo(at, err)
+	}
+	return s.respondService(w, r, dry, http.StatusCreated, svc.Name, change)
+}
+
+// putService replaces the named service, or creates it; the body may leave the name out.
+func (s *server) putService(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("name")
+	dry, err := dryRun(r)
+	if err != nil {
+		return err
+	}
+	svc, err := readJSON[config.Service](r)
+	if err != nil {
+		return err
+	}
+	if svc.Name != "" && svc.Name != name {
+		return invalid("name", "%q differs from the service %q in the path", svc.Name, name)
+	}
+	svc.Name = name
+	var at string
+	change, err := s.engine.Update(dry, "api: replace service "+name, func(cfg *config.Config) error {
+		_, i, err := engine.FindService(cfg, name)
+		if err != nil {
+			cfg.Services = append(cfg.Services, svc)
+			i = len(cfg.Services) - 1
+		}
+		cfg.Services[i] = svc
+		at = servicePath(i)
+		return nil
+	})
+	if err != nil {
+		return relativeTo(at, err)
+	}
+	return s.respondService(w, r, dry, http.StatusOK, name, change)
+}
+
+func (s *server) removeService(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("name")
+	dry, err := dryRun(r)
+	if err != nil {
+		return err
+	}
+	change, err := s.engine.Update(dry, "api: remove service "+name, func(cfg *config.Config) error {
+		_, i, err := engine.FindService(cfg, name)
+		if err != nil {
+			return err
+		}
+		cfg.Services = slices.Delete(cfg.Services, i, i+1)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return respondChange(w, change)
+}
+
+// respondService answers a service added or replaced with status, or a dry run with its change.
+func (s *server) respondService(w http.ResponseWriter, r *http.Request, dry bool, status int, name string, change plan.Change) error {
+	if dry {
+		return respondChange(w, change)
+	}
+	view, err := s.serviceView(r.Context(), name)
+	if err != nil {
+		return err
+	}
+	return respond(w, status, ServiceResult{Service: view, Change: change})
+}
+
+// serviceView describes the named service.
+func (s *server) serviceView(ctx context.Context, name string) (engine.ServiceView, error) {
+	views, err := s.engine.Services(ctx)
+	if err != nil {
+		return engine.ServiceView{}, err
+	}
+	for _, v := range views {
+		if v.Name == name {
+			return v, nil
+		}
+	}
+	return engine.ServiceView{}, fmt.Errorf("service %q: %w", name, engine.ErrNotFound)
+}

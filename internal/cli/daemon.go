@@ -1,0 +1,73 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicelb/sluice/internal/api"
+)
+
+// daemon returns a client of the running daemon, or nil when no daemon answers on the socket.
+func (g *globals) daemon(ctx context.Context) (*api.Client, error) {
+	if g.apiURL != "" {
+		return api.NewTCPClient(g.apiURL, g.apiToken), nil
+	}
+	if _, err := os.Stat(g.socket); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	c := api.NewUnixClient(g.socket)
+	if _, err := c.Status(ctx); err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, os.ErrNotExist) {
+			return nil, nil // a stale socket: the daemon is gone
+		}
+		return nil, fmt.Errorf("the daemon at %s: %w", g.socket, err)
+	}
+	return c, nil
+}
+
+// requireDaemon is daemon for commands that only the daemon can carry out.
+func (g *globals) requireDaemon(ctx context.Context) (*api.Client, error) {
+	c, err := g.daemon(ctx)
+	if err == nil && c == nil {
+		err = fmt.Errorf("no sluice daemon answers on %s: start `sluice serve`, or point --socket or --api at it", g.socket)
+	}
+	return c, err
+}
+
+// outputFlag adds -o table|json|yaml to a command.
+func outputFlag(cmd *cobra.Command, output *string) {
+	cmd.Flags().StringVarP(output, "output", "o", "table", "output format: table, json, yaml")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
+}
+
+// emit writes v as JSON or YAML, or calls table for the table format.
+func emit(w io.Writer, output string, v any, table func(io.Writer) error) error {
+	switch output {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	case "yaml":
+		// Through JSON, so that YAML shows the same field names as the API.
+		data, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		var generic any
+		if err := json.Unmarshal(data, &generic); err != nil {
+			return err
+		}
+		return yaml.NewEncoder(w).Encode(generic)
+	case "table":
+		return table(w)
+	}
+	return fmt.Errorf("-o: %q is not one of table, json, yaml", output)
+}

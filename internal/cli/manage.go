@@ -1,0 +1,298 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicelb/sluice/internal/api"
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/engine"
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+func serviceCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "service", Short: "Add or remove services on the running daemon"}
+	var s config.Service
+	var backends []string
+	var dryRun bool
+	add := &cobra.Command{
+		Use:   "add NAME VIP:PORT [--backend ADDR[:PORT][@WEIGHT]]...",
+		Short: "Add a service (like ipvsadm -A)",
+		Example: `  sluice service add web 10.0.0.1:80 --backend 10.0.1.1 --backend 10.0.1.2@2
+  sluice service add dns [fd00::53]:53 --protocol udp --scheduler rr --backend fd00::1`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s.Name = args[0]
+			vip, ports, err := splitListener(args[1])
+			if err != nil {
+				return fmt.Errorf("VIP:PORT: %w", err)
+			}
+			s.VIP, s.Port = vip, ports
+			for _, spec := range backends {
+				b, err := parseBackendSpec(spec)
+				if err != nil {
+					return fmt.Errorf("--backend %s: %w", spec, err)
+				}
+				s.Backends = append(s.Backends, b)
+			}
+			c, err := g.requireDaemon(cmd.Context())
+			if err != nil {
+				return err
+			}
+			res, err := c.AddService(cmd.Context(), s, dryRun)
+			if err != nil {
+				return err
+			}
+			return printChange(cmd.OutOrStdout(), res.Change, dryRun)
+		},
+	}
+	f := add.Flags()
+	f.StringVar(&s.Protocol, "protocol", "", "tcp (default) or udp")
+	f.StringVar(&s.Mode, "mode", "", "nat (default), fullnat or dsr")
+	f.StringVar(&s.Scheduler, "scheduler", "", "maglev (default), rr, wrr, hash or random")
+	f.StringVar(&s.Fallback, "fallback", "", "drop (default) or reject when no backend takes new flows")
+	f.StringArrayVar(&backends, "backend", nil, "a backend ADDR[:PORT][@WEIGHT]; repeat for more")
+	dryRunFlag(add, &dryRun)
+	completeEnum(add, "protocol", config.Protocols)
+	completeEnum(add, "mode", config.Modes)
+	completeEnum(add, "scheduler", config.Schedulers)
+	completeEnum(add, "fallback", config.Fallbacks[:2])
+
+	var rmDryRun bool
+	rm := &cobra.Command{
+		Use:               "rm NAME",
+		Short:             "Remove a service (like ipvsadm -D)",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: g.completeServices,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.requireDaemon(cmd.Context())
+			if err != nil {
+				return err
+			}
+			change, err := c.RemoveService(cmd.Context(), args[0], rmDryRun)
+			if err != nil {
+				return err
+			}
+			return printChange(cmd.OutOrStdout(), change, rmDryRun)
+		},
+	}
+	dryRunFlag(rm, &rmDryRun)
+	cmd.AddCommand(add, rm)
+	return cmd
+}
+
+func backendCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "backend", Short: "Add, remove, weight or drain backends on the running daemon"}
+	var weight int
+	var addDryRun, rmDryRun, weightDryRun bool
+	add := &cobra.Command{
+		Use:               "add SERVICE ADDR[:PORT]",
+		Short:             "Add a backend to a service (like ipvsadm -a)",
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: g.completeServices,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := parseBackendSpec(args[1])
+			if err != nil {
+				return fmt.Errorf("ADDR[:PORT]: %w", err)
+			}
+			if cmd.Flags().Changed("weight") {
+				b.Weight = &weight
+			}
+			c, err := g.requireDaemon(cmd.Context())
+			if err != nil {
+				return err
+			}
+			res, err := c.AddBackend(cmd.Context(), args[0], b, addDryRun)
+			if err != nil {
+				return err
+			}
+			return printChange(cmd.OutOrStdout(), res.Change, addDryRun)
+		},
+	}
+	add.Flags().IntVarP(&weight, "weight", "w", 1, "weight (0-1000)")
+	dryRunFlag(add, &addDryRun)
+
+	rm := &cobra.Command{
+		Use:               "rm SERVICE ADDR[:PORT]",
+		Short:             "Remove a backend from a service (like ipvsadm -d); prefer drain first",
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: g.completeBackends,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.requireDaemon(cmd.Context())
+			if err != nil {
+				return err
+			}
+			change, err := c.RemoveBackend(cmd.Context(), args[0], args[1], rmDryRun)
+			if err != nil {
+				return err
+			}
+			return printChange(cmd.OutOrStdout(), change, rmDryRun)
+		},
+	}
+	dryRunFlag(rm, &rmDryRun)
+
+	setWeight := &cobra.Command{
+		Use:               "weight SERVICE ADDR[:PORT] WEIGHT",
+		Short:             "Set a backend's weight (0: no new flows, existing ones stay)",
+		Args:              cobra.ExactArgs(3),
+		ValidArgsFunction: g.completeBackends,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			w, err := strconv.Atoi(args[2])
+			if err != nil {
+				return fmt.Errorf("WEIGHT: %q is not a number", args[2])
+			}
+			c, err := g.requireDaemon(cmd.Context())
+			if err != nil {
+				return err
+			}
+			res, err := c.SetWeight(cmd.Context(), args[0], args[1], w, weightDryRun)
+			if err != nil {
+				return err
+			}
+			return printChange(cmd.OutOrStdout(), res.Change, weightDryRun)
+		},
+	}
+	dryRunFlag(setWeight, &weightDryRun)
+	cmd.AddCommand(add, rm, setWeight, drainCmd(g))
+	return cmd
+}
+
+func drainCmd(g *globals) *cobra.Command {
+	var timeout time.Duration
+	var noWait bool
+	cmd := &cobra.Command{
+		Use:   "drain SERVICE ADDR[:PORT] [--timeout 5m]",
+		Short: "Take a backend out of new flows and follow its active flows down to drained",
+		Long: `Drain sets the backend's weight to 0: it takes no new flows and keeps its established ones.
+The command then follows the backend's active flows until none is left or the timeout passes, when
+the daemon emits a "drained" event. With --no-wait it returns at once (see sluice events).`,
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: g.completeBackends,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.requireDaemon(cmd.Context())
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			ctx := cmd.Context()
+			d, _, err := c.Drain(ctx, args[0], args[1], timeout, false)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "draining %s of %s: weight %d -> 0, %d active flows, timeout %s\n",
+				d.Backend, d.Service, d.PreviousWeight, d.ActiveFlows, d.Deadline.Sub(d.Started).Round(time.Second))
+			if noWait {
+				return nil
+			}
+			last := d.ActiveFlows
+			for d.State == engine.DrainDraining {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(time.Second):
+				}
+				if d, err = findDrain(ctx, c, d.Service, d.Backend); err != nil {
+					return err
+				}
+				if d.ActiveFlows != last {
+					fmt.Fprintf(out, "  %d active flows\n", d.ActiveFlows)
+					last = d.ActiveFlows
+				}
+			}
+			fmt.Fprintf(out, "drained: %s\n", d.Reason)
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", engine.DefaultDrainTimeout, "give up waiting for flows to end after this long")
+	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the drain has started")
+	return cmd
+}
+
+func findDrain(ctx context.Context, c *api.Client, service, backend string) (engine.DrainView, error) {
+	drains, err := c.Drains(ctx)
+	if err != nil {
+		return engine.DrainView{}, err
+	}
+	for _, d := range drains {
+		if d.Service == service && d.Backend == backend {
+			return d, nil
+		}
+	}
+	return engine.DrainView{}, fmt.Errorf("the drain of %s %s was canceled (the backend was removed or weighted again)", service, backend)
+}
+
+// splitListener parses "10.0.0.1:80", "[fd00::1]:443" or "10.0.0.1:8000-8010".
+func splitListener(s string) (string, config.Range, error) {
+	i := strings.LastIndex(s, ":")
+	if i < 0 {
+		return "", config.Range{}, fmt.Errorf("%q has no port", s)
+	}
+	host := strings.Trim(s[:i], "[]")
+	ports, err := config.ParseRange(s[i+1:])
+	return host, ports, err
+}
+
+// parseBackendSpec parses ADDR[:PORT][@WEIGHT].
+func parseBackendSpec(spec string) (config.Backend, error) {
+	addrPart, weightPart, weighted := strings.Cut(spec, "@")
+	var b config.Backend
+	if weighted {
+		w, err := strconv.Atoi(weightPart)
+		if err != nil {
+			return b, fmt.Errorf("weight %q is not a number", weightPart)
+		}
+		b.Weight = &w
+	}
+	if ap, err := netip.ParseAddrPort(addrPart); err == nil {
+		b.Address, b.Port = ap.Addr().String(), int(ap.Port())
+		return b, nil
+	}
+	addr, err := netip.ParseAddr(strings.Trim(addrPart, "[]"))
+	if err != nil {
+		return b, fmt.Errorf("%q is not an address or address:port", addrPart)
+	}
+	b.Address = addr.String()
+	return b, nil
+}
+
+func dryRunFlag(cmd *cobra.Command, dryRun *bool) {
+	cmd.Flags().BoolVar(dryRun, "dry-run", false, "show what would change (and the share of flows that would move) without changing it")
+}
+
+func completeEnum(cmd *cobra.Command, flag string, values []string) {
+	_ = cmd.RegisterFlagCompletionFunc(flag, cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
+}
+
+// printChange tells what a change did, or would do in a dry run.
+func printChange(w io.Writer, c plan.Change, dryRun bool) error {
+	prefix := ""
+	if dryRun {
+		prefix = "would have "
+	}
+	if c.Empty() {
+		_, err := fmt.Fprintf(w, "%snothing to change\n", strings.TrimSuffix(prefix, "have "))
+		return err
+	}
+	for _, x := range []struct {
+		verb  string
+		names []string
+	}{{"added", c.Added}, {"removed", c.Removed}} {
+		for _, name := range x.names {
+			fmt.Fprintf(w, "%s%s service %s\n", prefix, x.verb, name)
+		}
+	}
+	changed := append([]string(nil), c.Changed...)
+	sort.Strings(changed)
+	for _, name := range changed {
+		fmt.Fprintf(w, "%schanged service %s: %.1f%% of new flows' slots move to another backend\n", prefix, name, 100*c.Moved[name])
+	}
+	return nil
+}

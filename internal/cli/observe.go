@@ -1,0 +1,192 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/engine"
+)
+
+func healthCmd(g *globals) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "health [-o table|json|yaml]",
+		Short: "Show every health probe: state, streak, last latency and message",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.requireDaemon(cmd.Context())
+			if err != nil {
+				return err
+			}
+			probes, err := c.Health(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return emit(cmd.OutOrStdout(), output, probes, func(w io.Writer) error { return printHealth(w, probes) })
+		},
+	}
+	outputFlag(cmd, &output)
+	return cmd
+}
+
+func printHealth(w io.Writer, probes []engine.HealthView) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "TARGET\tTYPE\tSTATE\tFOR\tSTREAK\tCHECKS\tLATENCY\tSERVICES\tLAST")
+	for _, p := range probes {
+		streak := fmt.Sprintf("%d ok", p.Successes)
+		if p.Failures > 0 {
+			streak = fmt.Sprintf("%d failed", p.Failures)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", p.Target, p.Type, p.State,
+			time.Since(p.Since).Round(time.Second), streak, p.Checks, p.Latency.Round(10*time.Microsecond),
+			strings.Join(p.Services, ","), p.Message)
+	}
+	return tw.Flush()
+}
+
+func eventsCmd(g *globals) *cobra.Command {
+	var follow bool
+	var output string
+	cmd := &cobra.Command{
+		Use:   "events [--follow]",
+		Short: "Show the daemon's recent events (backends up and down, drains, reloads, failed applies)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			c, err := g.requireDaemon(ctx)
+			if err != nil {
+				return err
+			}
+			var since uint64
+			for {
+				wait := time.Duration(0)
+				if follow && since > 0 {
+					wait = 30 * time.Second
+				}
+				events, err := c.Events(ctx, since, wait)
+				if err != nil {
+					return err
+				}
+				for _, e := range events {
+					since = max(since, e.ID)
+					if err := emit(cmd.OutOrStdout(), output, e, func(w io.Writer) error {
+						_, err := fmt.Fprintf(w, "%s  %-15s %s %s  %s\n", e.Time.Format(time.RFC3339), e.Type, e.Service, e.Backend, e.Message)
+						return err
+					}); err != nil {
+						return err
+					}
+				}
+				if !follow {
+					return nil
+				}
+				since = max(since, 1) // wait for the next event even when none was kept
+			}
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing events as they happen")
+	outputFlag(cmd, &output)
+	return cmd
+}
+
+func planCmd(g *globals) *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "plan -f FILE",
+		Short: "Show what applying a config file to the daemon would change, and the share of flows that would move",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			data, err := loadFile(file)
+			if err != nil {
+				return err
+			}
+			c, err := g.requireDaemon(cmd.Context())
+			if err != nil {
+				return err
+			}
+			change, err := c.Plan(cmd.Context(), data)
+			if err != nil {
+				return err
+			}
+			return printChange(cmd.OutOrStdout(), change, true)
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "config file")
+	_ = cmd.MarkFlagRequired("file")
+	return cmd
+}
+
+func reloadCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "reload",
+		Short: "Make the daemon re-read its config file (like SIGHUP); a bad file is rejected",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.requireDaemon(cmd.Context())
+			if err != nil {
+				return err
+			}
+			change, err := c.Reload(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return printChange(cmd.OutOrStdout(), change, false)
+		},
+	}
+}
+
+// loadFile reads a config file and validates it here first, so that errors name the file and line.
+func loadFile(file string) ([]byte, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := config.Parse(file, data); err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+// completeServices completes service names from the daemon.
+func (g *globals) completeServices(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	return g.completion(cmd, func(s engine.ServiceView) []string { return []string{s.Name} })
+}
+
+// completeBackends completes a service name, then that service's backends.
+func (g *globals) completeBackends(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+	switch len(args) {
+	case 0:
+		return g.completeServices(cmd, args, "")
+	case 1:
+		return g.completion(cmd, func(s engine.ServiceView) []string {
+			if s.Name != args[0] {
+				return nil
+			}
+			var ids []string
+			for _, b := range s.Backends {
+				ids = append(ids, b.ID)
+			}
+			return ids
+		})
+	}
+	return nil, cobra.ShellCompDirectiveNoFileComp
+}
+
+func (g *globals) completion(cmd *cobra.Command, pick func(engine.ServiceView) []string) ([]string, cobra.ShellCompDirective) {
+	var out []string
+	if services, err := listServices(cmd.Context(), g); err == nil {
+		for _, s := range services {
+			out = append(out, pick(s)...)
+		}
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
+}

@@ -1,0 +1,190 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicelb/sluice/internal/api"
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/datapath/nft"
+	"github.com/sluicelb/sluice/internal/engine"
+	"github.com/sluicelb/sluice/internal/metrics"
+)
+
+// Version is the sluice version reported by the daemon and its metrics.
+var Version = "dev"
+
+type serveOptions struct {
+	file          string
+	listen        string
+	tokenFile     string
+	metricsListen string
+	flushOnExit   bool
+	logFormat     string
+}
+
+func serveCmd(g *globals) *cobra.Command {
+	o := &serveOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve -c FILE",
+		Short: "Run the daemon: program the datapath, run health checks, serve the API",
+		Long: `Run the daemon. It programs the datapath from the config file and keeps it reconciled with
+the health checks and the changes made through the API. SIGHUP re-reads the file; a file that does
+not validate is rejected and the running state stays. On exit the datapath keeps forwarding (unless
+--flush-on-exit), and the next start adopts it without dropping a flow.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return serve(cmd.Context(), g, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&o.file, "config", "c", "/etc/sluice/sluice.yaml", "config file")
+	f.StringVar(&o.listen, "listen", "", "also serve the API on this TCP address (needs --token-file)")
+	f.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token the TCP API requires")
+	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics on this address (e.g. :9120)")
+	f.BoolVar(&o.flushOnExit, "flush-on-exit", false, "remove the datapath's rules on exit (default: keep forwarding)")
+	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	return cmd
+}
+
+func serve(ctx context.Context, g *globals, o *serveOptions) error {
+	log := g.loggerAs(o.logFormat, "info")
+	cfg, err := config.Load(o.file)
+	if err != nil {
+		return err
+	}
+	token, err := readToken(o)
+	if err != nil {
+		return err
+	}
+	dp, err := nft.New(log)
+	if err != nil {
+		return err
+	}
+	m := metrics.New(Version, log)
+	e := engine.New(cfg, engine.Options{ConfigPath: o.file, Datapath: dp, Log: log, OnApply: m.ObserveApply})
+	m.Watch(e)
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	handler := api.NewHandler(e, api.Info{Version: Version, Datapath: cfg.Datapath, ConfigFile: o.file, Started: time.Now()})
+	metricsMux := http.NewServeMux()
+	metricsMux.Handle("GET /metrics", m.Handler())
+	servers, err := listen(g.socket, o, token, handler, metricsMux)
+	if err != nil {
+		return err
+	}
+	for _, s := range servers {
+		go func() {
+			if err := s.serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("listener failed", "addr", s.addr, "err", err)
+				stop()
+			}
+		}()
+		log.Info("listening", "addr", s.addr)
+	}
+	go reloadOnHangup(ctx, e, log)
+
+	log.Info("sluice started", "config", o.file, "services", len(cfg.Services), "datapath", cfg.Datapath, "version", Version)
+	runErr := e.Run(ctx)
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, s := range servers {
+		_ = s.Shutdown(shutdown)
+	}
+	if o.flushOnExit {
+		log.Info("flushing the datapath (--flush-on-exit)")
+		if err := dp.Flush(shutdown); err != nil {
+			return errors.Join(runErr, err)
+		}
+	} else {
+		log.Info("sluice stopped; the datapath keeps forwarding")
+	}
+	return runErr
+}
+
+func reloadOnHangup(ctx context.Context, e *engine.Engine, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			if change, err := e.Reload(); err != nil {
+				log.Error("reload rejected; the running config stays", "err", err)
+			} else {
+				log.Info("reloaded", "added", change.Added, "removed", change.Removed, "changed", change.Changed)
+			}
+		}
+	}
+}
+
+func readToken(o *serveOptions) (string, error) {
+	if o.listen == "" {
+		return "", nil
+	}
+	if o.tokenFile == "" {
+		return "", errors.New("--listen serves the API over TCP, which needs a bearer token: give --token-file")
+	}
+	data, err := os.ReadFile(o.tokenFile)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	token := strings.TrimSpace(string(data))
+	if len(token) < 16 {
+		return "", fmt.Errorf("--token-file: the token in %s is shorter than 16 characters", o.tokenFile)
+	}
+	return token, nil
+}
+
+// listener is one HTTP server on its own listener.
+type listener struct {
+	*http.Server
+	addr string
+	ln   net.Listener
+}
+
+func (l *listener) serve() error { return l.Serve(l.ln) }
+
+// listen opens the API socket, and the TCP API and metrics listeners when asked for.
+func listen(socket string, o *serveOptions, token string, handler, metricsHandler http.Handler) ([]*listener, error) {
+	var out []*listener
+	add := func(ln net.Listener, h http.Handler) {
+		out = append(out, &listener{Server: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, addr: ln.Addr().String(), ln: ln})
+	}
+	ln, err := api.ListenUnix(socket)
+	if err != nil {
+		return nil, err
+	}
+	add(ln, handler)
+	for _, l := range []struct {
+		addr, flag string
+		handler    http.Handler
+	}{{o.listen, "--listen", api.RequireToken(token, handler)}, {o.metricsListen, "--metrics-listen", metricsHandler}} {
+		if l.addr == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			for _, s := range out {
+				s.ln.Close()
+			}
+			return nil, fmt.Errorf("%s: %w", l.flag, err)
+		}
+		add(ln, l.handler)
+	}
+	return out, nil
+}

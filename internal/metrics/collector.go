@@ -1,0 +1,167 @@
+package metrics
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicelb/sluice/internal/engine"
+)
+
+// scrapeTimeout bounds the datapath read of one scrape.
+const scrapeTimeout = 5 * time.Second
+
+// backendStates are the values of engine.BackendView.State; each backend has one
+// sluice_backend_state series per state, 1 for its current one.
+var backendStates = []string{"active", "down", "draining", "drained", "idle", "standby", "sorry"}
+
+// family is a metric read from each item of type T (a service, a backend, a probe).
+type family[T any] struct {
+	desc  *prometheus.Desc
+	typ   prometheus.ValueType
+	value func(T) float64
+}
+
+func newFamily[T any](name, help string, labels []string, typ prometheus.ValueType, value func(T) float64) family[T] {
+	return family[T]{prometheus.NewDesc("sluice_"+name, help, labels, nil), typ, value}
+}
+
+var (
+	serviceLabels = []string{"service"}
+	backendLabels = []string{"service", "backend"}
+	probeLabels   = []string{"service", "target", "type"}
+)
+
+var applyFamilies = []family[engine.ApplyStats]{
+	newFamily("datapath_applies_total", "Plans the datapath accepted.", nil, prometheus.CounterValue,
+		func(s engine.ApplyStats) float64 { return float64(s.Applies) }),
+	newFamily("datapath_apply_failures_total", "Plans that could not be built or applied.", nil, prometheus.CounterValue,
+		func(s engine.ApplyStats) float64 { return float64(s.Failures) }),
+	newFamily("datapath_last_apply_timestamp_seconds", "When the datapath last accepted a plan (0: never).", nil, prometheus.GaugeValue,
+		func(s engine.ApplyStats) float64 { return unixSeconds(s.LastApplied) }),
+}
+
+var probeFamilies = []family[engine.HealthView]{
+	newFamily("health_up", "Whether the health probe is up (1) or down (0), after rise/fall.", probeLabels, prometheus.GaugeValue,
+		func(h engine.HealthView) float64 { return boolValue(h.State == "up") }),
+	newFamily("health_check_latency_seconds", "Duration of the probe's last check.", probeLabels, prometheus.GaugeValue,
+		func(h engine.HealthView) float64 { return h.Latency.Seconds() }),
+	newFamily("health_checks_total", "Checks the probe has run.", probeLabels, prometheus.CounterValue,
+		func(h engine.HealthView) float64 { return float64(h.Checks) }),
+}
+
+var serviceFamilies = []family[engine.ServiceView]{
+	newFamily("service_programmed", "Whether the datapath holds the service (1) or not (0).", serviceLabels, prometheus.GaugeValue,
+		func(s engine.ServiceView) float64 { return boolValue(s.Programmed) }),
+	newFamily("service_slots", "Size of the programmed slot table (0: new flows meet the fallback).", serviceLabels, prometheus.GaugeValue,
+		func(s engine.ServiceView) float64 { return float64(s.Slots) }),
+}
+
+var backendFamilies = []family[engine.BackendView]{
+	newFamily("backend_flows_total", "New flows sent to the backend since it was programmed.", backendLabels, prometheus.CounterValue,
+		func(b engine.BackendView) float64 { return float64(b.Flows) }),
+	newFamily("backend_active_flows", "Flows the datapath tracks to the backend now.", backendLabels, prometheus.GaugeValue,
+		func(b engine.BackendView) float64 { return float64(b.ActiveFlows) }),
+	newFamily("backend_packets_total", "Packets forwarded from clients to the backend.", backendLabels, prometheus.CounterValue,
+		func(b engine.BackendView) float64 { return float64(b.Packets) }),
+	newFamily("backend_bytes_total", "Bytes forwarded from clients to the backend.", backendLabels, prometheus.CounterValue,
+		func(b engine.BackendView) float64 { return float64(b.Bytes) }),
+	newFamily("backend_weight", "Configured weight of the backend.", backendLabels, prometheus.GaugeValue,
+		func(b engine.BackendView) float64 { return float64(b.Weight) }),
+	newFamily("backend_programmed_weight", "Weight the datapath holds for the backend, after health.", backendLabels, prometheus.GaugeValue,
+		func(b engine.BackendView) float64 { return float64(b.ProgrammedWeight) }),
+	newFamily("backend_share", "Fraction of the service's slot table held by the backend.", backendLabels, prometheus.GaugeValue,
+		func(b engine.BackendView) float64 { return b.Share }),
+	newFamily("backend_up", "Whether the backend's health is up or unchecked (1) or down (0).", backendLabels, prometheus.GaugeValue,
+		func(b engine.BackendView) float64 { return boolValue(b.Health != "down") }),
+}
+
+var (
+	datapathUp = prometheus.NewDesc("sluice_datapath_up",
+		"Whether this scrape could read the datapath (1) or not (0); service and backend metrics need it.", nil, nil)
+	serviceInfo = prometheus.NewDesc("sluice_service_info", "Always 1; the labels describe the service.",
+		[]string{"service", "vip", "ports", "protocol", "mode", "scheduler", "fallback"}, nil)
+	backendState = prometheus.NewDesc("sluice_backend_state", "1 for the backend's current state, 0 for the others.",
+		[]string{"service", "backend", "state"}, nil)
+)
+
+// collector reads a Source at scrape time.
+type collector struct {
+	src Source
+	log *slog.Logger
+}
+
+// Describe sends every metric the collector can emit.
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- datapathUp
+	ch <- serviceInfo
+	ch <- backendState
+	describe(ch, applyFamilies)
+	describe(ch, probeFamilies)
+	describe(ch, serviceFamilies)
+	describe(ch, backendFamilies)
+}
+
+// Collect reads the apply stats, the probes and, through the datapath, the services.
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	emit(ch, applyFamilies, c.src.Stats())
+	for _, h := range c.src.Health() {
+		for _, service := range h.Services {
+			emit(ch, probeFamilies, h, service, h.Target.String(), h.Type)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	defer cancel()
+	services, err := c.src.Services(ctx)
+	if err != nil {
+		c.log.Warn("metrics: reading the datapath failed", "err", err)
+	}
+	ch <- gauge(datapathUp, boolValue(err == nil))
+	for _, s := range services {
+		ch <- gauge(serviceInfo, 1, s.Name, s.VIP, s.Ports, s.Protocol, s.Mode, s.Scheduler, s.Fallback)
+		emit(ch, serviceFamilies, s, s.Name)
+		for _, b := range s.Backends {
+			emit(ch, backendFamilies, b, s.Name, b.ID)
+			states := backendStates
+			if !slices.Contains(states, b.State) { // a state added to the engine and not yet here
+				states = append(slices.Clip(states), b.State)
+			}
+			for _, state := range states {
+				ch <- gauge(backendState, boolValue(state == b.State), s.Name, b.ID, state)
+			}
+		}
+	}
+}
+
+func describe[T any](ch chan<- *prometheus.Desc, families []family[T]) {
+	for _, f := range families {
+		ch <- f.desc
+	}
+}
+
+func emit[T any](ch chan<- prometheus.Metric, families []family[T], item T, labels ...string) {
+	for _, f := range families {
+		ch <- prometheus.MustNewConstMetric(f.desc, f.typ, f.value(item), labels...)
+	}
+}
+
+func gauge(d *prometheus.Desc, v float64, labels ...string) prometheus.Metric {
+	return prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func unixSeconds(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.UnixNano()) / 1e9
+}

@@ -1,0 +1,226 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/datapath"
+	"github.com/sluicelb/sluice/internal/datapath/fake"
+	"github.com/sluicelb/sluice/internal/engine"
+	"github.com/sluicelb/sluice/internal/health"
+)
+
+const testConfig = `
+services:
+  - name: web
+    vip: 10.0.0.100
+    port: 80
+    health_check: {type: tcp}
+    backends:
+      - address: 10.0.0.1
+      - {address: 10.0.0.2, port: 8080, weight: 2}
+  - name: dns
+    vip: 10.0.0.100
+    port: 53
+    protocol: udp
+    scheduler: wrr
+    backends:
+      - address: 10.0.0.3
+`
+
+// prober reports every probe up with three checks, except the targets in down.
+type prober struct {
+	down   map[netip.AddrPort]bool
+	mu     sync.Mutex
+	probes []health.Probe
+}
+
+func (p *prober) Set(probes []health.Probe) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.probes = probes
+}
+
+func (p *prober) Status(key string) (health.Status, bool) {
+	for _, st := range p.All() {
+		if st.Key == key {
+			return st, true
+		}
+	}
+	return health.Status{}, false
+}
+
+func (p *prober) All() []health.Status {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []health.Status
+	for _, pr := range p.probes {
+		out = append(out, health.Status{
+			Key: pr.Key(), Type: pr.Check.Type, Target: pr.Target, Up: !p.down[pr.Target], Checks: 3,
+			Last: health.Result{Latency: 1500 * time.Microsecond},
+		})
+	}
+	return out
+}
+
+// counting adds packet, byte and flow counters to the fake's status, and fails it when broken.
+type counting struct {
+	*fake.Datapath
+	broken atomic.Bool
+}
+
+func (d *counting) Status(ctx context.Context) ([]datapath.ServiceStatus, error) {
+	if d.broken.Load() {
+		return nil, errors.New("netlink: operation not permitted")
+	}
+	status, err := d.Datapath.Status(ctx)
+	for i := range status {
+		for j := range status[i].Backends {
+			b := &status[i].Backends[j]
+			b.Flows, b.Packets, b.Bytes = 7, 11, 13
+		}
+	}
+	return status, err
+}
+
+// start runs an engine over the counting fake datapath, with 10.0.0.2:8080 down, until it has
+// applied its first plan; the returned Metrics watch it.
+func start(t *testing.T) (*Metrics, *engine.Engine, *counting) {
+	t.Helper()
+	cfg, err := config.Parse("test.yaml", []byte(testConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	m := New("test", log)
+	dp := &counting{Datapath: fake.New()}
+	e := engine.New(cfg, engine.Options{
+		Datapath: dp, Log: log, MinApplyInterval: time.Millisecond, OnApply: m.ObserveApply,
+		Prober: &prober{down: map[netip.AddrPort]bool{netip.MustParseAddrPort("10.0.0.2:8080"): true}},
+	})
+	m.Watch(e)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := e.Run(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	for deadline := time.Now().Add(10 * time.Second); dp.Plan() == nil; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the engine applied no plan")
+		}
+	}
+	return m, e, dp
+}
+
+// scrape fetches the exposition through the handler and returns its lines.
+func scrape(t *testing.T, m *Metrics) []string {
+	t.Helper()
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape: status %d, %v", resp.StatusCode, err)
+	}
+	return strings.Split(string(body), "\n")
+}
+
+// wantLines fails the test for every line of want missing from got.
+func wantLines(t *testing.T, got []string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !slices.Contains(got, w) {
+			t.Errorf("missing %s", w)
+		}
+	}
+}
+
+func TestScrape(t *testing.T) {
+	m, _, dp := start(t)
+	dp.SetActiveFlows("web", "10.0.0.1", 5)
+	m.ObserveApply(time.Millisecond, errors.New("nft: syntax error"))
+
+	got := scrape(t, m)
+	wantLines(t, got,
+		`sluice_build_info{version="test"} 1`,
+		`sluice_datapath_up 1`,
+		`sluice_datapath_apply_failures_total 0`,
+		`sluice_datapath_apply_duration_seconds_count{result="error"} 1`,
+		`sluice_service_info{fallback="drop",mode="nat",ports="80",protocol="tcp",scheduler="maglev",service="web",vip="10.0.0.100"} 1`,
+		`sluice_service_info{fallback="drop",mode="nat",ports="53",protocol="udp",scheduler="wrr",service="dns",vip="10.0.0.100"} 1`,
+		`sluice_service_programmed{service="web"} 1`,
+		`sluice_backend_active_flows{backend="10.0.0.1",service="web"} 5`,
+		`sluice_backend_active_flows{backend="10.0.0.2:8080",service="web"} 0`,
+		`sluice_backend_flows_total{backend="10.0.0.1",service="web"} 7`,
+		`sluice_backend_packets_total{backend="10.0.0.1",service="web"} 11`,
+		`sluice_backend_bytes_total{backend="10.0.0.1",service="web"} 13`,
+		`sluice_backend_weight{backend="10.0.0.2:8080",service="web"} 2`,
+		`sluice_backend_programmed_weight{backend="10.0.0.2:8080",service="web"} 0`,
+		`sluice_backend_share{backend="10.0.0.1",service="web"} 1`,
+		`sluice_backend_up{backend="10.0.0.1",service="web"} 1`,
+		`sluice_backend_up{backend="10.0.0.2:8080",service="web"} 0`,
+		`sluice_backend_up{backend="10.0.0.3",service="dns"} 1`,
+		`sluice_backend_state{backend="10.0.0.1",service="web",state="active"} 1`,
+		`sluice_backend_state{backend="10.0.0.2:8080",service="web",state="active"} 0`,
+		`sluice_backend_state{backend="10.0.0.2:8080",service="web",state="down"} 1`,
+		`sluice_health_up{service="web",target="10.0.0.1:80",type="tcp"} 1`,
+		`sluice_health_up{service="web",target="10.0.0.2:8080",type="tcp"} 0`,
+		`sluice_health_check_latency_seconds{service="web",target="10.0.0.1:80",type="tcp"} 0.0015`,
+		`sluice_health_checks_total{service="web",target="10.0.0.2:8080",type="tcp"} 3`,
+	)
+	for _, prefix := range []string{
+		`sluice_datapath_applies_total `, `sluice_datapath_apply_duration_seconds_count{result="ok"} `,
+		`go_goroutines `, `process_cpu_seconds_total `,
+	} {
+		if !slices.ContainsFunc(got, func(line string) bool { return strings.HasPrefix(line, prefix) }) {
+			t.Errorf("missing %s", prefix)
+		}
+	}
+	if problems, err := testutil.GatherAndLint(m.reg); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", problems, err)
+	}
+}
+
+func TestCollectorLint(t *testing.T) {
+	_, e, _ := start(t)
+	c := collector{src: e, log: slog.New(slog.DiscardHandler)}
+	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", problems, err)
+	}
+}
+
+func TestDatapathDown(t *testing.T) {
+	m, _, dp := start(t)
+	dp.broken.Store(true)
+	got := scrape(t, m)
+	wantLines(t, got,
+		`sluice_datapath_up 0`,
+		`sluice_health_up{service="web",target="10.0.0.2:8080",type="tcp"} 0`,
+		`sluice_datapath_apply_failures_total 0`,
+	)
+	if slices.ContainsFunc(got, func(line string) bool { return strings.HasPrefix(line, "sluice_backend_") }) {
+		t.Error("backend metrics without a datapath to read them from")
+	}
+}

@@ -1,0 +1,302 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Health-check timing of the daemon tests: a stopped backend is out after fall x interval (plus
+// one timeout), a restarted one back after rise x interval.
+const (
+	checkInterval = 300 * time.Millisecond
+	checkTimeout  = 200 * time.Millisecond
+	checkRise     = 2
+	checkFall     = 2
+	// detectSlack is added to the bounds above: the daemon's apply pause and the tests' polling.
+	// It is generous on purpose: the bound checks the rise/fall logic, not the machine's speed.
+	detectSlack = 2 * time.Second
+)
+
+// daemon is a `sluice serve` running in the balancer namespace.
+type daemon struct {
+	t      *testing.T
+	config string
+	socket string
+	log    string
+	cmd    *exec.Cmd
+	done   chan error
+}
+
+// startDaemon runs `sluice serve` on a config and waits until its API answers.
+func startDaemon(t *testing.T, config string) *daemon {
+	t.Helper()
+	dir := t.TempDir()
+	d := &daemon{t: t, config: config, socket: filepath.Join(dir, "sluice.sock"), log: filepath.Join(dir, "sluice.log")}
+	d.start()
+	t.Cleanup(func() {
+		d.stop()
+		if t.Failed() {
+			if data, err := os.ReadFile(d.log); err == nil {
+				t.Logf("daemon log:\n%s", data)
+			}
+		}
+	})
+	return d
+}
+
+func (d *daemon) start() {
+	d.t.Helper()
+	logFile, err := os.OpenFile(d.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer logFile.Close()
+	d.cmd = exec.Command(sluiceBin, "--netns", theLab.BalancerNS(), "--socket", d.socket, "--log-level", "debug",
+		"serve", "-c", d.config)
+	d.cmd.Stdout, d.cmd.Stderr = logFile, logFile
+	if err := d.cmd.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	d.done = make(chan error, 1)
+	go func() { d.done <- d.cmd.Wait() }()
+	waitFor(d.t, "the daemon's API", 10*time.Second, func() bool {
+		r := run(d.t, sluiceBin, "--socket", d.socket, "list", "-o", "json")
+		return r.Err == nil && strings.Contains(r.Stdout, `"programmed": true`)
+	})
+}
+
+// stop sends SIGTERM and waits for a clean exit (the datapath stays).
+func (d *daemon) stop() {
+	if d.cmd == nil {
+		return
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-d.done:
+		if err != nil {
+			d.t.Errorf("daemon exited with %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		_ = d.cmd.Process.Kill()
+		<-d.done
+		d.t.Error("daemon did not stop within 15 s of SIGTERM")
+	}
+	d.cmd = nil
+}
+
+// cli runs a sluice command against the daemon.
+func (d *daemon) cli(args ...string) cliResult {
+	return run(d.t, sluiceBin, append([]string{"--socket", d.socket}, args...)...)
+}
+
+// mustJSON runs a sluice command with -o json and decodes its output into v.
+func (d *daemon) mustJSON(v any, args ...string) {
+	d.t.Helper()
+	r := d.cli(append(args, "-o", "json")...)
+	if r.Err != nil {
+		d.t.Fatalf("sluice %s: %v\n%s", strings.Join(args, " "), r.Err, r.Stderr)
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), v); err != nil {
+		d.t.Fatalf("sluice %s -o json: %v\n%s", strings.Join(args, " "), err, r.Stdout)
+	}
+}
+
+// probeState is the state `sluice health` shows for a target ("" when it has no probe).
+func (d *daemon) probeState(target string) string {
+	var probes []struct {
+		Target string `json:"target"`
+		State  string `json:"state"`
+	}
+	d.mustJSON(&probes, "health")
+	for _, p := range probes {
+		if p.Target == target {
+			return p.State
+		}
+	}
+	return ""
+}
+
+// programmedWeight is the weight the kernel holds for a backend of a service, -1 when absent.
+func (d *daemon) programmedWeight(service, address string) int {
+	var services []struct {
+		Name     string `json:"name"`
+		Backends []struct {
+			Address          string `json:"address"`
+			ProgrammedWeight int    `json:"programmed_weight"`
+		} `json:"backends"`
+	}
+	d.mustJSON(&services, "list")
+	for _, s := range services {
+		for _, b := range s.Backends {
+			if s.Name == service && b.Address == address {
+				return b.ProgrammedWeight
+			}
+		}
+	}
+	return -1
+}
+
+func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > limit {
+			t.Fatalf("%s: not reached within %v", what, limit)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// request is one request of a steady load.
+type request struct {
+	start   time.Time
+	backend string
+	err     error
+}
+
+// steadyLoad makes one-request connections from the client namespace until stopped.
+type steadyLoad struct {
+	mu       sync.Mutex
+	requests []request
+	stop     chan struct{}
+	wg       sync.WaitGroup
+}
+
+func startLoad(t *testing.T, workers int, once func() (string, error)) *steadyLoad {
+	l := &steadyLoad{stop: make(chan struct{})}
+	for range workers {
+		l.wg.Go(func() {
+			_ = inClient(func() error {
+				for {
+					select {
+					case <-l.stop:
+						return nil
+					default:
+					}
+					start := time.Now()
+					backend, err := once()
+					l.mu.Lock()
+					l.requests = append(l.requests, request{start, backend, err})
+					l.mu.Unlock()
+					time.Sleep(2 * time.Millisecond) // steady, not flooding: 2 workers make a few hundred/s
+				}
+			})
+		})
+	}
+	t.Cleanup(l.finish)
+	return l
+}
+
+func (l *steadyLoad) finish() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	l.wg.Wait()
+}
+
+// since sums up the requests started at or after t: count, failures (with the first errors), per backend.
+func (l *steadyLoad) since(t time.Time) (n, failed int, perBackend map[string]int, firstErrs []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	perBackend = map[string]int{}
+	for _, r := range l.requests {
+		if r.start.Before(t) {
+			continue
+		}
+		n++
+		if r.err != nil {
+			failed++
+			if len(firstErrs) < keptErrors {
+				firstErrs = append(firstErrs, r.err.Error())
+			}
+			continue
+		}
+		perBackend[r.backend]++
+	}
+	return n, failed, perBackend, firstErrs
+}
+
+// testHealthUnderLoad: under a steady load through the VIP, stopping nginx on one backend takes it
+// out within fall x interval, after which no new connection fails or reaches it; starting it
+// again brings it back within rise x interval; restarting the daemon loses no request.
+func testHealthUnderLoad(t *testing.T, f Flavor) {
+	svc := webService("maglev", equalPool(false))
+	svc.Extra = []string{fmt.Sprintf("health_check: {type: http, path: /status, interval: %s, timeout: %s, rise: %d, fall: %d}",
+		checkInterval, checkTimeout, checkRise, checkFall)}
+	flush(t)
+	d := startDaemon(t, writeConfig(t, "sluice.yaml", f.Config(svc)))
+	const victim = 2
+	victimAddr := theLab.BackendAddr(victim, false).String()
+	victimTarget := victimAddr + ":80"
+	load := startLoad(t, 2, func() (string, error) { return httpOnce(svc.Addr()) })
+	time.Sleep(time.Second)
+	if n, failed, per, errs := load.since(time.Time{}); failed > 0 || per["b2"] == 0 {
+		t.Fatalf("before any change: %d requests, %d failed %v, per backend %v", n, failed, errs, per)
+	}
+
+	ctx := context.Background()
+	stopped := time.Now()
+	if err := theLab.StopBackend(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = theLab.StartBackend(context.Background(), victim) })
+	out := waitFor(t, "the stopped backend marked down", time.Duration(checkFall)*checkInterval+checkTimeout+detectSlack,
+		func() bool { return d.probeState(victimTarget) == "down" })
+	waitFor(t, "the stopped backend out of the table", detectSlack, func() bool { return d.programmedWeight("web", victimAddr) == 0 })
+	removed := time.Now()
+	n, failed, _, _ := load.since(stopped)
+	t.Logf("backend stopped: marked down after %v (fall %d x interval %v); %d requests failed of %d in the meantime",
+		out.Round(time.Millisecond), checkFall, checkInterval, failed, n)
+
+	time.Sleep(1500 * time.Millisecond)
+	if n, failed, per, errs := load.since(removed); failed > 0 || per["b2"] > 0 || n == 0 {
+		t.Fatalf("after the backend was taken out: %d requests, %d failed %v, per backend %v", n, failed, errs, per)
+	}
+
+	restarted := time.Now()
+	if err := theLab.StartBackend(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	back := waitFor(t, "the restarted backend marked up", time.Duration(checkRise)*checkInterval+detectSlack,
+		func() bool { return d.probeState(victimTarget) == "up" })
+	waitFor(t, "the restarted backend taking new connections", detectSlack, func() bool {
+		_, _, per, _ := load.since(restarted)
+		return per["b2"] > 0
+	})
+	t.Logf("backend restarted: marked up after %v (rise %d x interval %v)", back.Round(time.Millisecond), checkRise, checkInterval)
+
+	// Restart the daemon under load: the kernel keeps forwarding, the new daemon adopts it.
+	d.stop()
+	time.Sleep(500 * time.Millisecond)
+	d.start()
+	time.Sleep(time.Second)
+	load.finish()
+	n, failed, per, errs := load.since(removed)
+	t.Logf("from the backend's removal to the end (backend restart, daemon restart): %d requests, %d failed, per backend %v", n, failed, per)
+	if failed > 0 {
+		t.Fatalf("%d requests failed after the backend was out (across its return and a daemon restart): %v", failed, errs)
+	}
+}
+
+// TestDaemon runs the daemon's tests over every mode of the nftables datapath.
+func TestDaemon(t *testing.T) {
+	requireLab(t)
+	for _, f := range nftFlavors {
+		t.Run(f.Name, func(t *testing.T) {
+			t.Cleanup(func() { flush(t) })
+			t.Run("health-under-load", func(t *testing.T) { testHealthUnderLoad(t, f) })
+		})
+	}
+}
