@@ -25,9 +25,6 @@ type Flavor struct {
 	// config (conntrack keeps the DNAT). DSR keeps flows in an nft map of flow -> backend mark,
 	// and a backend removed from the config loses its mark's mapping, so its flows end.
 	KeepsFlowsOfRemovedBackends bool
-	// PacketsAreConnections: the per-backend packet counter of `sluice list` counts only the
-	// first packet of each connection (nat, fullnat); dsr counts every packet.
-	PacketsAreConnections bool
 	// RepliesBypassBalancer: backends answer the client directly (DSR), so replies arrive on
 	// the client's bypass leg instead of through the balancer.
 	RepliesBypassBalancer bool
@@ -41,12 +38,12 @@ var nftFlavors = []Flavor{
 	{
 		Name: "nat", Datapath: "nft", Mode: "nat",
 		ChurnSchedulers: []string{"maglev", "hash"}, ChurnObserved: []string{"rr"},
-		KeepsFlowsOfRemovedBackends: true, PacketsAreConnections: true,
+		KeepsFlowsOfRemovedBackends: true,
 	},
 	{
 		Name: "fullnat", Datapath: "nft", Mode: "fullnat",
 		ChurnSchedulers:             []string{"maglev", "hash"},
-		KeepsFlowsOfRemovedBackends: true, PacketsAreConnections: true,
+		KeepsFlowsOfRemovedBackends: true,
 	},
 	{
 		Name: "dsr", Datapath: "nft", Mode: "dsr",

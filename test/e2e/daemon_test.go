@@ -297,6 +297,106 @@ func TestDaemon(t *testing.T) {
 		t.Run(f.Name, func(t *testing.T) {
 			t.Cleanup(func() { flush(t) })
 			t.Run("health-under-load", func(t *testing.T) { testHealthUnderLoad(t, f) })
+			t.Run("on-failure-reset", func(t *testing.T) { testOnFailure(t, f, "reset") })
+			t.Run("on-failure-inhibit", func(t *testing.T) { testOnFailure(t, f, "inhibit") })
+			t.Run("drain", func(t *testing.T) { testDrain(t, f) })
 		})
+	}
+}
+
+// execCheck is a health check the test flips without touching nginx: a backend is down while a
+// file named after its address exists in dir.
+func execCheck(dir, onFailure string) string {
+	return fmt.Sprintf(`health_check: {type: exec, command: [sh, -c, 'test ! -e %s/$SLUICE_BACKEND_ADDRESS'], interval: 200ms, timeout: 150ms, rise: 1, fall: 1, on_failure: %s}`,
+		dir, onFailure)
+}
+
+// testOnFailure: a backend that fails its check while nginx still serves takes no new flows; with
+// on_failure: reset the connection it held fails at its next request, with inhibit it goes on.
+func testOnFailure(t *testing.T, f Flavor, onFailure string) {
+	dir := t.TempDir()
+	svc := webService("maglev", equalPool(false))
+	svc.Extra = []string{execCheck(dir, onFailure)}
+	flush(t)
+	d := startDaemon(t, writeConfig(t, "sluice.yaml", f.Config(svc)))
+	k := dialKeepAlive(t, svc.Addr())
+	held, err := k.get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := theLab.BackendAddr(backendIndex(held), false).String()
+	if err := os.WriteFile(filepath.Join(dir, addr), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the failing backend out of the table", 5*time.Second, func() bool { return d.programmedWeight("web", addr) == 0 })
+	if onFailure == "reset" {
+		waitFor(t, "the flows_reset event", 5*time.Second, func() bool {
+			return strings.Contains(d.cli("events").Stdout, "flows_reset")
+		})
+		if got, err := k.get(); err == nil {
+			t.Fatalf("the connection held on %s still answers (%s) after its flows were reset", held, got)
+		} else {
+			t.Logf("the held connection fails as it should: %v", err)
+		}
+	} else if got, err := k.get(); err != nil || got != held {
+		t.Fatalf("on_failure: inhibit: the held connection on %s answered %q, %v", held, got, err)
+	}
+	res := hammer(t, workers, 200, func() (string, error) { return httpOnce(svc.Addr()) })
+	res.requireNoFailures(t)
+	if res.PerBackend[held] > 0 {
+		t.Fatalf("new connections still reach the failing backend %s: %v", held, res.PerBackend)
+	}
+}
+
+// testDrain: `sluice backend drain` follows the backend's active flows while a connection is
+// held, and reports drained once it closes (dsr remembers flows until they idle out, so there
+// the drain ends at its timeout).
+func testDrain(t *testing.T, f Flavor) {
+	svc := webService("maglev", equalPool(false))
+	flush(t)
+	d := startDaemon(t, writeConfig(t, "sluice.yaml", f.Config(svc)))
+	k := dialKeepAlive(t, svc.Addr())
+	held, err := k.get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := theLab.BackendAddr(backendIndex(held), false).String()
+	timeout := "20s"
+	if f.Mode == "dsr" {
+		timeout = "2s"
+	}
+	var out strings.Builder
+	cmd := exec.Command(sluiceBin, "--socket", d.socket, "backend", "drain", "web", addr, "--timeout", timeout)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	waitFor(t, "weight 0", 5*time.Second, func() bool { return d.programmedWeight("web", addr) == 0 })
+	if got, err := k.get(); err != nil || got != held {
+		t.Fatalf("a draining backend's connection: %q, %v", got, err)
+	}
+	time.Sleep(1500 * time.Millisecond) // let the drain report the held flow
+	k.c.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("drain: %v\n%s", err, out.String())
+		}
+	case <-time.After(40 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("drain did not end:\n%s", out.String())
+	}
+	t.Logf("sluice backend drain:\n%s", out.String())
+	want := "drained: no active flows left"
+	if f.Mode == "dsr" {
+		want = "drained: timeout"
+	}
+	if !strings.Contains(out.String(), "1 active flows") && f.Mode != "dsr" || !strings.Contains(out.String(), want) {
+		t.Fatalf("drain output lacks the held flow or %q:\n%s", want, out.String())
+	}
+	if !strings.Contains(d.cli("events").Stdout, "drained") {
+		t.Fatal("no drained event")
 	}
 }

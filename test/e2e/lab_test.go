@@ -109,6 +109,7 @@ type listedBackend struct {
 	Port    int     `json:"port"`
 	Weight  int     `json:"weight"`
 	Share   float64 `json:"share"`
+	Flows   uint64  `json:"flows"`
 	Packets uint64  `json:"packets"`
 	Bytes   uint64  `json:"bytes"`
 }

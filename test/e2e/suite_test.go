@@ -57,8 +57,7 @@ func runSuite(t *testing.T, f Flavor) {
 
 // testDistribution: a weighted maglev service spreads >= 3000 connections (source ports chosen
 // by the kernel) over the backends within 15% (relative) of each backend's weighted share, and
-// `sluice list` shows the service, its backends and (nat, fullnat) one counted packet per
-// connection.
+// `sluice list` shows the service, its backends and one counted flow per connection.
 func testDistribution(t *testing.T, f Flavor) {
 	weights := map[int]int{1: 1, 2: 2, 3: 1}
 	svc := webService("maglev", pool(false, weights))
@@ -89,10 +88,11 @@ func testDistribution(t *testing.T, f Flavor) {
 	if s.Protocol != "tcp" || s.VIP != svc.VIP.String() || s.Ports != "80" || s.Mode != f.Mode || s.Scheduler != "maglev" || s.Slots == 0 {
 		t.Errorf("listed service %+v, want tcp %s 80 %s maglev with slots", s, svc.VIP, f.Mode)
 	}
-	var packets uint64
+	var flows, packets uint64
 	var listed []string
 	for _, b := range s.Backends {
-		listed = append(listed, fmt.Sprintf("%s weight %d share %.3f packets %d", b.Address, b.Weight, b.Share, b.Packets))
+		listed = append(listed, fmt.Sprintf("%s weight %d share %.3f flows %d packets %d", b.Address, b.Weight, b.Share, b.Flows, b.Packets))
+		flows += b.Flows
 		packets += b.Packets
 	}
 	t.Logf("listed backends: %s", strings.Join(listed, "; "))
@@ -107,8 +107,9 @@ func testDistribution(t *testing.T, f Flavor) {
 			t.Errorf("backend %s listed with weight %d, want %d", want.Address, s.Backends[i].Weight, want.Weight)
 		}
 	}
-	if f.PacketsAreConnections && packets < uint64(res.Requests) {
-		t.Errorf("listed packets sum to %d, want >= %d connections", packets, res.Requests)
+	// Each connection is one flow and at least 3 client packets (SYN, request, ACKs).
+	if flows < uint64(res.Requests) || packets < 3*flows {
+		t.Errorf("listed flows sum to %d and packets to %d, want >= %d connections and 3 packets each", flows, packets, res.Requests)
 	}
 }
 

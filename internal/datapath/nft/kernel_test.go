@@ -2,18 +2,26 @@ package nft
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"sigs.k8s.io/knftables"
 
 	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/plan"
 )
 
@@ -95,13 +103,10 @@ func pending(t *testing.T, d *Datapath, p *plan.Plan) int {
 // nft must accept each transaction, a second Apply must find nothing to do, Status must read the
 // services back, and Flush must leave no table behind.
 func TestKernelAcceptsEveryCase(t *testing.T) {
-	v4 := []string{"dsr-range-udp", "fallback", "nat-maglev", "wrr-hash-random"}
+	v4 := []string{"dsr-range-udp", "fallback", "nat-maglev", "nat-range-udp", "wrr-hash-random"}
 	inFreshNetns(t, func() {
 		ctx := context.Background()
-		d, err := New(slog.New(slog.NewTextHandler(io.Discard, nil)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		d := newTestDatapath(t)
 		var steps []string
 		for _, c := range append(v4, "fullnat-v6-rr") {
 			steps = append(steps, filepath.Join("testdata/golden", c, "config.yaml"))
@@ -137,5 +142,364 @@ func TestKernelAcceptsEveryCase(t *testing.T) {
 		if out, _ := exec.Command("nft", "list", "ruleset").Output(); len(out) != 0 {
 			t.Fatalf("ruleset after Flush:\n%s", out)
 		}
+	})
+}
+
+var (
+	backend11 = netip.MustParseAddr("10.91.2.11")
+	backend12 = netip.MustParseAddr("10.91.2.12")
+)
+
+// newTestDatapath returns a datapath for the test's namespace; its tables go with the namespace.
+func newTestDatapath(t *testing.T) *Datapath {
+	t.Helper()
+	d, err := New(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// twoBackendPlan balances every service (given in name order) over backends 10.91.2.11 and
+// 10.91.2.12, new flows going to the one at index to (the other has weight 0 and keeps its
+// established flows).
+func twoBackendPlan(mode string, to int, services ...plan.Service) *plan.Plan {
+	p := &plan.Plan{Datapath: "nft"}
+	for _, s := range services {
+		s.Mode, s.Scheduler, s.Fallback, s.FlowTimeout = mode, "rr", "drop", config.DefaultFlowTimeout
+		s.Backends = []plan.Backend{{Addr: backend11}, {Addr: backend12}}
+		s.Backends[to].Weight = 1
+		s.Slots = []int{to}
+		p.Services = append(p.Services, s)
+	}
+	return p
+}
+
+func service(name, proto, vip string, first, last int) plan.Service {
+	return plan.Service{Name: name, Protocol: proto, VIP: netip.MustParseAddr(vip), Ports: config.Range{First: first, Last: last}}
+}
+
+func apply(t *testing.T, d *Datapath, p *plan.Plan) {
+	t.Helper()
+	if err := d.Apply(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// backendsOf returns the status of each backend of a service, by address.
+func backendsOf(t *testing.T, d *Datapath, name string) map[string]datapath.BackendStatus {
+	t.Helper()
+	status, err := d.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]datapath.BackendStatus{}
+	for _, s := range status {
+		if s.Name == name {
+			for _, b := range s.Backends {
+				out[b.Address] = b
+			}
+		}
+	}
+	return out
+}
+
+// waitFor polls a backend's status until ok holds (packets cross veth pairs asynchronously) or
+// echoTimeout passes, and returns the last status.
+func waitFor(t *testing.T, d *Datapath, service, addr string, ok func(datapath.BackendStatus) bool) datapath.BackendStatus {
+	t.Helper()
+	deadline := time.Now().Add(echoTimeout)
+	for {
+		b := backendsOf(t, d, service)[addr]
+		if ok(b) || time.Now().After(deadline) {
+			return b
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func resetFlows(t *testing.T, d *Datapath, s *plan.Service, b netip.Addr, want int) {
+	t.Helper()
+	n, err := d.ResetFlows(context.Background(), s, plan.Backend{Addr: b})
+	if err != nil || n != want {
+		t.Fatalf("ResetFlows(%s, %s) = %d, %v; want %d", s.Name, b, n, err, want)
+	}
+}
+
+// moveToNewNetns moves a link of the test's namespace into a new namespace, where it comes up
+// with addrs and a default route via gw. The namespace lives until the test ends.
+func moveToNewNetns(t *testing.T, link, gw string, addrs ...string) netns.NsHandle {
+	t.Helper()
+	back := testNetns(t)
+	ns, err := netns.New() // switches the thread into it
+	if err == nil {
+		err = netns.Set(back)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	l, err := netlink.LinkByName(link)
+	if err == nil {
+		err = netlink.LinkSetNsFd(l, int(ns))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	in(t, ns, func() {
+		lo, _ := netlink.LinkByName("lo")
+		for _, up := range []netlink.Link{lo, l} {
+			if err := netlink.LinkSetUp(up); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, a := range addrs {
+			addr, _ := netlink.ParseAddr(a)
+			if err := netlink.AddrAdd(l, addr); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := netlink.RouteAdd(&netlink.Route{Gw: net.ParseIP(gw)}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	return ns
+}
+
+// testNetns is the namespace the test's thread runs in.
+func testNetns(t *testing.T) netns.NsHandle {
+	t.Helper()
+	h, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return h
+}
+
+// in runs fn with the thread in ns (sockets opened there stay there) and brings it back.
+func in(t *testing.T, ns netns.NsHandle, fn func()) {
+	t.Helper()
+	back := testNetns(t)
+	if err := netns.Set(ns); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := netns.Set(back); err != nil {
+			panic(err) // never leave the thread elsewhere
+		}
+	}()
+	fn()
+}
+
+// echoTimeout bounds every exchange and every echo connection of the flow tests.
+const echoTimeout = 5 * time.Second
+
+func serveTCPEcho(t *testing.T) {
+	l, err := net.Listen("tcp4", ":80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(echoTimeout))
+				_, _ = io.Copy(c, c)
+			}()
+		}
+	}()
+}
+
+func serveUDPEcho(t *testing.T) {
+	c, err := net.ListenPacket("udp4", ":53")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := c.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = c.WriteTo(buf[:n], from)
+		}
+	}()
+}
+
+// echoFrom dials addr from ns, checks that one message comes back and returns the open connection.
+func echoFrom(t *testing.T, ns netns.NsHandle, network, addr string) net.Conn {
+	t.Helper()
+	var c net.Conn
+	var err error
+	in(t, ns, func() { c, err = net.DialTimeout(network, addr, echoTimeout) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(echoTimeout))
+	if _, err := c.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ping" {
+		t.Fatalf("echo through %s: %q, %v", addr, buf, err)
+	}
+	return c
+}
+
+// natTopology routes between a client namespace (10.91.1.2, behind the test's 10.91.1.1) and a
+// backends namespace (10.91.2.11 and 10.91.2.12 on veth1, behind the test's 10.91.2.1); the
+// test's namespace forwards between them.
+func natTopology(t *testing.T) (client, backends netns.NsHandle) {
+	t.Helper()
+	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "client0"}, PeerName: "client1"}
+	addr, _ := netlink.ParseAddr("10.91.1.1/24")
+	if err := netlink.LinkAdd(veth); err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.AddrAdd(veth, addr); err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetUp(veth); err != nil {
+		t.Fatal(err)
+	}
+	client = moveToNewNetns(t, "client1", "10.91.1.1", "10.91.1.2/24")
+	backends = moveToNewNetns(t, "veth1", "10.91.2.1", "10.91.2.11/24", "10.91.2.12/24")
+	return client, backends
+}
+
+// TestKernelNATFlows sends real traffic through nat and fullnat services: Status must count
+// flows, packets and active flows for the backend that took them and nothing for the other
+// backend or for traffic that reaches a backend directly; ResetFlows must drop the flows so that
+// the held connection is reset once re-balanced to the other backend.
+func TestKernelNATFlows(t *testing.T) {
+	for _, mode := range []string{"nat", "fullnat"} {
+		t.Run(mode, func(t *testing.T) {
+			inFreshNetns(t, func() {
+				client, backends := natTopology(t)
+				in(t, backends, func() {
+					serveTCPEcho(t)
+					serveUDPEcho(t)
+				})
+				d := newTestDatapath(t)
+				dns, web := service("dns", "udp", "10.91.9.100", 53, 53), service("web", "tcp", "10.91.9.100", 80, 80)
+				apply(t, d, twoBackendPlan(mode, 0, dns, web))
+
+				echoFrom(t, client, "tcp4", "10.91.2.11:80")
+				if got := backendsOf(t, d, "web")["10.91.2.11"]; got != (datapath.BackendStatus{Address: "10.91.2.11", Weight: 1, Share: 1}) {
+					t.Errorf("a client talking to backend 10.91.2.11 directly shows in its status: %+v", got)
+				}
+				echoFrom(t, client, "tcp4", "10.91.9.100:80").Close() // closing: counted, not active
+				held := echoFrom(t, client, "tcp4", "10.91.9.100:80")
+				echoFrom(t, client, "udp4", "10.91.9.100:53")
+				waitFor(t, d, "web", "10.91.2.11", func(b datapath.BackendStatus) bool { return b.ActiveFlows == 1 })
+				for _, svc := range []struct {
+					name                   string
+					flows                  uint64
+					minPackets, maxPackets uint64
+				}{{"web", 2, 6, 20}, {"dns", 1, 1, 1}} { // web: SYN, ACK, data, FIN and ACKs; dns: the query, not the answer
+					b := backendsOf(t, d, svc.name)
+					if got := b["10.91.2.11"]; got.Flows != svc.flows || got.ActiveFlows != 1 || got.Packets < svc.minPackets || got.Packets > svc.maxPackets || got.Bytes == 0 {
+						t.Errorf("%s: backend 10.91.2.11 = %+v, want %d flows, 1 active, %d-%d packets", svc.name, got, svc.flows, svc.minPackets, svc.maxPackets)
+					}
+					if got := b["10.91.2.12"]; got.Flows != 0 || got.ActiveFlows != 0 || got.Packets != 0 {
+						t.Errorf("%s: backend 10.91.2.12 = %+v, want nothing", svc.name, got)
+					}
+				}
+
+				after := twoBackendPlan(mode, 1, dns, web) // new flows go to 10.91.2.12
+				apply(t, d, after)
+				webAfter := &after.Services[1]
+				resetFlows(t, d, webAfter, backend11, 1)
+				resetFlows(t, d, webAfter, backend11, 0)
+				if got := backendsOf(t, d, "web")["10.91.2.11"].ActiveFlows; got != 0 {
+					t.Errorf("after ResetFlows, backend 10.91.2.11 has %d active flows", got)
+				}
+				// The next segment is balanced to 10.91.2.12, which knows no such connection.
+				_, _ = held.Write([]byte("ping"))
+				if _, err := held.Read(make([]byte, 4)); !errors.Is(err, syscall.ECONNRESET) {
+					t.Errorf("held connection after ResetFlows: read error %v, want a reset", err)
+				}
+				if got := backendsOf(t, d, "web")["10.91.2.12"]; got.Flows != 1 {
+					t.Errorf("backend 10.91.2.12 = %+v, want the reset flow balanced to it once", got)
+				}
+			})
+		})
+	}
+}
+
+// TestKernelDSRFlows sends packets into a dsr service (out of veth1, into veth0's ingress):
+// Status must count new flows, packets and the flow map's elements per backend; ResetFlows must
+// delete the elements of one backend only.
+func TestKernelDSRFlows(t *testing.T) {
+	inFreshNetns(t, func() {
+		veth0, _ := netlink.LinkByName("veth0")
+		veth1, _ := netlink.LinkByName("veth1")
+		vip := netip.MustParseAddr("10.91.9.101")
+		client, _ := netlink.ParseAddr("10.91.1.2/24")
+		if err := netlink.AddrAdd(veth1, client); err != nil {
+			t.Fatal(err)
+		}
+		// veth1 reaches the VIP at veth0's MAC: what it sends arrives at veth0's ingress.
+		route := &netlink.Route{Dst: &net.IPNet{IP: vip.AsSlice(), Mask: net.CIDRMask(32, 32)}, LinkIndex: veth1.Attrs().Index}
+		neigh := &netlink.Neigh{LinkIndex: veth1.Attrs().Index, IP: vip.AsSlice(), HardwareAddr: veth0.Attrs().HardwareAddr, State: netlink.NUD_PERMANENT}
+		if err := netlink.RouteAdd(route); err != nil {
+			t.Fatal(err)
+		}
+		if err := netlink.NeighAdd(neigh); err != nil {
+			t.Fatal(err)
+		}
+		d := newTestDatapath(t)
+		p := twoBackendPlan("dsr", 0, service("game", "udp", vip.String(), 27000, 27015))
+		p.Interfaces = []string{"veth0"}
+		apply(t, d, p)
+
+		for i, datagrams := range []int{3, 1} { // two flows, four packets
+			c, err := net.Dial("udp4", netip.AddrPortFrom(vip, uint16(27000+i)).String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range datagrams {
+				if _, err := c.Write([]byte("ping")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.Close()
+		}
+		got := waitFor(t, d, "game", "10.91.2.11", func(b datapath.BackendStatus) bool { return b.Packets >= 4 })
+		if got.Flows != 2 || got.Packets != 4 || got.ActiveFlows != 2 {
+			t.Errorf("backend 10.91.2.11 = %+v, want 2 flows, 4 packets, 2 active", got)
+		}
+
+		// A flow of the other backend, as the packet path would have learned it.
+		s := &p.Services[0]
+		tx := d.nft.NewTransaction()
+		tx.Add(&knftables.Element{
+			Family: knftables.NetDevFamily, Table: TableName, Map: namesOf(s).flows,
+			Key: []string{"10.91.1.9", "4000", "27000"}, Value: []string{strconv.FormatUint(uint64(backendMarks(s.Backends)[1]), 10)},
+		})
+		if err := d.nft.Run(context.Background(), tx); err != nil {
+			t.Fatal(err)
+		}
+		resetFlows(t, d, s, backend11, 2)
+		resetFlows(t, d, s, backend11, 0)
+		b := backendsOf(t, d, "game")
+		if b["10.91.2.11"].ActiveFlows != 0 || b["10.91.2.12"].ActiveFlows != 1 {
+			t.Errorf("after ResetFlows of 10.91.2.11: %+v", b)
+		}
+		unprogrammed := service("other", "udp", vip.String(), 28000, 28000)
+		unprogrammed.Mode, unprogrammed.Backends = "dsr", s.Backends
+		resetFlows(t, d, &unprogrammed, backend12, 0)
 	})
 }

@@ -8,12 +8,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sort"
 	"strconv"
 	"strings"
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/plan"
 )
@@ -82,9 +84,14 @@ func (d *Datapath) Flush(ctx context.Context) error {
 	return d.nft.Run(ctx, tx)
 }
 
-// Status reads the programmed services back from the kernel, with per-backend counters.
+// Status reads the programmed services back from the kernel, with per-backend counters and
+// active flows.
 func (d *Datapath) Status(ctx context.Context) ([]datapath.ServiceStatus, error) {
 	st, err := d.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	live, err := d.readLiveFlows(ctx, st)
 	if err != nil {
 		return nil, err
 	}
@@ -94,8 +101,7 @@ func (d *Datapath) Status(ctx context.Context) ([]datapath.ServiceStatus, error)
 			continue
 		}
 		for _, id := range sortedIDs(st.sets[k].elems) {
-			e := st.sets[k].elems[id]
-			if s, ok := serviceStatus(st, k.family, e); ok {
+			if s, ok := serviceStatus(st, live, k.family, st.sets[k].elems[id]); ok {
 				out = append(out, s)
 			}
 		}
@@ -104,8 +110,9 @@ func (d *Datapath) Status(ctx context.Context) ([]datapath.ServiceStatus, error)
 	return out, nil
 }
 
-// serviceStatus rebuilds one service from its dispatch element, members map, slots and counters.
-func serviceStatus(st *state, f knftables.Family, dispatch *knftables.Element) (datapath.ServiceStatus, bool) {
+// serviceStatus rebuilds one service from its dispatch element, members map, slots, counters and
+// live flows.
+func serviceStatus(st *state, live *liveFlows, f knftables.Family, dispatch *knftables.Element) (datapath.ServiceStatus, bool) {
 	if dispatch.Comment == nil || len(dispatch.Value) != 1 {
 		return datapath.ServiceStatus{}, false
 	}
@@ -114,56 +121,90 @@ func serviceStatus(st *state, f knftables.Family, dispatch *knftables.Element) (
 	if len(desc) != 6 || !ok {
 		return datapath.ServiceStatus{}, false
 	}
-	s := datapath.ServiceStatus{Name: desc[0], Protocol: desc[1], VIP: desc[2], Ports: desc[3], Mode: desc[4], Scheduler: desc[5]}
-	// Share of the slot table per backend chain (dsr slots hold marks, resolved via the marks map).
-	marks := map[string]string{}
-	if m := st.sets[objKey{f, "backends-" + chain}]; m != nil {
-		for _, e := range m.elems {
-			marks[strings.Join(e.Key, "")] = strings.Join(e.Value, "")
-		}
+	vip, err1 := netip.ParseAddr(desc[2])
+	ports, err2 := config.ParseRange(desc[3])
+	if err1 != nil || err2 != nil {
+		return datapath.ServiceStatus{}, false
 	}
+	s := datapath.ServiceStatus{Name: desc[0], Protocol: desc[1], VIP: desc[2], Ports: desc[3], Mode: desc[4], Scheduler: desc[5]}
+	// Slots and dsr flows per backend chain (dsr ones hold marks, resolved via the marks map).
+	toChain := backendChainOf(st, f, chain)
 	owners := map[string]int{}
 	if slots := st.sets[objKey{f, "slots-" + chain}]; slots != nil {
 		for _, e := range slots.elems {
-			target := strings.Join(e.Value, "")
-			if t, ok := marks[target]; ok {
-				target = t[:strings.LastIndex(t, "-")] // drop the device part of a dsr chain
-			}
-			owners[strings.TrimPrefix(target, "goto ")]++
+			owners[toChain(strings.Join(e.Value, ""))]++
 			s.Slots++
 		}
 	}
-	if members := st.sets[objKey{f, "members-" + chain}]; members != nil {
-		for _, id := range sortedIDs(members.elems) {
-			e := members.elems[id]
-			if len(e.Key) != 2 || len(e.Value) != 1 {
-				continue
-			}
-			port, _ := strconv.Atoi(e.Key[1])
-			weight, _ := strconv.Atoi(e.Value[0])
-			b := datapath.BackendStatus{Address: e.Key[0], Port: port, Weight: weight}
-			bid := backendID(e.Key[0], port)
-			if c := st.counters[objKey{f, "c-" + s.Name + "-" + hash8(bid)}]; c != nil {
-				b.Packets, b.Bytes = deref(c.Packets), deref(c.Bytes)
-			}
-			if s.Slots > 0 {
-				b.Share = float64(owners[backendChain(s.Name, s.Protocol, bid, "")]) / float64(s.Slots)
-			}
-			s.Backends = append(s.Backends, b)
+	dsrActive := map[string]uint64{}
+	for mark, n := range live.dsr["flows-"+chain] {
+		dsrActive[toChain(mark)] += n
+	}
+	members := st.sets[objKey{f, "members-" + chain}]
+	if members == nil {
+		return s, true
+	}
+	for _, id := range sortedIDs(members.elems) {
+		e := members.elems[id]
+		if len(e.Key) != 2 || len(e.Value) != 1 {
+			continue
 		}
+		addr, err1 := netip.ParseAddr(e.Key[0])
+		port, err2 := strconv.ParseUint(e.Key[1], 10, 16)
+		weight, err3 := strconv.Atoi(e.Value[0])
+		if err1 != nil || err2 != nil || err3 != nil {
+			continue
+		}
+		pb := plan.Backend{Addr: addr, Port: uint16(port), Weight: weight}
+		b := datapath.BackendStatus{Address: e.Key[0], Port: int(port), Weight: weight}
+		b.Flows, b.Packets, b.Bytes = backendCounters(st, f, s.Mode, s.Name, pb.ID())
+		bchain := backendChain(s.Name, s.Protocol, pb.ID(), "")
+		if s.Slots > 0 {
+			b.Share = float64(owners[bchain]) / float64(s.Slots)
+		}
+		if s.Mode == "dsr" {
+			b.ActiveFlows = dsrActive[bchain]
+		} else {
+			b.ActiveFlows = live.natActive(natTargetOf(s.Protocol, vip, ports, pb))
+		}
+		s.Backends = append(s.Backends, b)
 	}
 	return s, true
 }
 
-// backendID is plan.Backend.ID for an address and port as listed by nft.
-func backendID(addr string, port int) string {
-	if port == 0 {
-		return addr
+// backendChainOf resolves what a service's slots hold (a goto, or under dsr a backend mark) to
+// the device-less name of the backend chain.
+func backendChainOf(st *state, f knftables.Family, chain string) func(string) string {
+	marks := map[string]string{}
+	if m := st.sets[objKey{f, "backends-" + chain}]; m != nil {
+		for _, e := range m.elems {
+			target := strings.Join(e.Value, "")
+			marks[strings.Join(e.Key, "")] = target[:strings.LastIndex(target, "-")] // drop the device part
+		}
 	}
-	if strings.Contains(addr, ":") {
-		addr = "[" + addr + "]"
+	return func(value string) string {
+		if target, ok := marks[value]; ok {
+			value = target
+		}
+		return strings.TrimPrefix(value, "goto ")
 	}
-	return addr + ":" + strconv.Itoa(port)
+}
+
+// backendCounters reads a backend's flows, packets and bytes. The backend chain counts new flows
+// under nat and fullnat (the forwarded chain counts packets) and packets under dsr (the service
+// chain counts new flows).
+func backendCounters(st *state, f knftables.Family, mode, service, backendID string) (flows, packets, bytes uint64) {
+	flowsPrefix, packetsPrefix := chainCounter, packetCounter
+	if mode == "dsr" {
+		flowsPrefix, packetsPrefix = newFlowCounter, chainCounter
+	}
+	if c := st.counters[objKey{f, counterName(flowsPrefix, service, backendID)}]; c != nil {
+		flows = deref(c.Packets)
+	}
+	if c := st.counters[objKey{f, counterName(packetsPrefix, service, backendID)}]; c != nil {
+		packets, bytes = deref(c.Packets), deref(c.Bytes)
+	}
+	return flows, packets, bytes
 }
 
 func deref(v *uint64) uint64 {
@@ -173,7 +214,11 @@ func deref(v *uint64) uint64 {
 	return *v
 }
 
-// ResetFlows drops the established flows of one backend of a service.
+// ResetFlows drops the active flows from a service's clients to one of its backends: conntrack
+// entries under nat and fullnat, flow map elements under dsr. It returns how many it dropped.
 func (d *Datapath) ResetFlows(ctx context.Context, s *plan.Service, b plan.Backend) (int, error) {
-	return 0, fmt.Errorf("nft: resetting flows of %s is not implemented yet", b.ID())
+	if s.Mode == "dsr" {
+		return d.resetDSRFlows(ctx, s, b)
+	}
+	return resetNATFlows(s, b)
 }

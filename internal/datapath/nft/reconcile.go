@@ -93,21 +93,23 @@ func deletable(e *knftables.Element) *knftables.Element {
 	d := *e
 	d.Value = nil
 	if e.Comment != nil {
-		d.Key = keyFromDescription(d.Set != "", *e.Comment)
+		d.Key = keyFromComment(e)
 		d.Comment = nil
 	}
 	return &d
 }
 
-// keyFromDescription turns a service description ("web tcp 10.0.0.1 80 nat maglev") back into
-// the key of its dispatch element (proto . vip . ports) or full-NAT element (vip . ports).
-func keyFromDescription(fullnatSet bool, desc string) []string {
-	f := strings.Fields(desc)
-	if len(f) < 4 {
-		return nil
+// keyFromComment recovers an element's key from its comment. Dispatch and full-NAT elements carry
+// the service description ("web tcp 10.0.0.1 80 nat maglev"), keyed by proto . vip . ports and
+// vip . ports; the others carry their key itself.
+func keyFromComment(e *knftables.Element) []string {
+	f := strings.Fields(*e.Comment)
+	switch {
+	case strings.HasPrefix(e.Map, "dispatch") && len(f) >= 4:
+		return f[1:4]
+	case strings.HasPrefix(e.Set, "fullnat-") && len(f) >= 4:
+		return f[2:4]
+	default:
+		return strings.Split(*e.Comment, " . ")
 	}
-	if fullnatSet {
-		return []string{f[2], f[3]}
-	}
-	return []string{f[1], f[2], f[3]}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -23,6 +24,18 @@ const hashSeed = "0x51ce"
 
 // dsrPriority runs DSR before anything else on the ingress device.
 const dsrPriority = "-500"
+
+// forwardedPriority counts nat and fullnat packets after both nat hooks, once they are leaving.
+const forwardedPriority = knftables.SNATPriority + " + 10"
+
+// Each backend has two named counters, told apart by prefix. The backend chain's own counter
+// sees the first packet of each flow under nat and fullnat (the nat hooks see nothing else) and
+// every packet under dsr; the second counts what the first cannot see.
+const (
+	chainCounter   = "c" // in the backend chain
+	packetCounter  = "p" // nat, fullnat: every packet sent to the backend, from the forwarded chain
+	newFlowCounter = "n" // dsr: the first packet of each flow, from the service chain
+)
 
 // Environment is what rendering needs to know about the machine.
 type Environment struct {
@@ -55,6 +68,9 @@ func ipvOf(a netip.Addr) ipv {
 func render(p *plan.Plan, env Environment) (*state, error) {
 	st := newState()
 	renderInetBase(st)
+	if slices.ContainsFunc(p.Services, func(s plan.Service) bool { return s.Mode != "dsr" }) {
+		renderForwarded(st)
+	}
 	hasDSR := false
 	for i := range p.Services {
 		s := &p.Services[i]
@@ -97,6 +113,32 @@ func renderInetBase(st *state) {
 	st.addChain(baseChain(f, "postrouting", knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority), post...)
 }
 
+// renderForwarded counts every packet forwarded from a client to a backend of a nat or fullnat
+// service: a filter chain after the nat hooks looks the packet's conntrack entry up, service side
+// (original destination) and backend side (reply source), in maps of per-backend counters. Reply
+// packets and flows Sluice did not balance (no element: a client talking to a backend directly)
+// are not counted. One rule per protocol and IP version, as nft 1.0.6 types ct proto-dst only
+// after a protocol match.
+func renderForwarded(st *state) {
+	const f = knftables.InetFamily
+	var rules []string
+	for _, v := range []ipv{ipv4, ipv6} {
+		for _, proto := range []string{"tcp", "udp"} {
+			name := forwardedMap(proto, v)
+			st.addSet(f, &knftables.Map{
+				Name:  name,
+				Type:  fmt.Sprintf("%[1]s . inet_service . %[1]s . inet_service : counter", v.addrType),
+				Flags: []knftables.SetFlag{knftables.IntervalFlag},
+			})
+			rules = append(rules, fmt.Sprintf("meta l4proto %s ct direction original counter name ct original %s daddr . ct original proto-dst . ct reply %s saddr . ct reply proto-src map @%s",
+				proto, v.ip, v.ip, name))
+		}
+	}
+	st.addChain(baseChain(f, "forwarded", knftables.FilterType, knftables.PostroutingHook, forwardedPriority), rules...)
+}
+
+func forwardedMap(proto string, v ipv) string { return "forwarded-" + proto + v.suffix }
+
 // renderNetdevBase lays out the netdev table: an ingress chain per DSR device dispatching by
 // proto . vip . port.
 func renderNetdevBase(st *state, devices []string) error {
@@ -132,7 +174,7 @@ func baseChain(f knftables.Family, name string, t knftables.BaseChainType, hook 
 
 // names of one service's objects; the hash covers everything the service chain's rules depend on.
 type serviceNames struct {
-	desc, chain, slots, members, flows, marks string
+	desc, chain, slots, members, flows, marks, newFlows string
 }
 
 func namesOf(s *plan.Service) serviceNames {
@@ -141,7 +183,7 @@ func namesOf(s *plan.Service) serviceNames {
 	sfx := s.Name + "-" + h
 	return serviceNames{
 		desc: desc, chain: "svc-" + sfx, slots: "slots-" + sfx, members: "members-" + sfx,
-		flows: "flows-" + sfx, marks: "backends-" + sfx,
+		flows: "flows-" + sfx, marks: "backends-" + sfx, newFlows: "newflows-" + sfx,
 	}
 }
 
@@ -175,7 +217,7 @@ func commonService(st *state, f knftables.Family, s *plan.Service, n serviceName
 	members := st.addSet(f, &knftables.Map{Name: n.members, Type: v.addrType + " . inet_service : mark"})
 	for _, b := range s.Backends {
 		members.add(&knftables.Element{Key: []string{b.Addr.String(), strconv.Itoa(int(b.Port))}, Value: []string{strconv.Itoa(b.Weight)}})
-		st.addCounter(f, counterName(s.Name, b))
+		st.addCounter(f, counterName(chainCounter, s.Name, b.ID()))
 	}
 }
 
@@ -189,6 +231,7 @@ func renderNATService(st *state, s *plan.Service) {
 			Key: []string{s.VIP.String(), s.Ports.String()}, Comment: ptr(n.desc),
 		})
 	}
+	forwarded := st.sets[objKey{f, forwardedMap(s.Protocol, v)}]
 	var rules []string
 	if len(s.Slots) > 0 {
 		slots := st.addSet(f, &knftables.Map{Name: n.slots, TypeOf: "numgen inc mod 2 : verdict"})
@@ -205,9 +248,25 @@ func renderNATService(st *state, s *plan.Service) {
 			to = netip.AddrPortFrom(b.Addr, b.Port).String()
 		}
 		st.addChain(&knftables.Chain{Family: f, Name: backendChain(s.Name, s.Protocol, b.ID(), "")},
-			fmt.Sprintf("counter name %q", counterName(s.Name, b)),
+			fmt.Sprintf("counter name %q", counterName(chainCounter, s.Name, b.ID())),
 			fmt.Sprintf("meta l4proto %s dnat %s to %s", s.Protocol, v.ip, to))
+		packets := counterName(packetCounter, s.Name, b.ID())
+		st.addCounter(f, packets)
+		forwarded.add(forwardedElement(s, b, packets))
 	}
+}
+
+// forwardedElement keys a backend's packet counter by the conntrack tuple parts of its flows:
+// vip . service ports . backend . backend port (the client's port when the backend has none).
+// Its comment repeats the key, which nft lists unreadably when it holds a port range.
+func forwardedElement(s *plan.Service, b plan.Backend, counter string) *knftables.Element {
+	ports := s.Ports.String()
+	backendPorts := ports
+	if b.Port != 0 {
+		backendPorts = strconv.Itoa(int(b.Port))
+	}
+	key := []string{s.VIP.String(), ports, b.Addr.String(), backendPorts}
+	return &knftables.Element{Key: key, Value: []string{counter}, Comment: ptr(strings.Join(key, " . "))}
 }
 
 func fallbackRule(s *plan.Service) string {
@@ -239,6 +298,7 @@ func renderDSRService(st *state, s *plan.Service, env Environment) error {
 		Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag}, Timeout: &s.FlowTimeout, Size: ptr(uint64(65535)),
 	})
 	backends := st.addSet(f, &knftables.Map{Name: n.marks, Type: "mark : verdict"})
+	newFlows := st.addSet(f, &knftables.Map{Name: n.newFlows, Type: "mark : counter"})
 	// A known flow refreshes its entry (the timeout is an idle timeout) and goes to its backend.
 	rules := []string{fmt.Sprintf("meta l4proto %s meta mark set %s map @%s update @%s { %s : meta mark } meta mark vmap @%s",
 		s.Protocol, flowKey, n.flows, n.flows, flowKey, n.marks)}
@@ -248,9 +308,13 @@ func renderDSRService(st *state, s *plan.Service, env Environment) error {
 			return fmt.Errorf("backend %s: %w", b.ID(), err)
 		}
 		chain := backendChain(s.Name, s.Protocol, b.ID(), dev)
-		backends.add(&knftables.Element{Key: []string{strconv.FormatUint(uint64(marks[i]), 10)}, Value: []string{"goto " + chain}})
+		mark := strconv.FormatUint(uint64(marks[i]), 10)
+		backends.add(&knftables.Element{Key: []string{mark}, Value: []string{"goto " + chain}})
+		newFlowsCounter := counterName(newFlowCounter, s.Name, b.ID())
+		st.addCounter(f, newFlowsCounter)
+		newFlows.add(&knftables.Element{Key: []string{mark}, Value: []string{newFlowsCounter}})
 		st.addChain(&knftables.Chain{Family: f, Name: chain},
-			fmt.Sprintf("counter name %q", counterName(s.Name, b)),
+			fmt.Sprintf("counter name %q", counterName(chainCounter, s.Name, b.ID())),
 			fmt.Sprintf("fwd %s to %s device %q", v.ip, b.Addr, dev))
 	}
 	if len(s.Slots) > 0 {
@@ -259,9 +323,11 @@ func renderDSRService(st *state, s *plan.Service, env Environment) error {
 			slots.add(&knftables.Element{Key: []string{strconv.Itoa(slot)}, Value: []string{strconv.FormatUint(uint64(marks[bi]), 10)}})
 		}
 		// Two rules, not one: nft 1.0.6 runs out of registers for an IPv6 flow key in a single rule.
+		// Only new flows get here, so this is where they are counted.
 		rules = append(rules,
 			fmt.Sprintf("meta l4proto %s meta mark set %s map @%s", s.Protocol, selector(s), n.slots),
-			fmt.Sprintf("meta mark != 0 update @%s { %s : meta mark } meta mark vmap @%s", n.flows, flowKey, n.marks))
+			fmt.Sprintf("meta mark != 0 update @%s { %s : meta mark } counter name meta mark map @%s meta mark vmap @%s",
+				n.flows, flowKey, n.newFlows, n.marks))
 	}
 	rules = append(rules, "drop")
 	st.addChain(&knftables.Chain{Family: f, Name: n.chain}, rules...)
@@ -296,8 +362,9 @@ func backendChain(service, proto, backendID, device string) string {
 	return name
 }
 
-func counterName(service string, b plan.Backend) string {
-	return "c-" + service + "-" + hash8(b.ID())
+// counterName names one of a backend's counters ("c-web-<hash of the backend ID>").
+func counterName(prefix, service, backendID string) string {
+	return prefix + "-" + service + "-" + hash8(backendID)
 }
 
 func hash8(parts ...string) string {

@@ -1,0 +1,220 @@
+package nft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
+	"sigs.k8s.io/knftables"
+
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+// Active flows are what the datapath tracks right now. For nat and fullnat that is conntrack: an
+// entry is active when it is an established TCP connection (IPVS's ActiveConn; handshakes and
+// closing connections are its InActConn) or any UDP flow. For dsr it is an element of the
+// service's flow map.
+
+// natFlow is where a conntrack entry says a flow goes: the service side of its original
+// direction and the backend side of its reply direction.
+type natFlow struct {
+	proto   uint8
+	vip     netip.Addr
+	vport   uint16
+	backend netip.AddrPort
+}
+
+func natFlowOf(c *netlink.ConntrackFlow) natFlow {
+	vip, _ := netip.AddrFromSlice(c.Forward.DstIP)
+	backend, _ := netip.AddrFromSlice(c.Reverse.SrcIP)
+	return natFlow{
+		proto: c.Forward.Protocol, vip: vip.Unmap(), vport: c.Forward.DstPort,
+		backend: netip.AddrPortFrom(backend.Unmap(), c.Reverse.SrcPort),
+	}
+}
+
+// translated tells whether the flow's destination was rewritten (DNAT): only those can be balanced.
+func (f natFlow) translated() bool { return f.backend != netip.AddrPortFrom(f.vip, f.vport) }
+
+// isActive tells whether a conntrack entry is an active flow.
+func isActive(c *netlink.ConntrackFlow) bool {
+	tcp, ok := c.ProtoInfo.(*netlink.ProtoInfoTCP)
+	return !ok || tcp.State == nl.TCP_CONNTRACK_ESTABLISHED
+}
+
+var protoNumbers = map[string]uint8{"tcp": unix.IPPROTO_TCP, "udp": unix.IPPROTO_UDP}
+
+// natTarget selects the flows from a service's clients to one of its backends. As a conntrack
+// filter it selects the active ones.
+type natTarget struct {
+	proto   uint8
+	vip     netip.Addr
+	ports   config.Range
+	backend plan.Backend // Port 0: the port the client asked for
+}
+
+func natTargetOf(proto string, vip netip.Addr, ports config.Range, b plan.Backend) natTarget {
+	return natTarget{proto: protoNumbers[proto], vip: vip, ports: ports, backend: b}
+}
+
+func (t natTarget) has(f natFlow) bool {
+	port := t.backend.Port
+	if port == 0 {
+		port = f.vport
+	}
+	return f.proto == t.proto && f.vip == t.vip && t.ports.Contains(int(f.vport)) &&
+		f.backend == netip.AddrPortFrom(t.backend.Addr, port)
+}
+
+// MatchConntrackFlow implements netlink.CustomConntrackFilter.
+func (t natTarget) MatchConntrackFlow(c *netlink.ConntrackFlow) bool {
+	return isActive(c) && t.has(natFlowOf(c))
+}
+
+func conntrackFamily(v ipv) netlink.InetFamily {
+	if v == ipv6 {
+		return netlink.FAMILY_V6
+	}
+	return netlink.FAMILY_V4
+}
+
+// liveFlows counts the active flows of every programmed service, read once per Status.
+type liveFlows struct {
+	nat map[natFlow]uint64           // active translated conntrack entries
+	dsr map[string]map[string]uint64 // flow map name -> backend mark -> elements
+}
+
+// readLiveFlows dumps conntrack for each IP version that has nat or fullnat services, and lists
+// the flow map of each dsr service.
+func (d *Datapath) readLiveFlows(ctx context.Context, st *state) (*liveFlows, error) {
+	live := &liveFlows{nat: map[natFlow]uint64{}, dsr: map[string]map[string]uint64{}}
+	for _, v := range []ipv{ipv4, ipv6} {
+		if dispatch := st.sets[objKey{knftables.InetFamily, "dispatch" + v.suffix}]; dispatch != nil && len(dispatch.elems) > 0 {
+			if err := live.addConntrack(conntrackFamily(v)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, k := range sortedKeys(st.sets) {
+		if strings.HasPrefix(k.name, "flows-") {
+			marks, err := d.flowMarks(ctx, k.name)
+			if err != nil {
+				return nil, err
+			}
+			live.dsr[k.name] = marks
+		}
+	}
+	return live, nil
+}
+
+// addConntrack counts the active translated entries of one IP version. An interrupted dump (the
+// table changed meanwhile) still counts what it read.
+func (l *liveFlows) addConntrack(family netlink.InetFamily) error {
+	entries, err := netlink.ConntrackTableList(netlink.ConntrackTable, family)
+	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+		return fmt.Errorf("reading conntrack: %w", err)
+	}
+	for _, c := range entries {
+		if f := natFlowOf(c); isActive(c) && f.translated() {
+			l.nat[f]++
+		}
+	}
+	return nil
+}
+
+func (l *liveFlows) natActive(t natTarget) uint64 {
+	var n uint64
+	for f, count := range l.nat {
+		if t.has(f) {
+			n += count
+		}
+	}
+	return n
+}
+
+// flowMarks counts the elements of a dsr flow map by backend mark.
+func (d *Datapath) flowMarks(ctx context.Context, flows string) (map[string]uint64, error) {
+	elems, err := d.tables[knftables.NetDevFamily].ListElements(ctx, "map", flows)
+	if err != nil && !knftables.IsNotFound(err) {
+		return nil, fmt.Errorf("reading map %s: %w", flows, err)
+	}
+	marks := map[string]uint64{}
+	for _, e := range elems {
+		marks[strings.Join(e.Value, "")]++
+	}
+	return marks, nil
+}
+
+// resetNATFlows deletes the active conntrack entries of a backend's flows: the client's next
+// packet is balanced anew, and a TCP segment reaching a backend that does not know its
+// connection is answered with a reset.
+func resetNATFlows(s *plan.Service, b plan.Backend) (int, error) {
+	t := natTargetOf(s.Protocol, s.VIP, s.Ports, b)
+	n, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, conntrackFamily(ipvOf(s.VIP)), t)
+	// An interrupted dump alone (the table changed meanwhile) still deleted what it read; joined
+	// with other errors, some deletions failed.
+	if err != nil && err != netlink.ErrDumpInterrupted {
+		return int(n), fmt.Errorf("deleting conntrack entries of %s: %w", b.ID(), err)
+	}
+	return int(n), nil
+}
+
+// resetAttempts bounds the retries of a dsr reset that raced with the packet path.
+const resetAttempts = 3
+
+// resetDSRFlows deletes the flow map elements that point to a backend, so the flows' next packets
+// are hashed anew. It retries when the packet path re-created an element with another backend
+// between the listing and the deletion.
+func (d *Datapath) resetDSRFlows(ctx context.Context, s *plan.Service, b plan.Backend) (int, error) {
+	i := slices.IndexFunc(s.Backends, func(x plan.Backend) bool { return x.ID() == b.ID() })
+	if i < 0 {
+		return 0, nil
+	}
+	mark := strconv.FormatUint(uint64(backendMarks(s.Backends)[i]), 10)
+	var err error
+	for range resetAttempts {
+		var n int
+		if n, err = d.deleteFlowElements(ctx, namesOf(s).flows, mark); err == nil {
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("resetting dsr flows of %s: %w", b.ID(), err)
+}
+
+// deleteFlowElements deletes, in one transaction, the elements of a flow map that hold a mark.
+// Each is added before it is deleted: an element that expired since the listing is then deleted
+// all the same instead of failing the transaction.
+func (d *Datapath) deleteFlowElements(ctx context.Context, flows, mark string) (int, error) {
+	elems, err := d.tables[knftables.NetDevFamily].ListElements(ctx, "map", flows)
+	if knftables.IsNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	tx := d.nft.NewTransaction()
+	n := 0
+	for _, e := range elems {
+		if strings.Join(e.Value, "") != mark {
+			continue
+		}
+		add := &knftables.Element{Family: knftables.NetDevFamily, Table: TableName, Map: flows, Key: e.Key, Value: e.Value}
+		del := *add
+		del.Value = nil
+		tx.Add(add)
+		tx.Delete(&del)
+		n++
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	return n, d.nft.Run(ctx, tx)
+}
