@@ -38,7 +38,7 @@ func Execute() int {
 			return g.enterNetns()
 		},
 	}
-	root.PersistentFlags().StringVar(&g.netns, "netns", "", "run inside this named network namespace (as `ip netns exec NAME sluice ...`)")
+	root.PersistentFlags().StringVar(&g.netns, "netns", "", "run inside this named network namespace, like ip netns exec NAME sluice ...")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "", "log level: debug, info, warn, error (default: info for serve, warn otherwise)")
 	root.PersistentFlags().StringVar(&g.socket, "socket", envOr("SLUICE_SOCKET", api.DefaultSocket), "the daemon's API socket")
 	root.PersistentFlags().StringVar(&g.apiURL, "api", os.Getenv("SLUICE_API"), "talk to the daemon's TCP API at this URL instead of the socket")

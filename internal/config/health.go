@@ -28,7 +28,7 @@ type HealthCheck struct {
 	Type string `yaml:"type" json:"type"`
 	// Port is probed instead of the backend's port (or, for a port range or dsr, the service's first port).
 	Port int `yaml:"port,omitempty" json:"port,omitempty"`
-	// Interval between probes (default 2s) and Timeout of one probe (default 1s).
+	// Interval between probes (default 2s) and Timeout of one probe (default 1s, at most the interval).
 	Interval string `yaml:"interval,omitempty" json:"interval,omitempty"`
 	Timeout  string `yaml:"timeout,omitempty" json:"timeout,omitempty"`
 	// Rise consecutive successes bring a backend up (default 2); Fall failures take it down (default 3).
@@ -62,9 +62,9 @@ func (h *HealthCheck) IntervalOrDefault() time.Duration {
 	return durationOr(h.Interval, DefaultCheckInterval)
 }
 
-// TimeoutOrDefault is the parsed timeout.
+// TimeoutOrDefault is the parsed timeout; unset, it is 1s or the interval when that is shorter.
 func (h *HealthCheck) TimeoutOrDefault() time.Duration {
-	return durationOr(h.Timeout, DefaultCheckTimeout)
+	return durationOr(h.Timeout, min(DefaultCheckTimeout, h.IntervalOrDefault()))
 }
 
 func durationOr(s string, def time.Duration) time.Duration {
@@ -96,6 +96,9 @@ func (h *HealthCheck) validate(at string, fail func(path, format string, args ..
 			continue
 		}
 		*d.value = v
+	}
+	if h.Timeout == "" {
+		timeout = min(timeout, interval)
 	}
 	if timeout > interval {
 		fail(at+".timeout", "%s is longer than the interval %s", timeout, interval)
