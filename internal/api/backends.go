@@ -27,14 +27,14 @@ func (s *server) addBackend(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ref := backendRef(b)
+	ref, valid := backendRef(b)
 	var at string
 	change, err := s.engine.Update(dry, fmt.Sprintf("api: add backend %s to %s", ref, name), func(cfg *config.Config) error {
 		svc, i, err := engine.FindService(cfg, name)
 		if err != nil {
 			return err
 		}
-		if _, _, err := engine.FindBackend(svc, ref); err == nil {
+		if _, _, err := engine.FindBackend(svc, ref); valid && err == nil {
 			return fmt.Errorf("backend %s of service %s: %w", ref, name, engine.ErrConflict)
 		}
 		svc.Backends = append(svc.Backends, b)
@@ -168,14 +168,14 @@ func findBackend(svc *config.Service, ref string) (*config.Backend, int, error) 
 }
 
 // backendRef names a backend to add the way engine.FindBackend reads it ("10.0.0.1:8080",
-// "10.0.0.1:0" when it takes the client's port); an invalid address or port gives a reference
-// that matches nothing, and validation reports it.
-func backendRef(b config.Backend) string {
+// "10.0.0.1:0" when it takes the client's port); valid is false for an address or port that
+// validation is going to reject.
+func backendRef(b config.Backend) (ref string, valid bool) {
 	addr, err := netip.ParseAddr(b.Address)
 	if err != nil || b.Port < 0 || b.Port > 65535 {
-		return "invalid backend"
+		return b.Address, false
 	}
-	return netip.AddrPortFrom(addr.Unmap(), uint16(b.Port)).String()
+	return netip.AddrPortFrom(addr.Unmap(), uint16(b.Port)).String(), true
 }
 
 // canonicalAddress writes an address the way the engine's views do.

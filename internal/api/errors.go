@@ -30,6 +30,7 @@ type FieldError struct {
 	Message string `json:"message"`
 }
 
+// Error is the message, which names the field and the line; else the HTTP status.
 func (e *Error) Error() string {
 	if e.Message != "" {
 		return e.Message

@@ -20,7 +20,7 @@ const DefaultSocket = "/run/sluice/sluice.sock"
 // it has the mode the umask gives, which the usual umask 022 already closes to other users.
 // Closing the listener removes the socket.
 func ListenUnix(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := makeParent(path); err != nil {
 		return nil, err
 	}
 	if err := removeStaleSocket(path); err != nil {
@@ -35,6 +35,18 @@ func ListenUnix(path string) (net.Listener, error) {
 		return nil, err
 	}
 	return l, nil
+}
+
+// makeParent creates the directory of path with mode 0755, whatever the umask, when it is missing.
+func makeParent(path string) error {
+	dir := filepath.Dir(path)
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.Chmod(dir, 0o755)
 }
 
 // removeStaleSocket removes path when it is a socket nobody answers on.

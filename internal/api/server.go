@@ -13,8 +13,9 @@ import (
 
 // Info describes the running daemon for GET /v1/status.
 type Info struct {
-	Version    string
-	Datapath   string
+	Version  string
+	Datapath string // the datapath in use, like "nft"
+	// ConfigFile is the file POST /v1/reload reads; empty when the daemon was started without one.
 	ConfigFile string
 	Started    time.Time
 }

@@ -1,15 +1,9 @@
 package api
 
 import (
-	_ "embed"
 	"net/http"
 	"time"
 )
-
-// openAPIDocument describes this API; a test checks the handlers against it.
-//
-//go:embed openapi.yaml
-var openAPIDocument []byte
 
 func (s *server) status(w http.ResponseWriter, _ *http.Request) error {
 	return respond(w, http.StatusOK, Status{
@@ -21,10 +15,4 @@ func (s *server) status(w http.ResponseWriter, _ *http.Request) error {
 
 func (s *server) health(w http.ResponseWriter, _ *http.Request) error {
 	return respond(w, http.StatusOK, orEmpty(s.engine.Health()))
-}
-
-func (s *server) openAPI(w http.ResponseWriter, _ *http.Request) error {
-	w.Header().Set("Content-Type", mediaYAML)
-	_, _ = w.Write(openAPIDocument)
-	return nil
 }

@@ -1,0 +1,113 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"testing"
+)
+
+// seed is one input of a fuzz seed corpus.
+type seed struct{ contentType, body string }
+
+// fuzzRoute fuzzes the body and Content-Type of one route: whatever they are, the handler does
+// not panic, answers JSON, and an answer other than 2xx leaves the running config as it was.
+// After a 2xx the base config is put back, so that every input meets the same state.
+func fuzzRoute(f *testing.F, method, path string, seeds []seed) {
+	fx := newFixture(f)
+	base := fx.engine.Config()
+	for _, s := range seeds {
+		f.Add(s.contentType, []byte(s.body))
+	}
+	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
+		before := fx.engine.Config()
+		req := httptest.NewRequest(method, path, bytes.NewReader(body))
+		req.Header.Set("Content-Type", contentType)
+		rec := httptest.NewRecorder()
+		fx.handler.ServeHTTP(rec, req)
+		if !json.Valid(rec.Body.Bytes()) {
+			t.Fatalf("%s %s answered %d with invalid JSON: %q", method, path, rec.Code, rec.Body)
+		}
+		if rec.Code >= 300 {
+			if !reflect.DeepEqual(before, fx.engine.Config()) {
+				t.Fatalf("%s %s answered %d but changed the running config", method, path, rec.Code)
+			}
+			return
+		}
+		if _, err := fx.engine.Replace(false, "fuzz: back to the base config", base); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func FuzzAddService(f *testing.F) {
+	fuzzRoute(f, http.MethodPost, "/v1/services", []seed{
+		{mediaJSON, `{"name": "api", "vip": "192.0.2.20", "port": 443, "backends": [{"address": "10.0.2.1", "port": 8443, "weight": 2}]}`},
+		{mediaJSON, `{"name": "range", "vip": "192.0.2.21", "port": "8000-8010", "protocol": "udp", "backends": [{"address": "10.0.2.1"}]}`},
+		{mediaJSON, `{"name": "dsr", "vip": "192.0.2.22", "port": 80, "mode": "dsr", "flow_timeout": "1m", "backends": [{"address": "10.0.2.1"}]}`},
+		{mediaJSON, `{"name": "hc", "vip": "192.0.2.23", "port": 80, "health_check": {"type": "http", "path": "/healthz", "expect_status": [200, "300-399"]}, "backends": [{"address": "10.0.2.1"}]}`},
+		{mediaJSON, `{"name": "sorry", "vip": "192.0.2.24", "port": 80, "fallback": "sorry", "sorry_servers": [{"address": "10.0.9.9"}]}`},
+		{mediaJSON, `{"name": "web", "vip": "192.0.2.10", "port": 80, "backends": [{"address": "10.0.0.1"}]}`},
+		{mediaJSON, `{"name": "api", "vip": "192.0.2.20", "port": "http", "backends": [{"address": "10.0.2", "weight": 5000}]}`},
+		{mediaJSON, `{"name": "api", "vip": "192.0.2.20", "port": true}`},
+		{mediaJSON, `{"name": "api", "colour": "red"}`},
+		{mediaJSON, `{"name": "api"} {}`},
+		{mediaJSON, `[{"name": "api"}]`},
+		{mediaJSON, `null`},
+		{mediaJSON, ``},
+		{"application/yaml", `name: api`},
+	})
+}
+
+func FuzzAddBackend(f *testing.F) {
+	fuzzRoute(f, http.MethodPost, "/v1/services/web/backends", []seed{
+		{mediaJSON, `{"address": "10.0.0.9", "port": 8080, "weight": 3}`},
+		{mediaJSON, `{"address": "10.0.0.9"}`},
+		{mediaJSON, `{"address": "10.0.0.1", "port": 8080}`},
+		{mediaJSON, `{"address": "10.0.0.9", "weight": 5000}`},
+		{mediaJSON, `{"address": "10.0.0", "port": 8080}`},
+		{mediaJSON, `{"address": "10.0.0.9", "port": "http"}`},
+		{mediaJSON, `{"address": "fd00::9", "port": 70000}`},
+		{mediaJSON, `{"address": "10.0.0.9", "mac": "x"}`},
+		{mediaJSON, `{"address": "10.0.0.9"}}`},
+		{"text/plain", `{"address": "10.0.0.9"}` + "\x00"},
+	})
+}
+
+func FuzzSetWeight(f *testing.F) {
+	fuzzRoute(f, http.MethodPatch, "/v1/services/web/backends/10.0.0.1:8080", []seed{
+		{mediaJSON, `{"weight": 3}`},
+		{mediaJSON, `{"weight": 0}`},
+		{mediaJSON, `{"weight": 5000}`},
+		{mediaJSON, `{"weight": -1}`},
+		{mediaJSON, `{"weight": "3"}`},
+		{mediaJSON, `{"weight": 1.5}`},
+		{mediaJSON, `{"weight": null}`},
+		{mediaJSON, `{}`},
+		{mediaJSON, `{"weight": 2, "port": 81}`},
+		{mediaJSON, `{"weight": 2} trailing`},
+		{"application/json; charset=utf-8", `{"weight": 99999999999999}`},
+	})
+}
+
+func FuzzPutConfig(f *testing.F) {
+	asJSON, err := json.Marshal(mustParse(f, baseConfig))
+	if err != nil {
+		f.Fatal(err)
+	}
+	fuzzRoute(f, http.MethodPut, "/v1/config", []seed{
+		{"application/yaml", baseConfig},
+		{"application/yaml", baseConfig + "---\n" + baseConfig},
+		{"text/yaml", baseConfig + "colour: red\n"},
+		{"application/x-yaml", "services: []\n"},
+		{"application/yaml", "services: [\n"},
+		{"application/yaml", "services:\n  - name: x\n    port: &a [*a]\n"},
+		{mediaJSON, string(asJSON)},
+		{mediaJSON, `{"services": [], "colour": "red"}`},
+		{mediaJSON, `{"services": [{"name": "x", "vip": "192.0.2.1", "port": 0, "fallback": "drop"}]}`},
+		{mediaJSON, `{"services": null}`},
+		{mediaJSON, ``},
+	})
+}
