@@ -20,9 +20,10 @@ lint:
 test: deps lint build
 	$(GO) test -count=1 -timeout 25m -p 1 ./...
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzBuild -fuzztime 10s ./internal/maglev/
+	$(GO) test -count=1 -run '^$$' -fuzz FuzzPutConfig -fuzztime 10s ./internal/api/
 
 unit:
-	$(GO) test -count=1 -short ./internal/config/ ./internal/maglev/ ./internal/plan/ ./internal/datapath/...
+	$(GO) test -count=1 -short ./internal/config/ ./internal/maglev/ ./internal/plan/ ./internal/datapath/... ./internal/health/ ./internal/engine/ ./internal/api/ ./internal/metrics/
 
 demo: deps build
 	./scripts/demo.sh

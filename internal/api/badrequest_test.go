@@ -36,6 +36,7 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 		{"wrong type", http.MethodPost, services, mediaJSON, strings.Replace(validService, `"port": 443`, `"port": 443, "table_size": "big"`, 1), 400, "table_size", 0},
 		{"wrong nested type", http.MethodPost, services, mediaJSON, strings.Replace(validService, `"address": "10.0.2.1"`, `"address": "10.0.2.1", "weight": "5"`, 1), 400, "backends.weight", 0},
 		{"port as a name", http.MethodPost, services, mediaJSON, strings.Replace(validService, `443`, `"https"`, 1), 400, "port", 0},
+		{"port as a boolean", http.MethodPost, services, mediaJSON, strings.Replace(validService, `443`, `true`, 1), 400, "port", 0},
 		{"invalid nested weight", http.MethodPost, services, mediaJSON, strings.Replace(validService, `"10.0.2.1"`, `"10.0.2.1", "weight": 5000`, 1), 400, "backends[0].weight", 0},
 		{"bad vip", http.MethodPost, services, mediaJSON, strings.Replace(validService, "192.0.2.20", "192.0.2", 1), 400, "vip", 0},
 		{"existing vip and port", http.MethodPost, services, mediaJSON, strings.Replace(validService, `"192.0.2.20", "port": 443`, `"192.0.2.10", "port": 80`, 1), 400, "", 0},

@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -44,7 +45,7 @@ func (r *Range) UnmarshalJSON(data []byte) error {
 	case string:
 		text = v
 	default:
-		return fmt.Errorf("%s is not a number or a range like \"8000-8010\"", data)
+		return &json.UnmarshalTypeError{Value: string(data), Type: reflect.TypeFor[Range]()}
 	}
 	*r = rangeOrInvalid(text)
 	return nil
