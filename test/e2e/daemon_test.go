@@ -300,6 +300,7 @@ func TestDaemon(t *testing.T) {
 			t.Run("on-failure-reset", func(t *testing.T) { testOnFailure(t, f, "reset") })
 			t.Run("on-failure-inhibit", func(t *testing.T) { testOnFailure(t, f, "inhibit") })
 			t.Run("drain", func(t *testing.T) { testDrain(t, f) })
+			t.Run("sorry-server", func(t *testing.T) { testSorryServer(t, f) })
 		})
 	}
 }
@@ -398,5 +399,37 @@ func testDrain(t *testing.T, f Flavor) {
 	}
 	if !strings.Contains(d.cli("events").Stdout, "drained") {
 		t.Fatal("no drained event")
+	}
+}
+
+// testSorryServer: when every backend fails its check, new flows go to the sorry server; when one
+// comes back, they leave it again.
+func testSorryServer(t *testing.T, f Flavor) {
+	dir := t.TempDir()
+	svc := webService("maglev", pool(false, map[int]int{1: 1, 2: 1}))
+	sorry := theLab.BackendAddr(3, false).String()
+	svc.Extra = []string{execCheck(dir, "inhibit"), "fallback: sorry", "sorry_servers: [{address: " + sorry + "}]"}
+	flush(t)
+	d := startDaemon(t, writeConfig(t, "sluice.yaml", f.Config(svc)))
+	if res := hammer(t, workers, 100, func() (string, error) { return httpOnce(svc.Addr()) }); res.Failures > 0 || res.PerBackend["b3"] > 0 {
+		t.Fatalf("with its backends up the sorry server took flows: %v", res)
+	}
+	for i := 1; i <= 2; i++ {
+		if err := os.WriteFile(filepath.Join(dir, theLab.BackendAddr(i, false).String()), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the sorry server weighted", 5*time.Second, func() bool { return d.programmedWeight("web", sorry) > 0 })
+	res := hammer(t, workers, 100, func() (string, error) { return httpOnce(svc.Addr()) })
+	res.requireNoFailures(t)
+	if res.PerBackend["b3"] != res.Requests {
+		t.Fatalf("with every backend down, new flows went to %v, want all on the sorry server b3", res.PerBackend)
+	}
+	if err := os.Remove(filepath.Join(dir, theLab.BackendAddr(1, false).String())); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the sorry server back to standby", 5*time.Second, func() bool { return d.programmedWeight("web", sorry) == 0 })
+	if res := hammer(t, workers, 100, func() (string, error) { return httpOnce(svc.Addr()) }); res.Failures > 0 || res.PerBackend["b1"] != res.Requests {
+		t.Fatalf("with b1 back, new flows went to %v", res.PerBackend)
 	}
 }
