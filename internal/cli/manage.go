@@ -43,15 +43,10 @@ func serviceCmd(g *globals) *cobra.Command {
 				}
 				s.Backends = append(s.Backends, b)
 			}
-			c, err := g.requireDaemon(cmd.Context())
-			if err != nil {
-				return err
-			}
-			res, err := c.AddService(cmd.Context(), s, dryRun)
-			if err != nil {
-				return err
-			}
-			return printChange(cmd.OutOrStdout(), res.Change, dryRun)
+			return g.change(cmd, dryRun, func(ctx context.Context, c *api.Client) (plan.Change, error) {
+				res, err := c.AddService(ctx, s, dryRun)
+				return res.Change, err
+			})
 		},
 	}
 	f := add.Flags()
@@ -73,15 +68,9 @@ func serviceCmd(g *globals) *cobra.Command {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: g.completeServices,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.requireDaemon(cmd.Context())
-			if err != nil {
-				return err
-			}
-			change, err := c.RemoveService(cmd.Context(), args[0], rmDryRun)
-			if err != nil {
-				return err
-			}
-			return printChange(cmd.OutOrStdout(), change, rmDryRun)
+			return g.change(cmd, rmDryRun, func(ctx context.Context, c *api.Client) (plan.Change, error) {
+				return c.RemoveService(ctx, args[0], rmDryRun)
+			})
 		},
 	}
 	dryRunFlag(rm, &rmDryRun)
@@ -106,15 +95,10 @@ func backendCmd(g *globals) *cobra.Command {
 			if cmd.Flags().Changed("weight") {
 				b.Weight = &weight
 			}
-			c, err := g.requireDaemon(cmd.Context())
-			if err != nil {
-				return err
-			}
-			res, err := c.AddBackend(cmd.Context(), args[0], b, addDryRun)
-			if err != nil {
-				return err
-			}
-			return printChange(cmd.OutOrStdout(), res.Change, addDryRun)
+			return g.change(cmd, addDryRun, func(ctx context.Context, c *api.Client) (plan.Change, error) {
+				res, err := c.AddBackend(ctx, args[0], b, addDryRun)
+				return res.Change, err
+			})
 		},
 	}
 	add.Flags().IntVarP(&weight, "weight", "w", 1, "weight (0-1000)")
@@ -126,15 +110,9 @@ func backendCmd(g *globals) *cobra.Command {
 		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: g.completeBackends,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.requireDaemon(cmd.Context())
-			if err != nil {
-				return err
-			}
-			change, err := c.RemoveBackend(cmd.Context(), args[0], args[1], rmDryRun)
-			if err != nil {
-				return err
-			}
-			return printChange(cmd.OutOrStdout(), change, rmDryRun)
+			return g.change(cmd, rmDryRun, func(ctx context.Context, c *api.Client) (plan.Change, error) {
+				return c.RemoveBackend(ctx, args[0], args[1], rmDryRun)
+			})
 		},
 	}
 	dryRunFlag(rm, &rmDryRun)
@@ -149,15 +127,10 @@ func backendCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("WEIGHT: %q is not a number", args[2])
 			}
-			c, err := g.requireDaemon(cmd.Context())
-			if err != nil {
-				return err
-			}
-			res, err := c.SetWeight(cmd.Context(), args[0], args[1], w, weightDryRun)
-			if err != nil {
-				return err
-			}
-			return printChange(cmd.OutOrStdout(), res.Change, weightDryRun)
+			return g.change(cmd, weightDryRun, func(ctx context.Context, c *api.Client) (plan.Change, error) {
+				res, err := c.SetWeight(ctx, args[0], args[1], w, weightDryRun)
+				return res.Change, err
+			})
 		},
 	}
 	dryRunFlag(setWeight, &weightDryRun)
@@ -261,6 +234,19 @@ func parseBackendSpec(spec string) (config.Backend, error) {
 	}
 	b.Address = addr.String()
 	return b, nil
+}
+
+// change runs a change on the daemon and prints what it did (or, with dryRun, would do).
+func (g *globals) change(cmd *cobra.Command, dryRun bool, do func(ctx context.Context, c *api.Client) (plan.Change, error)) error {
+	c, err := g.requireDaemon(cmd.Context())
+	if err != nil {
+		return err
+	}
+	change, err := do(cmd.Context(), c)
+	if err != nil {
+		return err
+	}
+	return printChange(cmd.OutOrStdout(), change, dryRun)
 }
 
 func dryRunFlag(cmd *cobra.Command, dryRun *bool) {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -10,8 +11,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicelb/sluice/internal/api"
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/engine"
+	"github.com/sluicelb/sluice/internal/plan"
 )
 
 func healthCmd(g *globals) *cobra.Command {
@@ -106,15 +109,9 @@ func planCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := g.requireDaemon(cmd.Context())
-			if err != nil {
-				return err
-			}
-			change, err := c.Plan(cmd.Context(), data)
-			if err != nil {
-				return err
-			}
-			return printChange(cmd.OutOrStdout(), change, true)
+			return g.change(cmd, true, func(ctx context.Context, c *api.Client) (plan.Change, error) {
+				return c.Plan(ctx, data)
+			})
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "config file")
@@ -128,15 +125,9 @@ func reloadCmd(g *globals) *cobra.Command {
 		Short: "Make the daemon re-read its config file (like SIGHUP); a bad file is rejected",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.requireDaemon(cmd.Context())
-			if err != nil {
-				return err
-			}
-			change, err := c.Reload(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return printChange(cmd.OutOrStdout(), change, false)
+			return g.change(cmd, false, func(ctx context.Context, c *api.Client) (plan.Change, error) {
+				return c.Reload(ctx)
+			})
 		},
 	}
 }
