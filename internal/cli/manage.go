@@ -264,7 +264,7 @@ func printChange(w io.Writer, c plan.Change, dryRun bool) error {
 		prefix = "would have "
 	}
 	if c.Empty() {
-		_, err := fmt.Fprintf(w, "%snothing to change\n", strings.TrimSuffix(prefix, "have "))
+		_, err := fmt.Fprintln(w, "nothing to change")
 		return err
 	}
 	for _, x := range []struct {
