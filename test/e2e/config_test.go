@@ -25,6 +25,10 @@ type Flavor struct {
 	// config (conntrack keeps the DNAT). DSR keeps flows in an nft map of flow -> backend mark,
 	// and a backend removed from the config loses its mark's mapping, so its flows end.
 	KeepsFlowsOfRemovedBackends bool
+	// PinsFlowsByTuple: flows are remembered by 5-tuple without TCP state (the nft DSR flow map,
+	// which cannot overwrite an entry from the packet path), so a new connection that reuses the
+	// source port of a remembered flow follows it, to a dead backend too, until the entry idles out.
+	PinsFlowsByTuple bool
 	// RepliesBypassBalancer: backends answer the client directly (DSR), so replies arrive on
 	// the client's bypass leg instead of through the balancer.
 	RepliesBypassBalancer bool
@@ -48,8 +52,8 @@ var nftFlavors = []Flavor{
 	{
 		Name: "dsr", Datapath: "nft", Mode: "dsr",
 		ChurnSchedulers:       []string{"maglev", "hash"},
-		RepliesBypassBalancer: true,
-		NoIPv6:                "dsr over IPv6 is not supported",
+		RepliesBypassBalancer: true, PinsFlowsByTuple: true,
+		NoIPv6: "dsr over IPv6 is not supported",
 	},
 }
 
