@@ -26,8 +26,7 @@ func validateCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&file, "file", "f", "", "config file")
-	_ = cmd.MarkFlagRequired("file")
+	fileFlag(cmd, &file)
 	return cmd
 }
 
@@ -42,7 +41,7 @@ the difference is changed: applying the same file again changes nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			data, err := loadFile(file)
+			data, cfg, err := loadFile(file)
 			if err != nil {
 				return err
 			}
@@ -57,7 +56,7 @@ the difference is changed: applying the same file again changes nothing.`,
 				}
 				return printChange(cmd.OutOrStdout(), change, false)
 			}
-			p, err := loadPlan(file)
+			p, err := plan.Build(cfg, nil)
 			if err != nil {
 				return err
 			}
@@ -72,8 +71,7 @@ the difference is changed: applying the same file again changes nothing.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&file, "file", "f", "", "config file")
-	_ = cmd.MarkFlagRequired("file")
+	fileFlag(cmd, &file)
 	return cmd
 }
 
@@ -107,4 +105,10 @@ func loadPlan(file string) (*plan.Plan, error) {
 	}
 	slog.Debug("config loaded", "file", file, "services", len(cfg.Services))
 	return plan.Build(cfg, nil)
+}
+
+// fileFlag adds the required -f FILE flag.
+func fileFlag(cmd *cobra.Command, file *string) {
+	cmd.Flags().StringVarP(file, "file", "f", "", "config file")
+	_ = cmd.MarkFlagRequired("file")
 }

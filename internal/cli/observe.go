@@ -105,7 +105,7 @@ func planCmd(g *globals) *cobra.Command {
 		Short: "Show what applying a config file to the daemon would change, and the share of flows that would move",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			data, err := loadFile(file)
+			data, _, err := loadFile(file)
 			if err != nil {
 				return err
 			}
@@ -114,8 +114,7 @@ func planCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().StringVarP(&file, "file", "f", "", "config file")
-	_ = cmd.MarkFlagRequired("file")
+	fileFlag(cmd, &file)
 	return cmd
 }
 
@@ -133,15 +132,13 @@ func reloadCmd(g *globals) *cobra.Command {
 }
 
 // loadFile reads a config file and validates it here first, so that errors name the file and line.
-func loadFile(file string) ([]byte, error) {
+func loadFile(file string) ([]byte, *config.Config, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if _, err := config.Parse(file, data); err != nil {
-		return nil, err
-	}
-	return data, nil
+	cfg, err := config.Parse(file, data)
+	return data, cfg, err
 }
 
 // completeServices completes service names from the daemon.
