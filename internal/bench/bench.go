@@ -1,0 +1,94 @@
+// Package bench is the benchmark driver behind `sluice bench`: it brings up a lab, configures
+// each candidate balancer in the lab's balancer namespace, drives load from the client namespace
+// and reports medians of interleaved rounds as ratios to a baseline measured in the same run.
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/sluicelb/sluice/internal/lab"
+)
+
+// Env is what every benchmark runs in: a lab and the sluice binary that programs its balancer.
+type Env struct {
+	Lab *lab.Lab
+	// Sluice is the sluice binary run as `sluice --netns LB apply|flush` to program the balancer.
+	Sluice   string
+	Progress *Progress
+}
+
+// NewEnv returns an environment over a lab named prefix with the given backend count, whose
+// UDP responders and balancer programming use the sluice binary at path sluice.
+func NewEnv(prefix string, backends int, sluice string, progress *Progress) *Env {
+	l := lab.New(prefix, backends)
+	l.UDPResponderCmd = func(reply string) []string {
+		return []string{sluice, "lab", "udp-responder", "--listen", ":5353", "--reply", reply}
+	}
+	return &Env{Lab: l, Sluice: sluice, Progress: progress}
+}
+
+// Dir is the benchmark's scratch directory inside the lab's state dir (peer configs, logs).
+func (e *Env) Dir() string { return filepath.Join(e.Lab.StateDir, "bench") }
+
+// sluiceCmd runs the sluice binary inside the balancer namespace. It never talks to a daemon:
+// the socket points into the lab's state dir, where none listens.
+func (e *Env) sluiceCmd(ctx context.Context, args ...string) error {
+	argv := append([]string{"--netns", e.Lab.BalancerNS(), "--socket", filepath.Join(e.Dir(), "no-daemon.sock")}, args...)
+	return run(exec.CommandContext(ctx, e.Sluice, argv...))
+}
+
+// ApplyConfig programs the balancer with a Sluice config (YAML text) through `sluice apply`.
+func (e *Env) ApplyConfig(ctx context.Context, name, yaml string) error {
+	if err := os.MkdirAll(e.Dir(), 0o755); err != nil {
+		return err
+	}
+	path := filepath.Join(e.Dir(), name+".yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		return err
+	}
+	return e.sluiceCmd(ctx, "apply", "-f", path)
+}
+
+// ResetBalancer removes Sluice's rules from the balancer and forgets its conntrack entries, so
+// no candidate inherits the flows or NAT bindings of the one before.
+func (e *Env) ResetBalancer(ctx context.Context) error {
+	if err := e.sluiceCmd(ctx, "flush", "--force"); err != nil {
+		return err
+	}
+	return e.InNS(ctx, e.Lab.BalancerNS(), "conntrack", "-F")
+}
+
+// InNS runs argv to completion inside namespace ns; conntrack's "0 flow entries" chatter and
+// other output is returned only in the error.
+func (e *Env) InNS(ctx context.Context, ns string, argv ...string) error {
+	return run(e.Lab.Exec(ctx, ns, argv...))
+}
+
+func run(cmd *exec.Cmd) error {
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s: %w: %s", strings.Join(cmd.Args, " "), err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
+
+// Median is the median of xs (the mean of the middle two for an even count), 0 for none.
+func Median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(xs))
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}

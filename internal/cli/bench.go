@@ -1,0 +1,66 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicelb/sluice/internal/bench"
+)
+
+// benchFlags are the flags every bench subcommand shares.
+type benchFlags struct {
+	prefix   string
+	backends int
+	jsonPath string
+}
+
+func benchCmd() *cobra.Command {
+	f := &benchFlags{}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure balancers, the network and scaling in a network-namespace lab (needs root)",
+	}
+	cmd.PersistentFlags().StringVar(&f.prefix, "prefix", "sluice-bench", "namespace name prefix of the benchmark's lab")
+	cmd.PersistentFlags().IntVar(&f.backends, "backends", 3, "number of nginx backends in the lab")
+	cmd.PersistentFlags().StringVar(&f.jsonPath, "json", "", "also write the results as JSON to this file (- for stdout, replacing the table)")
+	cmd.AddCommand(benchLBCmd(f), benchNetCmd(f), benchScaleCmd(f))
+	return cmd
+}
+
+// env returns the benchmark environment: the lab named by the flags, programmed by this binary.
+func (f *benchFlags) env(cmd *cobra.Command) (*bench.Env, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("bench: needs root (it builds network namespaces)")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("bench: finding the sluice binary: %w", err)
+	}
+	return bench.NewEnv(f.prefix, f.backends, self, bench.NewProgress(cmd.ErrOrStderr())), nil
+}
+
+// report prints table (unless JSON goes to stdout) and writes the JSON report if asked.
+func (f *benchFlags) report(cmd *cobra.Command, table string, results any) error {
+	if f.jsonPath != "-" {
+		fmt.Fprint(cmd.OutOrStdout(), table)
+	}
+	if f.jsonPath == "" {
+		return nil
+	}
+	data, err := json.MarshalIndent(bench.Report{
+		Command: strings.Join(os.Args, " "), Machine: bench.ThisMachine(), Results: results,
+	}, "", "  ")
+	if err != nil {
+		return err
+	}
+	data = append(data, '\n')
+	if f.jsonPath == "-" {
+		_, err = cmd.OutOrStdout().Write(data)
+		return err
+	}
+	return os.WriteFile(f.jsonPath, data, 0o644)
+}
