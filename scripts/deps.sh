@@ -2,8 +2,8 @@
 # Installs what Sluice's build, tests and demo need on a fresh Debian machine (idempotent).
 set -euo pipefail
 need=()
-for pair in nft:nftables nginx:nginx-light wrk:wrk curl:curl ip:iproute2 conntrack:conntrack; do
-	command -v "${pair%%:*}" >/dev/null 2>&1 || [ -x "/usr/sbin/${pair%%:*}" ] || need+=("${pair#*:}")
+for pair in nft:nftables nginx:nginx-light wrk:wrk /usr/lib/nginx/modules/ngx_http_echo_module.so:libnginx-mod-http-echo curl:curl ip:iproute2 conntrack:conntrack; do
+	command -v "${pair%%:*}" >/dev/null 2>&1 || [ -x "/usr/sbin/${pair%%:*}" ] || [ -e "${pair%%:*}" ] || need+=("${pair#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" -ne 0 ]; then

@@ -1,8 +1,68 @@
 package cli
 
-import "github.com/spf13/cobra"
+import (
+	"fmt"
+	"os"
+	"time"
 
-// placeholder until the lb benchmark lands
+	"github.com/spf13/cobra"
+
+	"github.com/sluicelb/sluice/internal/bench"
+)
+
 func benchLBCmd(f *benchFlags) *cobra.Command {
-	return &cobra.Command{Use: "lb", Short: "not yet"}
+	o := bench.LBOptions{}
+	var svgPath string
+	var installPeers bool
+	cmd := &cobra.Command{
+		Use:   "lb",
+		Short: "Requests/s and latency through every balancer vs direct, interleaved rounds, medians",
+		Long: `Brings up the lab and runs the same wrk load through every candidate in turn: direct (the
+baseline: client to backends routed through the balancer namespace, no balancing), every Sluice
+datapath in every mode, and the peers installed (nftlb dnat/snat/dsr, HAProxy TCP, nginx stream).
+Workloads: ` + workloadList() + `.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			env, err := f.env(cmd)
+			if err != nil {
+				return err
+			}
+			if installPeers {
+				env.Progress.Step("installing peers: %v", bench.PeerPackages)
+				if err := bench.InstallPeers(cmd.Context()); err != nil {
+					return err
+				}
+			}
+			res, err := bench.RunLB(cmd.Context(), env, o)
+			if err != nil {
+				return err
+			}
+			if svgPath != "" {
+				if err := os.WriteFile(svgPath, []byte(res.SVG()), 0o644); err != nil {
+					return err
+				}
+			}
+			return f.report(cmd, res.Table(), res)
+		},
+	}
+	cmd.Flags().DurationVar(&o.Duration, "duration", 5*time.Second, "length of each load run (whole seconds, at least 1s)")
+	cmd.Flags().IntVar(&o.Rounds, "rounds", 3, "rounds; every candidate gets every workload once per round")
+	cmd.Flags().IntVar(&o.Rate, "rate", 2000, "offered requests/s of the latency workload")
+	cmd.Flags().StringSliceVar(&o.Workloads, "workloads", nil, "workloads to run (default all)")
+	cmd.Flags().StringSliceVar(&o.Candidates, "candidates", nil, "candidates to measure (default all installed; direct is always measured)")
+	cmd.Flags().BoolVar(&o.KeepLab, "keep-lab", false, "leave the lab up afterwards")
+	cmd.Flags().StringVar(&svgPath, "svg", "", "also draw the results as an SVG chart to this file")
+	cmd.Flags().BoolVar(&installPeers, "install-peers", false, "install the peers (nftlb, haproxy, nginx stream) from Debian packages first")
+	return cmd
+}
+
+func workloadList() string {
+	var s string
+	for i, w := range bench.Workloads {
+		if i > 0 {
+			s += "; "
+		}
+		s += fmt.Sprintf("%s (%s)", w.Name, w.Description)
+	}
+	return s
 }

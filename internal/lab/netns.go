@@ -164,3 +164,8 @@ func setSysctls(ns string, settings ...sysctl) error {
 		return nil
 	})
 }
+
+// SetClientPorts sets the client's ephemeral port range (IPv4 and IPv6 share it).
+func (l *Lab) SetClientPorts(low, high int) error {
+	return SetSysctl(l.ClientNS(), "net.ipv4.ip_local_port_range", fmt.Sprintf("%d %d", low, high))
+}

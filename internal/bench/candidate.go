@@ -1,0 +1,85 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/sluicelb/sluice/internal/lab"
+)
+
+// A candidate is one way of getting the client's requests to the backends.
+type candidate interface {
+	// Name is how tables, JSON and --candidates call it (direct, nft-nat, haproxy, ...).
+	Name() string
+	// start configures the balancer namespace; stop undoes it completely.
+	start(ctx context.Context, e *Env) error
+	stop(ctx context.Context, e *Env) error
+	// targets are where the client sends its load, one per wrk thread.
+	targets(e *Env) []netip.AddrPort
+	// pids are the userspace processes doing the balancing, whose CPU time is the balancer's; none for kernel datapaths.
+	pids() []int
+}
+
+// vipPort is the port every balancing candidate serves on the lab's IPv4 VIP.
+const vipPort = 80
+
+// vipTargets sends every wrk thread to the VIP.
+func vipTargets(e *Env) []netip.AddrPort {
+	t := make([]netip.AddrPort, e.Lab.Backends)
+	for i := range t {
+		t[i] = netip.AddrPortFrom(netip.MustParseAddr(lab.VIP4), vipPort)
+	}
+	return t
+}
+
+// backendTargets lists the backends' HTTP addresses.
+func backendTargets(e *Env) []netip.AddrPort {
+	t := make([]netip.AddrPort, e.Lab.Backends)
+	for i := range t {
+		t[i] = netip.AddrPortFrom(e.Lab.BackendAddr(i+1, false), vipPort)
+	}
+	return t
+}
+
+// direct is the baseline: the client talks to each backend straight, routed through the
+// balancer namespace with no balancing, one wrk thread per backend.
+type direct struct{}
+
+func (direct) Name() string                      { return "direct" }
+func (direct) start(context.Context, *Env) error { return nil }
+func (direct) stop(context.Context, *Env) error  { return nil }
+func (direct) targets(e *Env) []netip.AddrPort   { return backendTargets(e) }
+func (direct) pids() []int                       { return nil }
+
+// sluiceCandidate is Sluice with one datapath in one forwarding mode.
+type sluiceCandidate struct{ datapath, mode string }
+
+// SluiceDatapaths are the datapaths `sluice bench lb` measures, in every mode.
+var SluiceDatapaths = []string{"nft"}
+
+// Modes are Sluice's forwarding modes.
+var Modes = []string{"nat", "fullnat", "dsr"}
+
+func (s sluiceCandidate) Name() string { return s.datapath + "-" + s.mode }
+
+func (s sluiceCandidate) start(ctx context.Context, e *Env) error {
+	return e.ApplyConfig(ctx, s.Name(), s.config(e))
+}
+
+func (s sluiceCandidate) stop(ctx context.Context, e *Env) error { return e.ResetBalancer(ctx) }
+
+func (sluiceCandidate) targets(e *Env) []netip.AddrPort { return vipTargets(e) }
+func (sluiceCandidate) pids() []int                     { return nil }
+
+// config is the benchmark's one service: the VIP over every lab backend, Maglev.
+func (s sluiceCandidate) config(e *Env) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "datapath: %s\nservices:\n  - name: bench\n    vip: %s\n    port: %d\n    protocol: tcp\n    mode: %s\n    backends:\n",
+		s.datapath, lab.VIP4, vipPort, s.mode)
+	for _, t := range backendTargets(e) {
+		fmt.Fprintf(&b, "      - address: %s\n", t.Addr())
+	}
+	return b.String()
+}

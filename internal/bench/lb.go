@@ -1,0 +1,275 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"time"
+)
+
+// LBOptions configure `sluice bench lb`.
+type LBOptions struct {
+	// Duration is the length of each load run; Rounds how many times every candidate gets every workload.
+	Duration time.Duration
+	Rounds   int
+	// Rate is the offered load of the latency workload, requests/s, the same for every candidate.
+	Rate int
+	// Workloads and Candidates select by name; empty means all (all installed, for peers).
+	Workloads  []string
+	Candidates []string
+	// KeepLab leaves the lab up afterwards.
+	KeepLab bool
+}
+
+// LBResults are what `sluice bench lb` measured.
+type LBResults struct {
+	Duration   string     `json:"duration"`
+	Rounds     int        `json:"rounds"`
+	Rate       int        `json:"latency_rate"`
+	Backends   int        `json:"backends"`
+	Workloads  []Workload `json:"workloads"`
+	Candidates []string   `json:"candidates"`
+	// Missing are the peers that were not installed, so not measured.
+	Missing []string `json:"missing_peers,omitempty"`
+	Cells   []LBCell `json:"cells"`
+}
+
+// LBCell is one candidate under one workload: medians over the rounds, and the rounds.
+type LBCell struct {
+	Candidate string  `json:"candidate"`
+	Workload  string  `json:"workload"`
+	RPS       float64 `json:"requests_per_second"`
+	// Ratio is RPS over direct's median RPS for the same workload.
+	Ratio float64 `json:"ratio_to_direct"`
+	P50US float64 `json:"p50_us"`
+	P99US float64 `json:"p99_us"`
+	// CPU is the balancer's userspace processes' CPU in cores; absent for kernel datapaths,
+	// whose work happens in softirq context and cannot be told apart from the lab's routing.
+	CPU    *float64   `json:"balancer_cpu_cores,omitempty"`
+	Errors int64      `json:"errors"`
+	Rounds []LBSample `json:"rounds"`
+}
+
+// LBSample is one run of one candidate under one workload.
+type LBSample struct {
+	RPS    float64  `json:"requests_per_second"`
+	P50US  float64  `json:"p50_us"`
+	P99US  float64  `json:"p99_us"`
+	CPU    *float64 `json:"balancer_cpu_cores,omitempty"`
+	Errors int64    `json:"errors"`
+}
+
+// Cell returns the cell of candidate under workload, if measured.
+func (r *LBResults) Cell(candidate, workload string) (LBCell, bool) {
+	for _, c := range r.Cells {
+		if c.Candidate == candidate && c.Workload == workload {
+			return c, true
+		}
+	}
+	return LBCell{}, false
+}
+
+// RunLB brings up the lab and gives every candidate every workload, candidates interleaved
+// within each round (the order rotates per round), then reports medians.
+func RunLB(ctx context.Context, e *Env, o LBOptions) (res *LBResults, err error) {
+	if o.Duration <= 0 || o.Rounds < 1 || o.Rate < 1 {
+		return nil, fmt.Errorf("bench lb: --duration, --rounds and --rate must be positive")
+	}
+	if err := wrkPath(); err != nil {
+		return nil, fmt.Errorf("bench lb: wrk not found (Debian package wrk): %w", err)
+	}
+	workloads, err := selectWorkloads(o.Workloads)
+	if err != nil {
+		return nil, err
+	}
+	candidates, missing, err := selectCandidates(o.Candidates)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.up(ctx); err != nil {
+		return nil, err
+	}
+	if !o.KeepLab {
+		defer func() { err = errors.Join(err, e.Lab.Down(context.WithoutCancel(ctx))) }()
+	}
+	defer e.Progress.Done()
+	samples := map[[2]string][]LBSample{}
+	ports := portRanges{}
+	for round := range o.Rounds {
+		for i := range candidates {
+			c := candidates[(i+round)%len(candidates)]
+			if err := e.measure(ctx, c, workloads, o, &ports, func(w string, s LBSample) {
+				samples[[2]string{c.Name(), w}] = append(samples[[2]string{c.Name(), w}], s)
+			}, fmt.Sprintf("round %d/%d", round+1, o.Rounds)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return summarize(o, e.Lab.Backends, workloads, candidates, missing, samples), nil
+}
+
+// up brings up the lab, waits until every backend answers through the balancer namespace and
+// clears anything a previous run left in the balancer.
+func (e *Env) up(ctx context.Context) error {
+	e.Progress.Step("bringing up lab %s", e.Lab.Prefix)
+	if err := e.Lab.Up(ctx); err != nil {
+		return err
+	}
+	for _, t := range backendTargets(e) {
+		if err := e.waitReachable(ctx, t.String()); err != nil {
+			return err
+		}
+	}
+	return errors.Join(e.ResetBalancer(ctx), (&nftlbPeer{}).stop(ctx, e))
+}
+
+// waitReachable waits up to 10 s until the client can open a TCP connection to addr (the lab's
+// bridge takes about a second before its ports forward).
+func (e *Env) waitReachable(ctx context.Context, addr string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := e.Lab.Do(e.Lab.ClientNS(), func() error {
+			conn, err := net.DialTimeout("tcp", addr, 300*time.Millisecond)
+			if err == nil {
+				conn.Close()
+			}
+			return err
+		})
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// measure sets candidate c up, runs every workload against it and tears it down.
+func (e *Env) measure(ctx context.Context, c candidate, workloads []Workload, o LBOptions, ports *portRanges, record func(string, LBSample), round string) (err error) {
+	e.Progress.Step("%s: setting up %s", round, c.Name())
+	if err := c.start(ctx, e); err != nil {
+		return fmt.Errorf("bench lb: start %s: %w", c.Name(), err)
+	}
+	defer func() {
+		if serr := c.stop(context.WithoutCancel(ctx), e); serr != nil {
+			err = errors.Join(err, fmt.Errorf("bench lb: stop %s: %w", c.Name(), serr))
+		}
+	}()
+	for _, w := range workloads {
+		e.Progress.Step("%s: %s, %s (%s)", round, c.Name(), w.Name, o.Duration)
+		if err := e.Lab.SetClientPorts(ports.next(w.PerConn)); err != nil {
+			return err
+		}
+		load := w.load(c.targets(e), o)
+		load.Threads, load.Duration = len(load.Targets), o.Duration
+		cpu := startCPUClock(c.pids())
+		r, err := e.runWrk(ctx, load)
+		if err != nil {
+			return fmt.Errorf("bench lb: %s, %s: %w", c.Name(), w.Name, err)
+		}
+		record(w.Name, LBSample{RPS: r.RPS(), P50US: r.P50US, P99US: r.P99US, Errors: r.Errors(), CPU: cpu.cores()})
+	}
+	return nil
+}
+
+// selectCandidates returns direct first, then Sluice's datapaths in every mode, then the
+// installed peers, filtered by names; missing are the peers not installed.
+func selectCandidates(names []string) (out []candidate, missing []string, err error) {
+	all := []candidate{direct{}}
+	for _, dp := range SluiceDatapaths {
+		for _, m := range Modes {
+			all = append(all, sluiceCandidate{datapath: dp, mode: m})
+		}
+	}
+	for _, p := range Peers() {
+		if p.available() {
+			all = append(all, p)
+		} else {
+			missing = append(missing, p.Name())
+		}
+	}
+	for _, c := range all {
+		if len(names) == 0 || slices.Contains(names, c.Name()) {
+			out = append(out, c)
+		}
+	}
+	for _, n := range names {
+		switch {
+		case slices.Contains(missing, n):
+			return nil, nil, fmt.Errorf("--candidates: %s is not installed (try --install-peers)", n)
+		case !slices.ContainsFunc(all, func(c candidate) bool { return c.Name() == n }):
+			return nil, nil, fmt.Errorf("--candidates: unknown candidate %q", n)
+		}
+	}
+	if len(names) > 0 && !slices.Contains(names, "direct") {
+		out = append([]candidate{direct{}}, out...) // every ratio needs the baseline
+	}
+	return out, missing, nil
+}
+
+// summarize turns the samples into cells: medians, and ratios to direct.
+func summarize(o LBOptions, backends int, workloads []Workload, candidates []candidate, missing []string, samples map[[2]string][]LBSample) *LBResults {
+	res := &LBResults{Duration: o.Duration.String(), Rounds: o.Rounds, Rate: o.Rate, Backends: backends, Workloads: workloads, Missing: missing}
+	for _, c := range candidates {
+		res.Candidates = append(res.Candidates, c.Name())
+	}
+	for _, w := range workloads {
+		var base float64
+		for _, name := range res.Candidates {
+			ss := samples[[2]string{name, w.Name}]
+			cell := LBCell{Candidate: name, Workload: w.Name, Rounds: ss,
+				RPS:   Median(pluck(ss, func(s LBSample) float64 { return s.RPS })),
+				P50US: Median(pluck(ss, func(s LBSample) float64 { return s.P50US })),
+				P99US: Median(pluck(ss, func(s LBSample) float64 { return s.P99US })),
+			}
+			for _, s := range ss {
+				cell.Errors += s.Errors
+				if s.CPU != nil && cell.CPU == nil {
+					cpu := Median(pluck(ss, func(s LBSample) float64 { return *s.CPU }))
+					cell.CPU = &cpu
+				}
+			}
+			if name == "direct" {
+				base = cell.RPS
+			}
+			if base > 0 {
+				cell.Ratio = cell.RPS / base
+			}
+			res.Cells = append(res.Cells, cell)
+		}
+	}
+	return res
+}
+
+func pluck[T any](xs []T, f func(T) float64) []float64 {
+	out := make([]float64, len(xs))
+	for i, x := range xs {
+		out[i] = f(x)
+	}
+	return out
+}
+
+// portRanges hands out client port ranges: connection-per-request workloads rotate through
+// wide disjoint ranges, so a phase never reuses a 4-tuple that a backend (or conntrack) still
+// holds in TIME_WAIT from another candidate's phase, where it would be bound to other NAT;
+// keep-alive workloads need few ports and share one range.
+type portRanges struct{ n int }
+
+const (
+	perConnLow, perConnHigh, perConnSlots = 10000, 60999, 8
+	keepAliveLow, keepAliveHigh           = 61000, 65000
+)
+
+func (p *portRanges) next(perConn bool) (low, high int) {
+	if !perConn {
+		return keepAliveLow, keepAliveHigh
+	}
+	width := (perConnHigh - perConnLow + 1) / perConnSlots
+	low = perConnLow + (p.n%perConnSlots)*width
+	p.n++
+	return low, low + width - 1
+}

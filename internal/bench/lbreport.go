@@ -1,0 +1,147 @@
+package bench
+
+import (
+	"fmt"
+	"html"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Table renders the results for people: one block per workload, one row per candidate.
+func (r *LBResults) Table() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "sluice bench lb: %d backends, %d round(s) of %s per candidate and workload, medians\n\n", r.Backends, r.Rounds, r.Duration)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "WORKLOAD\tCANDIDATE\tREQ/S\tVS DIRECT\tP50\tP99\tLB CPU\tERRORS\t")
+	for _, w := range r.Workloads {
+		for i, name := range r.Candidates {
+			c, _ := r.Cell(name, w.Name)
+			label := ""
+			if i == 0 {
+				label = w.Name
+			}
+			cpu := "-"
+			if c.CPU != nil {
+				cpu = fmt.Sprintf("%.2f", *c.CPU)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f%%\t%s\t%s\t%s\t%d\t\n", label, name, thousands(c.RPS), 100*c.Ratio,
+				micros(c.P50US), micros(c.P99US), cpu, c.Errors)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(&b, "\nVS DIRECT: requests/s over the direct baseline (client to backends routed through the balancer namespace).\n")
+	fmt.Fprintf(&b, "latency: every candidate gets the same paced load of %d requests/s; compare P50/P99 there.\n", r.Rate)
+	fmt.Fprintf(&b, "LB CPU: cores used by a userspace balancer's processes; kernel datapaths work in softirq and are not separable.\n")
+	if len(r.Missing) > 0 {
+		fmt.Fprintf(&b, "not installed, not measured: %s (sluice bench lb --install-peers)\n", strings.Join(r.Missing, ", "))
+	}
+	return b.String()
+}
+
+// thousands formats n rounded, with thin separators: 61,234.
+func thousands(n float64) string {
+	s := fmt.Sprintf("%.0f", n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// micros formats a latency in microseconds as a duration (412µs, 1.9ms, 151ms).
+func micros(us float64) string {
+	d := time.Duration(us * float64(time.Microsecond))
+	switch {
+	case d >= 100*time.Millisecond:
+		return d.Round(time.Millisecond).String()
+	case d >= time.Millisecond:
+		return d.Round(100 * time.Microsecond).String()
+	default:
+		return d.Round(time.Microsecond).String()
+	}
+}
+
+// SVG geometry.
+const (
+	svgBarWidth  = 14
+	svgGroupGap  = 28
+	svgPlotH     = 260
+	svgMarginL   = 60
+	svgMarginTop = 50
+	svgLegendW   = 170
+)
+
+// svgColors are distinguishable bar colours, one per candidate in order.
+var svgColors = []string{"#7f7f7f", "#1f77b4", "#2ca02c", "#17becf", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#ff7f0e", "#d62728", "#aec7e8", "#98df8a"}
+
+// SVG draws the results as grouped bars: per workload, each candidate's requests/s as a
+// percentage of direct; for the paced latency workload, its p99 as a percentage of direct's.
+func (r *LBResults) SVG() string {
+	groupW := len(r.Candidates)*svgBarWidth + svgGroupGap
+	width := svgMarginL + len(r.Workloads)*groupW + svgLegendW
+	height := svgMarginTop + svgPlotH + 70
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", width, height)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
+	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="14" font-weight="bold">sluice bench lb: requests/s as %% of direct (median of %d rounds of %s)</text>`+"\n", svgMarginL, r.Rounds, r.Duration)
+	top := r.scaleTop()
+	base := svgMarginTop + svgPlotH
+	step := 25.0
+	if top > 250 {
+		step = 100
+	}
+	for pct := 0.0; pct <= top; pct += step {
+		y := float64(base) - pct/top*svgPlotH
+		stroke := "#ddd"
+		if pct == 100 {
+			stroke = "#444"
+		}
+		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="%s"/><text x="%d" y="%.1f" text-anchor="end">%.0f%%</text>`+"\n",
+			svgMarginL, svgMarginL+len(r.Workloads)*groupW, y, y, stroke, svgMarginL-4, y+4, pct)
+	}
+	for wi, w := range r.Workloads {
+		x0 := svgMarginL + wi*groupW + svgGroupGap/2
+		direct, _ := r.Cell("direct", w.Name)
+		for ci, name := range r.Candidates {
+			c, _ := r.Cell(name, w.Name)
+			value, label := 100*c.Ratio, fmt.Sprintf("%s %s: %s req/s, %.1f%% of direct, p99 %s", w.Name, name, thousands(c.RPS), 100*c.Ratio, micros(c.P99US))
+			if w.Latency && direct.P99US > 0 {
+				value = 100 * c.P99US / direct.P99US
+			}
+			h := min(value/top*svgPlotH, svgPlotH)
+			fmt.Fprintf(&b, `<rect x="%d" y="%.1f" width="%d" height="%.1f" fill="%s"><title>%s</title></rect>`+"\n",
+				x0+ci*svgBarWidth, float64(base)-h, svgBarWidth-2, h, svgColors[ci%len(svgColors)], html.EscapeString(label))
+		}
+		caption := w.Name
+		if w.Latency {
+			caption = "latency: p99 % of direct, lower is better"
+		}
+		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">%s</text>`+"\n", x0+len(r.Candidates)*svgBarWidth/2, base+16, html.EscapeString(caption))
+	}
+	lx := svgMarginL + len(r.Workloads)*groupW + 10
+	for ci, name := range r.Candidates {
+		y := svgMarginTop + ci*16
+		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="10" height="10" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n",
+			lx, y, svgColors[ci%len(svgColors)], lx+14, y+9, html.EscapeString(name))
+	}
+	b.WriteString("</svg>\n")
+	return b.String()
+}
+
+// scaleTop is the percentage at the top of the chart: 125%, or more if a candidate beat direct by more.
+func (r *LBResults) scaleTop() float64 {
+	top := 125.0
+	for _, w := range r.Workloads {
+		direct, _ := r.Cell("direct", w.Name)
+		for _, c := range r.Cells {
+			switch {
+			case c.Workload != w.Name:
+			case w.Latency && direct.P99US > 0:
+				top = max(top, 100*c.P99US/direct.P99US)
+			default:
+				top = max(top, 100*c.Ratio)
+			}
+		}
+	}
+	return top
+}
