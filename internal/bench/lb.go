@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"time"
 )
@@ -110,42 +109,13 @@ func RunLB(ctx context.Context, e *Env, o LBOptions) (res *LBResults, err error)
 	return summarize(o, e.Lab.Backends, workloads, candidates, missing, samples), nil
 }
 
-// up brings up the lab, waits until every backend answers through the balancer namespace and
-// clears anything a previous run left in the balancer.
+// up brings up the lab and clears anything a previous run left in the balancer.
 func (e *Env) up(ctx context.Context) error {
 	e.Progress.Step("bringing up lab %s", e.Lab.Prefix)
 	if err := e.Lab.Up(ctx); err != nil {
 		return err
 	}
-	for _, t := range backendTargets(e) {
-		if err := e.waitReachable(ctx, t.String()); err != nil {
-			return err
-		}
-	}
 	return errors.Join(e.ResetBalancer(ctx), (&nftlbPeer{}).stop(ctx, e))
-}
-
-// waitReachable waits up to 10 s until the client can open a TCP connection to addr (the lab's
-// bridge takes about a second before its ports forward).
-func (e *Env) waitReachable(ctx context.Context, addr string) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := e.Lab.Do(e.Lab.ClientNS(), func() error {
-			conn, err := net.DialTimeout("tcp", addr, 300*time.Millisecond)
-			if err == nil {
-				conn.Close()
-			}
-			return err
-		})
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
 
 // measure sets candidate c up, runs every workload against it and tears it down.

@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
 )
 
 // Up builds the lab and starts its backend processes. It is idempotent: a
@@ -36,6 +39,9 @@ func (l *Lab) up(ctx context.Context) error {
 		}
 		if err := l.build(); err != nil {
 			return fmt.Errorf("lab: build topology: %w", err)
+		}
+		if err := l.waitOperUp(ctx); err != nil {
+			return err
 		}
 	}
 	if err := l.writeStatic(); err != nil {
@@ -84,4 +90,41 @@ func (l *Lab) Down(ctx context.Context) error {
 		return fmt.Errorf("lab: down: %w", err)
 	}
 	return nil
+}
+
+// waitOperUp waits until every link but lo is operationally up. A bridge port's carrier (and so
+// its forwarding state) is only taken into account when linkwatch runs, up to a second after
+// the link is set up; frames sent before are dropped, and the first connection of a fresh lab
+// would stall for a 1 s ARP retransmission.
+func (l *Lab) waitOperUp(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		var down []string
+		for ns, devs := range l.links() {
+			err := withHandle(ns, func(h *netlink.Handle) error {
+				for _, dev := range devs {
+					link, err := h.LinkByName(dev)
+					if err != nil {
+						return err
+					}
+					if dev != "lo" && link.Attrs().OperState != netlink.OperUp {
+						down = append(down, ns+"/"+dev+"="+link.Attrs().OperState.String())
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("lab: %w", err)
+			}
+		}
+		if len(down) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("lab: links not operationally up: %v", down)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -134,14 +133,6 @@ func supervise() (code int) {
 		logf("lab up: %v", err)
 		return 1
 	}
-	// Work around lab.Up returning before the topology forwards: a bridge port's carrier (and
-	// so its forwarding state) is only taken into account when linkwatch runs, up to a second
-	// later, and frames sent before are dropped (the first connection of a fresh lab stalls
-	// for a 1 s ARP retransmission).
-	if err := waitOperUp(ctx, l); err != nil {
-		logf("%v", err)
-		return 1
-	}
 	logf("lab %s up and forwarding in %v", l.Prefix, time.Since(start).Round(time.Millisecond))
 
 	child := exec.Command(os.Args[0], os.Args[1:]...)
@@ -168,41 +159,6 @@ func supervise() (code int) {
 				logf("tests: %v", err)
 				return 1
 			}
-		}
-	}
-}
-
-// waitOperUp waits until every link of the lab but lo is operationally up.
-func waitOperUp(ctx context.Context, l *lab.Lab) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	for {
-		var down []string
-		for _, ns := range l.Namespaces() {
-			out, err := exec.CommandContext(ctx, "ip", "-j", "-n", ns, "link", "show").Output()
-			if err != nil {
-				return fmt.Errorf("ip -n %s link show: %w", ns, err)
-			}
-			var links []struct {
-				IfName    string `json:"ifname"`
-				OperState string `json:"operstate"`
-			}
-			if err := json.Unmarshal(out, &links); err != nil {
-				return fmt.Errorf("ip -n %s link show: %w", ns, err)
-			}
-			for _, link := range links {
-				if link.IfName != "lo" && link.OperState != "UP" {
-					down = append(down, ns+"/"+link.IfName+"="+link.OperState)
-				}
-			}
-		}
-		if len(down) == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("lab links not operationally up: %v", down)
-		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }

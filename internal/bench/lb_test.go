@@ -1,0 +1,190 @@
+package bench
+
+import (
+	"encoding/json"
+	"encoding/xml"
+	"io"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseWrk(t *testing.T) {
+	out := "Running 1s test @ http://10.91.9.100/\n  3 threads and 48 connections\n" +
+		`SLUICE-WRK {"requests":3000,"duration_us":1500000,"bytes":1,"connect_errors":1,"read_errors":2,"write_errors":0,"status_errors":3,"timeouts":4,"p50_us":150,"p99_us":900,"mean_us":170.5}` + "\n"
+	r, err := parseWrk([]byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.RPS() != 2000 || r.Errors() != 10 || r.P50US != 150 || r.P99US != 900 {
+		t.Errorf("parsed %+v: rps %v errors %d", r, r.RPS(), r.Errors())
+	}
+	if _, err := parseWrk([]byte("unable to connect to 10.91.9.100:80 Connection refused\n")); err == nil ||
+		!strings.Contains(err.Error(), "Connection refused") {
+		t.Errorf("no result line: err %v, want it to quote wrk's output", err)
+	}
+	if _, err := parseWrk([]byte("SLUICE-WRK {\"requests\": x}\n")); err == nil {
+		t.Error("a malformed result line was accepted")
+	}
+}
+
+func TestWrkScript(t *testing.T) {
+	targets := []netip.AddrPort{netip.MustParseAddrPort("10.91.2.11:80"), netip.MustParseAddrPort("10.91.2.12:80")}
+	tests := []struct {
+		load      wrkLoad
+		want, not []string
+	}{
+		{wrkLoad{Targets: targets}, []string{`{ "10.91.2.11", "80" }, { "10.91.2.12", "80" }`, "function done"},
+			[]string{"Connection", "function request", "function delay"}},
+		{wrkLoad{Targets: targets, Close: true, DelayMin: 100 * time.Millisecond, DelayMax: 200 * time.Millisecond},
+			[]string{`wrk.headers["Connection"] = "close"`, "math.random(100, 200)", "/delay?s="}, []string{"function delay"}},
+		{wrkLoad{Targets: targets, Pace: 24 * time.Millisecond}, []string{"function delay()\n\treturn 24\n"}, []string{"function request"}},
+	}
+	for _, tt := range tests {
+		s, err := tt.load.script()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(s, w) {
+				t.Errorf("script lacks %q:\n%s", w, s)
+			}
+		}
+		for _, n := range tt.not {
+			if strings.Contains(s, n) {
+				t.Errorf("script has %q:\n%s", n, s)
+			}
+		}
+	}
+	argv := wrkLoad{Targets: targets, Threads: 2, Conns: 32, Path: "/64k", Duration: 1500 * time.Millisecond}.argv("/x.lua")
+	if got := strings.Join(argv, " "); got != "wrk -t 2 -c 32 -d 2s --timeout 2s -s /x.lua http://10.91.2.11:80/64k" {
+		t.Errorf("argv %q", got)
+	}
+}
+
+func TestPortRangesRotateDisjoint(t *testing.T) {
+	var p portRanges
+	seen := map[int]bool{}
+	prevHigh := 0
+	for i := range perConnSlots {
+		low, high := p.next(true)
+		if low <= prevHigh || high < low || high > perConnHigh || seen[low] {
+			t.Fatalf("slot %d: %d-%d overlaps or is out of range", i, low, high)
+		}
+		seen[low], prevHigh = true, high
+	}
+	if low, _ := p.next(true); low != perConnLow {
+		t.Errorf("after %d slots the rotation starts at %d, want %d", perConnSlots, low, perConnLow)
+	}
+	if low, high := p.next(false); low != keepAliveLow || high != keepAliveHigh {
+		t.Errorf("keep-alive range %d-%d", low, high)
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, tt := range []struct {
+		in   []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{5, 1, 3}, 3}, {[]float64{4, 1, 3, 2}, 2.5}} {
+		if got := Median(tt.in); got != tt.want {
+			t.Errorf("Median(%v) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestSelect(t *testing.T) {
+	if _, err := selectWorkloads([]string{"keepalive", "bogus"}); err == nil || !strings.Contains(err.Error(), "--workloads") {
+		t.Errorf("unknown workload: %v", err)
+	}
+	ws, err := selectWorkloads([]string{"latency", "keepalive"})
+	if err != nil || len(ws) != 2 || ws[0].Name != "keepalive" {
+		t.Errorf("selected %v, %v: want keepalive then latency (run order)", ws, err)
+	}
+	if _, _, err := selectCandidates([]string{"nft-bogus"}); err == nil || !strings.Contains(err.Error(), "unknown candidate") {
+		t.Errorf("unknown candidate: %v", err)
+	}
+	cs, _, err := selectCandidates([]string{"nft-dsr"})
+	if err != nil || len(cs) != 2 || cs[0].Name() != "direct" || cs[1].Name() != "nft-dsr" {
+		t.Errorf("selected %v, %v: want direct added as the baseline", cs, err)
+	}
+}
+
+func sampleResults() *LBResults {
+	cpu := 0.5
+	o := LBOptions{Duration: time.Second, Rounds: 3, Rate: 1000}
+	ws, _ := selectWorkloads([]string{"keepalive", "latency"})
+	cands := []candidate{direct{}, sluiceCandidate{"nft", "nat"}, &proxyPeer{name: "haproxy"}}
+	samples := map[[2]string][]LBSample{}
+	for i, c := range cands {
+		for _, w := range ws {
+			for r := range 3 {
+				s := LBSample{RPS: 1000 / float64(i+1) * float64(r+1), P50US: 100 * float64(i+1), P99US: 1000 * float64(i+1), Errors: int64(i)}
+				if c.Name() == "haproxy" {
+					s.CPU = &cpu
+				}
+				samples[[2]string{c.Name(), w.Name}] = append(samples[[2]string{c.Name(), w.Name}], s)
+			}
+		}
+	}
+	return summarize(o, 3, ws, cands, []string{"nftlb-dsr"}, samples)
+}
+
+func TestSummarize(t *testing.T) {
+	r := sampleResults()
+	d, _ := r.Cell("direct", "keepalive")
+	n, _ := r.Cell("nft-nat", "keepalive")
+	h, _ := r.Cell("haproxy", "latency")
+	if d.RPS != 2000 || d.Ratio != 1 || n.RPS != 1000 || n.Ratio != 0.5 || n.Errors != 3 {
+		t.Errorf("direct %+v, nft-nat %+v: want medians 2000 and 1000, ratios 1 and 0.5, 3 errors", d, n)
+	}
+	if d.CPU != nil || h.CPU == nil || *h.CPU != 0.5 || h.P99US != 3000 {
+		t.Errorf("cpu: direct %v, haproxy %+v", d.CPU, h)
+	}
+	table := r.Table()
+	for _, want := range []string{"keepalive", "nft-nat", "50.0%", "2,000", "0.50", "nftlb-dsr (sluice bench lb --install-peers)"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+	if _, err := json.Marshal(r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSVGIsWellFormed(t *testing.T) {
+	svg := sampleResults().SVG()
+	dec := xml.NewDecoder(strings.NewReader(svg))
+	bars := 0
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("SVG: %v\n%s", err, svg)
+		}
+		if el, ok := tok.(xml.StartElement); ok && el.Name.Local == "rect" {
+			bars++
+		}
+	}
+	// background + 3 candidates x 2 workloads + 3 legend swatches
+	if bars != 1+6+3 {
+		t.Errorf("%d rects in the SVG, want 10", bars)
+	}
+}
+
+func TestNftlbFarmKeyOrder(t *testing.T) {
+	e := NewEnv("x", 2, "/bin/true", nil)
+	data, err := (&nftlbPeer{mode: "dnat"}).farm(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	if i, j := strings.Index(s, `"mode": "dnat"`), strings.Index(s, `"backends"`); i < 0 || j < i {
+		t.Errorf("nftlb needs the mode before the backends:\n%s", s)
+	}
+	if !strings.Contains(s, `"ip-addr": "10.91.2.12"`) || !strings.Contains(s, `"sched-param": "srcip srcport"`) {
+		t.Errorf("farm:\n%s", s)
+	}
+}
