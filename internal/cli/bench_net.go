@@ -1,8 +1,49 @@
 package cli
 
-import "github.com/spf13/cobra"
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
-// placeholder until the net benchmark lands
+	"github.com/spf13/cobra"
+
+	"github.com/sluicelb/sluice/internal/bench"
+)
+
+// benchNetCmd is `sluice bench net`: qperf-like TCP bandwidth and latency between the lab's
+// client and backend b1, direct, through Sluice and over a VXLAN overlay.
 func benchNetCmd(f *benchFlags) *cobra.Command {
-	return &cobra.Command{Use: "net", Short: "not yet"}
+	opt := bench.NetOptions{}
+	cmd := &cobra.Command{
+		Use:   "net",
+		Short: "TCP bandwidth and latency from the lab's client to a backend: direct, through Sluice, over VXLAN",
+		Long: `Measures one TCP stream's bandwidth and 1-byte ping-pong latency from the lab's client to
+backend b1 over three paths: direct (routed through the balancer namespace, no rules), through
+Sluice (nft nat mode, the VIP with b1 as the only backend) and over a VXLAN overlay. Each round
+measures every path once, in a rotated order; the results are medians over the rounds and ratios
+to direct in the same round, so you can tell whether the network or the balancer limits.
+
+It brings up its own lab (--prefix) and tears it down at the end, also on failure or interrupt.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			env, err := f.env(cmd)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			res, err := bench.RunNet(ctx, env, opt)
+			env.Progress.Done()
+			if err != nil {
+				return fmt.Errorf("bench net: %w", err)
+			}
+			return f.report(cmd, res.Table(), res)
+		},
+	}
+	cmd.Flags().DurationVar(&opt.Duration, "duration", 5*time.Second, "length of each bandwidth and of each latency measurement")
+	cmd.Flags().IntVar(&opt.Rounds, "rounds", 3, "interleaved rounds; the results are their medians")
+	cmd.Flags().BoolVar(&opt.KeepLab, "keep-lab", false, "leave the lab up afterwards")
+	return cmd
 }

@@ -1,0 +1,160 @@
+package bench
+
+import (
+	"math"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicelb/sluice/internal/config"
+)
+
+func TestNetSampleOf(t *testing.T) {
+	rtts := make([]time.Duration, 100)
+	for i := range rtts {
+		rtts[i] = time.Duration(i+1) * time.Microsecond // 1..100 µs, mean 50.5 µs
+	}
+	s := netSampleOf(1_000_000_000, 2*time.Second, rtts)
+	if !near(s.BandwidthGbps, 4) {
+		t.Errorf("bandwidth %v Gbit/s, want 4 (1 GB in 2 s)", s.BandwidthGbps)
+	}
+	if !near(s.LatencyUs, 25.25) {
+		t.Errorf("one-way latency %v µs, want 25.25 (mean RTT 50.5 / 2)", s.LatencyUs)
+	}
+	if !near(s.P99RTTUs, 99) {
+		t.Errorf("p99 RTT %v µs, want 99 (nearest rank of 1..100)", s.P99RTTUs)
+	}
+	if s.RoundTrips != 100 || s.Bytes != 1_000_000_000 || !near(s.Seconds, 2) {
+		t.Errorf("sample %+v does not keep its raw figures", s)
+	}
+	if one := netSampleOf(0, 0, []time.Duration{7 * time.Microsecond}); !near(one.P99RTTUs, 7) || one.BandwidthGbps != 0 {
+		t.Errorf("one round trip, no time: %+v, want p99 7 µs and bandwidth 0", one)
+	}
+}
+
+func TestNetSummarize(t *testing.T) {
+	paths := []netPath{{name: "direct"}, {name: "other"}}
+	sample := func(bw, lat float64) NetSample {
+		return NetSample{BandwidthGbps: bw, LatencyUs: lat, P99RTTUs: 2 * lat}
+	}
+	// The network slows down over the rounds; the per-round ratio stays 0.5 and 2.
+	samples := map[string][]NetSample{
+		"direct": {sample(10, 10), sample(8, 20), sample(6, 40)},
+		"other":  {sample(5, 20), sample(4, 40), sample(3, 80)},
+	}
+	got := netSummarize(paths, samples)
+	if len(got) != 2 || got[0].Name != "direct" || got[1].Name != "other" {
+		t.Fatalf("summary %+v, want direct then other", got)
+	}
+	d, o := got[0], got[1]
+	if !near(d.BandwidthRatio, 1) || !near(d.LatencyRatio, 1) {
+		t.Errorf("baseline ratios %v and %v, want 1", d.BandwidthRatio, d.LatencyRatio)
+	}
+	if !near(o.BandwidthGbps, 4) || !near(o.LatencyUs, 40) || !near(o.P99RTTUs, 80) {
+		t.Errorf("other's medians %v Gbit/s, %v µs, p99 %v µs, want 4, 40, 80", o.BandwidthGbps, o.LatencyUs, o.P99RTTUs)
+	}
+	if !near(o.BandwidthRatio, 0.5) || !near(o.LatencyRatio, 2) {
+		t.Errorf("other's ratios %v and %v, want 0.5 and 2 (per round)", o.BandwidthRatio, o.LatencyRatio)
+	}
+	if len(o.Samples) != 3 {
+		t.Errorf("other keeps %d samples, want 3", len(o.Samples))
+	}
+}
+
+func TestNetRatioOfZero(t *testing.T) {
+	if r := netRatio(1, 0); r != 0 {
+		t.Errorf("netRatio(1, 0) = %v, want 0", r)
+	}
+}
+
+func TestNetOrder(t *testing.T) {
+	paths := []netPath{{name: "a"}, {name: "b"}, {name: "c"}}
+	for r, want := range []string{"abc", "bca", "cab", "abc"} {
+		var got string
+		for _, p := range netOrder(paths, r) {
+			got += p.name
+		}
+		if got != want {
+			t.Errorf("round %d: order %s, want %s", r, got, want)
+		}
+	}
+	if paths[0].name != "a" {
+		t.Errorf("netOrder changed its input: %v", paths)
+	}
+}
+
+func TestNetTable(t *testing.T) {
+	res := &NetResults{DurationSeconds: 5, Rounds: 3, MessageBytes: netMsgSize, Baseline: "direct", Paths: []NetPath{
+		{Name: "direct", Description: "d", Target: "10.0.0.1:1", BandwidthGbps: 12.345, BandwidthRatio: 1, LatencyUs: 10.04, P99RTTUs: 30, LatencyRatio: 1},
+		{Name: "vxlan", Description: "v", Target: "10.0.0.2:1", BandwidthGbps: 6.1, BandwidthRatio: 0.494, LatencyUs: 15, P99RTTUs: 45.55, LatencyRatio: 1.5},
+	}}
+	lines := strings.Split(res.Table(), "\n")
+	for i, want := range [][]string{
+		{"path", "bandwidth", "Gbit/s", "ratio", "latency", "µs", "p99", "RTT", "µs", "ratio"},
+		{"direct", "12.35", "1.00", "10.0", "30.0", "1.00"},
+		{"vxlan", "6.10", "0.49", "15.0", "45.5", "1.50"},
+	} {
+		if got := strings.Fields(lines[i]); strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("table line %d: %q, want fields %q", i, lines[i], want)
+		}
+	}
+	if tab := res.Table(); !strings.Contains(tab, "3 interleaved round(s), 5s per measurement") || !strings.Contains(tab, "vxlan:    v (10.0.0.2:1)") {
+		t.Errorf("table lacks its legend:\n%s", tab)
+	}
+}
+
+func TestNetConfigIsValid(t *testing.T) {
+	text := netConfig(netip.MustParseAddr("10.91.2.11"))
+	if _, err := config.Parse("bench-net.yaml", []byte(text)); err != nil {
+		t.Fatalf("netConfig does not parse: %v\n%s", err, text)
+	}
+}
+
+// TestNetServer runs the wire protocol (sink and echo) against the server on loopback.
+func TestNetServer(t *testing.T) {
+	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := netServe(ln)
+	dial := func(mode byte) *net.TCPConn {
+		t.Helper()
+		c, err := net.DialTCP("tcp4", nil, ln.Addr().(*net.TCPAddr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write([]byte{mode}); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+
+	n, elapsed, err := netStream(dial(netModeSink), 20*time.Millisecond)
+	if err != nil {
+		t.Fatalf("bandwidth: %v", err)
+	}
+	if n <= 0 || n%netMsgSize != 0 || elapsed < 20*time.Millisecond {
+		t.Errorf("sink counted %d bytes in %v, want a positive multiple of %d in >= 20ms", n, elapsed, netMsgSize)
+	}
+	rtts, err := netPingPong(dial(netModeEcho), 20*time.Millisecond)
+	if err != nil || len(rtts) == 0 {
+		t.Errorf("latency: %d round trips, %v; want some and no error", len(rtts), err)
+	}
+
+	// Close ends a connection still open and waits for its handler.
+	idle := dial(netModeEcho)
+	if err := srv.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	if _, err := idle.Read(make([]byte, 1)); err == nil {
+		t.Error("a connection open at Close still reads")
+	}
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9*max(1, math.Abs(b)) }

@@ -1,0 +1,125 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicelb/sluice/internal/lab"
+)
+
+// benchLBPrefix names the lab `sluice bench lb` builds for its smoke test.
+const benchLBPrefix = "sbl"
+
+// benchLBReport is the part of `sluice bench lb --json` the smoke test reads, decoded
+// independently of the product's types.
+type benchLBReport struct {
+	Command string `json:"command"`
+	Results struct {
+		Rounds     int      `json:"rounds"`
+		Candidates []string `json:"candidates"`
+		Workloads  []struct {
+			Name string `json:"name"`
+		} `json:"workloads"`
+		Cells []struct {
+			Candidate string  `json:"candidate"`
+			Workload  string  `json:"workload"`
+			RPS       float64 `json:"requests_per_second"`
+			Ratio     float64 `json:"ratio_to_direct"`
+			P50US     float64 `json:"p50_us"`
+			P99US     float64 `json:"p99_us"`
+			Rounds    []struct {
+				RPS float64 `json:"requests_per_second"`
+			} `json:"rounds"`
+		} `json:"cells"`
+	} `json:"results"`
+}
+
+// TestBenchLB is the smoke test of `sluice bench lb`: one round of one-second runs of every
+// workload through every candidate available here, in its own lab. It checks the table, JSON
+// and SVG are well-formed and every candidate produced a figure under every workload; never
+// how fast anything is.
+func TestBenchLB(t *testing.T) {
+	requireLab(t)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := lab.New(benchLBPrefix, 1).Down(ctx); err != nil {
+			t.Errorf("tearing down the bench's lab: %v", err)
+		}
+	})
+	dir := t.TempDir()
+	jsonPath, svgPath := filepath.Join(dir, "lb.json"), filepath.Join(dir, "lb.svg")
+	stdout, stderr := runBench(t, "bench", "lb", "--prefix", benchLBPrefix, "--duration", "1s", "--rounds", "1",
+		"--json", jsonPath, "--svg", svgPath)
+	if left := namespacesWithPrefix(benchLBPrefix); len(left) > 0 {
+		t.Errorf("bench lb left namespaces behind: %v", left)
+	}
+	if !strings.Contains(stderr, "round 1/1: nft-dsr, latency") {
+		t.Errorf("no progress on stderr:\n%s", stderr)
+	}
+
+	data, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep benchLBReport
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatalf("JSON report: %v\n%s", err, data)
+	}
+	r := rep.Results
+	for _, want := range []string{"direct", "nft-nat", "nft-fullnat", "nft-dsr"} {
+		if !slices.Contains(r.Candidates, want) {
+			t.Errorf("candidates %v lack %s", r.Candidates, want)
+		}
+	}
+	if len(r.Workloads) != 6 || len(r.Cells) != len(r.Workloads)*len(r.Candidates) {
+		t.Fatalf("%d workloads, %d cells for %d candidates: want 6 workloads and a cell for each pair", len(r.Workloads), len(r.Cells), len(r.Candidates))
+	}
+	for _, c := range r.Cells {
+		if c.RPS <= 0 || c.Ratio <= 0 || c.P50US <= 0 || c.P99US < c.P50US || len(c.Rounds) != 1 {
+			t.Errorf("%s under %s lacks a figure: %+v", c.Candidate, c.Workload, c)
+		}
+		if c.Candidate == "direct" && c.Ratio != 1 {
+			t.Errorf("direct's ratio to itself is %v under %s", c.Ratio, c.Workload)
+		}
+		if !strings.Contains(stdout, c.Candidate) || !strings.Contains(stdout, c.Workload) {
+			t.Errorf("table lacks %s or %s:\n%s", c.Candidate, c.Workload, stdout)
+		}
+	}
+
+	svg, err := os.ReadFile(svgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bars, err := countSVGBars(svg)
+	if err != nil || bars < len(r.Cells) {
+		t.Errorf("SVG: %v, %d bars for %d cells", err, bars, len(r.Cells))
+	}
+	t.Logf("sluice bench lb (not asserted):\n%s", stdout)
+}
+
+// countSVGBars parses the SVG as XML and counts its rect elements.
+func countSVGBars(svg []byte) (int, error) {
+	dec := xml.NewDecoder(strings.NewReader(string(svg)))
+	n := 0
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		if el, ok := tok.(xml.StartElement); ok && el.Name.Local == "rect" {
+			n++
+		}
+	}
+}
