@@ -3,6 +3,8 @@ package cli
 import (
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,20 +22,24 @@ func benchLBCmd(f *benchFlags) *cobra.Command {
 		Long: `Brings up the lab and runs the same wrk load through every candidate in turn: direct (the
 baseline: client to backends routed through the balancer namespace, no balancing), every Sluice
 datapath in every mode, and the peers installed (nftlb dnat/snat/dsr, HAProxy TCP, nginx stream).
-Workloads: ` + workloadList() + `.`,
+Workloads: ` + workloadList() + `.
+
+It brings up its own lab (--prefix) and tears it down at the end, also on failure or interrupt.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			env, err := f.env(cmd)
 			if err != nil {
 				return err
 			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
 			if installPeers {
 				env.Progress.Step("installing peers: %v", bench.PeerPackages)
-				if err := bench.InstallPeers(cmd.Context()); err != nil {
+				if err := bench.InstallPeers(ctx); err != nil {
 					return err
 				}
 			}
-			res, err := bench.RunLB(cmd.Context(), env, o)
+			res, err := bench.RunLB(ctx, env, o)
 			if err != nil {
 				return err
 			}
