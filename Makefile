@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/sluice
 
-.PHONY: all build deps test unit e2e demo lint clean
+.PHONY: all build deps generate check-generated test unit e2e demo lint clean
 
 all: build
 
@@ -12,7 +12,14 @@ deps:
 build:
 	$(GO) build -o $(BIN) ./cmd/sluice
 
-lint:
+# The BPF objects and their Go bindings are committed; this rebuilds them from bpf/ with clang.
+generate:
+	$(GO) generate ./internal/datapath/ebpf/
+
+check-generated:
+	./scripts/check-generated.sh
+
+lint: check-generated
 	test -z "$$(gofmt -l cmd internal test)" || (gofmt -l cmd internal test; exit 1)
 	$(GO) vet ./...
 

@@ -1,0 +1,28 @@
+/* Sluice eBPF datapath: sizes and enumerations shared by the program and the Go loader. */
+#ifndef SLUICE_CONSTANTS_H
+#define SLUICE_CONSTANTS_H
+
+/* Default map sizes; the loader may resize before loading. */
+#define MAX_VIPS        65536      /* (vip, port, proto) entries: a port range takes one per port */
+#define MAX_SERVICES    16384      /* service ids 0..MAX_SERVICES-1 */
+#define MAX_BACKENDS    131072     /* backend ids 0..MAX_BACKENDS-1 */
+#define MAGLEV_SLOTS    (1 << 24)  /* all services' Maglev tables, end to end */
+#define MAX_FLOWS       (1 << 20)  /* tracked flows (LRU) */
+
+/* Forwarding modes (struct service.mode). */
+enum sluice_mode {
+	MODE_NAT     = 1, /* rewrite the destination; replies are reverse-translated */
+	MODE_FULLNAT = 2, /* also rewrite the source to the balancer's address and a port of its own */
+	MODE_DSR     = 3, /* rewrite the destination MAC only; replies bypass the balancer */
+};
+
+/* What to do with a new flow when the service has no backend (struct service.fallback). */
+enum sluice_fallback {
+	FALLBACK_DROP   = 0,
+	FALLBACK_REJECT = 1, /* TCP RST / ICMP unreachable is left to the stack: the packet is passed */
+};
+
+/* struct backend.flags */
+#define BACKEND_VALID 1 /* the id is in use; flows pinned to an invalid id pick again */
+
+#endif

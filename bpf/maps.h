@@ -1,0 +1,82 @@
+/* Sluice eBPF datapath: maps, pinned by name under the loader's pin path. */
+#ifndef SLUICE_MAPS_H
+#define SLUICE_MAPS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "constants.h"
+#include "structs.h"
+
+/* Virtual services: (vip, port, proto) -> service. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct vip_key);
+	__type(value, struct service);
+	__uint(max_entries, MAX_VIPS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} vips SEC(".maps");
+
+/* Backends by id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct backend);
+	__uint(max_entries, MAX_BACKENDS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} backends SEC(".maps");
+
+/* Every service's Maglev table end to end: slot -> backend id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, MAGLEV_SLOTS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} maglev SEC(".maps");
+
+/* Client flows -> their backend, so established flows survive backend changes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct flow_key);
+	__type(value, struct flow);
+	__uint(max_entries, MAX_FLOWS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} flows SEC(".maps");
+
+/* Backend-side 5-tuple of a nat/fullnat flow's replies -> the client side to restore. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct flow_key);
+	__type(value, struct reverse);
+	__uint(max_entries, MAX_FLOWS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} replies SEC(".maps");
+
+/* Per-service counters by service id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct stats);
+	__uint(max_entries, MAX_SERVICES);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} service_stats SEC(".maps");
+
+/* Per-backend counters by backend id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct stats);
+	__uint(max_entries, MAX_BACKENDS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} backend_stats SEC(".maps");
+
+/* Global settings written by the loader, one entry. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct globals);
+	__uint(max_entries, 1);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} config SEC(".maps");
+
+#endif

@@ -1,0 +1,82 @@
+/* Sluice eBPF datapath: map keys and values. Addresses are 16 bytes; IPv4 uses the first 4
+ * bytes and zeroes the rest. Ports are in network byte order. */
+#ifndef SLUICE_STRUCTS_H
+#define SLUICE_STRUCTS_H
+
+#include <linux/types.h>
+
+/* A virtual service address: one per VIP, port and protocol. */
+struct vip_key {
+	__u8  addr[16];
+	__be16 port;
+	__u8  proto;  /* IPPROTO_TCP or IPPROTO_UDP */
+	__u8  family; /* AF_INET or AF_INET6 */
+};
+
+/* A service: how to pick a backend for a new flow and how to forward. */
+struct service {
+	__u32 id;          /* index into service_stats */
+	__u32 ring_offset; /* first slot of the service's Maglev table in maglev */
+	__u32 ring_size;   /* slots; 0 = no backend can take new flows (fallback) */
+	__u8  mode;        /* enum sluice_mode */
+	__u8  fallback;    /* enum sluice_fallback */
+	__u16 pad;
+};
+
+/* A backend, indexed by its id. */
+struct backend {
+	__u8   addr[16];
+	__be16 port;   /* 0 = the port the client used */
+	__u8   family;
+	__u8   flags;  /* BACKEND_VALID */
+};
+
+/* A flow's 5-tuple as seen on the wire. */
+struct flow_key {
+	__u8   src[16];
+	__u8   dst[16];
+	__be16 sport;
+	__be16 dport;
+	__u8   proto;
+	__u8   family;
+	__u16  pad;
+};
+
+/* A tracked client flow: the backend it was given, and for fullnat the source port used. */
+struct flow {
+	__u32  backend_id;
+	__u32  service_id;
+	__be16 nat_port;   /* fullnat: the balancer-side source port */
+	__u16  pad;
+	__u32  pad2;
+	__u64  last_seen;  /* bpf_ktime_get_ns() of the last packet */
+};
+
+/* The client side of a translated flow, keyed by the backend-side 5-tuple of its replies. */
+struct reverse {
+	__u8   vip[16];
+	__u8   client[16];
+	__be16 vport;
+	__be16 cport;
+	__u32  service_id;
+	__u32  backend_id;
+	__u32  pad;
+};
+
+/* Packet, byte and new-flow counters (per CPU). */
+struct stats {
+	__u64 packets;
+	__u64 bytes;
+	__u64 flows;
+};
+
+/* Global settings written by the loader. */
+struct globals {
+	__u8   snat4[4];     /* fullnat source address towards IPv4 backends */
+	__u8   snat6[16];    /* fullnat source address towards IPv6 backends */
+	__u16  port_low;     /* fullnat source port range, host byte order */
+	__u16  port_high;
+	__u32  pad;
+};
+
+#endif
