@@ -8,9 +8,14 @@ import (
 )
 
 // Datapath programs a plan into the kernel. Apply takes the whole desired state each time and
-// changes only what differs, atomically; it is idempotent.
+// changes only what differs, atomically; it is idempotent. To keep the cost of a change
+// independent of the size of the rest, Apply may compare the plan with what it last programmed
+// instead of reading the kernel back.
 type Datapath interface {
 	Apply(ctx context.Context, p *plan.Plan) error
+	// Resync makes the next Apply compare the plan with what the kernel holds, so that it repairs
+	// what others changed.
+	Resync()
 	// Status reads back what the kernel holds, with counters.
 	Status(ctx context.Context) ([]ServiceStatus, error)
 	// ResetFlows drops the established flows from a service's clients to one of its backends, so

@@ -35,8 +35,8 @@ type Options struct {
 	// MinApplyInterval is the shortest time between two applies: changes arriving faster (a burst
 	// of health flaps, a script of API calls) are folded into one apply. Default 100ms.
 	MinApplyInterval time.Duration
-	// Resync is how often the plan is applied even without a change, repairing a datapath that
-	// someone else altered. Default 30s.
+	// Resync is how often the plan is applied even without a change, compared with what the
+	// kernel holds (Datapath.Resync), repairing a datapath that someone else altered. Default 30s.
 	Resync time.Duration
 	// DrainPoll is how often a drain reads the active flows. Default 1s.
 	DrainPoll time.Duration
@@ -55,12 +55,13 @@ type ApplyStats struct {
 
 // Engine reconciles the desired state into the datapath.
 type Engine struct {
-	opts   Options
-	log    *slog.Logger
-	dp     datapath.Datapath
-	prober Prober
-	events *eventLog
-	dirty  chan struct{} // one pending reconcile
+	opts    Options
+	log     *slog.Logger
+	dp      datapath.Datapath
+	prober  Prober
+	planner *plan.Builder // keeps the slot tables of unchanged services from plan to plan
+	events  *eventLog
+	dirty   chan struct{} // one pending reconcile
 
 	mu      sync.Mutex
 	cfg     *config.Config
@@ -85,7 +86,7 @@ func New(cfg *config.Config, opts Options) *Engine {
 		opts.Log = slog.Default()
 	}
 	e := &Engine{
-		opts: opts, log: opts.Log, dp: opts.Datapath, events: newEventLog(),
+		opts: opts, log: opts.Log, dp: opts.Datapath, planner: plan.NewBuilder(), events: newEventLog(),
 		dirty: make(chan struct{}, 1), cfg: cfg, resets: map[string]bool{}, drains: map[string]*drain{},
 	}
 	e.prober = opts.Prober
@@ -141,10 +142,11 @@ func (e *Engine) trigger() {
 }
 
 // reconcile builds the plan and applies it when it differs from the last one applied (always
-// when force is set), then drops the flows of fallen backends whose service asks for it.
+// when force is set, then compared with the kernel's state), then drops the flows of fallen
+// backends whose service asks for it.
 func (e *Engine) reconcile(ctx context.Context, force bool) error {
 	e.mu.Lock()
-	p, err := plan.Build(e.cfg, e.available(e.cfg))
+	p, err := e.planner.Build(e.cfg, e.available(e.cfg))
 	unchanged := e.applied != nil && reflect.DeepEqual(e.applied, p)
 	e.mu.Unlock()
 	if err != nil {
@@ -152,6 +154,9 @@ func (e *Engine) reconcile(ctx context.Context, force bool) error {
 	}
 	if unchanged && !force {
 		return e.resetFlows(ctx, p)
+	}
+	if force {
+		e.dp.Resync()
 	}
 	start := time.Now()
 	err = e.dp.Apply(ctx, p)

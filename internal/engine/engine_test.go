@@ -174,6 +174,15 @@ func TestReconcileIsIdempotent(t *testing.T) {
 	}
 }
 
+func TestResyncAppliesAgainComparedWithTheKernel(t *testing.T) {
+	h := start(t, twoServices, Options{Resync: 10 * time.Millisecond})
+	eventually(t, "resync applies", func() bool { return h.dp.Applies() >= 3 })
+	applies := h.dp.Applies() // before the resyncs: each resync comes before its apply
+	if resyncs := h.dp.Resyncs(); resyncs < applies-1 {
+		t.Fatalf("%d applies but %d resyncs: every apply after the first was a resync", applies, resyncs)
+	}
+}
+
 func TestHealthFlapBurstIsFoldedIntoFewApplies(t *testing.T) {
 	const interval = 20 * time.Millisecond
 	h := start(t, twoServices, Options{MinApplyInterval: interval})

@@ -41,11 +41,11 @@ func (e *Engine) Update(dryRun bool, why string, mutate Mutation) (plan.Change, 
 	if errs := next.Validate(); len(errs) > 0 {
 		return plan.Change{}, errs
 	}
-	before, err := plan.Build(e.cfg, e.available(e.cfg))
+	before, err := e.planner.Build(e.cfg, e.available(e.cfg))
 	if err != nil {
 		return plan.Change{}, err
 	}
-	after, err := plan.Build(next, e.available(next))
+	after, err := e.planner.Build(next, e.available(next))
 	if err != nil {
 		return plan.Change{}, err
 	}

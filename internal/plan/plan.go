@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/sluicelb/sluice/internal/config"
@@ -34,6 +35,7 @@ type Service struct {
 	Backends    []Backend     // every configured backend, weight 0 included
 	// Slots maps a slot to an index in Backends; a new flow picks slot hash(5-tuple) mod len(Slots)
 	// (maglev, hash) or counter mod len(Slots) (rr, wrr, random). Empty when no backend takes new flows.
+	// Read-only: the plans of one Builder share it.
 	Slots []int
 }
 
@@ -72,19 +74,68 @@ type Availability func(service string, b Backend) bool
 // they take no new flows and keep their established ones. When no backend of a service is left
 // with a weight, its sorry servers (fallback: sorry) take the new flows.
 func Build(cfg *config.Config, available Availability) (*Plan, error) {
+	return NewBuilder().Build(cfg, available)
+}
+
+// Builder builds plans like Build and keeps each service's slot table for the next builds, so
+// that a table is computed again only when its inputs (scheduler, table size, backends and their
+// weights) changed. Plans built by one Builder share their Slots: they are read-only. A Builder
+// is safe for concurrent use.
+type Builder struct {
+	mu     sync.Mutex
+	tables map[string]*recentTables // by service name
+}
+
+// NewBuilder returns a Builder that knows no table yet.
+func NewBuilder() *Builder { return &Builder{tables: map[string]*recentTables{}} }
+
+// Build is the package's Build, reusing the tables of the builds before.
+func (b *Builder) Build(cfg *config.Config, available Availability) (*Plan, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	kept := make(map[string]*recentTables, len(cfg.Services))
 	p := &Plan{Datapath: cfg.Datapath, Interfaces: cfg.Interfaces}
 	for _, cs := range cfg.Services {
-		s, err := buildService(cs, available)
+		tables := b.tables[cs.Name]
+		if tables == nil {
+			tables = &recentTables{}
+		}
+		kept[cs.Name] = tables
+		s, err := buildService(cs, available, tables)
 		if err != nil {
 			return nil, fmt.Errorf("service %s: %w", cs.Name, err)
 		}
 		p.Services = append(p.Services, s)
 	}
+	b.tables = kept // forget the services that are gone
 	sort.Slice(p.Services, func(i, j int) bool { return p.Services[i].Name < p.Services[j].Name })
 	return p, nil
 }
 
-func buildService(cs config.Service, available Availability) (Service, error) {
+// recentTables are the last slot tables built for one service, most recent first: two, so that
+// building the plans before and after a change of the service computes no table again.
+type recentTables [2]struct {
+	inputs string
+	slots  []int
+}
+
+// get returns the table for inputs, computing it with build when it is not one of the recent.
+func (r *recentTables) get(inputs string, build func() ([]int, error)) ([]int, error) {
+	for _, t := range r {
+		if t.slots != nil && t.inputs == inputs {
+			return t.slots, nil
+		}
+	}
+	slots, err := build()
+	if err != nil || slots == nil {
+		return slots, err
+	}
+	r[1] = r[0]
+	r[0].inputs, r[0].slots = inputs, slots
+	return slots, nil
+}
+
+func buildService(cs config.Service, available Availability, tables *recentTables) (Service, error) {
 	vip, err := netip.ParseAddr(cs.VIP)
 	if err != nil {
 		return Service{}, err
@@ -137,8 +188,22 @@ func buildService(cs config.Service, available Availability) (Service, error) {
 		sorted[i], sortedConfigured[i] = s.Backends[o], configured[o]
 	}
 	s.Backends = sorted
-	s.Slots, err = slots(s.Scheduler, s.Backends, sortedConfigured, cs.TableSize)
+	s.Slots, err = tables.get(slotInputs(s.Scheduler, s.Backends, sortedConfigured, cs.TableSize), func() ([]int, error) {
+		return slots(s.Scheduler, s.Backends, sortedConfigured, cs.TableSize)
+	})
 	return s, err
+}
+
+// slotInputs is everything slots depends on, as text.
+func slotInputs(scheduler string, backends []Backend, configured []int, tableSize int) string {
+	buf := append([]byte(scheduler), ' ')
+	buf = strconv.AppendInt(buf, int64(tableSize), 10)
+	for i, b := range backends {
+		buf = append(append(buf, ' '), b.ID()...)
+		buf = strconv.AppendInt(append(buf, '='), int64(b.Weight), 10)
+		buf = strconv.AppendInt(append(buf, '/'), int64(configured[i]), 10)
+	}
+	return string(buf)
 }
 
 func backend(cb config.Backend, mode string) (Backend, error) {

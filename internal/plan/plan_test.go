@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/sluicelb/sluice/internal/config"
@@ -143,5 +144,43 @@ func TestSorryServersOnlyWhenNoBackendIsUp(t *testing.T) {
 	p := mustPlanWith(t, y, none).Services[0]
 	if share := p.Share(); share[2] != 1 {
 		t.Fatalf("sorry server share %v with every backend down", share)
+	}
+}
+
+func TestBuilderComputesOnlyTheTablesWhoseInputsChanged(t *testing.T) {
+	two := "services:\n" +
+		"- {name: a, vip: 10.0.0.1, port: 80, backends: [{address: 10.0.1.1}, {address: 10.0.1.2}]}\n" +
+		"- {name: b, vip: 10.0.0.2, port: 80, backends: [{address: 10.0.1.1}, {address: 10.0.1.2}]}\n"
+	changed := strings.Replace(two, "10.0.1.2}]}\n", "10.0.1.2}, {address: 10.0.1.3}]}\n", 1) // a gets a backend
+	parse := func(yaml string) *config.Config {
+		cfg, err := config.Parse("test.yaml", []byte(yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	b := NewBuilder()
+	build := func(yaml string, available Availability) *Plan {
+		p, err := b.Build(parse(yaml), available)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fresh := mustPlanWith(t, yaml, available); !reflect.DeepEqual(p, fresh) {
+			t.Fatalf("the Builder's plan differs from Build's")
+		}
+		return p
+	}
+	same := func(x, y Service) bool { return &x.Slots[0] == &y.Slots[0] }
+	p1 := build(two, nil)
+	p2 := build(changed, nil)
+	if same(p1.Services[0], p2.Services[0]) || !same(p1.Services[1], p2.Services[1]) {
+		t.Error("a's table must be built again, b's reused")
+	}
+	if p3 := build(two, nil); !same(p1.Services[0], p3.Services[0]) {
+		t.Error("going back to the table before must reuse it")
+	}
+	down := func(_ string, be Backend) bool { return be.Addr.String() != "10.0.1.1" }
+	if p4 := build(two, down); same(p1.Services[0], p4.Services[0]) || same(p1.Services[1], p4.Services[1]) {
+		t.Error("a backend going down must change both tables")
 	}
 }

@@ -15,6 +15,7 @@ type Datapath struct {
 	mu      sync.Mutex
 	plan    *plan.Plan
 	applies int
+	resyncs int
 	fail    error
 	active  map[string]uint64 // service/backend ID -> active flows
 	resets  []string          // service/backend ID, in call order
@@ -35,6 +36,13 @@ func (d *Datapath) Apply(_ context.Context, p *plan.Plan) error {
 	d.applies++
 	d.plan = p
 	return nil
+}
+
+// Resync counts the call.
+func (d *Datapath) Resync() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.resyncs++
 }
 
 // Status reports the last plan with the active flows set by SetActiveFlows.
@@ -93,6 +101,13 @@ func (d *Datapath) Applies() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.applies
+}
+
+// Resyncs counts the Resync calls.
+func (d *Datapath) Resyncs() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.resyncs
 }
 
 // FailWith makes every following Apply return err (nil: succeed again).

@@ -142,7 +142,7 @@ func (l *liveFlows) natActive(t natTarget) uint64 {
 
 // flowMarks counts the elements of a dsr flow map by backend mark.
 func (d *Datapath) flowMarks(ctx context.Context, flows string) (map[string]uint64, error) {
-	elems, err := d.tables[knftables.NetDevFamily].ListElements(ctx, "map", flows)
+	elems, err := d.flows.ListElements(ctx, "map", flows)
 	if err != nil && !knftables.IsNotFound(err) {
 		return nil, fmt.Errorf("reading map %s: %w", flows, err)
 	}
@@ -193,7 +193,7 @@ func (d *Datapath) resetDSRFlows(ctx context.Context, s *plan.Service, b plan.Ba
 // Each is added before it is deleted: an element that expired since the listing is then deleted
 // all the same instead of failing the transaction.
 func (d *Datapath) deleteFlowElements(ctx context.Context, flows, mark string) (int, error) {
-	elems, err := d.tables[knftables.NetDevFamily].ListElements(ctx, "map", flows)
+	elems, err := d.flows.ListElements(ctx, "map", flows)
 	if knftables.IsNotFound(err) {
 		return 0, nil
 	}

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"testing"
@@ -68,7 +69,8 @@ func TestGoldenRulesets(t *testing.T) {
 }
 
 // TestTransitions checks that a change produces exactly the transaction in tx.nft: only what
-// differs, in an order nft accepts, and nothing when applied twice.
+// differs, in an order nft accepts, and nothing when applied twice; and that comparing with the
+// committed state, rendering only the changed services, produces the same transaction.
 func TestTransitions(t *testing.T) {
 	dirs, _ := filepath.Glob("testdata/transitions/*")
 	if len(dirs) == 0 {
@@ -90,6 +92,9 @@ func TestTransitions(t *testing.T) {
 				t.Fatalf("transition rejected by the fake: %v\n%s", err, tx)
 			}
 			compareGolden(t, filepath.Join(dir, "tx.nft"), tx.String())
+			if incremental := incrementalTransaction(t, fake, dir); incremental != tx.String() {
+				t.Errorf("comparing with the committed state gives another transaction:\n%s\n---\n%s", incremental, tx)
+			}
 
 			fresh := knftables.NewFake("", "")
 			full := fresh.NewTransaction()
@@ -105,6 +110,35 @@ func TestTransitions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// incrementalTransaction renders before.yaml, then after.yaml reusing its unchanged services, and
+// returns the transaction between what changed. Services whose plan did not change must not be
+// rendered again.
+func incrementalTransaction(t *testing.T, nft knftables.Interface, dir string) string {
+	t.Helper()
+	before, err := renderPlan(loadPlan(t, filepath.Join(dir, "before.yaml")), testEnv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	afterPlan := loadPlan(t, filepath.Join(dir, "after.yaml"))
+	after, err := renderPlan(afterPlan, testEnv, before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range after.services {
+		if old := before.services[name]; old != nil && reflect.DeepEqual(old.service, s.service) && old != s {
+			t.Errorf("service %s did not change but was rendered again", name)
+		}
+	}
+	before.release()
+	tx := nft.NewTransaction()
+	have, want, err := before.changes(after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reconcile(tx, have, want)
+	return tx.String()
 }
 
 // sortedLines compares dumps regardless of element order (the fake keeps insertion order).

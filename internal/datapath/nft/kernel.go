@@ -2,10 +2,10 @@ package nft
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"strings"
 
 	"github.com/vishvananda/netlink"
 	"sigs.k8s.io/knftables"
@@ -17,48 +17,8 @@ var families = []knftables.Family{knftables.InetFamily, knftables.NetDevFamily}
 func (d *Datapath) read(ctx context.Context) (*state, error) {
 	st := newState()
 	for _, f := range families {
-		nft := d.tables[f]
-		chains, err := nft.List(ctx, "chains")
-		if knftables.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
+		if err := listTable(ctx, st, f); err != nil && !errors.Is(err, errNoTable) {
 			return nil, fmt.Errorf("reading %s %s: %w", f, TableName, err)
-		}
-		st.tables[f] = true
-		for _, name := range chains {
-			st.chains[objKey{f, name}] = &chainDef{chain: &knftables.Chain{Family: f, Table: TableName, Name: name}}
-		}
-		for _, kind := range []string{"set", "map"} {
-			names, err := nft.List(ctx, kind+"s")
-			if err != nil && !knftables.IsNotFound(err) {
-				return nil, err
-			}
-			for _, name := range names {
-				var obj knftables.Object = &knftables.Set{Name: name}
-				if kind == "map" {
-					obj = &knftables.Map{Name: name}
-				}
-				def := st.addSet(f, obj)
-				if strings.HasPrefix(name, "flows-") {
-					continue // the packet path owns a dynamic map's elements; never reconcile them
-				}
-				elems, err := nft.ListElements(ctx, kind, name)
-				if err != nil {
-					return nil, fmt.Errorf("reading %s %s: %w", kind, name, err)
-				}
-				for _, e := range elems {
-					def.add(e)
-				}
-			}
-		}
-		counters, err := nft.ListCounters(ctx)
-		if err != nil && !knftables.IsNotFound(err) {
-			return nil, err
-		}
-		for _, c := range counters {
-			// By name, not handle: knftables writes "delete counter ... handle N" without its newline.
-			st.counters[objKey{f, c.Name}] = &knftables.Counter{Family: f, Table: TableName, Name: c.Name, Packets: c.Packets, Bytes: c.Bytes}
 		}
 	}
 	return st, nil

@@ -145,6 +145,45 @@ func TestKernelAcceptsEveryCase(t *testing.T) {
 	})
 }
 
+// TestKernelApplyTrustsWhatItCommitted checks the cost of trusting the committed state and how it
+// is bounded: a change made behind the datapath's back stays until Resync, and a transaction that
+// fails because of one makes the next Apply read the kernel and succeed.
+func TestKernelApplyTrustsWhatItCommitted(t *testing.T) {
+	inFreshNetns(t, func() {
+		d := newTestDatapath(t)
+		both := loadPlan(t, "testdata/transitions/add-service/after.yaml") // dns and web
+		webOnly := loadPlan(t, "testdata/transitions/add-service/before.yaml")
+		apply(t, d, both)
+		runNFT(t, "delete element inet sluice dispatch4 { udp . 10.91.9.100 . 53 }")
+		apply(t, d, both)
+		if n := pending(t, d, both); n != 1 {
+			t.Fatalf("%d operations pending after a foreign deletion and an Apply without Resync, want the 1 it left", n)
+		}
+		d.Resync()
+		apply(t, d, both)
+		if n := pending(t, d, both); n != 0 {
+			t.Fatalf("%d operations pending after Resync and Apply", n)
+		}
+
+		runNFT(t, "delete map inet sluice "+namesOf(&both.Services[0]).members)
+		if err := d.Apply(context.Background(), webOnly); err == nil {
+			t.Fatal("Apply deleting a map someone else deleted succeeded")
+		}
+		apply(t, d, webOnly)
+		if n := pending(t, d, webOnly); n != 0 {
+			t.Fatalf("%d operations pending after the Apply that followed a failed one", n)
+		}
+	})
+}
+
+// runNFT runs one nft command in the test's namespace.
+func runNFT(t *testing.T, command string) {
+	t.Helper()
+	if out, err := exec.Command("nft", command).CombinedOutput(); err != nil {
+		t.Fatalf("nft %s: %v: %s", command, err, out)
+	}
+}
+
 var (
 	backend11 = netip.MustParseAddr("10.91.2.11")
 	backend12 = netip.MustParseAddr("10.91.2.12")

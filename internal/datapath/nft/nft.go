@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"sigs.k8s.io/knftables"
 
@@ -22,9 +23,14 @@ import (
 
 // Datapath programs plans through nft in the current network namespace.
 type Datapath struct {
-	nft    knftables.Interface                      // transactions spanning both tables
-	tables map[knftables.Family]knftables.Interface // listings, one per table
-	log    *slog.Logger
+	nft   knftables.Interface // transactions spanning both tables
+	flows knftables.Interface // the netdev table, whose dsr flow maps are listed one by one
+	log   *slog.Logger
+
+	mu sync.Mutex
+	// committed is what the last successful Apply left in the kernel; nil when that is not
+	// known (first use, a failed transaction, Resync, Flush): the next Apply reads the kernel.
+	committed *desired
 }
 
 var _ datapath.Datapath = (*Datapath)(nil)
@@ -35,44 +41,74 @@ func New(log *slog.Logger) (*Datapath, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
-	d := &Datapath{nft: nft, tables: map[knftables.Family]knftables.Interface{}, log: log}
-	for _, f := range families {
-		if d.tables[f], err = knftables.New(f, TableName); err != nil {
-			return nil, fmt.Errorf("nftables: %w", err)
-		}
+	flows, err := knftables.New(knftables.NetDevFamily, TableName)
+	if err != nil {
+		return nil, fmt.Errorf("nftables: %w", err)
 	}
-	return d, nil
+	return &Datapath{nft: nft, flows: flows, log: log}, nil
 }
 
-// Apply programs the plan, changing only what differs from the kernel's current state.
+// Apply programs the plan in one transaction holding only what differs from the state it last
+// committed: it renders only the services whose plan changed and leaves the others alone. When
+// that state is not known it renders everything and compares with the kernel's.
 func (d *Datapath) Apply(ctx context.Context, p *plan.Plan) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	env, err := hostEnvironment(p.Interfaces)
 	if err != nil {
 		return err
 	}
-	want, err := render(p, env)
+	next, err := renderPlan(p, env, d.committed)
 	if err != nil {
 		return err
 	}
-	have, err := d.read(ctx)
+	have, want, err := d.transition(ctx, next)
 	if err != nil {
 		return err
 	}
+	next.release()
 	tx := d.nft.NewTransaction()
 	n := reconcile(tx, have, want)
 	if n == 0 {
 		d.log.Debug("nft: kernel already matches the plan")
+		d.committed = next
 		return nil
 	}
 	d.log.Info("nft: applying", "operations", n)
 	if err := d.nft.Run(ctx, tx); err != nil {
+		d.committed = nil
 		return fmt.Errorf("nft transaction (%d operations) rejected, nothing changed: %w", n, err)
 	}
+	d.committed = next
 	return nil
+}
+
+// transition returns the states Apply reconciles to reach next: the changed part of what was
+// committed and of next, or the kernel's current state and all of next.
+func (d *Datapath) transition(ctx context.Context, next *desired) (have, want *state, err error) {
+	if d.committed != nil {
+		return d.committed.changes(next)
+	}
+	if have, err = d.read(ctx); err != nil {
+		return nil, nil, err
+	}
+	want, err = next.all()
+	return have, want, err
+}
+
+// Resync makes the next Apply render every service and compare with the kernel's current state,
+// repairing what others changed in Sluice's tables (and following moved routes to dsr backends).
+func (d *Datapath) Resync() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.committed = nil
 }
 
 // Flush deletes Sluice's tables.
 func (d *Datapath) Flush(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.committed = nil
 	have, err := d.read(ctx)
 	if err != nil {
 		return err

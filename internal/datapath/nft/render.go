@@ -66,29 +66,38 @@ func ipvOf(a netip.Addr) ipv {
 
 // render computes the desired content of Sluice's tables for a plan.
 func render(p *plan.Plan, env Environment) (*state, error) {
+	d, err := renderPlan(p, env, nil)
+	if err != nil {
+		return nil, err
+	}
+	return d.all()
+}
+
+// renderBase lays out what does not belong to one service: the tables, their base chains and
+// the sets that every service adds elements to.
+func renderBase(p *plan.Plan, env Environment) (*state, error) {
 	st := newState()
 	renderInetBase(st)
 	if slices.ContainsFunc(p.Services, func(s plan.Service) bool { return s.Mode != "dsr" }) {
 		renderForwarded(st)
 	}
-	hasDSR := false
-	for i := range p.Services {
-		s := &p.Services[i]
-		var err error
-		if s.Mode == "dsr" {
-			if !hasDSR {
-				if err := renderNetdevBase(st, env.DSRDevices); err != nil {
-					return nil, err
-				}
-				hasDSR = true
-			}
-			err = renderDSRService(st, s, env)
-		} else {
-			renderNATService(st, s)
+	if slices.ContainsFunc(p.Services, func(s plan.Service) bool { return s.Mode == "dsr" }) {
+		if err := renderNetdevBase(st, env.DSRDevices); err != nil {
+			return nil, err
 		}
-		if err != nil {
-			return nil, fmt.Errorf("service %s: %w", s.Name, err)
-		}
+	}
+	return st, nil
+}
+
+// renderService renders one service's objects, and its elements of the base's sets.
+func renderService(s *plan.Service, env Environment) (*state, error) {
+	st := newState()
+	if s.Mode != "dsr" {
+		renderNATService(st, s)
+		return st, nil
+	}
+	if err := renderDSRService(st, s, env); err != nil {
+		return nil, fmt.Errorf("service %s: %w", s.Name, err)
 	}
 	return st, nil
 }
@@ -103,14 +112,19 @@ func renderInetBase(st *state) {
 		st.addSet(f, dispatchMap(v))
 		pre = append(pre, fmt.Sprintf("meta l4proto . %s daddr . th dport vmap @dispatch%s", v.ip, v.suffix))
 		for _, proto := range []string{"tcp", "udp"} {
-			name := "fullnat-" + proto + v.suffix
-			st.addSet(f, &knftables.Set{Name: name, Type: v.addrType + " . inet_service", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
-			post = append(post, fmt.Sprintf("meta l4proto %s ct original %s daddr . ct original proto-dst @%s masquerade", proto, v.ip, name))
+			set := fullNATSet(proto, v)
+			st.addSet(f, set)
+			post = append(post, fmt.Sprintf("meta l4proto %s ct original %s daddr . ct original proto-dst @%s masquerade", proto, v.ip, set.Name))
 		}
 	}
 	st.addChain(baseChain(f, "prerouting", knftables.NATType, knftables.PreroutingHook, knftables.DNATPriority), pre...)
 	st.addChain(baseChain(f, "output", knftables.NATType, knftables.OutputHook, knftables.DNATPriority), pre...)
 	st.addChain(baseChain(f, "postrouting", knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority), post...)
+}
+
+// fullNATSet holds the vip . ports of the full-NAT services of one protocol and IP version.
+func fullNATSet(proto string, v ipv) *knftables.Set {
+	return &knftables.Set{Name: "fullnat-" + proto + v.suffix, Type: v.addrType + " . inet_service", Flags: []knftables.SetFlag{knftables.IntervalFlag}}
 }
 
 // renderForwarded counts every packet forwarded from a client to a backend of a nat or fullnat
@@ -124,20 +138,24 @@ func renderForwarded(st *state) {
 	var rules []string
 	for _, v := range []ipv{ipv4, ipv6} {
 		for _, proto := range []string{"tcp", "udp"} {
-			name := forwardedMap(proto, v)
-			st.addSet(f, &knftables.Map{
-				Name:  name,
-				Type:  fmt.Sprintf("%[1]s . inet_service . %[1]s . inet_service : counter", v.addrType),
-				Flags: []knftables.SetFlag{knftables.IntervalFlag},
-			})
+			m := forwardedMap(proto, v)
+			st.addSet(f, m)
 			rules = append(rules, fmt.Sprintf("meta l4proto %s ct direction original counter name ct original %s daddr . ct original proto-dst . ct reply %s saddr . ct reply proto-src map @%s",
-				proto, v.ip, v.ip, name))
+				proto, v.ip, v.ip, m.Name))
 		}
 	}
 	st.addChain(baseChain(f, "forwarded", knftables.FilterType, knftables.PostroutingHook, forwardedPriority), rules...)
 }
 
-func forwardedMap(proto string, v ipv) string { return "forwarded-" + proto + v.suffix }
+// forwardedMap maps the conntrack tuple parts of one protocol and IP version's flows to the
+// packet counter of their backend.
+func forwardedMap(proto string, v ipv) *knftables.Map {
+	return &knftables.Map{
+		Name:  "forwarded-" + proto + v.suffix,
+		Type:  fmt.Sprintf("%[1]s . inet_service . %[1]s . inet_service : counter", v.addrType),
+		Flags: []knftables.SetFlag{knftables.IntervalFlag},
+	}
+}
 
 // renderNetdevBase lays out the netdev table: an ingress chain per DSR device dispatching by
 // proto . vip . port.
@@ -160,6 +178,7 @@ func renderNetdevBase(st *state, devices []string) error {
 	return nil
 }
 
+// dispatchMap sends the packets of one IP version to their service chain by proto . vip . port.
 func dispatchMap(v ipv) *knftables.Map {
 	return &knftables.Map{
 		Name:  "dispatch" + v.suffix,
@@ -211,7 +230,7 @@ func selector(s *plan.Service) string {
 // records each backend's weight in the kernel (value) so a listing needs no config.
 func commonService(st *state, f knftables.Family, s *plan.Service, n serviceNames) {
 	v := ipvOf(s.VIP)
-	st.sets[objKey{f, "dispatch" + v.suffix}].add(&knftables.Element{
+	st.shared(f, dispatchMap(v)).add(&knftables.Element{
 		Key: []string{s.Protocol, s.VIP.String(), s.Ports.String()}, Value: []string{"goto " + n.chain}, Comment: ptr(n.desc),
 	})
 	members := st.addSet(f, &knftables.Map{Name: n.members, Type: v.addrType + " . inet_service : mark"})
@@ -227,11 +246,11 @@ func renderNATService(st *state, s *plan.Service) {
 	v := ipvOf(s.VIP)
 	commonService(st, f, s, n)
 	if s.Mode == "fullnat" {
-		st.sets[objKey{f, "fullnat-" + s.Protocol + v.suffix}].add(&knftables.Element{
+		st.shared(f, fullNATSet(s.Protocol, v)).add(&knftables.Element{
 			Key: []string{s.VIP.String(), s.Ports.String()}, Comment: ptr(n.desc),
 		})
 	}
-	forwarded := st.sets[objKey{f, forwardedMap(s.Protocol, v)}]
+	forwarded := st.shared(f, forwardedMap(s.Protocol, v))
 	var rules []string
 	if len(s.Slots) > 0 {
 		slots := st.addSet(f, &knftables.Map{Name: n.slots, TypeOf: "numgen inc mod 2 : verdict"})

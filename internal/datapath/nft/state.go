@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"maps"
 	"sort"
 	"strings"
 
@@ -50,15 +51,33 @@ func (s *state) addChain(c *knftables.Chain, rules ...string) {
 
 func (s *state) addSet(family knftables.Family, obj knftables.Object) *setDef {
 	d := &setDef{obj: obj, elems: map[string]*knftables.Element{}}
-	var name string
 	switch o := obj.(type) {
 	case *knftables.Set:
-		o.Family, o.Table, name = family, TableName, o.Name
+		o.Family, o.Table = family, TableName
 	case *knftables.Map:
-		o.Family, o.Table, name = family, TableName, o.Name
+		o.Family, o.Table = family, TableName
 	}
-	s.sets[objKey{family, name}] = d
+	s.sets[objKey{family, setName(obj)}] = d
 	return d
+}
+
+func setName(obj knftables.Object) string {
+	switch o := obj.(type) {
+	case *knftables.Set:
+		return o.Name
+	case *knftables.Map:
+		return o.Name
+	}
+	return ""
+}
+
+// shared returns the set or map obj of a base's, to add a service's elements to; a service's
+// state holds it without its other elements until composed with the base.
+func (s *state) shared(family knftables.Family, obj knftables.Object) *setDef {
+	if d := s.sets[objKey{family, setName(obj)}]; d != nil {
+		return d
+	}
+	return s.addSet(family, obj)
 }
 
 func (d *setDef) add(e *knftables.Element) {
@@ -69,6 +88,32 @@ func (d *setDef) add(e *knftables.Element) {
 		e.Family, e.Table, e.Map = o.Family, o.Table, o.Name
 	}
 	d.elems[elementID(e)] = e
+}
+
+// clone copies s: its sets, with their elements; the chains and counters, which nothing changes
+// once made, are shared.
+func (s *state) clone() *state {
+	c := newState()
+	c.include(s)
+	for k, d := range s.sets {
+		c.sets[k] = &setDef{obj: d.obj, elems: maps.Clone(d.elems)}
+	}
+	return c
+}
+
+// include adds src's objects to s: the elements of a set both hold are added to s's, the other
+// objects are shared with src. A set must only be in both when s owns it (a base's set).
+func (s *state) include(src *state) {
+	maps.Copy(s.tables, src.tables)
+	maps.Copy(s.chains, src.chains)
+	maps.Copy(s.counters, src.counters)
+	for k, d := range src.sets {
+		if mine := s.sets[k]; mine != nil {
+			maps.Copy(mine.elems, d.elems)
+		} else {
+			s.sets[k] = d
+		}
+	}
 }
 
 func (s *state) addCounter(family knftables.Family, name string) {
