@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/sluicelb/sluice/internal/lab"
 )
@@ -71,7 +72,11 @@ func (e *Env) InNS(ctx context.Context, ns string, argv ...string) error {
 	return run(e.Lab.Exec(ctx, ns, argv...))
 }
 
+// run runs a command made by exec.CommandContext in a process group of its own, killed whole
+// when the context ends: a `sluice apply` stopped half way leaves no nft running behind it.
 func run(cmd *exec.Cmd) error {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

@@ -1,0 +1,615 @@
+package bench
+
+// `sluice bench scale`: how the datapath's cost grows with the configuration. For each size (a
+// number of services with a fixed number of backends each) and each datapath it measures, from
+// an empty balancer: the time to apply the whole config, the time to add one backend to one
+// service (one-shot `sluice apply -f`, and through a running daemon), the daemon's and the
+// kernel's memory, and requests per second through one real service. The cost of one change
+// should not grow with the size of the rest.
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sluicelb/sluice/internal/api"
+	"github.com/sluicelb/sluice/internal/lab"
+)
+
+// ScaleOptions configure the scale benchmark.
+type ScaleOptions struct {
+	// Datapaths are the datapaths measured, each over every size.
+	Datapaths []string `json:"datapaths"`
+	// Services are the sizes, in services, measured in this order.
+	Services []int `json:"services"`
+	// BackendsPerService is every service's backend count.
+	BackendsPerService int `json:"backends_per_service"`
+	// Reps is how many times one backend is added (median reported).
+	Reps int `json:"reps"`
+	// Limit bounds each step; a size whose step takes longer is reported as not reached, and
+	// the larger sizes are skipped.
+	Limit time.Duration `json:"limit_ns"`
+	// Load is the duration of each wrk run; Rounds runs at each size give its median.
+	Load   time.Duration `json:"load_ns"`
+	Rounds int           `json:"rounds"`
+}
+
+// MaxScaleServices is the largest size: services past the first listen on 10.92.0.0/16.
+const MaxScaleServices = 1 << 16
+
+// Check rejects options the benchmark cannot run.
+func (o ScaleOptions) Check() error {
+	switch {
+	case len(o.Datapaths) == 0 || len(o.Services) == 0:
+		return errors.New("bench scale: no datapath or no size to measure")
+	case o.BackendsPerService < 1:
+		return errors.New("bench scale: --backends-per-service must be at least 1")
+	case o.Reps < 1 || o.Rounds < 1 || o.Limit <= 0 || o.Load <= 0:
+		return errors.New("bench scale: --reps, --rounds, --limit and --duration must be positive")
+	case o.Load+time.Second >= o.Limit:
+		return errors.New("bench scale: --limit must leave room for the --duration of wrk")
+	}
+	for _, n := range o.Services {
+		if n < 1 || n > MaxScaleServices {
+			return fmt.Errorf("bench scale: %d services is not in 1-%d", n, MaxScaleServices)
+		}
+	}
+	return nil
+}
+
+// ScaleResult is one datapath at one size. Times are in seconds; a figure that was not measured
+// (the size was not reached) is 0.
+type ScaleResult struct {
+	Datapath string `json:"datapath"`
+	Services int    `json:"services"`
+	Backends int    `json:"backends"`
+	// NotReached tells why the size was not measured completely; empty when it was.
+	NotReached string `json:"not_reached,omitempty"`
+	// ApplyAll is `sluice apply -f` of the whole config on an empty balancer.
+	ApplyAll float64 `json:"apply_all_s"`
+	// AddOneApply is the median `sluice apply -f` of the same config with one more backend.
+	AddOneApply float64 `json:"add_one_apply_s"`
+	// AddOneDaemon is the median time from `sluice backend add` until the daemon has applied it;
+	// DaemonApply is the median time the daemon's datapath apply itself took.
+	AddOneDaemon float64 `json:"add_one_daemon_s"`
+	DaemonApply  float64 `json:"daemon_apply_s"`
+	// DaemonRSS is the daemon's resident memory after the changes, in bytes.
+	DaemonRSS int64 `json:"daemon_rss_bytes"`
+	// KernelMemory is the growth of the kernel's unreclaimable slab, per-CPU and vmalloc memory
+	// while the config was applied: approximate, as everything else on the machine moves it too.
+	KernelMemory int64 `json:"kernel_memory_bytes"`
+	// RequestsPerSecond is what wrk reached through the real service; Ratio is that over the
+	// figure of the smallest size measured for the datapath.
+	RequestsPerSecond float64 `json:"requests_per_second"`
+	Ratio             float64 `json:"ratio"`
+}
+
+// ScaleReport is the scale benchmark's result.
+type ScaleReport struct {
+	Options ScaleOptions  `json:"options"`
+	Results []ScaleResult `json:"results"`
+}
+
+// errNotReached marks a step that ran past the limit or failed, ending the size's measurement.
+var errNotReached = errors.New("not reached")
+
+// RunScale brings the lab up, measures every datapath at every size and tears the lab down.
+func RunScale(ctx context.Context, env *Env, opts ScaleOptions) (ScaleReport, error) {
+	report := ScaleReport{Options: opts}
+	if err := opts.Check(); err != nil {
+		return report, err
+	}
+	env.Progress.Step("bringing lab %s up", env.Lab.Prefix)
+	if err := env.Lab.Up(ctx); err != nil {
+		return report, err
+	}
+	defer env.Progress.Done()
+	defer func() {
+		down, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		env.Progress.Step("tearing lab %s down", env.Lab.Prefix)
+		_ = env.Lab.Down(down)
+	}()
+	if err := os.MkdirAll(env.Dir(), 0o755); err != nil {
+		return report, err
+	}
+	for _, dp := range opts.Datapaths {
+		results, err := scaleDatapath(ctx, env, opts, dp)
+		report.Results = append(report.Results, results...)
+		if err != nil {
+			return report, err
+		}
+	}
+	return report, nil
+}
+
+// scaleDatapath measures one datapath at every size, smallest first; once a size is not
+// reached, the larger ones are skipped.
+func scaleDatapath(ctx context.Context, env *Env, opts ScaleOptions, dp string) ([]ScaleResult, error) {
+	var out []ScaleResult
+	skip := ""
+	for _, n := range opts.Services {
+		s := scaleSize{env: env, opts: opts, cfg: scaleConfig{datapath: dp, services: n, perService: opts.BackendsPerService, real: labBackends(env.Lab)}}
+		r := ScaleResult{Datapath: dp, Services: n, Backends: n * opts.BackendsPerService, NotReached: skip}
+		if skip == "" {
+			err := s.run(ctx, &r)
+			if ctx.Err() != nil {
+				return out, ctx.Err()
+			}
+			if err != nil && !errors.Is(err, errNotReached) {
+				return out, err
+			}
+			if err != nil {
+				r.NotReached = strings.TrimPrefix(err.Error(), errNotReached.Error()+": ")
+				skip = fmt.Sprintf("skipped: %d services not reached", n)
+			}
+		}
+		out = append(out, r)
+	}
+	setRatios(out)
+	return out, nil
+}
+
+// setRatios divides each size's requests per second by the first one measured.
+func setRatios(results []ScaleResult) {
+	base := 0.0
+	for i := range results {
+		if base == 0 {
+			base = results[i].RequestsPerSecond
+		}
+		if base > 0 && results[i].RequestsPerSecond > 0 {
+			results[i].Ratio = results[i].RequestsPerSecond / base
+		}
+	}
+}
+
+// scaleSize measures one datapath at one size.
+type scaleSize struct {
+	env  *Env
+	opts ScaleOptions
+	cfg  scaleConfig
+}
+
+func (s *scaleSize) step(format string, args ...any) {
+	s.env.Progress.Step("%s, %d services: %s", s.cfg.datapath, s.cfg.services, fmt.Sprintf(format, args...))
+}
+
+// run fills r step by step; an errNotReached ends the size, keeping what was measured so far.
+func (s *scaleSize) run(ctx context.Context, r *ScaleResult) error {
+	s.step("resetting the balancer")
+	if err := s.env.ResetBalancer(ctx); err != nil {
+		return err
+	}
+	before, err := kernelMemory()
+	if err != nil {
+		return err
+	}
+	s.step("applying the whole config")
+	took, err := s.apply(ctx, "apply all", 0)
+	if err != nil {
+		return err
+	}
+	r.ApplyAll = took.Seconds()
+	after, err := kernelMemory()
+	if err != nil {
+		return err
+	}
+	r.KernelMemory = after - before
+	if r.RequestsPerSecond, err = s.load(ctx); err != nil {
+		return err
+	}
+	if r.AddOneApply, err = s.addOneApply(ctx); err != nil {
+		return err
+	}
+	err = s.daemon(ctx, r)
+	return errors.Join(err, s.env.ResetBalancer(context.WithoutCancel(ctx)))
+}
+
+// bounded runs one step within the limit and while the machine has memory to spare; running
+// past either, or failing, is errNotReached.
+func (s *scaleSize) bounded(ctx context.Context, name string, step func(ctx context.Context) error) (time.Duration, error) {
+	guarded, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	limited, cancel := context.WithTimeoutCause(guarded, s.opts.Limit, fmt.Errorf("took over %s", s.opts.Limit))
+	defer cancel()
+	go watchMemory(limited, stop)
+	start := time.Now()
+	err := step(limited)
+	took := time.Since(start)
+	switch {
+	case ctx.Err() != nil:
+		return took, ctx.Err()
+	case limited.Err() != nil:
+		return took, fmt.Errorf("%w: %s: %v", errNotReached, name, context.Cause(limited))
+	case err != nil:
+		return took, fmt.Errorf("%w: %s: %v", errNotReached, name, err)
+	}
+	return took, nil
+}
+
+// memoryFloor is the share of the machine's memory a step must leave available: the machine is
+// shared, and nft needs about a kilobyte per element it reads in.
+const memoryFloor = 0.25
+
+// watchMemory stops a step (through stop) when the machine's available memory falls below the
+// floor, until ctx ends.
+func watchMemory(ctx context.Context, stop context.CancelCauseFunc) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		m, err := meminfo("MemAvailable", "MemTotal")
+		if floor := int64(memoryFloor * float64(m["MemTotal"])); err == nil && m["MemAvailable"] < floor {
+			stop(fmt.Errorf("stopped: the machine's available memory fell below %s", mebibytes(floor)))
+			return
+		}
+	}
+}
+
+// apply programs the config with extra more backends on the target service through `sluice apply`.
+func (s *scaleSize) apply(ctx context.Context, name string, extra int) (time.Duration, error) {
+	yaml := s.cfg.yaml(extra)
+	return s.bounded(ctx, name, func(ctx context.Context) error {
+		return s.env.ApplyConfig(ctx, "scale", yaml)
+	})
+}
+
+// addOneApply adds one backend at a time through `sluice apply` and returns the median time.
+func (s *scaleSize) addOneApply(ctx context.Context) (float64, error) {
+	var took []float64
+	for k := 1; k <= s.opts.Reps; k++ {
+		s.step("adding one backend with sluice apply (%d/%d)", k, s.opts.Reps)
+		d, err := s.apply(ctx, "add one backend (apply)", k)
+		if err != nil {
+			return 0, err
+		}
+		took = append(took, d.Seconds())
+	}
+	return Median(took), nil
+}
+
+// load runs wrk with keep-alive connections from the client to the real service, a warm-up and
+// then the rounds, and returns the median requests per second.
+func (s *scaleSize) load(ctx context.Context) (float64, error) {
+	w := wrkLoad{Targets: []netip.AddrPort{netip.AddrPortFrom(s.cfg.vip(0), 80)}, Threads: 2, Conns: 32, Path: "/"}
+	var rps []float64
+	for round := range s.opts.Rounds + 1 {
+		w.Duration = s.opts.Load
+		if round == 0 {
+			w.Duration = time.Second // warm-up: ARP, nginx workers, caches
+		} else {
+			s.step("wrk through %s (%d/%d)", w.Targets[0], round, s.opts.Rounds)
+		}
+		_, err := s.bounded(ctx, "wrk", func(ctx context.Context) error {
+			r, err := s.env.runWrk(ctx, w)
+			if err == nil && r.Errors() > 0 {
+				err = fmt.Errorf("wrk: %d of %d requests failed", r.Errors(), r.Requests)
+			}
+			if round > 0 {
+				rps = append(rps, r.RPS())
+			}
+			return err
+		})
+		if err != nil {
+			return 0, err
+		}
+	}
+	return Median(rps), nil
+}
+
+// daemon starts `sluice serve` on the base config, adds one backend at a time with
+// `sluice backend add` and records how long each took to reach the kernel, and the daemon's memory.
+func (s *scaleSize) daemon(ctx context.Context, r *ScaleResult) error {
+	s.step("starting sluice serve")
+	d, err := s.startDaemon(ctx)
+	if err != nil {
+		return err
+	}
+	defer d.stop()
+	var total, applied []float64
+	for k := 1; k <= s.opts.Reps; k++ {
+		s.step("adding one backend with sluice backend add (%d/%d)", k, s.opts.Reps)
+		var apply time.Duration
+		took, err := s.bounded(ctx, "add one backend (daemon)", func(ctx context.Context) error {
+			var err error
+			apply, err = d.addBackend(ctx, s.cfg.target(), s.cfg.extraBackend(k))
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		total, applied = append(total, took.Seconds()), append(applied, apply.Seconds())
+	}
+	r.AddOneDaemon, r.DaemonApply = Median(total), Median(applied)
+	r.DaemonRSS, err = residentMemory(d.cmd.Process.Pid)
+	return err
+}
+
+// scaleDaemon is a `sluice serve` started by the benchmark.
+type scaleDaemon struct {
+	env    *Env
+	socket string
+	client *api.Client
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// startDaemon starts `sluice serve` on the base config in the balancer namespace and waits for
+// its first apply.
+func (s *scaleSize) startDaemon(ctx context.Context) (*scaleDaemon, error) {
+	dir := s.env.Dir()
+	file := filepath.Join(dir, "serve.yaml")
+	if err := os.WriteFile(file, []byte(s.cfg.yaml(0)), 0o644); err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(filepath.Join(dir, "serve.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	d := &scaleDaemon{env: s.env, socket: filepath.Join(dir, "sluice.sock"), exited: make(chan struct{})}
+	d.client = api.NewUnixClient(d.socket)
+	d.cmd = exec.Command(s.env.Sluice, "--netns", s.env.Lab.BalancerNS(), "--socket", d.socket, "serve", "-c", file)
+	d.cmd.Stdout, d.cmd.Stderr = logf, logf
+	if err := d.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() {
+		_ = d.cmd.Wait()
+		close(d.exited)
+	}()
+	_, err = s.bounded(ctx, "sluice serve's first apply", func(ctx context.Context) error {
+		_, err := d.waitApplied(ctx, time.Time{}, 0)
+		return err
+	})
+	if err != nil {
+		d.stop()
+		return nil, err
+	}
+	return d, nil
+}
+
+// pollInterval is how often the daemon's apply statistics are read while waiting.
+const pollInterval = 5 * time.Millisecond
+
+// waitApplied waits until the daemon has more than applies successful applies, the last one
+// started after since, and returns how long that apply took.
+func (d *scaleDaemon) waitApplied(ctx context.Context, since time.Time, applies uint64) (time.Duration, error) {
+	for {
+		st, err := d.client.Status(ctx)
+		if err == nil && st.Apply.Applies > applies && st.Apply.LastApplied.Add(-st.Apply.LastDuration).After(since) {
+			return st.Apply.LastDuration, nil
+		}
+		if err == nil && st.Apply.LastError != "" {
+			return 0, fmt.Errorf("the daemon's apply failed: %s", st.Apply.LastError)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-d.exited:
+			return 0, fmt.Errorf("sluice serve exited (see %s)", filepath.Join(d.env.Dir(), "serve.log"))
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// addBackend runs `sluice backend add` against the daemon and waits until an apply that started
+// after the command was sent is done: every apply from then on holds the new backend. It
+// returns how long that apply took.
+func (d *scaleDaemon) addBackend(ctx context.Context, service string, b netip.AddrPort) (time.Duration, error) {
+	st, err := d.client.Status(ctx)
+	if err != nil {
+		return 0, err
+	}
+	sent := time.Now()
+	if err := run(exec.CommandContext(ctx, d.env.Sluice, "--socket", d.socket, "backend", "add", service, b.String())); err != nil {
+		return 0, err
+	}
+	return d.waitApplied(ctx, sent, st.Apply.Applies)
+}
+
+// stop ends the daemon (SIGTERM, then SIGKILL); it leaves the datapath as it is.
+func (d *scaleDaemon) stop() {
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.exited:
+	case <-time.After(10 * time.Second):
+		_ = d.cmd.Process.Kill()
+		<-d.exited
+	}
+}
+
+// meminfo reads fields of /proc/meminfo, in bytes.
+func meminfo(fields ...string) (map[string]int64, error) {
+	return readKB("/proc/meminfo", fields...)
+}
+
+// readKB reads "Name: N kB" lines of a proc file, in bytes.
+func readKB(path string, fields ...string) (map[string]int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]int64{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), ":")
+		if !ok || !slices.Contains(fields, name) {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", path, name, err)
+		}
+		out[name] = kb << 10
+	}
+	for _, name := range fields {
+		if _, ok := out[name]; !ok {
+			return nil, fmt.Errorf("%s has no %s", path, name)
+		}
+	}
+	return out, sc.Err()
+}
+
+// kernelMemoryFields are where rulesets, maps and counters live: kmalloc'ed objects, per-CPU
+// counters and large tables that kvmalloc puts in vmalloc space.
+var kernelMemoryFields = []string{"SUnreclaim", "Percpu", "VmallocUsed"}
+
+// kernelMemory is the sum of the kernelMemoryFields, in bytes.
+func kernelMemory() (int64, error) {
+	m, err := meminfo(kernelMemoryFields...)
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, v := range m {
+		sum += v
+	}
+	return sum, nil
+}
+
+// residentMemory is a process's resident set, in bytes.
+func residentMemory(pid int) (int64, error) {
+	m, err := readKB(fmt.Sprintf("/proc/%d/status", pid), "VmRSS")
+	return m["VmRSS"], err
+}
+
+// scaleConfig generates the config of one size. Service svc0 takes the benchmark's traffic at
+// lab.VIP4:80: the lab's real backends (at most perService of them) take it, padded to
+// perService with weight-0 fake backends. Every other service listens on 10.92.0.0/16 and is
+// spread over fake backends: nothing is sent to them. The target service gets the extra
+// backends of the one-backend changes.
+type scaleConfig struct {
+	datapath             string
+	services, perService int
+	real                 []netip.Addr // the lab's backends
+}
+
+// fakeBackend is the j-th backend address nothing answers on: 10.91.2.100-249 on the lab's
+// backend network (above the real backends), port 8080, then the same addresses on 8081, and so on.
+func fakeBackend(j int) netip.AddrPort {
+	const addrs = 150
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 91, 2, byte(100 + j%addrs)}), uint16(8080+j/addrs))
+}
+
+// vip is service i's VIP.
+func (c scaleConfig) vip(i int) netip.Addr {
+	if i == 0 {
+		return netip.MustParseAddr(lab.VIP4)
+	}
+	return netip.AddrFrom4([4]byte{10, 92, byte(i >> 8), byte(i)})
+}
+
+func serviceName(i int) string { return "svc" + strconv.Itoa(i) }
+
+// target is the service the one-backend changes go to: the last one (the real one at size 1,
+// whose traffic is measured before the changes).
+func (c scaleConfig) target() string { return serviceName(c.services - 1) }
+
+// extraBackend is the k-th backend added to the target service (1-based).
+func (c scaleConfig) extraBackend(k int) netip.AddrPort { return fakeBackend(c.perService + k - 1) }
+
+// labBackends lists the lab's backend addresses.
+func labBackends(l *lab.Lab) []netip.Addr {
+	out := make([]netip.Addr, l.Backends)
+	for i := range out {
+		out[i] = l.BackendAddr(i+1, false)
+	}
+	return out
+}
+
+// yaml is the config with the first extra extra backends added to the target service.
+func (c scaleConfig) yaml(extra int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "datapath: %s\nservices:\n", c.datapath)
+	for i := range c.services {
+		fmt.Fprintf(&b, "  - name: %s\n    vip: %s\n    port: 80\n    backends:\n", serviceName(i), c.vip(i))
+		var real []netip.Addr
+		if i == 0 {
+			real = c.real[:min(len(c.real), c.perService)]
+		}
+		for _, addr := range real {
+			fmt.Fprintf(&b, "      - {address: %s}\n", addr)
+		}
+		for j := len(real); j < c.perService; j++ {
+			weight := ""
+			if i == 0 {
+				weight = ", weight: 0"
+			}
+			writeBackend(&b, fakeBackend(j), weight)
+		}
+		if serviceName(i) == c.target() {
+			for k := 1; k <= extra; k++ {
+				writeBackend(&b, c.extraBackend(k), "")
+			}
+		}
+	}
+	return b.String()
+}
+
+func writeBackend(b *strings.Builder, ap netip.AddrPort, more string) {
+	fmt.Fprintf(b, "      - {address: %s, port: %d%s}\n", ap.Addr(), ap.Port(), more)
+}
+
+// Table renders the report as a table.
+func (r ScaleReport) Table() string {
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "datapath\tservices\tbackends\tapply all\tadd 1 (apply)\tadd 1 (daemon)\tdaemon apply\tdaemon RSS\tkernel mem~\treq/s\tratio\t")
+	for _, x := range r.Results {
+		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", x.Datapath, x.Services, x.Backends,
+			seconds(x.ApplyAll), seconds(x.AddOneApply), seconds(x.AddOneDaemon), seconds(x.DaemonApply),
+			mebibytes(x.DaemonRSS), mebibytes(x.KernelMemory), figure(x.RequestsPerSecond, "%.0f"), figure(x.Ratio, "%.2f"))
+	}
+	w.Flush()
+	for _, x := range r.Results {
+		if x.NotReached != "" {
+			fmt.Fprintf(&b, "%s, %d services: not reached: %s\n", x.Datapath, x.Services, x.NotReached)
+		}
+	}
+	fmt.Fprintf(&b, "add 1: median of %d; kernel mem~: growth of %s while applying, approximate (shared machine); req/s: median of %d wrk runs; ratio: over the smallest size's\n",
+		r.Options.Reps, strings.Join(kernelMemoryFields, "+"), r.Options.Rounds)
+	return b.String()
+}
+
+// seconds writes a duration in seconds with a unit that suits it; "-" when not measured.
+func seconds(s float64) string {
+	switch {
+	case s <= 0:
+		return "-"
+	case s < 1:
+		return fmt.Sprintf("%.1fms", s*1000)
+	default:
+		return fmt.Sprintf("%.2fs", s)
+	}
+}
+
+func mebibytes(n int64) string {
+	if n == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
+
+func figure(v float64, format string) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf(format, v)
+}

@@ -1,0 +1,111 @@
+package bench
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/lab"
+)
+
+func TestScaleConfigIsValidAndSized(t *testing.T) {
+	real := []netip.Addr{netip.MustParseAddr("10.91.2.11"), netip.MustParseAddr("10.91.2.12"), netip.MustParseAddr("10.91.2.13")}
+	for _, c := range []scaleConfig{
+		{datapath: "nft", services: 1, perService: 10, real: real},
+		{datapath: "nft", services: 300, perService: 2, real: real},
+		{datapath: "nft", services: 3, perService: 160, real: real},
+	} {
+		cfg, err := config.Parse("scale.yaml", []byte(c.yaml(2)))
+		if err != nil {
+			t.Fatalf("%d services x %d: %v", c.services, c.perService, err)
+		}
+		if len(cfg.Services) != c.services {
+			t.Fatalf("%d services, want %d", len(cfg.Services), c.services)
+		}
+		for i, s := range cfg.Services {
+			want := c.perService
+			if s.Name == c.target() {
+				want += 2
+			}
+			if len(s.Backends) != want || cfg.Datapath != "nft" {
+				t.Errorf("service %s: %d backends, want %d", s.Name, len(s.Backends), want)
+			}
+			if i > 0 && s.VIP == lab.VIP4 {
+				t.Errorf("service %s shares the real service's VIP", s.Name)
+			}
+		}
+		real := cfg.Services[0]
+		if real.VIP != lab.VIP4 || real.Port.First != 80 {
+			t.Errorf("the real service listens on %s:%s", real.VIP, real.Port)
+		}
+		for j, b := range real.Backends {
+			if weighted := b.WeightOrDefault() > 0; weighted != (j < min(len(c.real), c.perService) || c.services == 1 && j >= c.perService) {
+				t.Errorf("real service backend %d (%s) weighted %v: only the lab's backends (and, at size 1, the added ones) take traffic", j, b.Address, weighted)
+			}
+		}
+	}
+}
+
+func TestScaleConfigTargetAndExtraBackends(t *testing.T) {
+	c := scaleConfig{datapath: "nft", services: 5, perService: 10}
+	if c.target() != "svc4" {
+		t.Errorf("target %s", c.target())
+	}
+	if c.extraBackend(1) != fakeBackend(10) || c.extraBackend(1) == c.extraBackend(2) {
+		t.Errorf("extra backends %s %s", c.extraBackend(1), c.extraBackend(2))
+	}
+	if got := fakeBackend(150); got.String() != "10.91.2.100:8081" {
+		t.Errorf("fakeBackend(150) = %s", got)
+	}
+}
+
+func TestScaleOptionsCheck(t *testing.T) {
+	ok := ScaleOptions{Datapaths: []string{"nft"}, Services: []int{1, 10}, BackendsPerService: 10, Reps: 1, Rounds: 1, Limit: time.Minute, Load: time.Second}
+	if err := ok.Check(); err != nil {
+		t.Fatal(err)
+	}
+	for name, change := range map[string]func(*ScaleOptions){
+		"no sizes":        func(o *ScaleOptions) { o.Services = nil },
+		"zero services":   func(o *ScaleOptions) { o.Services = []int{0} },
+		"too many":        func(o *ScaleOptions) { o.Services = []int{MaxScaleServices + 1} },
+		"no backends":     func(o *ScaleOptions) { o.BackendsPerService = 0 },
+		"no reps":         func(o *ScaleOptions) { o.Reps = 0 },
+		"load past limit": func(o *ScaleOptions) { o.Load = time.Minute },
+	} {
+		o := ok
+		change(&o)
+		if o.Check() == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestScaleTableAndRatios(t *testing.T) {
+	results := []ScaleResult{
+		{Datapath: "nft", Services: 1, Backends: 10, ApplyAll: 0.05, AddOneApply: 0.04, AddOneDaemon: 0.012, DaemonApply: 0.0031, DaemonRSS: 20 << 20, KernelMemory: 1 << 20, RequestsPerSecond: 50000},
+		{Datapath: "nft", Services: 100, Backends: 1000, ApplyAll: 1.5, RequestsPerSecond: 40000},
+		{Datapath: "nft", Services: 1000, Backends: 10000, NotReached: "apply all: took over 1m0s"},
+	}
+	setRatios(results)
+	if results[0].Ratio != 1 || results[1].Ratio != 0.8 || results[2].Ratio != 0 {
+		t.Fatalf("ratios %v %v %v", results[0].Ratio, results[1].Ratio, results[2].Ratio)
+	}
+	table := ScaleReport{Options: ScaleOptions{Reps: 3, Rounds: 3}, Results: results}.Table()
+	for _, want := range []string{"12.0ms", "3.1ms", "1.50s", "20.0 MiB", "50000", "0.80", "nft, 1000 services: not reached: apply all: took over 1m0s"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+}
+
+func TestReadKB(t *testing.T) {
+	m, err := meminfo("MemTotal", "MemAvailable")
+	if err != nil || m["MemTotal"] <= 0 || m["MemAvailable"] > m["MemTotal"] {
+		t.Fatalf("meminfo %v, %v", m, err)
+	}
+	if _, err := meminfo("NoSuchField"); err == nil {
+		t.Error("a missing field is not an error")
+	}
+}
