@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -31,16 +34,19 @@ func benchCmd() *cobra.Command {
 	return cmd
 }
 
-// env returns the benchmark environment: the lab named by the flags, programmed by this binary.
-func (f *benchFlags) env(cmd *cobra.Command) (*bench.Env, error) {
+// env returns the benchmark environment (the lab named by the flags, programmed by this binary)
+// and a context that an interrupt or SIGTERM cancels, so that the benchmark tears its lab down.
+func (f *benchFlags) env(cmd *cobra.Command) (*bench.Env, context.Context, error) {
 	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("bench: needs root (it builds network namespaces)")
+		return nil, nil, fmt.Errorf("bench: needs root (it builds network namespaces)")
 	}
 	self, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("bench: finding the sluice binary: %w", err)
+		return nil, nil, fmt.Errorf("bench: finding the sluice binary: %w", err)
 	}
-	return bench.NewEnv(f.prefix, f.backends, self, bench.NewProgress(cmd.ErrOrStderr())), nil
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	cobra.OnFinalize(stop)
+	return bench.NewEnv(f.prefix, f.backends, self, bench.NewProgress(cmd.ErrOrStderr())), ctx, nil
 }
 
 // report prints table (unless JSON goes to stdout) and writes the JSON report if asked.

@@ -3,8 +3,6 @@ package cli
 import (
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -27,12 +25,10 @@ Workloads: ` + workloadList() + `.
 It brings up its own lab (--prefix) and tears it down at the end, also on failure or interrupt.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			env, err := f.env(cmd)
+			env, ctx, err := f.env(cmd)
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
 			if installPeers {
 				env.Progress.Step("installing peers: %v", bench.PeerPackages)
 				if err := bench.InstallPeers(ctx); err != nil {

@@ -2,9 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -28,12 +25,10 @@ to direct in the same round, so you can tell whether the network or the balancer
 It brings up its own lab (--prefix) and tears it down at the end, also on failure or interrupt.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			env, err := f.env(cmd)
+			env, ctx, err := f.env(cmd)
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
 			res, err := bench.RunNet(ctx, env, opt)
 			env.Progress.Done()
 			if err != nil {

@@ -2,9 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -35,12 +32,10 @@ also on failure or interrupt.`,
 			if err := o.Check(); err != nil {
 				return err
 			}
-			env, err := f.env(cmd)
+			env, ctx, err := f.env(cmd)
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
 			res, err := bench.RunScale(ctx, env, o)
 			if err != nil {
 				return fmt.Errorf("bench scale: %w", err)
