@@ -5,6 +5,7 @@ go 1.25.0
 require (
 	github.com/cilium/ebpf v0.22.0
 	github.com/getkin/kin-openapi v0.152.0
+	github.com/gopacket/gopacket v1.7.7
 	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/client_model v0.6.2
 	github.com/spf13/cobra v1.10.2

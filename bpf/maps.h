@@ -79,4 +79,6 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } config SEC(".maps");
 
+/* icmp.h adds icmp_scratch, the ICMP error path's per-CPU working space (unpinned, no state). */
+
 #endif

@@ -1,20 +1,103 @@
 // SPDX-License-Identifier: GPL-2.0
-/* Sluice eBPF datapath (placeholder until the fast path lands): passes everything. */
-#include <linux/bpf.h>
-#include <linux/pkt_cls.h>
-#include <bpf/bpf_helpers.h>
-#include "maps.h"
+/* Sluice eBPF datapath: a Layer-4 balancer on tc (sluice_tc, the default, attached with tcx
+ * ingress) or XDP (sluice_xdp), sharing one core:
+ *
+ *   constants.h, structs.h, maps.h   the contract with the Go loader
+ *   parse.h    Ethernet/IPv4/IPv6/TCP/UDP/ICMP parsing; what it rejects passes untouched
+ *   csum.h     one's-complement checksum arithmetic
+ *   hash.h     the flow hash
+ *   flow.h     services, Maglev selection, the flow table, reply entries, counters
+ *   lb.h       the decision for a TCP/UDP packet: balance, translate a reply, or pass
+ *   forward.h  route lookup and redirect
+ *   nat.h      the TCP/UDP rewrites and their checksums (tc helpers, XDP in place)
+ *   icmp.h     ICMP errors about tracked flows
+ *
+ * Packets that are not for a VIP and are not replies of a tracked nat/fullnat flow pass to the
+ * stack untouched, so the program can sit on every interface of the balancer.
+ *
+ * The entry points parse into their own stack frame and call subprograms for the decision and
+ * for the rewrite, each with a frame of its own: inlined into one function they would not fit
+ * the 512-byte BPF stack. */
+#include "icmp.h"
+#include "nat.h"
+
+#define PULL_LEN (ETH_HLEN + 60 + sizeof(struct tcphdr)) /* headers the parser reads directly */
+
+/* forward() for tc. */
+static __noinline int forward_tc(struct __sk_buff *skb, const struct packet *p,
+				 const struct plan *pl)
+{
+	return forward(skb, false, p, pl, skb->ingress_ifindex);
+}
+
+/* forward() for XDP. */
+static __noinline int forward_xdp(struct xdp_md *ctx, const struct packet *p,
+				  const struct plan *pl)
+{
+	return forward(ctx, true, p, pl, ctx->ingress_ifindex);
+}
+
+/* icmp_handle() for tc. */
+static __noinline int icmp_tc(struct __sk_buff *skb, const struct packet *p, struct plan *pl)
+{
+	return icmp_handle(skb, false, p, pl, skb->ingress_ifindex);
+}
+
+/* icmp_handle() for XDP. */
+static __noinline int icmp_xdp(struct xdp_md *ctx, const struct packet *p, struct plan *pl)
+{
+	return icmp_handle(ctx, true, p, pl, ctx->ingress_ifindex);
+}
+
+/* Moves the headers the parser reads into the linear part of a non-linear skb. */
+static __always_inline void tc_pull_headers(struct __sk_buff *skb)
+{
+	__u32 want = skb->len < PULL_LEN ? skb->len : PULL_LEN;
+
+	if ((void *)(long)skb->data + want > (void *)(long)skb->data_end)
+		bpf_skb_pull_data(skb, want);
+}
+
+/* True for a parsed ICMP or ICMPv6 packet. */
+static __always_inline bool is_icmp(const struct packet *p)
+{
+	return p->key.proto == IPPROTO_ICMP || p->key.proto == IPPROTO_ICMPV6;
+}
 
 SEC("tc")
 int sluice_tc(struct __sk_buff *skb)
 {
-	return TC_ACT_OK;
+	struct packet p;
+	struct plan pl;
+	int verdict;
+
+	tc_pull_headers(skb);
+	if (parse((void *)(long)skb->data, (void *)(long)skb->data_end, skb->len, &p))
+		return TC_ACT_OK;
+	if (is_icmp(&p))
+		return icmp_tc(skb, &p, &pl);
+	verdict = lb_decide(&p, &pl);
+	if (verdict == VERDICT_FORWARD)
+		return forward_tc(skb, &p, &pl);
+	return verdict == VERDICT_DROP ? TC_ACT_SHOT : TC_ACT_OK;
 }
 
 SEC("xdp")
 int sluice_xdp(struct xdp_md *ctx)
 {
-	return XDP_PASS;
+	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
+	struct packet p;
+	struct plan pl;
+	int verdict;
+
+	if (parse(data, data_end, data_end - data, &p))
+		return XDP_PASS;
+	if (is_icmp(&p))
+		return icmp_xdp(ctx, &p, &pl);
+	verdict = lb_decide(&p, &pl);
+	if (verdict == VERDICT_FORWARD)
+		return forward_xdp(ctx, &p, &pl);
+	return verdict == VERDICT_DROP ? XDP_DROP : XDP_PASS;
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -31,7 +31,8 @@ struct backend {
 	__u8   flags;  /* BACKEND_VALID */
 };
 
-/* A flow's 5-tuple as seen on the wire. */
+/* A flow's 5-tuple as seen on the wire. Aligned to 4 (no layout change) so that the program can
+ * hash and checksum it a word at a time. */
 struct flow_key {
 	__u8   src[16];
 	__u8   dst[16];
@@ -40,7 +41,7 @@ struct flow_key {
 	__u8   proto;
 	__u8   family;
 	__u16  pad;
-};
+} __attribute__((aligned(4)));
 
 /* A tracked client flow: the backend it was given, and for fullnat the source port used. */
 struct flow {
@@ -49,7 +50,8 @@ struct flow {
 	__be16 nat_port;   /* fullnat: the balancer-side source port */
 	__u16  pad;
 	__u32  pad2;
-	__u64  last_seen;  /* bpf_ktime_get_ns() of the last packet */
+	__u64  last_seen;  /* CLOCK_MONOTONIC ns of the last packet (bpf_ktime_get_coarse_ns(): tick
+	                    * granularity), refreshed at most once a second */
 };
 
 /* The client side of a translated flow, keyed by the backend-side 5-tuple of its replies. */

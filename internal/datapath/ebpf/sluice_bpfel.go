@@ -95,6 +95,7 @@ const (
 	sluiceMapBackends     = "backends"
 	sluiceMapConfig       = "config"
 	sluiceMapFlows        = "flows"
+	sluiceMapIcmpScratch  = "icmp_scratch"
 	sluiceMapMaglev       = "maglev"
 	sluiceMapReplies      = "replies"
 	sluiceMapServiceStats = "service_stats"
@@ -157,6 +158,7 @@ type sluiceMapSpecs struct {
 	Backends     *ebpf.MapSpec `ebpf:"backends"`
 	Config       *ebpf.MapSpec `ebpf:"config"`
 	Flows        *ebpf.MapSpec `ebpf:"flows"`
+	IcmpScratch  *ebpf.MapSpec `ebpf:"icmp_scratch"`
 	Maglev       *ebpf.MapSpec `ebpf:"maglev"`
 	Replies      *ebpf.MapSpec `ebpf:"replies"`
 	ServiceStats *ebpf.MapSpec `ebpf:"service_stats"`
@@ -193,6 +195,7 @@ type sluiceMaps struct {
 	Backends     *ebpf.Map `ebpf:"backends"`
 	Config       *ebpf.Map `ebpf:"config"`
 	Flows        *ebpf.Map `ebpf:"flows"`
+	IcmpScratch  *ebpf.Map `ebpf:"icmp_scratch"`
 	Maglev       *ebpf.Map `ebpf:"maglev"`
 	Replies      *ebpf.Map `ebpf:"replies"`
 	ServiceStats *ebpf.Map `ebpf:"service_stats"`
@@ -205,6 +208,7 @@ func (m *sluiceMaps) Close() error {
 		m.Backends,
 		m.Config,
 		m.Flows,
+		m.IcmpScratch,
 		m.Maglev,
 		m.Replies,
 		m.ServiceStats,

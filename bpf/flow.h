@@ -1,0 +1,302 @@
+/* Sluice eBPF datapath: services, backend selection, the flow table, reply entries and counters. */
+#ifndef SLUICE_FLOW_H
+#define SLUICE_FLOW_H
+
+#include "maps.h"
+#include "hash.h"
+#include "parse.h"
+
+#define FLOW_REFRESH_NS 1000000000ULL         /* last_seen granularity; reply entries re-checked */
+#define FULLNAT_TRIES   8                     /* source ports tried for a new fullnat flow */
+#define FULLNAT_IDLE_NS (120 * 1000000000ULL) /* idle time after which a fullnat port is reused */
+
+/* The backend serving a packet of a service's flow. */
+struct target {
+	struct backend *b;
+	__u32 id;
+	__be16 nat_port; /* fullnat: the balancer's source port */
+	__u8 new_flow;   /* the flow was (re)balanced by this packet */
+};
+
+/* The service of VIP addr:port/proto, or NULL. */
+static __always_inline struct service *service_lookup(const __u8 *addr, __be16 port, __u8 proto,
+						      __u8 family)
+{
+	struct vip_key k = {.port = port, .proto = proto, .family = family};
+
+	__builtin_memcpy(k.addr, addr, sizeof(k.addr));
+	return bpf_map_lookup_elem(&vips, &k);
+}
+
+/* Backend id when it is in use and of the flow's family, or NULL. */
+static __always_inline struct backend *backend_get(__u32 id, __u8 family)
+{
+	struct backend *b = bpf_map_lookup_elem(&backends, &id);
+
+	if (!b || !(b->flags & BACKEND_VALID) || b->family != family)
+		return NULL;
+	return b;
+}
+
+/* The port a backend takes a flow to VIP port dport on. */
+static __always_inline __be16 backend_port(const struct backend *b, __be16 dport)
+{
+	return b->port ? b->port : dport;
+}
+
+/* True when two 16-byte addresses are equal. */
+static __always_inline bool addr_eq(const __u8 *a, const __u8 *b)
+{
+	const __u32 *x = (const __u32 *)a, *y = (const __u32 *)b;
+
+	return !((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3]));
+}
+
+/* Copies an address of a family (4 or 16 bytes). */
+static __always_inline void addr_copy(__u8 *to, const __u8 *from, __u8 family)
+{
+	if (family == AF_INET)
+		__builtin_memcpy(to, from, 4);
+	else
+		__builtin_memcpy(to, from, 16);
+}
+
+/* True when the first n bytes of an address are zero. */
+static __always_inline bool addr_unset(const __u8 *a, __u32 n)
+{
+	const __u32 *w = (const __u32 *)a;
+
+	return n == 4 ? !w[0] : !(w[0] | w[1] | w[2] | w[3]);
+}
+
+/* The fullnat settings when a source address for the family and a port range are configured. */
+static __always_inline struct globals *fullnat_globals(__u8 family)
+{
+	__u32 zero = 0;
+	struct globals *g = bpf_map_lookup_elem(&config, &zero);
+
+	if (!g || !g->port_low || g->port_high < g->port_low)
+		return NULL;
+	if (family == AF_INET ? addr_unset(g->snat4, 4) : addr_unset(g->snat6, 16))
+		return NULL;
+	return g;
+}
+
+/* The fullnat source address for a family. */
+static __always_inline const __u8 *snat_addr(const struct globals *g, __u8 family)
+{
+	return family == AF_INET ? g->snat4 : g->snat6;
+}
+
+/* Picks a new flow's backend id from the service's Maglev table; -1 when it has none. */
+static __always_inline int maglev_pick(const struct service *svc, const struct flow_key *k,
+				       __u32 *id)
+{
+	__u32 slot, *bid;
+
+	if (!svc->ring_size)
+		return -1;
+	slot = svc->ring_offset + flow_hash(k, 0) % svc->ring_size;
+	bid = bpf_map_lookup_elem(&maglev, &slot);
+	if (!bid)
+		return -1;
+	*id = *bid;
+	return 0;
+}
+
+/* The 5-tuple of the replies to client flow k sent to backend b: back to the client (nat, g NULL)
+ * or to the balancer's source address and port (fullnat). */
+static __always_inline void reply_key(struct flow_key *rk, const struct flow_key *k,
+				      const struct backend *b, const struct globals *g,
+				      __be16 nat_port)
+{
+	__builtin_memset(rk, 0, sizeof(*rk));
+	__builtin_memcpy(rk->src, b->addr, sizeof(rk->src));
+	if (g) {
+		addr_copy(rk->dst, snat_addr(g, k->family), k->family);
+		rk->dport = nat_port;
+	} else {
+		__builtin_memcpy(rk->dst, k->src, sizeof(rk->dst));
+		rk->dport = k->sport;
+	}
+	rk->sport = backend_port(b, k->dport);
+	rk->proto = k->proto;
+	rk->family = k->family;
+}
+
+/* The client side of client flow k, to restore on its replies. */
+static __always_inline void reverse_of(struct reverse *r, const struct flow_key *k, __u32 svc_id,
+				       __u32 backend_id)
+{
+	__builtin_memset(r, 0, sizeof(*r));
+	__builtin_memcpy(r->vip, k->dst, sizeof(r->vip));
+	__builtin_memcpy(r->client, k->src, sizeof(r->client));
+	r->vport = k->dport;
+	r->cport = k->sport;
+	r->service_id = svc_id;
+	r->backend_id = backend_id;
+}
+
+/* True when reply entry r belongs to client flow k. */
+static __always_inline bool reverse_is(const struct reverse *r, const struct flow_key *k)
+{
+	return r->cport == k->sport && r->vport == k->dport && addr_eq(r->client, k->src) &&
+	       addr_eq(r->vip, k->dst);
+}
+
+/* The fullnat source port candidate i (0 <= i < FULLNAT_TRIES) of client flow k. */
+static __always_inline __be16 fullnat_port(const struct flow_key *k, const struct globals *g,
+					   __u32 i)
+{
+	__u32 range = (__u32)g->port_high - g->port_low + 1;
+
+	return bpf_htons(g->port_low + flow_hash(k, i + 1) % range);
+}
+
+/* True when the fullnat port of reply entry r (keyed rk) may go to another flow: its flow is
+ * gone, was rebalanced, or has been idle for FULLNAT_IDLE_NS (long past TIME_WAIT). */
+static __always_inline bool reply_reusable(const struct flow_key *rk, const struct reverse *r,
+					   __u64 now)
+{
+	struct flow_key ck = {.sport = r->cport, .dport = r->vport, .proto = rk->proto,
+			      .family = rk->family};
+	struct flow *f;
+
+	__builtin_memcpy(ck.src, r->client, sizeof(ck.src));
+	__builtin_memcpy(ck.dst, r->vip, sizeof(ck.dst));
+	f = bpf_map_lookup_elem(&flows, &ck);
+	return !f || f->backend_id != r->backend_id || f->nat_port != rk->dport ||
+	       (__s64)(now - f->last_seen) >= (__s64)FULLNAT_IDLE_NS;
+}
+
+/* Claims a fullnat source port for client flow k: the first of a few hashed ports whose reply
+ * 5-tuple rk (its port aside) is free or, when none is, whose flow is over. Nothing but the LRU
+ * and this frees a port, as closed connections are not tracked. */
+static __always_inline int fullnat_claim(const struct flow_key *k, const struct globals *g,
+					 struct flow_key *rk, const struct reverse *r, __u64 now)
+{
+	struct reverse *old;
+
+	for (__u32 i = 0; i < FULLNAT_TRIES; i++) {
+		rk->dport = fullnat_port(k, g, i);
+		if (!bpf_map_update_elem(&replies, rk, r, BPF_NOEXIST))
+			return 0;
+	}
+	for (__u32 i = 0; i < FULLNAT_TRIES; i++) {
+		rk->dport = fullnat_port(k, g, i);
+		old = bpf_map_lookup_elem(&replies, rk);
+		if (old && reply_reusable(rk, old, now) &&
+		    !bpf_map_update_elem(&replies, rk, r, BPF_EXIST))
+			return 0;
+	}
+	return -1;
+}
+
+/* Deletes the reply entry of a flow that is being rebalanced, if it is still that flow's. */
+static __always_inline void reply_forget(const struct flow *f, const struct flow_key *k,
+					 const struct service *svc, const struct globals *g)
+{
+	__u32 id = f->backend_id;
+	struct backend *b = bpf_map_lookup_elem(&backends, &id);
+	struct reverse *r;
+	struct flow_key rk;
+
+	if (!b || svc->mode == MODE_DSR)
+		return;
+	reply_key(&rk, k, b, g, f->nat_port);
+	r = bpf_map_lookup_elem(&replies, &rk);
+	if (r && reverse_is(r, k))
+		bpf_map_delete_elem(&replies, &rk);
+}
+
+/* Re-creates the reply entry of an established nat/fullnat flow if the LRU evicted it. */
+static __always_inline void reply_ensure(const struct flow_key *k, const struct service *svc,
+					 const struct globals *g, const struct target *t)
+{
+	struct reverse r;
+	struct flow_key rk;
+
+	if (svc->mode == MODE_DSR)
+		return;
+	reply_key(&rk, k, t->b, g, t->nat_port);
+	if (bpf_map_lookup_elem(&replies, &rk))
+		return;
+	reverse_of(&r, k, svc->id, t->id);
+	bpf_map_update_elem(&replies, &rk, &r, BPF_NOEXIST);
+}
+
+/* Balances client flow k afresh: picks a backend, claims the reply 5-tuple and records the flow.
+ * Returns -1 when the service has no backend, -2 when no fullnat port is free. */
+static __always_inline int flow_create(const struct flow_key *k, const struct service *svc,
+				       const struct globals *g, struct target *t, __u64 now)
+{
+	struct flow f = {.service_id = svc->id, .last_seen = now};
+	struct flow_key rk;
+	struct reverse r;
+
+	if (maglev_pick(svc, k, &t->id) || !(t->b = backend_get(t->id, k->family)))
+		return -1;
+	f.backend_id = t->id;
+	if (svc->mode != MODE_DSR) {
+		reverse_of(&r, k, svc->id, t->id);
+		reply_key(&rk, k, t->b, g, 0);
+		if (g) {
+			if (fullnat_claim(k, g, &rk, &r, now))
+				return -2;
+			f.nat_port = rk.dport;
+		} else {
+			bpf_map_update_elem(&replies, &rk, &r, BPF_ANY);
+		}
+	}
+	bpf_map_update_elem(&flows, k, &f, BPF_ANY);
+	t->nat_port = f.nat_port;
+	t->new_flow = 1;
+	return 0;
+}
+
+/* Finds the backend of a packet of a service's flow: the flow's own while it is valid, a fresh
+ * pick for a new flow, a TCP SYN (a reused source port must rebalance) or a fullnat flow without
+ * a source port (recorded before the service turned fullnat). g: fullnat settings, or NULL.
+ * Returns 0, or flow_create's error. */
+static __always_inline int flow_select(const struct packet *p, const struct service *svc,
+				       const struct globals *g, struct target *t)
+{
+	const struct flow_key *k = &p->key;
+	__u64 now = bpf_ktime_get_coarse_ns(); /* tick granularity is plenty, and it is cheap */
+	struct flow *f = bpf_map_lookup_elem(&flows, k);
+	bool syn = k->proto == IPPROTO_TCP && (p->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
+
+	if (f && !syn && (!g || f->nat_port) && (t->b = backend_get(f->backend_id, k->family))) {
+		t->id = f->backend_id;
+		t->nat_port = f->nat_port;
+		if (now - f->last_seen >= FLOW_REFRESH_NS) {
+			f->last_seen = now;
+			reply_ensure(k, svc, g, t);
+		}
+		return 0;
+	}
+	if (f)
+		reply_forget(f, k, svc, g);
+	return flow_create(k, svc, g, t, now);
+}
+
+/* Counts a packet of l3_len bytes, and a new flow, for a service and a backend. */
+static __always_inline void count_packet(__u32 svc_id, __u32 backend_id, __u32 l3_len,
+					 __u8 new_flow)
+{
+	struct stats *s = bpf_map_lookup_elem(&service_stats, &svc_id);
+
+	if (s) {
+		s->packets++;
+		s->bytes += l3_len;
+		s->flows += new_flow;
+	}
+	s = bpf_map_lookup_elem(&backend_stats, &backend_id);
+	if (s) {
+		s->packets++;
+		s->bytes += l3_len;
+		s->flows += new_flow;
+	}
+}
+
+#endif

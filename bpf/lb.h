@@ -1,0 +1,93 @@
+/* Sluice eBPF datapath: what to do with a TCP/UDP packet: balance it (a VIP's flow), translate it
+ * back (a reply of a nat/fullnat flow) or leave it to the stack. */
+#ifndef SLUICE_LB_H
+#define SLUICE_LB_H
+
+#include "flow.h"
+
+/* The outcome of a decision. */
+enum verdict {
+	VERDICT_PASS,    /* to the stack, untouched */
+	VERDICT_DROP,
+	VERDICT_FORWARD, /* rewritten per the plan and routed */
+};
+
+/* A forwarding plan: the 5-tuple the packet leaves with and the address to route it to. */
+struct plan {
+	struct flow_key out; /* the rewritten 5-tuple (the original one for dsr) */
+	__u8 nexthop[16];    /* route lookup address: out.dst, or the backend for dsr */
+	__u8 nat;            /* addresses or ports change */
+};
+
+/* Fills the plan of a packet of a service's flow sent to backend t for the service's mode. */
+static __always_inline void plan_service(const struct packet *p, const struct service *svc,
+					 const struct globals *g, const struct target *t,
+					 struct plan *pl)
+{
+	pl->out = p->key;
+	__builtin_memcpy(pl->nexthop, t->b->addr, sizeof(pl->nexthop));
+	pl->nat = svc->mode != MODE_DSR;
+	if (!pl->nat)
+		return;
+	__builtin_memcpy(pl->out.dst, t->b->addr, sizeof(pl->out.dst));
+	pl->out.dport = backend_port(t->b, p->key.dport);
+	if (g) {
+		addr_copy(pl->out.src, snat_addr(g, p->key.family), p->key.family);
+		pl->out.sport = t->nat_port;
+	}
+}
+
+/* Balances a packet sent to a service. */
+static __always_inline int lb_service(const struct packet *p, const struct service *svc,
+				      struct plan *pl)
+{
+	struct globals *g = NULL;
+	struct target t = {};
+	int err;
+
+	if (svc->mode != MODE_NAT && svc->mode != MODE_FULLNAT && svc->mode != MODE_DSR)
+		return VERDICT_PASS;
+	if (svc->mode == MODE_FULLNAT && !(g = fullnat_globals(p->key.family)))
+		return VERDICT_DROP;
+	err = flow_select(p, svc, g, &t);
+	if (err == -1)
+		return svc->fallback == FALLBACK_REJECT ? VERDICT_PASS : VERDICT_DROP;
+	if (err)
+		return VERDICT_DROP;
+	count_packet(svc->id, t.id, p->l3_len, t.new_flow);
+	plan_service(p, svc, g, &t, pl);
+	return VERDICT_FORWARD;
+}
+
+/* Translates a backend's reply of a nat/fullnat flow back to the client's view. */
+static __always_inline int lb_reply(const struct packet *p, struct plan *pl)
+{
+	struct reverse *r = bpf_map_lookup_elem(&replies, &p->key);
+
+	if (!r || p->ttl <= 1)
+		return VERDICT_PASS;
+	pl->out = p->key;
+	__builtin_memcpy(pl->out.src, r->vip, sizeof(pl->out.src));
+	__builtin_memcpy(pl->out.dst, r->client, sizeof(pl->out.dst));
+	pl->out.sport = r->vport;
+	pl->out.dport = r->cport;
+	__builtin_memcpy(pl->nexthop, r->client, sizeof(pl->nexthop));
+	pl->nat = 1;
+	return VERDICT_FORWARD;
+}
+
+/* Decides what to do with a TCP or UDP packet, filling pl to forward it. TTL <= 1 is left to
+ * the stack (time exceeded). A subprogram: its stack frame is not the rewrite's. */
+static __noinline int lb_decide(const struct packet *p, struct plan *pl)
+{
+	const struct flow_key *k = &p->key;
+	struct service *svc = service_lookup(k->dst, k->dport, k->proto, k->family);
+
+	if (!svc)
+		return lb_reply(p, pl);
+	if (p->ttl <= 1)
+		return VERDICT_PASS;
+	return lb_service(p, svc, pl);
+}
+
+#endif

@@ -1,0 +1,113 @@
+package ebpf
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"golang.org/x/sys/unix"
+)
+
+// segment builds an Ethernet/IPv4 TCP segment from client to vip: a SYN, or an ACK of an
+// established connection.
+func segment(t *testing.T, client, vip netip.AddrPort, syn bool) []byte {
+	t.Helper()
+	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}, EthernetType: layers.EthernetTypeIPv4}
+	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: client.Addr().AsSlice(), DstIP: vip.Addr().AsSlice()}
+	tcp := &layers.TCP{SrcPort: layers.TCPPort(client.Port()), DstPort: layers.TCPPort(vip.Port()), SYN: syn, ACK: !syn, Window: 64240}
+	if err := tcp.SetNetworkLayerForChecksum(ip); err != nil {
+		t.Fatal(err)
+	}
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, tcp); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// destination runs the loaded program (BPF_PROG_TEST_RUN) on a packet and returns where the
+// rewritten packet goes.
+func destination(t *testing.T, d *Datapath, packet []byte) netip.AddrPort {
+	t.Helper()
+	out := make([]byte, 1500)
+	if _, err := d.prog.Run(&ebpf.RunOptions{Data: packet, DataOut: out}); err != nil {
+		t.Fatal(err)
+	}
+	pkt := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default)
+	ip, _ := pkt.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+	tcp, _ := pkt.Layer(layers.LayerTypeTCP).(*layers.TCP)
+	if ip == nil || tcp == nil {
+		t.Fatalf("the program output %v", pkt)
+	}
+	addr, _ := netip.AddrFromSlice(ip.DstIP)
+	return netip.AddrPortFrom(addr.Unmap(), uint16(tcp.DstPort))
+}
+
+// TestProgramReadsWhatApplyWrote runs the loaded program (BPF_PROG_TEST_RUN) on a SYN to a VIP
+// that Apply programmed: the program must find the service, pick a backend of its ring and
+// record the flow under the ids Apply gave, rewriting the packet towards that backend. It checks
+// the contract between the loader and the program (layouts, byte orders, ids, rings), not the
+// program's forwarding, which its own fixture tests cover.
+func TestProgramReadsWhatApplyWrote(t *testing.T) {
+	r := newRig(t)
+	d := r.datapath(Options{})
+	p := planFromYAML(t, twoServices)
+	r.apply(d, p)
+	ids := idsOf(t, d)
+	backends := map[uint32]netip.AddrPort{
+		ids.of(t, "web/10.91.2.11:8080"): netip.MustParseAddrPort("10.91.2.11:8080"),
+		ids.of(t, "web/10.91.2.12:8080"): netip.MustParseAddrPort("10.91.2.12:8080"),
+	}
+	client, vip := netip.MustParseAddrPort("10.91.1.7:40007"), netip.MustParseAddrPort("10.91.9.100:80")
+	to := destination(t, d, segment(t, client, vip, true))
+	var f sluiceFlow
+	if err := d.maps.Flows.Lookup(flowKeyOf(client, vip, unix.IPPROTO_TCP), &f); err != nil {
+		t.Fatalf("the program recorded no flow: %v", err)
+	}
+	if b, ok := backends[f.BackendId]; !ok || b != to || f.ServiceId != ids.of(t, "web") {
+		t.Fatalf("flow %+v sent to %s: want service %d and a backend of %v", f, to, ids.of(t, "web"), backends)
+	}
+	st, err := d.Status(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range st[0].Backends {
+		if b.Address == to.Addr().String() && (b.Flows != 1 || b.ActiveFlows != 1 || b.Packets != 1) {
+			t.Errorf("backend %s: %+v, want 1 flow, 1 active flow and 1 packet", b.Address, b)
+		}
+	}
+}
+
+// TestEstablishedFlowKeepsItsRemovedBackend balances a connection, removes its backend from the
+// plan and sends the connection's next segment: it still goes to the removed (retired) backend,
+// as conntrack keeps it under the nft datapath. Once the flow is idle and a resync freed the
+// backend, the connection's next segment is balanced anew.
+func TestEstablishedFlowKeepsItsRemovedBackend(t *testing.T) {
+	r := newRig(t)
+	d := r.datapath(Options{})
+	r.apply(d, planFromYAML(t, oneService))
+	client, vip := netip.MustParseAddrPort("10.91.1.7:40007"), netip.MustParseAddrPort("10.91.9.100:80")
+	first := destination(t, d, segment(t, client, vip, true))
+	left := netip.MustParseAddrPort("10.91.2.11:80")
+	if first == left {
+		left = netip.MustParseAddrPort("10.91.2.12:80")
+	}
+	without := planFromYAML(t, "services:\n  - {name: web, vip: 10.91.9.100, port: 80, backends: [{address: "+left.Addr().String()+"}]}\n")
+	r.apply(d, without)
+	if got := destination(t, d, segment(t, client, vip, false)); got != first {
+		t.Fatalf("the established connection went to %s after its backend %s was removed", got, first)
+	}
+	ids := idsOf(t, d)
+	idle := sluiceFlow{ServiceId: ids.of(t, "web"), BackendId: ids.of(t, "web/"+first.Addr().String()), LastSeen: monotonicNow() - idleAge}
+	if err := d.maps.Flows.Put(flowKeyOf(client, vip, unix.IPPROTO_TCP), idle); err != nil {
+		t.Fatal(err)
+	}
+	d.Resync()
+	r.apply(d, without)
+	if got := destination(t, d, segment(t, client, vip, false)); got != left {
+		t.Errorf("after the backend was freed, the connection went to %s, want %s", got, left)
+	}
+}

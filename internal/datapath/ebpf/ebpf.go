@@ -1,0 +1,129 @@
+package ebpf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/sluicelb/sluice/internal/datapath"
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+// Options configure the eBPF datapath; zero values pick the defaults.
+type Options struct {
+	// Interfaces the program runs on. Empty: the plan's (config `interfaces`), or when those are
+	// empty too, every non-loopback interface that is up.
+	Interfaces []string
+	// Attach is AttachTC (the default) or AttachXDP.
+	Attach AttachMode
+	// PinPath is the directory holding the pinned maps and links (default DefaultPinPath). It must
+	// lie on a BPF filesystem mounted in the host's mount namespace: the datapath mounts none.
+	// Balancers in several network namespaces of one host need one each.
+	PinPath string
+}
+
+// Datapath programs plans into the BPF maps of the program it runs on the interfaces. Maps and
+// links are pinned, so that the program keeps forwarding, and its flows survive, when the
+// process exits; the next Datapath over the same pin path adopts them.
+type Datapath struct {
+	log  *slog.Logger
+	opts Options
+
+	mu      sync.Mutex
+	maps    *kernelMaps   // nil until needed
+	prog    *ebpf.Program // loaded by the first Apply
+	progTag string
+	links   map[string]*attachment // by pin name
+	// state is what the last Apply left in the maps; nil when that is not known (first use, a
+	// failed Apply, Resync, Flush): the next Apply reads the maps back.
+	state *state
+}
+
+var _ datapath.Datapath = (*Datapath)(nil)
+
+// New returns the eBPF datapath without touching the kernel: Apply loads, pins and attaches; Status reads what is pinned.
+func New(log *slog.Logger, opts Options) (*Datapath, error) {
+	if opts.Attach == "" {
+		opts.Attach = AttachTC
+	}
+	if _, ok := attachPrograms[opts.Attach]; !ok {
+		return nil, fmt.Errorf("attach mode %q: want %s or %s", opts.Attach, AttachTC, AttachXDP)
+	}
+	if opts.PinPath == "" {
+		opts.PinPath = DefaultPinPath
+	}
+	return &Datapath{log: log, opts: opts, links: map[string]*attachment{}}, nil
+}
+
+// Apply programs the plan into the maps in place (the program is not reloaded and no flow is
+// dropped), writing only what differs from what it last programmed or, when that is not known,
+// from what the maps hold; then it makes the program run on the target interfaces.
+func (d *Datapath) Apply(ctx context.Context, p *plan.Plan) error {
+	_, err := d.apply(ctx, p)
+	return err
+}
+
+// apply is Apply, also returning how many map entries it wrote or deleted.
+func (d *Datapath) apply(ctx context.Context, p *plan.Plan) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.load(); err != nil {
+		return 0, err
+	}
+	targets, err := d.targets(p)
+	if err != nil {
+		return 0, err
+	}
+	st := d.state
+	d.state = nil
+	if st == nil {
+		if st, err = readState(d.maps); err != nil {
+			return 0, fmt.Errorf("reading the maps back: %w", err)
+		}
+	}
+	s := &syncer{m: d.maps, st: st}
+	if err := s.plan(p); err != nil {
+		return s.w.entries, fmt.Errorf("programming the maps: %w (after %d map writes; the next apply reads the maps back)", err, s.w.entries)
+	}
+	d.state = st
+	if s.w.entries > 0 {
+		d.log.Info("ebpf: applied", "map_writes", s.w.entries)
+	} else {
+		d.log.Debug("ebpf: maps already match the plan")
+	}
+	return s.w.entries, d.attach(targets)
+}
+
+// Resync makes the next Apply read the maps and links back and repair what differs.
+func (d *Datapath) Resync() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.state = nil
+	d.closeLinks()
+}
+
+// Flush detaches the program from every interface and removes everything under the pin path:
+// maps, flows and links.
+func (d *Datapath) Flush(context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.state = nil
+	return errors.Join(d.detachExcept(nil), d.closeObjects(), os.RemoveAll(d.opts.PinPath))
+}
+
+// Close releases what this process holds; what is pinned keeps running.
+func (d *Datapath) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.state = nil
+	d.closeLinks()
+	return d.closeObjects()
+}

@@ -1,0 +1,174 @@
+package ebpf
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+)
+
+// kernelMaps are the pinned maps the loader reads and writes: the program's and Sluice's own.
+// The program's other maps (per-CPU scratch space) are not pinned and not the loader's business.
+type kernelMaps struct {
+	Vips         *ebpf.Map `ebpf:"vips"`
+	Backends     *ebpf.Map `ebpf:"backends"`
+	Maglev       *ebpf.Map `ebpf:"maglev"`
+	Flows        *ebpf.Map `ebpf:"flows"`
+	Replies      *ebpf.Map `ebpf:"replies"`
+	ServiceStats *ebpf.Map `ebpf:"service_stats"`
+	BackendStats *ebpf.Map `ebpf:"backend_stats"`
+	Config       *ebpf.Map `ebpf:"config"`
+	ServiceMeta  *ebpf.Map `ebpf:"service_meta"`
+	BackendMeta  *ebpf.Map `ebpf:"backend_meta"`
+}
+
+func (m *kernelMaps) Close() error {
+	var errs []error
+	for _, x := range []*ebpf.Map{m.Vips, m.Backends, m.Maglev, m.Flows, m.Replies, m.ServiceStats, m.BackendStats, m.Config, m.ServiceMeta, m.BackendMeta} {
+		errs = append(errs, x.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// collectionSpec is the embedded collection with Sluice's own maps added and only the named
+// program kept ("": none). Map sizes are the defaults of bpf/constants.h: a pinned map is reused
+// only when its size matches, so they are not adjusted to the plan; Apply reports a plan that
+// does not fit.
+func collectionSpec(program string) (*ebpf.CollectionSpec, error) {
+	spec, err := loadSluice()
+	if err != nil {
+		return nil, err
+	}
+	for _, ms := range metaSpecs(spec.Maps[sluiceMapServiceStats].MaxEntries, spec.Maps[sluiceMapBackends].MaxEntries) {
+		spec.Maps[ms.Name] = ms
+	}
+	for name := range spec.Programs {
+		if name != program {
+			delete(spec.Programs, name)
+		}
+	}
+	return spec, nil
+}
+
+// loadObjects loads the program and its maps: the maps pinned under dir are reused (flows and
+// counters survive), missing ones are created and pinned.
+func loadObjects(dir, program string) (*kernelMaps, *ebpf.Program, error) {
+	spec, err := collectionSpec(program)
+	if err != nil {
+		return nil, nil, err
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}})
+	if errors.Is(err, ebpf.ErrMapIncompatible) {
+		return nil, nil, fmt.Errorf("the maps pinned under %s do not fit this version of the program (`sluice flush` removes them and drops every flow): %w", dir, err)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("loading the BPF program: %w", err)
+	}
+	defer coll.Close()
+	m := &kernelMaps{}
+	if err := coll.Assign(m); err != nil {
+		return nil, nil, err
+	}
+	return m, coll.DetachProgram(program), nil
+}
+
+// openPinned opens the maps pinned under dir without loading anything; nil when nothing is
+// pinned there.
+func openPinned(dir string) (*kernelMaps, error) {
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	spec, err := collectionSpec("")
+	if err != nil {
+		return nil, err
+	}
+	coll := &ebpf.Collection{Maps: map[string]*ebpf.Map{}}
+	defer coll.Close()
+	for name, ms := range spec.Maps {
+		if ms.Pinning != ebpf.PinByName {
+			continue
+		}
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
+		if err != nil {
+			return nil, fmt.Errorf("opening pinned map %s: %w", name, err)
+		}
+		coll.Maps[name] = m
+		if err := ms.Compatible(m); err != nil {
+			return nil, fmt.Errorf("pinned map %s: %w", name, err)
+		}
+	}
+	m := &kernelMaps{}
+	return m, coll.Assign(m)
+}
+
+// load loads the program and opens or creates the pinned maps: once, and again when what is
+// pinned is no longer what this process loaded (another process flushed) on a read-back apply.
+func (d *Datapath) load() error {
+	if d.prog != nil && (d.state != nil || d.stillPinned()) {
+		return nil
+	}
+	d.closeLinks()
+	if err := preparePinPath(d.opts.PinPath); err != nil {
+		return err
+	}
+	if err := d.closeObjects(); err != nil { // maps opened for reading only
+		return err
+	}
+	maps, prog, err := loadObjects(d.opts.PinPath, attachPrograms[d.opts.Attach])
+	if err != nil {
+		return err
+	}
+	info, err := prog.Info()
+	if err != nil {
+		return errors.Join(err, prog.Close(), maps.Close())
+	}
+	d.maps, d.prog, d.progTag = maps, prog, info.Tag
+	return nil
+}
+
+// stillPinned tells whether the vips map pinned under the pin path is the one loaded.
+func (d *Datapath) stillPinned() bool {
+	pinned, err := ebpf.LoadPinnedMap(filepath.Join(d.opts.PinPath, sluiceMapVips), nil)
+	if err != nil {
+		return false
+	}
+	defer pinned.Close()
+	return sameMap(pinned, d.maps.Vips)
+}
+
+func sameMap(a, b *ebpf.Map) bool {
+	ia, err1 := a.Info()
+	ib, err2 := b.Info()
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	ida, _ := ia.ID()
+	idb, _ := ib.ID()
+	return ida == idb
+}
+
+// pinnedMaps returns the maps, opening the pinned ones when nothing is open yet; nil when
+// nothing is pinned.
+func (d *Datapath) pinnedMaps() (*kernelMaps, error) {
+	if d.maps != nil {
+		return d.maps, nil
+	}
+	m, err := openPinned(d.opts.PinPath)
+	d.maps = m
+	return m, err
+}
+
+// closeObjects closes the program and the maps this process holds.
+func (d *Datapath) closeObjects() error {
+	var errs []error
+	if d.prog != nil {
+		errs = append(errs, d.prog.Close())
+	}
+	if d.maps != nil {
+		errs = append(errs, d.maps.Close())
+	}
+	d.prog, d.maps = nil, nil
+	return errors.Join(errs...)
+}

@@ -1,0 +1,145 @@
+package ebpf
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+// The BPF program needs ids, rings and addresses; listing a service and rebuilding its ids after
+// a restart needs more (names, weights, which backend belongs to which service). Sluice keeps
+// that in two maps of its own, pinned next to the program's and never read by it: service_meta
+// and backend_meta, keyed by the same ids.
+const (
+	serviceMetaName = "service_meta"
+	backendMetaName = "backend_meta"
+)
+
+// recordRetired marks the record of a service or backend that left the plan while flows may
+// still use it: its id stays reserved (and a backend stays BACKEND_VALID) until a resync finds
+// its flows idle.
+const recordRetired = 1
+
+// serviceRecord is a service as Sluice programmed it, the value of service_meta.
+type serviceRecord struct {
+	Name        [32]byte
+	Scheduler   [8]byte
+	VIP         [16]byte
+	PortFirst   uint16
+	PortLast    uint16
+	Proto       uint8
+	Family      uint8
+	Mode        uint8 // enum sluice_mode
+	Fallback    uint8 // enum sluice_fallback
+	RingOffset  uint32
+	RingSize    uint32
+	FlowTimeout uint32 // seconds: how long an idle flow counts as active
+	Flags       uint32 // recordRetired
+}
+
+// backendRecord is a backend as Sluice programmed it, the value of backend_meta.
+type backendRecord struct {
+	Addr    [16]byte
+	Port    uint16 // host byte order; 0: the port the client used
+	Family  uint8
+	Flags   uint8 // recordRetired
+	Service uint32
+	Weight  uint32
+}
+
+// metaSpecs are the specs of Sluice's own maps, sized like the program's maps for the same ids.
+func metaSpecs(services, backends uint32) []*ebpf.MapSpec {
+	return []*ebpf.MapSpec{
+		{Name: serviceMetaName, Type: ebpf.Hash, KeySize: 4, ValueSize: uint32(binary.Size(serviceRecord{})), MaxEntries: services, Pinning: ebpf.PinByName},
+		{Name: backendMetaName, Type: ebpf.Hash, KeySize: 4, ValueSize: uint32(binary.Size(backendRecord{})), MaxEntries: backends, Pinning: ebpf.PinByName},
+	}
+}
+
+// serviceRecordOf records a service of the plan, without its ring.
+func serviceRecordOf(s *plan.Service) (serviceRecord, error) {
+	r := serviceRecord{
+		PortFirst: uint16(s.Ports.First), PortLast: uint16(s.Ports.Last),
+		Proto: wireProtocols[s.Protocol], Mode: wireModes[s.Mode], Fallback: wireFallbacks[s.Fallback],
+		FlowTimeout: uint32(s.FlowTimeout / time.Second),
+	}
+	r.VIP, r.Family = wireAddr(s.VIP)
+	if err := setRecordText(r.Name[:], s.Name); err != nil {
+		return r, err
+	}
+	return r, setRecordText(r.Scheduler[:], s.Scheduler)
+}
+
+// backendRecordOf records a backend of the plan for service id.
+func backendRecordOf(service uint32, b plan.Backend) backendRecord {
+	r := backendRecord{Port: b.Port, Service: service, Weight: uint32(b.Weight)}
+	r.Addr, r.Family = wireAddr(b.Addr)
+	return r
+}
+
+func (r *serviceRecord) name() string      { return recordText(r.Name[:]) }
+func (r *serviceRecord) scheduler() string { return recordText(r.Scheduler[:]) }
+func (r *serviceRecord) retired() bool     { return r.Flags&recordRetired != 0 }
+func (r *serviceRecord) vip() netip.Addr   { return addrFromWire(r.VIP, r.Family) }
+
+func (r *serviceRecord) ports() config.Range {
+	return config.Range{First: int(r.PortFirst), Last: int(r.PortLast)}
+}
+
+func (r *backendRecord) retired() bool { return r.Flags&recordRetired != 0 }
+
+// backend is the plan backend the record was made from.
+func (r *backendRecord) backend() plan.Backend {
+	return plan.Backend{Addr: addrFromWire(r.Addr, r.Family), Port: r.Port, Weight: int(r.Weight)}
+}
+
+// entry is the backends map entry of a backend in use.
+func (r *backendRecord) entry() sluiceBackend {
+	return sluiceBackend{Addr: r.Addr, Port: wirePort(r.Port), Family: r.Family, Flags: wireBackendValid}
+}
+
+// setRecordText stores s NUL-padded in a fixed-size field.
+func setRecordText(dst []byte, s string) error {
+	if len(s) > len(dst) {
+		return fmt.Errorf("%q is longer than %d bytes", s, len(dst))
+	}
+	copy(dst, s)
+	return nil
+}
+
+func recordText(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
+}
+
+// vipKeys are the service's keys in vips: one per port of its range (none for a retired record
+// or the zero record of a service not programmed yet).
+func (r *serviceRecord) vipKeys() []sluiceVipKey {
+	if r.retired() || r.Proto == 0 {
+		return nil
+	}
+	keys := make([]sluiceVipKey, 0, int(r.PortLast)-int(r.PortFirst)+1)
+	for p := int(r.PortFirst); p <= int(r.PortLast); p++ {
+		keys = append(keys, vipKeyOf(r.vip(), uint16(p), r.Proto))
+	}
+	return keys
+}
+
+// owns tells whether a vips key is one of the service's.
+func (r *serviceRecord) owns(k sluiceVipKey) bool {
+	p := wirePort(k.Port)
+	return !r.retired() && k.Addr == r.VIP && k.Family == r.Family && k.Proto == r.Proto && r.PortFirst <= p && p <= r.PortLast
+}
+
+// vipValue is the service's value in vips, for service id.
+func (r *serviceRecord) vipValue(id uint32) sluiceService {
+	return sluiceService{Id: id, RingOffset: r.RingOffset, RingSize: r.RingSize, Mode: r.Mode, Fallback: r.Fallback}
+}

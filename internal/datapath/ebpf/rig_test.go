@@ -1,0 +1,132 @@
+package ebpf
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+// rig is a throwaway place for kernel tests: a private BPF filesystem for the pins and a fresh
+// network namespace holding one veth pair (veth0: 10.91.2.1/24 and fd00:91:2::1/64), which the
+// test's goroutine runs in. Everything is undone when the test ends, also when it fails.
+type rig struct {
+	t   *testing.T
+	pin string // the pin path, on the private BPF filesystem
+}
+
+// newRig sets a rig up; it skips the test without root.
+func newRig(t *testing.T) *rig {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: loads BPF programs and maps, pins them and attaches to a veth in a network namespace")
+	}
+	fs := filepath.Join(t.TempDir(), "bpffs")
+	if err := os.Mkdir(fs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("bpf", fs, "bpf", 0, "mode=0700"); err != nil {
+		t.Fatalf("mounting a BPF filesystem: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(fs, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmounting %s: %v", fs, err)
+		}
+	})
+	enterFreshNetns(t)
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "veth0"}, PeerName: "veth1"}
+	if err := netlink.LinkAdd(veth); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"veth0", "veth1"} {
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, a := range []string{"10.91.2.1/24", "fd00:91:2::1/64"} {
+		addr, _ := netlink.ParseAddr(a)
+		addr.Flags = unix.IFA_F_NODAD
+		if err := netlink.AddrAdd(veth, addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &rig{t: t, pin: filepath.Join(fs, "sluice")}
+}
+
+// enterFreshNetns moves the test's goroutine, locked to its thread, into a new network namespace
+// and back when the test ends.
+func enterFreshNetns(t *testing.T) {
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		runtime.UnlockOSThread()
+		t.Fatal(err)
+	}
+	ns, err := netns.New()
+	if err != nil {
+		orig.Close()
+		runtime.UnlockOSThread()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := netns.Set(orig); err != nil {
+			panic(err) // never leave the thread in the test namespace
+		}
+		runtime.UnlockOSThread()
+		ns.Close()
+		orig.Close()
+	})
+}
+
+// datapath returns a Datapath over the rig's pin path, attaching to veth0, closed when the test
+// ends (Flush is up to the test).
+func (r *rig) datapath(opts Options) *Datapath {
+	r.t.Helper()
+	opts.PinPath = r.pin
+	if opts.Interfaces == nil {
+		opts.Interfaces = []string{"veth0"}
+	}
+	d, err := New(slog.New(slog.NewTextHandler(io.Discard, nil)), opts)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// apply applies p and returns how many map entries it wrote.
+func (r *rig) apply(d *Datapath, p *plan.Plan) int {
+	r.t.Helper()
+	writes, err := d.apply(context.Background(), p)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return writes
+}
+
+// planFromYAML builds the plan of a YAML config.
+func planFromYAML(t *testing.T, yaml string) *plan.Plan {
+	t.Helper()
+	cfg, err := config.Parse("test.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := plan.Build(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

@@ -1,0 +1,69 @@
+package ebpf
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+// Fullnat flows leave the balancer from its own address with a source port of this range. The
+// range lies below Linux's default ephemeral range (32768-60999), so that no connection the
+// balancer makes itself (health checks to the same backends) can have the 5-tuple of a fullnat
+// flow's replies.
+const (
+	fullnatPortLow  = 10000
+	fullnatPortHigh = 32767
+)
+
+// globalsFor computes config[0]: the fullnat source ports, and per IP version the source address
+// of the route towards the first backend of the first fullnat service (services by name,
+// backends by ID). One address per IP version: backends reached through interfaces with other
+// addresses need a route whose preferred source (ip route ... src) is that one.
+func globalsFor(p *plan.Plan) (sluiceGlobals, error) {
+	g := sluiceGlobals{PortLow: fullnatPortLow, PortHigh: fullnatPortHigh}
+	var have4, have6 bool
+	for _, s := range p.Services {
+		if s.Mode != "fullnat" || len(s.Backends) == 0 || (s.VIP.Is4() && have4) || (s.VIP.Is6() && have6) {
+			continue
+		}
+		src, err := sourceTowards(s.Backends[0].Addr)
+		if err != nil {
+			return g, fmt.Errorf("service %s: %w", s.Name, err)
+		}
+		if s.VIP.Is4() {
+			g.Snat4, have4 = src.As4(), true
+		} else {
+			g.Snat6, have6 = src.As16(), true
+		}
+	}
+	return g, nil
+}
+
+// sourceTowards is the address the kernel would send from to a, from the routing table.
+func sourceTowards(a netip.Addr) (netip.Addr, error) {
+	routes, err := netlink.RouteGet(a.AsSlice())
+	if err != nil || len(routes) == 0 {
+		return netip.Addr{}, fmt.Errorf("no route to backend %s: %v", a, err)
+	}
+	src, ok := netip.AddrFromSlice(routes[0].Src)
+	if !ok {
+		return netip.Addr{}, fmt.Errorf("the route to backend %s has no source address", a)
+	}
+	return src.Unmap(), nil
+}
+
+// globals writes config[0] when it changed.
+func (s *syncer) globals(p *plan.Plan) error {
+	g, err := globalsFor(p)
+	if err != nil || g == s.st.globals {
+		return err
+	}
+	if err := s.w.put(s.m.Config, uint32(0), g); err != nil {
+		return err
+	}
+	s.st.globals = g
+	return nil
+}

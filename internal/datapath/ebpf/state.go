@@ -1,0 +1,164 @@
+package ebpf
+
+import (
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+// state mirrors what Sluice wrote to the maps, with the id and ring allocators derived from it.
+// Apply keeps it as what it last programmed, so that the next Apply writes only what a changed
+// service changes; read back from the maps (first use, restart, Resync) it lets Apply repair
+// what others changed.
+type state struct {
+	services   map[string]*serviceState // by name, retired ones included
+	byID       map[uint32]*serviceState
+	vips       map[sluiceVipKey]sluiceService // the content of vips
+	serviceIDs *idSet
+	backendIDs *idSet
+	ring       *ringSpace
+	globals    sluiceGlobals
+	// readBack is set when the state was read from the maps: the next sync also removes what no
+	// record explains and frees the ids of retired backends whose flows are idle.
+	readBack bool
+	strays   strays
+	limits   limits
+}
+
+// strays are what a read back found that no record explains, by id: removed by the next sync
+// unless the id is in use by then.
+type strays struct {
+	services []uint32 // service_meta records of a name recorded twice
+	records  []uint32 // backend_meta records of no service
+	entries  []uint32 // backends entries valid without a record
+}
+
+// serviceState is one service: its record, backends and ring.
+type serviceState struct {
+	id       uint32
+	rec      serviceRecord
+	planned  *plan.Service            // the plan last programmed; nil when read back
+	backends map[string]*backendState // by plan.Backend.ID(), retired ones included
+	slots    []uint32                 // the ring as in maglev: backend id per slot
+}
+
+// backendState is one backend of a service: its record and its entry in backends.
+type backendState struct {
+	id    uint32
+	rec   backendRecord
+	entry sluiceBackend
+}
+
+// limits are the capacities of the maps, read from the loaded maps.
+type limits struct {
+	vips, services, backends, slots uint32
+}
+
+func limitsOf(m *kernelMaps) limits {
+	return limits{vips: m.Vips.MaxEntries(), services: m.ServiceStats.MaxEntries(), backends: m.Backends.MaxEntries(), slots: m.Maglev.MaxEntries()}
+}
+
+func newState(l limits) *state {
+	return &state{
+		limits: l, services: map[string]*serviceState{}, byID: map[uint32]*serviceState{}, vips: map[sluiceVipKey]sluiceService{},
+		serviceIDs: newIDSet(l.services), backendIDs: newIDSet(l.backends), ring: newRingSpace(l.slots),
+	}
+}
+
+func (st *state) addService(name string, s *serviceState) {
+	st.services[name] = s
+	st.byID[s.id] = s
+}
+
+func (st *state) dropService(s *serviceState) {
+	delete(st.services, s.rec.name())
+	delete(st.byID, s.id)
+	st.serviceIDs.free(s.id)
+}
+
+// readState reads the maps back. Records that contradict each other (an id out of range, a ring
+// overlapping another) are read as if the ring were empty or the backend absent: the next sync
+// programs them anew.
+func readState(m *kernelMaps) (*state, error) {
+	st := newState(limitsOf(m))
+	st.readBack = true
+	if err := m.Config.Lookup(uint32(0), &st.globals); err != nil {
+		return nil, err
+	}
+	err := readAll(m.ServiceMeta, func(id uint32, rec serviceRecord) bool {
+		if _, dup := st.services[rec.name()]; dup || !st.serviceIDs.mark(id) {
+			st.strays.services = append(st.strays.services, id)
+			return true
+		}
+		if rec.RingSize > 0 && st.ring.reserve(rec.RingOffset, rec.RingSize) != nil {
+			rec.RingSize = 0
+		}
+		st.addService(rec.name(), &serviceState{id: id, rec: rec, backends: map[string]*backendState{}})
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := readBackends(m, st); err != nil {
+		return nil, err
+	}
+	if err := readAll(m.Vips, func(k sluiceVipKey, v sluiceService) bool { st.vips[k] = v; return true }); err != nil {
+		return nil, err
+	}
+	return st, readRings(m, st)
+}
+
+// readBackends reads backend_meta and backends: the records attach backends to their services,
+// the entries are what the program sees.
+func readBackends(m *kernelMaps, st *state) error {
+	owned := map[uint32]bool{}
+	err := readAll(m.BackendMeta, func(id uint32, rec backendRecord) bool {
+		s := st.byID[rec.Service]
+		if s == nil || s.backends[rec.backend().ID()] != nil || !st.backendIDs.mark(id) {
+			st.strays.records = append(st.strays.records, id)
+			return true
+		}
+		s.backends[rec.backend().ID()] = &backendState{id: id, rec: rec}
+		owned[id] = true
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	entries := map[uint32]sluiceBackend{}
+	err = readAll(m.Backends, func(id uint32, e sluiceBackend) bool {
+		if e.Flags&wireBackendValid != 0 {
+			entries[id] = e
+			if !owned[id] {
+				st.strays.entries = append(st.strays.entries, id)
+			}
+		}
+		return true
+	})
+	for _, s := range st.services {
+		for _, b := range s.backends {
+			b.entry = entries[b.id]
+		}
+	}
+	return err
+}
+
+// readRings reads the part of maglev the rings use.
+func readRings(m *kernelMaps, st *state) error {
+	end := st.ring.end()
+	if end == 0 {
+		return nil
+	}
+	slots := make([]uint32, end)
+	err := readAll(m.Maglev, func(i, backend uint32) bool {
+		if i >= end {
+			return false
+		}
+		slots[i] = backend
+		return true
+	})
+	for _, s := range st.services {
+		if s.rec.RingSize > 0 {
+			s.slots = slots[s.rec.RingOffset : s.rec.RingOffset+s.rec.RingSize : s.rec.RingOffset+s.rec.RingSize]
+		}
+	}
+	return err
+}

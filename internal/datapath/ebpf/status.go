@@ -1,0 +1,94 @@
+package ebpf
+
+import (
+	"context"
+	"sort"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/sluicelb/sluice/internal/datapath"
+)
+
+// Status reads the programmed services back from the pinned maps: records, rings (for the
+// shares), per-CPU counters summed over the CPUs, and active flows counted in the flow table.
+// Retired services and backends, which only serve their last flows, are not listed. Nothing
+// pinned reads as no services.
+func (d *Datapath) Status(context.Context) ([]datapath.ServiceStatus, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	m, err := d.pinnedMaps()
+	if m == nil {
+		return nil, err
+	}
+	st, err := readState(m)
+	if err != nil {
+		return nil, err
+	}
+	active, err := activeFlows(m, st)
+	if err != nil {
+		return nil, err
+	}
+	var out []datapath.ServiceStatus
+	for _, s := range st.services {
+		if s.rec.retired() {
+			continue
+		}
+		ss, err := serviceStatus(m, s, active)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ss)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// serviceStatus describes one service, its backends by ID like the plan's.
+func serviceStatus(m *kernelMaps, s *serviceState, active map[uint32]uint64) (datapath.ServiceStatus, error) {
+	rec := &s.rec
+	out := datapath.ServiceStatus{
+		Name: rec.name(), Protocol: wireName(wireProtocols, rec.Proto), VIP: rec.vip().String(), Ports: rec.ports().String(),
+		Mode: wireName(wireModes, rec.Mode), Scheduler: rec.scheduler(), Slots: int(rec.RingSize),
+	}
+	owned := map[uint32]int{}
+	for _, id := range s.slots {
+		owned[id]++
+	}
+	keys := make([]string, 0, len(s.backends))
+	for key, b := range s.backends {
+		if !b.rec.retired() {
+			keys = append(keys, key)
+		}
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		b := s.backends[key]
+		pb := b.rec.backend()
+		bs := datapath.BackendStatus{Address: pb.Addr.String(), Port: int(pb.Port), Weight: pb.Weight, ActiveFlows: active[b.id]}
+		if rec.RingSize > 0 {
+			bs.Share = float64(owned[b.id]) / float64(rec.RingSize)
+		}
+		c, err := sumStats(m.BackendStats, b.id)
+		if err != nil {
+			return out, err
+		}
+		bs.Flows, bs.Packets, bs.Bytes = c.Flows, c.Packets, c.Bytes
+		out.Backends = append(out.Backends, bs)
+	}
+	return out, nil
+}
+
+// sumStats adds up the per-CPU counters of an id.
+func sumStats(m *ebpf.Map, id uint32) (sluiceStats, error) {
+	var perCPU []sluiceStats
+	var sum sluiceStats
+	if err := m.Lookup(id, &perCPU); err != nil {
+		return sum, err
+	}
+	for _, c := range perCPU {
+		sum.Packets += c.Packets
+		sum.Bytes += c.Bytes
+		sum.Flows += c.Flows
+	}
+	return sum, nil
+}

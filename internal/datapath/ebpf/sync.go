@@ -1,0 +1,283 @@
+package ebpf
+
+import (
+	"fmt"
+	"reflect"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+// syncer programs a plan into the maps, writing only what differs from its state, which it
+// keeps up to date. Within a service it writes in an order that never shows the program a
+// half-made service: backends before the ring slots that refer to them, the ring before the vips
+// entries that refer to it, a new ring before the old one is freed. Backends and services that
+// leave the plan are retired, not removed: they stay valid for the flows that still use them.
+type syncer struct {
+	m  *kernelMaps
+	st *state
+	w  writer
+}
+
+// plan programs p. Services whose plan did not change since st recorded it are skipped, so the
+// cost of an Apply follows what changed, not the size of the rest.
+func (s *syncer) plan(p *plan.Plan) error {
+	if err := checkLimits(p, s.st.limits); err != nil {
+		return err
+	}
+	if err := s.globals(p); err != nil {
+		return err
+	}
+	inPlan := make(map[string]bool, len(p.Services))
+	for i := range p.Services {
+		ps := &p.Services[i]
+		inPlan[ps.Name] = true
+		if cur := s.st.services[ps.Name]; cur != nil && cur.planned != nil && reflect.DeepEqual(cur.planned, ps) {
+			continue
+		}
+		if err := s.service(ps); err != nil {
+			return fmt.Errorf("service %s: %w", ps.Name, err)
+		}
+	}
+	for name, cur := range s.st.services {
+		if !inPlan[name] && !cur.rec.retired() {
+			if err := s.retireService(cur); err != nil {
+				return fmt.Errorf("removing service %s: %w", name, err)
+			}
+		}
+	}
+	if !s.st.readBack {
+		return nil
+	}
+	if err := s.cleanup(); err != nil {
+		return err
+	}
+	s.st.readBack = false
+	return s.sweep()
+}
+
+// checkLimits fails a plan that does not fit the maps, before anything is written.
+func checkLimits(p *plan.Plan, l limits) error {
+	var vips, backends, slots int
+	for _, s := range p.Services {
+		vips += s.Ports.Last - s.Ports.First + 1
+		backends += len(s.Backends)
+		slots += len(s.Slots)
+	}
+	for _, c := range []struct {
+		what      string
+		need, max int
+	}{
+		{"services", len(p.Services), int(l.services)},
+		{"vips entries (one per service port)", vips, int(l.vips)},
+		{"backends (counted per service)", backends, int(l.backends)},
+		{"maglev slots", slots, int(l.slots)},
+	} {
+		if c.need > c.max {
+			return fmt.Errorf("the plan needs %d %s; the eBPF datapath holds %d (bpf/constants.h)", c.need, c.what, c.max)
+		}
+	}
+	return nil
+}
+
+// service programs one service of the plan.
+func (s *syncer) service(ps *plan.Service) error {
+	rec, err := serviceRecordOf(ps)
+	if err != nil {
+		return err
+	}
+	cur := s.st.services[ps.Name]
+	if cur == nil {
+		id, ok := s.st.serviceIDs.alloc()
+		if !ok {
+			return fmt.Errorf("no free service id (%d)", s.st.limits.services)
+		}
+		if err := s.resetStats(s.m.ServiceStats, id); err != nil {
+			return err
+		}
+		cur = &serviceState{id: id, backends: map[string]*backendState{}}
+		s.st.addService(ps.Name, cur)
+	}
+	ids, err := s.backends(cur, ps.Backends)
+	if err != nil {
+		return err
+	}
+	ring := make([]uint32, len(ps.Slots))
+	for i, b := range ps.Slots {
+		ring[i] = ids[b]
+	}
+	old := cur.rec
+	if err := s.ring(cur, &rec, ring); err != nil {
+		return err
+	}
+	if err := s.vips(cur.id, old, rec); err != nil {
+		return err
+	}
+	if old.RingSize > 0 && old.RingSize != rec.RingSize {
+		s.st.ring.free(old.RingOffset) // ring replaced, or gone
+	}
+	if rec != cur.rec {
+		if err := s.w.put(s.m.ServiceMeta, cur.id, rec); err != nil {
+			return err
+		}
+		cur.rec = rec
+	}
+	kept := make(map[string]bool, len(ps.Backends))
+	for _, b := range ps.Backends {
+		kept[b.ID()] = true
+	}
+	for key, b := range cur.backends {
+		if !kept[key] {
+			if err := s.retireBackend(b); err != nil {
+				return err
+			}
+		}
+	}
+	planned := *ps
+	cur.planned = &planned
+	return nil
+}
+
+// backends programs a service's backends and returns their ids, in order. A backend keeps its
+// id while it stays in the service (retired ones come back with theirs); its record is written
+// before its entry, so that a valid entry always has a record.
+func (s *syncer) backends(cur *serviceState, list []plan.Backend) ([]uint32, error) {
+	ids := make([]uint32, len(list))
+	for i, b := range list {
+		bs := cur.backends[b.ID()]
+		if bs == nil {
+			id, ok := s.st.backendIDs.alloc()
+			if !ok {
+				return nil, fmt.Errorf("no free backend id (%d)", s.st.limits.backends)
+			}
+			if err := s.resetStats(s.m.BackendStats, id); err != nil {
+				return nil, err
+			}
+			bs = &backendState{id: id}
+			cur.backends[b.ID()] = bs
+		}
+		if rec := backendRecordOf(cur.id, b); bs.rec != rec {
+			if err := s.w.put(s.m.BackendMeta, bs.id, rec); err != nil {
+				return nil, err
+			}
+			bs.rec = rec
+		}
+		if e := bs.rec.entry(); bs.entry != e {
+			if err := s.w.put(s.m.Backends, bs.id, e); err != nil {
+				return nil, err
+			}
+			bs.entry = e
+		}
+		ids[i] = bs.id
+	}
+	return ids, nil
+}
+
+// ring writes a service's Maglev table and sets its place in rec: in place, only the slots that
+// changed, when its size did not change; else all of it in a newly allocated range.
+func (s *syncer) ring(cur *serviceState, rec *serviceRecord, want []uint32) error {
+	n := uint32(len(want))
+	var keys, values []uint32
+	if n > 0 && n == cur.rec.RingSize {
+		rec.RingOffset = cur.rec.RingOffset
+		for i, b := range want {
+			if cur.slots[i] != b {
+				keys, values = append(keys, rec.RingOffset+uint32(i)), append(values, b)
+			}
+		}
+	} else if n > 0 {
+		offset, err := s.st.ring.alloc(n)
+		if err != nil {
+			return err
+		}
+		rec.RingOffset = offset
+		for i, b := range want {
+			keys, values = append(keys, offset+uint32(i)), append(values, b)
+		}
+	}
+	rec.RingSize = n
+	cur.slots = want
+	return putAll(&s.w, s.m.Maglev, keys, values)
+}
+
+// vips points a service's keys at its record (new ring, mode, fallback), then deletes the keys
+// it no longer has.
+func (s *syncer) vips(id uint32, old, rec serviceRecord) error {
+	value := rec.vipValue(id)
+	var keys []sluiceVipKey
+	var values []sluiceService
+	for _, k := range rec.vipKeys() {
+		if v, ok := s.st.vips[k]; !ok || v != value {
+			keys, values = append(keys, k), append(values, value)
+		}
+	}
+	if err := putAll(&s.w, s.m.Vips, keys, values); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		s.st.vips[k] = value
+	}
+	var gone []sluiceVipKey
+	for _, k := range old.vipKeys() {
+		if v, ok := s.st.vips[k]; ok && v.Id == id && !rec.owns(k) {
+			gone = append(gone, k)
+		}
+	}
+	return s.deleteVips(gone)
+}
+
+func (s *syncer) deleteVips(keys []sluiceVipKey) error {
+	if err := deleteAll(&s.w, s.m.Vips, keys); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		delete(s.st.vips, k)
+	}
+	return nil
+}
+
+// retireService takes a service out of the plan: its vips entries go (new packets to its VIP
+// pass to the stack), its ring is freed, its backends and record stay, retired, for the flows
+// that still use them. A service without backends goes at once.
+func (s *syncer) retireService(cur *serviceState) error {
+	rec := cur.rec
+	rec.Flags |= recordRetired
+	rec.RingOffset, rec.RingSize = 0, 0
+	if err := s.vips(cur.id, cur.rec, rec); err != nil {
+		return err
+	}
+	if cur.rec.RingSize > 0 {
+		s.st.ring.free(cur.rec.RingOffset)
+	}
+	cur.slots, cur.planned = nil, nil
+	for _, b := range cur.backends {
+		if err := s.retireBackend(b); err != nil {
+			return err
+		}
+	}
+	if len(cur.backends) == 0 {
+		s.st.dropService(cur)
+		return s.w.delete(s.m.ServiceMeta, cur.id)
+	}
+	cur.rec = rec
+	return s.w.put(s.m.ServiceMeta, cur.id, rec)
+}
+
+// retireBackend marks a backend that left its service: it takes no new flow (no slot refers to
+// it) and stays valid for its established ones, like a conntrack entry of the nft datapath.
+func (s *syncer) retireBackend(b *backendState) error {
+	if b.rec.retired() {
+		return nil
+	}
+	rec := b.rec
+	rec.Flags |= recordRetired
+	b.rec = rec
+	return s.w.put(s.m.BackendMeta, b.id, rec)
+}
+
+// resetStats zeroes the counters of a newly allocated id on every CPU (an empty per-CPU value
+// is zero-padded).
+func (s *syncer) resetStats(m *ebpf.Map, id uint32) error {
+	return s.w.put(m, id, []sluiceStats{})
+}

@@ -1,0 +1,60 @@
+package ebpf
+
+import (
+	"encoding/binary"
+	"net/netip"
+
+	"golang.org/x/sys/unix"
+)
+
+// The encodings the BPF contract (bpf/structs.h, bpf/constants.h) uses for addresses, ports and
+// enumerations.
+
+// wireBackendValid is BACKEND_VALID: the backend id is in use.
+const wireBackendValid = 1
+
+// wireProtocols are the IPPROTO_* numbers of the plan's protocols.
+var wireProtocols = map[string]uint8{"tcp": unix.IPPROTO_TCP, "udp": unix.IPPROTO_UDP}
+
+// wireModes are enum sluice_mode.
+var wireModes = map[string]uint8{"nat": 1, "fullnat": 2, "dsr": 3}
+
+// wireFallbacks are enum sluice_fallback. Sorry servers are backends of the plan, so a service
+// whose sorry servers are down too drops.
+var wireFallbacks = map[string]uint8{"drop": 0, "reject": 1, "sorry": 0}
+
+// wireAddr lays an address out as the contract does: 16 bytes, IPv4 in the first 4, and its
+// AF_INET or AF_INET6 family.
+func wireAddr(a netip.Addr) (addr [16]byte, family uint8) {
+	if a.Is4() {
+		v4 := a.As4()
+		copy(addr[:], v4[:])
+		return addr, unix.AF_INET
+	}
+	return a.As16(), unix.AF_INET6
+}
+
+// addrFromWire reads an address laid out by wireAddr.
+func addrFromWire(addr [16]byte, family uint8) netip.Addr {
+	if family == unix.AF_INET {
+		return netip.AddrFrom4([4]byte(addr[:4]))
+	}
+	return netip.AddrFrom16(addr)
+}
+
+// wirePort turns a port into network byte order as a __be16 field holds it, and back.
+func wirePort(p uint16) uint16 {
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], p)
+	return binary.NativeEndian.Uint16(b[:])
+}
+
+// wireName finds the name of a value of wireProtocols or wireModes ("" if unknown).
+func wireName(table map[string]uint8, v uint8) string {
+	for name, w := range table {
+		if w == v {
+			return name
+		}
+	}
+	return ""
+}
