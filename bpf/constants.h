@@ -25,4 +25,7 @@ enum sluice_fallback {
 /* struct backend.flags */
 #define BACKEND_VALID 1 /* the id is in use; flows pinned to an invalid id pick again */
 
+/* struct flow.flags */
+#define FLOW_CLOSING 1 /* the client sent a TCP FIN or RST: no longer counted as active */
+
 #endif

@@ -269,6 +269,8 @@ static __always_inline int flow_select(const struct packet *p, const struct serv
 	if (f && !syn && (!g || f->nat_port) && (t->b = backend_get(f->backend_id, k->family))) {
 		t->id = f->backend_id;
 		t->nat_port = f->nat_port;
+		if ((p->tcp_flags & (TCP_FIN | TCP_RST)) && !(f->flags & FLOW_CLOSING))
+			f->flags |= FLOW_CLOSING;
 		if (now - f->last_seen >= FLOW_REFRESH_NS) {
 			f->last_seen = now;
 			reply_ensure(k, svc, g, t);

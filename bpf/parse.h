@@ -30,7 +30,9 @@
 
 #define IP_MF      0x2000 /* more fragments */
 #define IP_OFFSET  0x1fff /* fragment offset mask */
-#define TCP_SYN    0x02   /* in the TCP flags byte */
+#define TCP_FIN    0x01   /* in the TCP flags byte */
+#define TCP_SYN    0x02
+#define TCP_RST    0x04
 #define TCP_ACK    0x10
 #define L4_MIN_LEN 8      /* the bytes of an L4 header every parsed protocol has */
 

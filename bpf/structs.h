@@ -48,7 +48,7 @@ struct flow {
 	__u32  backend_id;
 	__u32  service_id;
 	__be16 nat_port;   /* fullnat: the balancer-side source port */
-	__u16  pad;
+	__u16  flags;      /* FLOW_CLOSING */
 	__u32  pad2;
 	__u64  last_seen;  /* CLOCK_MONOTONIC ns of the last packet (bpf_ktime_get_coarse_ns(): tick
 	                    * granularity), refreshed at most once a second */

@@ -15,9 +15,10 @@ import (
 // service's flow timeout (flow_timeout, 5m by default): a connection idle for longer is not
 // counted, one closed less than that ago still is.
 
-// flowIsActive tells whether a flow saw a packet within its service's flow timeout before now.
+// flowIsActive tells whether a flow is open (no FIN or RST from its client) and saw a packet
+// within its service's flow timeout before now.
 func flowIsActive(f sluiceFlow, now uint64, rec *serviceRecord) bool {
-	return f.LastSeen+uint64(rec.FlowTimeout)*uint64(time.Second) > now
+	return f.Flags&wireFlowClosing == 0 && f.LastSeen+uint64(rec.FlowTimeout)*uint64(time.Second) > now
 }
 
 // monotonicNow is the clock of bpf_ktime_get_ns, in nanoseconds.

@@ -26,7 +26,7 @@ type sluiceFlow struct {
 	BackendId uint32
 	ServiceId uint32
 	NatPort   uint16
-	Pad       uint16
+	Flags     uint16
 	Pad2      uint32
 	LastSeen  uint64
 }

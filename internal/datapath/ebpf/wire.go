@@ -13,6 +13,9 @@ import (
 // wireBackendValid is BACKEND_VALID: the backend id is in use.
 const wireBackendValid = 1
 
+// wireFlowClosing is FLOW_CLOSING: the flow's client sent a TCP FIN or RST.
+const wireFlowClosing = 1
+
 // wireProtocols are the IPPROTO_* numbers of the plan's protocols.
 var wireProtocols = map[string]uint8{"tcp": unix.IPPROTO_TCP, "udp": unix.IPPROTO_UDP}
 
