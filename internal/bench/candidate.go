@@ -56,12 +56,6 @@ func (direct) pids() []int                       { return nil }
 // sluiceCandidate is Sluice with one datapath in one forwarding mode.
 type sluiceCandidate struct{ datapath, mode string }
 
-// SluiceDatapaths are the datapaths `sluice bench lb` measures, in every mode.
-var SluiceDatapaths = []string{"nft"}
-
-// Modes are Sluice's forwarding modes.
-var Modes = []string{"nat", "fullnat", "dsr"}
-
 func (s sluiceCandidate) Name() string { return s.datapath + "-" + s.mode }
 
 func (s sluiceCandidate) start(ctx context.Context, e *Env) error {

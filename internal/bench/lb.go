@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/sluicelb/sluice/internal/config"
 	"time"
 )
 
@@ -146,12 +148,12 @@ func (e *Env) measure(ctx context.Context, c candidate, workloads []Workload, o 
 	return nil
 }
 
-// selectCandidates returns direct first, then Sluice's datapaths in every mode, then the
+// selectCandidates returns direct first, then every Sluice datapath in every mode, then the
 // installed peers, filtered by names; missing are the peers not installed.
 func selectCandidates(names []string) (out []candidate, missing []string, err error) {
 	all := []candidate{direct{}}
-	for _, dp := range SluiceDatapaths {
-		for _, m := range Modes {
+	for _, dp := range config.Datapaths {
+		for _, m := range config.Modes {
 			all = append(all, sluiceCandidate{datapath: dp, mode: m})
 		}
 	}

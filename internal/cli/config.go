@@ -7,7 +7,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicelb/sluice/internal/config"
-	"github.com/sluicelb/sluice/internal/datapath/nft"
 	"github.com/sluicelb/sluice/internal/plan"
 )
 
@@ -60,11 +59,14 @@ the difference is changed: applying the same file again changes nothing.`,
 			if err != nil {
 				return err
 			}
-			dp, err := nft.New(g.logger())
+			dp, err := datapathFor(cfg, g.logger())
 			if err != nil {
 				return err
 			}
 			if err := dp.Apply(ctx, p); err != nil {
+				return err
+			}
+			if err := flushOthers(ctx, cfg, g.logger()); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "applied %s: %d services\n", file, len(p.Services))
@@ -87,11 +89,7 @@ func flushCmd(g *globals) *cobra.Command {
 					return fmt.Errorf("a sluice daemon answers on %s and would program the rules again: stop it (with --flush-on-exit to remove them), or give --force", g.socket)
 				}
 			}
-			dp, err := nft.New(g.logger())
-			if err != nil {
-				return err
-			}
-			return dp.Flush(cmd.Context())
+			return flushEvery(cmd.Context(), g.logger())
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "flush even while a daemon runs")

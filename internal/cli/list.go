@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicelb/sluice/internal/datapath"
-	"github.com/sluicelb/sluice/internal/datapath/nft"
 	"github.com/sluicelb/sluice/internal/engine"
 )
 
@@ -54,11 +53,7 @@ func listServices(ctx context.Context, g *globals) ([]engine.ServiceView, error)
 	if c != nil {
 		return c.Services(ctx)
 	}
-	dp, err := nft.New(g.logger())
-	if err != nil {
-		return nil, err
-	}
-	kernel, err := dp.Status(ctx)
+	kernel, err := everyStatus(ctx, g.logger())
 	if err != nil {
 		return nil, err
 	}

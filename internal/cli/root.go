@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -78,25 +79,34 @@ func envOr(name, fallback string) string {
 	return fallback
 }
 
-// enterNetns re-executes sluice through `ip netns exec` so that the whole process, and the nft it
-// runs, lives in the namespace; a Go process cannot move all its threads itself.
+// enterNetns re-executes sluice through nsenter so that the whole process, and the nft it runs,
+// lives in the named network namespace; a Go process cannot move all its threads itself. Unlike
+// `ip netns exec` it keeps the mount namespace, so the BPF filesystem, where the ebpf datapath
+// pins what must outlive the process, stays the host's.
 func (g *globals) enterNetns() error {
 	if g.netns == "" || os.Getenv(netnsEnv) == g.netns {
 		return nil
 	}
-	ip, err := exec.LookPath("ip")
+	path := filepath.Join(netnsDir, g.netns)
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("--netns %s: no such named network namespace (%w)", g.netns, err)
+	}
+	nsenter, err := exec.LookPath("nsenter")
 	if err != nil {
-		return fmt.Errorf("--netns needs iproute2's ip: %w", err)
+		return fmt.Errorf("--netns needs util-linux's nsenter: %w", err)
 	}
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	args := []string{"ip", "netns", "exec", g.netns, self}
+	args := []string{"nsenter", "--net=" + path, "--", self}
 	args = append(args, withoutNetnsFlag(os.Args[1:])...)
 	env := append(slices.Clone(os.Environ()), netnsEnv+"="+g.netns)
-	return syscall.Exec(ip, args, env)
+	return syscall.Exec(nsenter, args, env)
 }
+
+// netnsDir is where iproute2 keeps named network namespaces.
+const netnsDir = "/var/run/netns"
 
 func withoutNetnsFlag(args []string) []string {
 	var out []string

@@ -17,7 +17,6 @@ import (
 
 	"github.com/sluicelb/sluice/internal/api"
 	"github.com/sluicelb/sluice/internal/config"
-	"github.com/sluicelb/sluice/internal/datapath/nft"
 	"github.com/sluicelb/sluice/internal/engine"
 	"github.com/sluicelb/sluice/internal/metrics"
 )
@@ -68,8 +67,11 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 	if err != nil {
 		return err
 	}
-	dp, err := nft.New(log)
+	dp, err := datapathFor(cfg, log)
 	if err != nil {
+		return err
+	}
+	if err := flushOthers(ctx, cfg, log); err != nil {
 		return err
 	}
 	m := metrics.New(Version, log)

@@ -15,9 +15,12 @@ import (
 
 // Config is the whole desired state of one balancer. The JSON names (REST API) are the YAML names.
 type Config struct {
-	// Datapath selects the kernel datapath: "nft" (default).
+	// Datapath selects the kernel datapath: "nft" (default) or "ebpf".
 	Datapath string `yaml:"datapath,omitempty" json:"datapath,omitempty"`
-	// Interfaces lists the devices DSR traffic arrives on; empty means every non-loopback interface.
+	// Attach is where the ebpf datapath's program runs: "tc" (default, tcx ingress) or "xdp".
+	Attach string `yaml:"attach,omitempty" json:"attach,omitempty"`
+	// Interfaces lists the devices traffic for the VIPs arrives on (nft: dsr only; ebpf: the
+	// program's interfaces); empty means every non-loopback interface that is up.
 	Interfaces []string `yaml:"interfaces,omitempty" json:"interfaces,omitempty"`
 	// Services are the virtual services to balance.
 	Services []Service `yaml:"services" json:"services"`

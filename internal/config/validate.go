@@ -9,7 +9,8 @@ import (
 
 // Allowed values of the enumerated fields; the first of each list is the default.
 var (
-	Datapaths  = []string{"nft"}
+	Datapaths  = []string{"nft", "ebpf"}
+	Attaches   = []string{"tc", "xdp"}
 	Protocols  = []string{"tcp", "udp"}
 	Modes      = []string{"nat", "fullnat", "dsr"}
 	Schedulers = []string{"maglev", "rr", "wrr", "hash", "random"}
@@ -31,6 +32,12 @@ func (c *Config) Validate() Errors {
 		errs = append(errs, FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
 	}
 	c.Datapath = oneOf(c.Datapath, Datapaths, "datapath", fail)
+	switch {
+	case c.Datapath == "ebpf":
+		c.Attach = oneOf(c.Attach, Attaches, "attach", fail)
+	case c.Attach != "":
+		fail("attach", "only applies to datapath ebpf, not %s", c.Datapath)
+	}
 	for i, name := range c.Interfaces {
 		if name == "" || len(name) > 15 {
 			fail(fmt.Sprintf("interfaces[%d]", i), "%q is not an interface name", name)

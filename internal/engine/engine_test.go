@@ -359,3 +359,20 @@ func TestServicesViewMergesConfigHealthAndKernel(t *testing.T) {
 		t.Fatalf("sorry server %+v", sorry)
 	}
 }
+
+func TestChangingTheDatapathTakesARestart(t *testing.T) {
+	h := start(t, twoServices, Options{})
+	before := h.Config()
+	for _, head := range []string{"datapath: ebpf\n", "datapath: ebpf\nattach: xdp\n"} {
+		cfg, err := config.Parse("new.yaml", []byte(head+twoServices))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.Replace(false, "test", cfg); err == nil || !strings.Contains(err.Error(), "datapath: the daemon runs datapath nft: changing it to ebpf takes a restart") {
+			t.Errorf("replacing with %q: %v", head, err)
+		}
+	}
+	if !reflect.DeepEqual(before, h.Config()) {
+		t.Fatal("a refused datapath change altered the running config")
+	}
+}

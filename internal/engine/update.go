@@ -41,6 +41,9 @@ func (e *Engine) Update(dryRun bool, why string, mutate Mutation) (plan.Change, 
 	if errs := next.Validate(); len(errs) > 0 {
 		return plan.Change{}, errs
 	}
+	if errs := sameDatapath(e.cfg, next); len(errs) > 0 {
+		return plan.Change{}, errs
+	}
 	before, err := e.planner.Build(e.cfg, e.available(e.cfg))
 	if err != nil {
 		return plan.Change{}, err
@@ -82,6 +85,19 @@ func (e *Engine) Reload() (plan.Change, error) {
 		return plan.Change{}, err
 	}
 	return e.Replace(false, "reload of "+e.opts.ConfigPath, cfg)
+}
+
+// sameDatapath refuses a change of the datapath or of where it attaches: the daemon holds one
+// datapath for its life, so that takes a restart.
+func sameDatapath(running, next *config.Config) config.Errors {
+	var errs config.Errors
+	if next.Datapath != running.Datapath {
+		errs = append(errs, config.FieldError{Path: "datapath", Msg: fmt.Sprintf("the daemon runs datapath %s: changing it to %s takes a restart", running.Datapath, next.Datapath)})
+	}
+	if next.Attach != running.Attach {
+		errs = append(errs, config.FieldError{Path: "attach", Msg: fmt.Sprintf("the daemon attaches at %s: changing it to %s takes a restart", running.Attach, next.Attach)})
+	}
+	return errs
 }
 
 func describe(why string, c plan.Change) string {

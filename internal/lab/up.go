@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/sluicelb/sluice/internal/datapath/ebpf"
 )
 
 // Up builds the lab and starts its backend processes. It is idempotent: a
@@ -83,7 +85,8 @@ func (l *Lab) Down(ctx context.Context) error {
 		if err == nil && len(pids) > 0 {
 			err = terminate(ctx, pids, func(pid int) bool { return running(pid, "") })
 		}
-		errs = append(errs, err, deleteNS(ns))
+		// What an ebpf balancer in the namespace pinned outlives the namespace otherwise.
+		errs = append(errs, err, deleteNS(ns), os.RemoveAll(ebpf.NetnsPinPath(ns)))
 	}
 	errs = append(errs, os.RemoveAll(l.StateDir))
 	if err := errors.Join(errs...); err != nil {

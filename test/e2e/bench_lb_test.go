@@ -62,7 +62,7 @@ func TestBenchLB(t *testing.T) {
 	if left := namespacesWithPrefix(benchLBPrefix); len(left) > 0 {
 		t.Errorf("bench lb left namespaces behind: %v", left)
 	}
-	if !strings.Contains(stderr, "round 1/1: nft-dsr, latency") {
+	if !strings.Contains(stderr, "round 1/1: ebpf-dsr, latency") {
 		t.Errorf("no progress on stderr:\n%s", stderr)
 	}
 
@@ -75,7 +75,7 @@ func TestBenchLB(t *testing.T) {
 		t.Fatalf("JSON report: %v\n%s", err, data)
 	}
 	r := rep.Results
-	for _, want := range []string{"direct", "nft-nat", "nft-fullnat", "nft-dsr"} {
+	for _, want := range []string{"direct", "nft-nat", "nft-fullnat", "nft-dsr", "ebpf-nat", "ebpf-fullnat", "ebpf-dsr"} {
 		if !slices.Contains(r.Candidates, want) {
 			t.Errorf("candidates %v lack %s", r.Candidates, want)
 		}

@@ -32,6 +32,9 @@ type Flavor struct {
 	// RepliesBypassBalancer: backends answer the client directly (DSR), so replies arrive on
 	// the client's bypass leg instead of through the balancer.
 	RepliesBypassBalancer bool
+	// DrainWaitsForIdle: the datapath cannot see a flow end (the nft DSR flow map keeps no TCP
+	// state), so a drain with a held flow ends at its timeout, not when the flow closes.
+	DrainWaitsForIdle bool
 	// NoIPv6 is why the flavor cannot serve an IPv6 service ("" when it can); the IPv6 tests then
 	// check that apply refuses it with that reason instead.
 	NoIPv6 string
@@ -52,8 +55,28 @@ var nftFlavors = []Flavor{
 	{
 		Name: "dsr", Datapath: "nft", Mode: "dsr",
 		ChurnSchedulers:       []string{"maglev", "hash"},
-		RepliesBypassBalancer: true, PinsFlowsByTuple: true,
+		RepliesBypassBalancer: true, PinsFlowsByTuple: true, DrainWaitsForIdle: true,
 		NoIPv6: "dsr over IPv6 is not supported",
+	},
+}
+
+// Flavors of the ebpf datapath: its own flow table pins flows by 5-tuple, but a SYN picks afresh,
+// so a reused source port re-balances; removed backends stay valid for their established flows.
+var ebpfFlavors = []Flavor{
+	{
+		Name: "nat", Datapath: "ebpf", Mode: "nat",
+		ChurnSchedulers:             []string{"maglev", "hash"},
+		KeepsFlowsOfRemovedBackends: true,
+	},
+	{
+		Name: "fullnat", Datapath: "ebpf", Mode: "fullnat",
+		ChurnSchedulers:             []string{"maglev", "hash"},
+		KeepsFlowsOfRemovedBackends: true,
+	},
+	{
+		Name: "dsr", Datapath: "ebpf", Mode: "dsr",
+		ChurnSchedulers:             []string{"maglev", "hash"},
+		KeepsFlowsOfRemovedBackends: true, RepliesBypassBalancer: true,
 	},
 }
 

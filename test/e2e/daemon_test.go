@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -314,11 +315,11 @@ func onlyRefused(errs []string) bool {
 	return true
 }
 
-// TestDaemon runs the daemon's tests over every mode of the nftables datapath.
+// TestDaemon runs the daemon's tests over every mode of both datapaths.
 func TestDaemon(t *testing.T) {
 	requireLab(t)
-	for _, f := range nftFlavors {
-		t.Run(f.Name, func(t *testing.T) {
+	for _, f := range slices.Concat(nftFlavors, ebpfFlavors) {
+		t.Run(f.Datapath+"-"+f.Name, func(t *testing.T) {
 			t.Cleanup(func() { flush(t) })
 			t.Run("health-under-load", func(t *testing.T) { testHealthUnderLoad(t, f) })
 			t.Run("on-failure-reset", func(t *testing.T) { testOnFailure(t, f, "reset") })
@@ -387,7 +388,7 @@ func testDrain(t *testing.T, f Flavor) {
 	}
 	addr := theLab.BackendAddr(backendIndex(held), false).String()
 	timeout := "20s"
-	if f.Mode == "dsr" {
+	if f.DrainWaitsForIdle {
 		timeout = "2s"
 	}
 	var out strings.Builder
@@ -415,10 +416,10 @@ func testDrain(t *testing.T, f Flavor) {
 	}
 	t.Logf("sluice backend drain:\n%s", out.String())
 	want := "drained: no active flows left"
-	if f.Mode == "dsr" {
+	if f.DrainWaitsForIdle {
 		want = "drained: timeout"
 	}
-	if !strings.Contains(out.String(), "1 active flows") && f.Mode != "dsr" || !strings.Contains(out.String(), want) {
+	if !strings.Contains(out.String(), "1 active flows") && !f.DrainWaitsForIdle || !strings.Contains(out.String(), want) {
 		t.Fatalf("drain output lacks the held flow or %q:\n%s", want, out.String())
 	}
 	if !strings.Contains(d.cli("events").Stdout, "drained") {

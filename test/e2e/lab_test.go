@@ -81,6 +81,16 @@ func applyFresh(t *testing.T, text string) {
 	apply(t, text)
 }
 
+// kernelState is what the flavor's datapath holds in the balancer namespace: the nft ruleset, or
+// for ebpf the services, slots, backends and counters `sluice list` reads from the pinned maps.
+func kernelState(t *testing.T, f Flavor) string {
+	t.Helper()
+	if f.Datapath == "ebpf" {
+		return mustSluice(t, "list", "-o", "json")
+	}
+	return ruleset(t)
+}
+
 // ruleset is `nft list ruleset` inside the balancer namespace.
 func ruleset(t *testing.T) string {
 	t.Helper()

@@ -1,0 +1,113 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/datapath"
+	"github.com/sluicelb/sluice/internal/datapath/ebpf"
+	"github.com/sluicelb/sluice/internal/datapath/nft"
+)
+
+// newDatapath returns the datapath named like config's datapath field.
+func newDatapath(name string, cfg *config.Config, log *slog.Logger) (datapath.Datapath, error) {
+	switch name {
+	case "nft":
+		return nft.New(log)
+	case "ebpf":
+		attach := ""
+		if cfg != nil {
+			attach = cfg.Attach
+		}
+		if err := mountBPFFS(); err != nil {
+			return nil, err
+		}
+		return ebpf.New(log, ebpf.Options{Attach: ebpf.AttachMode(attach), PinPath: pinPath()})
+	}
+	return nil, fmt.Errorf("unknown datapath %q", name)
+}
+
+// datapathFor returns the datapath the config selects.
+func datapathFor(cfg *config.Config, log *slog.Logger) (datapath.Datapath, error) {
+	return newDatapath(cfg.Datapath, cfg, log)
+}
+
+// flushOthers removes what the datapaths other than cfg's hold, so that one datapath forwards:
+// after a switch from nft to ebpf, say, stale rules would otherwise still catch traffic.
+func flushOthers(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	var errs []error
+	for _, name := range config.Datapaths {
+		if name == cfg.Datapath {
+			continue
+		}
+		dp, err := newDatapath(name, nil, log)
+		if err == nil {
+			err = dp.Flush(ctx)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("flushing the %s datapath: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// everyStatus reads what every datapath holds.
+func everyStatus(ctx context.Context, log *slog.Logger) ([]datapath.ServiceStatus, error) {
+	var all []datapath.ServiceStatus
+	for _, name := range config.Datapaths {
+		dp, err := newDatapath(name, nil, log)
+		if err != nil {
+			return nil, err
+		}
+		st, err := dp.Status(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%s datapath: %w", name, err)
+		}
+		all = append(all, st...)
+	}
+	return all, nil
+}
+
+// flushEvery removes what every datapath holds.
+func flushEvery(ctx context.Context, log *slog.Logger) error {
+	return flushOthers(ctx, &config.Config{}, log)
+}
+
+// pinPath is where the ebpf datapath pins its maps and links: the default for the host's network
+// namespace, a directory per namespace for one entered with --netns, so that balancers in
+// several namespaces (the lab's, say) never share maps.
+func pinPath() string {
+	if ns := os.Getenv(netnsEnv); ns != "" {
+		return ebpf.NetnsPinPath(ns)
+	}
+	return ebpf.DefaultPinPath
+}
+
+// bpffsMount is the BPF filesystem's usual mount point.
+const bpffsMount = "/sys/fs/bpf"
+
+// mountBPFFS mounts the BPF filesystem where systemd would, when nothing is mounted there and the
+// process shares the host's mount namespace (so that the mount, and the pins, outlive it).
+func mountBPFFS() error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(bpffsMount, &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
+		return nil
+	}
+	// A mount made in a mount namespace of our own (ip netns exec makes one) would vanish with
+	// the process, and the pins with it: leave that case to the datapath's error. Where pid 1's
+	// namespace cannot be read (a sandbox hiding it), this is the only one we can see.
+	self, err := os.Readlink("/proc/self/ns/mnt")
+	if host, herr := os.Readlink("/proc/1/ns/mnt"); err != nil || (herr == nil && self != host) {
+		return nil
+	}
+	if err := unix.Mount("bpf", bpffsMount, "bpf", 0, "mode=0700"); err != nil {
+		return fmt.Errorf("mounting the BPF filesystem on %s: %w", bpffsMount, err)
+	}
+	return nil
+}
