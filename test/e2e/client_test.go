@@ -51,8 +51,14 @@ func inClient(fn func() error) error { return theLab.Do(theLab.ClientNS(), fn) }
 // httpOnce makes one HTTP/1.0 request on a new TCP connection and returns the backend that
 // answered. It reads to EOF, so the server closes first and the TIME_WAIT state stays on the
 // backend, as with real clients of a load balancer. Call it inside inClient.
-func httpOnce(to netip.AddrPort) (string, error) {
+func httpOnce(to netip.AddrPort) (string, error) { return httpFrom(to, 0) }
+
+// httpFrom is httpOnce from a given local port (0: the kernel picks one).
+func httpFrom(to netip.AddrPort, localPort int) (string, error) {
 	d := net.Dialer{Timeout: dialTimeout}
+	if localPort != 0 {
+		d.LocalAddr = &net.TCPAddr{Port: localPort}
+	}
 	c, err := d.Dial("tcp", to.String())
 	if err != nil {
 		return "", err

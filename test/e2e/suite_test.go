@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -61,6 +63,34 @@ func runSuite(t *testing.T, f Flavor) {
 	t.Run("ipv6", func(t *testing.T) { testIPv6(t, f) })
 	t.Run("udp", func(t *testing.T) { testUDP(t, f) })
 	t.Run("idempotent", func(t *testing.T) { testIdempotent(t, f) })
+	if f.Datapath == "ebpf" {
+		t.Run("which", func(t *testing.T) { testWhich(t, f) })
+	}
+}
+
+// testWhich: `sluice which` names the backend that a real connection from the same source port
+// then reaches, for 30 source ports, and forgets the flows it simulated.
+func testWhich(t *testing.T, f Flavor) {
+	svc := webService("maglev", equalPool(false))
+	applyFresh(t, f.Config(svc))
+	client := theLab.ClientAddr(false)
+	for port := 42000; port < 42030; port++ {
+		var c struct {
+			Backend string `json:"backend"`
+			Tracked bool   `json:"tracked"`
+		}
+		out := mustSluice(t, "which", "-o", "json", svc.Addr().String(), netip.AddrPortFrom(client, uint16(port)).String())
+		if err := json.Unmarshal([]byte(out), &c); err != nil || c.Tracked {
+			t.Fatalf("sluice which: %v, %s: want an untracked flow", err, out)
+		}
+		var got string
+		if err := inClient(func() (err error) { got, err = httpFrom(svc.Addr(), port); return err }); err != nil {
+			t.Fatalf("from port %d: %v", port, err)
+		}
+		if want := theLab.BackendAddr(backendIndex(got), false).String() + ":80"; c.Backend != want {
+			t.Errorf("from port %d: sluice which says %s, the connection reached %s (%s)", port, c.Backend, want, got)
+		}
+	}
 }
 
 // testDistribution: a weighted maglev service spreads >= 3000 connections (source ports chosen

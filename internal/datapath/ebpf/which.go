@@ -1,0 +1,171 @@
+package ebpf
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+)
+
+// Choice is where the running program sends a flow (sluice which).
+type Choice struct {
+	Service string         `json:"service"`
+	Mode    string         `json:"mode"`
+	Backend netip.AddrPort `json:"backend"`
+	// Tracked: the flow was already in the flow table, so this is the backend it keeps.
+	Tracked bool `json:"tracked"`
+	// NATPort is the balancer-side source port of a fullnat flow.
+	NATPort uint16 `json:"nat_port,omitempty"`
+}
+
+// Which runs the program attached here on a synthetic packet from src to the service at vip (a
+// TCP ACK, so that a tracked flow is looked up, never rebalanced as a SYN would be) and reports
+// the backend it picks, Katran's simulator idea on the real program and maps. A flow the program
+// did not track before is forgotten again; the counters count the packet.
+func (d *Datapath) Which(protocol string, vip, src netip.AddrPort) (Choice, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	proto, ok := wireProtocols[protocol]
+	if !ok {
+		return Choice{}, fmt.Errorf("protocol %q: want tcp or udp", protocol)
+	}
+	if vip.Addr().Is4() != src.Addr().Is4() {
+		return Choice{}, fmt.Errorf("%s and %s are not of one IP version", vip, src)
+	}
+	m, err := d.pinnedMaps()
+	if err != nil || m == nil {
+		return Choice{}, errors.Join(errors.New("no ebpf datapath is programmed here"), err)
+	}
+	var svc sluiceService
+	if err := m.Vips.Lookup(vipKeyOf(vip.Addr(), vip.Port(), proto), &svc); err != nil {
+		return Choice{}, fmt.Errorf("%s/%s is not a service here", vip, protocol)
+	}
+	prog, err := d.attachedProgram()
+	if err != nil {
+		return Choice{}, err
+	}
+	defer prog.Close()
+	key := flowKeyOf(src, vip, proto)
+	var flow sluiceFlow
+	tracked := m.Flows.Lookup(key, &flow) == nil
+	packet, err := syntheticPacket(proto, src, vip)
+	if err != nil {
+		return Choice{}, err
+	}
+	if _, err := prog.Run(&ebpf.RunOptions{Data: packet, DataOut: make([]byte, len(packet)+256)}); err != nil {
+		return Choice{}, fmt.Errorf("running the program: %w", err)
+	}
+	if err := m.Flows.Lookup(key, &flow); err != nil {
+		return Choice{}, fmt.Errorf("the program tracked no flow for %s -> %s: the service has no backend for new flows", src, vip)
+	}
+	c, err := describeChoice(m, svc, flow, vip)
+	c.Tracked = tracked
+	if err == nil && !tracked {
+		err = forget(m, key, flow, c, src)
+	}
+	return c, err
+}
+
+// attachedProgram opens the program one of the pinned links runs.
+func (d *Datapath) attachedProgram() (*ebpf.Program, error) {
+	pins, _ := filepath.Glob(filepath.Join(d.opts.PinPath, linksDir, "*"))
+	for _, pin := range pins {
+		l, err := link.LoadPinnedLink(pin, nil)
+		if err != nil {
+			continue
+		}
+		info, err := l.Info()
+		l.Close()
+		if err == nil {
+			return ebpf.NewProgramFromID(info.Program)
+		}
+	}
+	return nil, fmt.Errorf("the ebpf datapath is attached to no interface (no link pinned in %s)", filepath.Join(d.opts.PinPath, linksDir))
+}
+
+// syntheticPacket is an Ethernet frame holding a TCP ACK or a UDP datagram from src to dst.
+func syntheticPacket(proto uint8, src, dst netip.AddrPort) ([]byte, error) {
+	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}}
+	var ip gopacket.NetworkLayer
+	var l3 gopacket.SerializableLayer
+	if src.Addr().Is4() {
+		eth.EthernetType = layers.EthernetTypeIPv4
+		v4 := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocol(proto), SrcIP: src.Addr().AsSlice(), DstIP: dst.Addr().AsSlice()}
+		ip, l3 = v4, v4
+	} else {
+		eth.EthernetType = layers.EthernetTypeIPv6
+		v6 := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocol(proto), SrcIP: src.Addr().AsSlice(), DstIP: dst.Addr().AsSlice()}
+		ip, l3 = v6, v6
+	}
+	var l4 interface {
+		gopacket.SerializableLayer
+		SetNetworkLayerForChecksum(gopacket.NetworkLayer) error
+	}
+	if proto == wireProtocols["tcp"] {
+		l4 = &layers.TCP{SrcPort: layers.TCPPort(src.Port()), DstPort: layers.TCPPort(dst.Port()), ACK: true, Seq: 1, Ack: 1, Window: 512}
+	} else {
+		l4 = &layers.UDP{SrcPort: layers.UDPPort(src.Port()), DstPort: layers.UDPPort(dst.Port())}
+	}
+	if err := l4.SetNetworkLayerForChecksum(ip); err != nil {
+		return nil, err
+	}
+	buf := gopacket.NewSerializeBuffer()
+	err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, l3, l4)
+	return buf.Bytes(), err
+}
+
+// describeChoice names the service and backend of a flow.
+func describeChoice(m *kernelMaps, svc sluiceService, flow sluiceFlow, vip netip.AddrPort) (Choice, error) {
+	c := Choice{Mode: wireName(wireModes, svc.Mode), NATPort: wirePort(flow.NatPort)}
+	var rec serviceRecord
+	if err := m.ServiceMeta.Lookup(svc.Id, &rec); err == nil {
+		c.Service = rec.name()
+	}
+	var b sluiceBackend
+	if err := m.Backends.Lookup(flow.BackendId, &b); err != nil {
+		return c, fmt.Errorf("backend %d of the flow: %w", flow.BackendId, err)
+	}
+	port := wirePort(b.Port)
+	if port == 0 {
+		port = vip.Port()
+	}
+	c.Backend = netip.AddrPortFrom(addrFromWire(b.Addr, b.Family), port)
+	return c, nil
+}
+
+// forget deletes the synthetic flow and the reply entry it claimed.
+func forget(m *kernelMaps, key sluiceFlowKey, flow sluiceFlow, c Choice, src netip.AddrPort) error {
+	err := m.Flows.Delete(key)
+	var reply sluiceFlowKey
+	switch c.Mode {
+	case "nat":
+		reply = flowKeyOf(c.Backend, src, key.Proto)
+	case "fullnat":
+		var g sluiceGlobals
+		if gerr := m.Config.Lookup(uint32(0), &g); gerr != nil {
+			return errors.Join(err, gerr)
+		}
+		snat := netip.AddrFrom16(g.Snat6)
+		if src.Addr().Is4() {
+			snat = netip.AddrFrom4(g.Snat4)
+		}
+		reply = flowKeyOf(c.Backend, netip.AddrPortFrom(snat, c.NATPort), key.Proto)
+	default:
+		return ignoreMissing(err)
+	}
+	return errors.Join(ignoreMissing(err), ignoreMissing(m.Replies.Delete(reply)))
+}
+
+func ignoreMissing(err error) error {
+	if errors.Is(err, ebpf.ErrKeyNotExist) || errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
