@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
 	"github.com/sluicelb/sluice/internal/lab"
 )
@@ -544,7 +543,7 @@ func (e *Env) netOverlayEnds() []netOverlayEnd {
 // netOverlayUp creates the VXLAN overlay between the client and b1, replacing a stale one.
 func (e *Env) netOverlayUp() error {
 	for _, end := range e.netOverlayEnds() {
-		err := netWithHandle(end.ns, func(h *netlink.Handle) error {
+		err := lab.WithHandle(end.ns, func(h *netlink.Handle) error {
 			if err := netLinkDel(h, netVXLANDev); err != nil {
 				return err
 			}
@@ -579,7 +578,7 @@ func (e *Env) netOverlayUp() error {
 func (e *Env) netOverlayDown(context.Context) error {
 	var errs []error
 	for _, end := range e.netOverlayEnds() {
-		err := netWithHandle(end.ns, func(h *netlink.Handle) error { return netLinkDel(h, netVXLANDev) })
+		err := lab.WithHandle(end.ns, func(h *netlink.Handle) error { return netLinkDel(h, netVXLANDev) })
 		if err != nil {
 			errs = append(errs, fmt.Errorf("deleting %s in %s: %w", netVXLANDev, end.ns, err))
 		}
@@ -597,19 +596,4 @@ func netLinkDel(h *netlink.Handle, name string) error {
 		return err
 	}
 	return h.LinkDel(link)
-}
-
-// netWithHandle runs fn with a netlink handle bound to namespace ns.
-func netWithHandle(ns string, fn func(h *netlink.Handle) error) error {
-	nsh, err := netns.GetFromName(ns)
-	if err != nil {
-		return fmt.Errorf("open netns %s: %w", ns, err)
-	}
-	defer nsh.Close()
-	h, err := netlink.NewHandleAt(nsh)
-	if err != nil {
-		return fmt.Errorf("netlink handle in %s: %w", ns, err)
-	}
-	defer h.Close()
-	return fn(h)
 }

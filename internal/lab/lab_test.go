@@ -347,7 +347,7 @@ func udpQuery(t *testing.T, l *Lab, to netip.AddrPort) string {
 func linkStats(t *testing.T, ns, dev string) netlink.LinkStatistics {
 	t.Helper()
 	var stats netlink.LinkStatistics
-	if err := withHandle(ns, func(h *netlink.Handle) error {
+	if err := WithHandle(ns, func(h *netlink.Handle) error {
 		link, err := h.LinkByName(dev)
 		if err == nil {
 			stats = *link.Attrs().Statistics
@@ -370,7 +370,7 @@ func routeVIPsTo(t *testing.T, l *Lab, i int) {
 		}
 		routes = append(routes, &netlink.Route{Dst: ipNet(dst), Gw: l.BackendAddr(i, v6).AsSlice()})
 	}
-	err := withHandle(l.BalancerNS(), func(h *netlink.Handle) error {
+	err := WithHandle(l.BalancerNS(), func(h *netlink.Handle) error {
 		for _, r := range routes {
 			if err := h.RouteAdd(r); err != nil {
 				return err
@@ -382,7 +382,7 @@ func routeVIPsTo(t *testing.T, l *Lab, i int) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = withHandle(l.BalancerNS(), func(h *netlink.Handle) error {
+		_ = WithHandle(l.BalancerNS(), func(h *netlink.Handle) error {
 			for _, r := range routes {
 				_ = h.RouteDel(r)
 			}

@@ -130,8 +130,8 @@ func nsPids(name string) ([]int, error) {
 	return pids, nil
 }
 
-// withHandle runs fn with a netlink handle bound to namespace ns.
-func withHandle(ns string, fn func(h *netlink.Handle) error) error {
+// WithHandle runs fn with a netlink handle bound to namespace ns.
+func WithHandle(ns string, fn func(h *netlink.Handle) error) error {
 	nsh, err := netns.GetFromName(ns)
 	if err != nil {
 		return fmt.Errorf("open netns %s: %w", ns, err)

@@ -93,7 +93,7 @@ func (l *Lab) Status(ctx context.Context) (Status, error) {
 // nsAddrs lists the global-scope addresses of every link in ns.
 func nsAddrs(ns string) ([]IfAddr, error) {
 	var out []IfAddr
-	err := withHandle(ns, func(h *netlink.Handle) error {
+	err := WithHandle(ns, func(h *netlink.Handle) error {
 		links, err := h.LinkList()
 		if err != nil {
 			return err

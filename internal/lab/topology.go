@@ -104,7 +104,7 @@ func (l *Lab) built() bool {
 		return false
 	}
 	for ns, devs := range l.links() {
-		err := withHandle(ns, func(h *netlink.Handle) error {
+		err := WithHandle(ns, func(h *netlink.Handle) error {
 			for _, dev := range devs {
 				link, err := h.LinkByName(dev)
 				if err != nil {
@@ -139,7 +139,7 @@ func (l *Lab) build() error {
 			return err
 		}
 	}
-	if err := withHandle(l.SwitchNS(), func(h *netlink.Handle) error {
+	if err := WithHandle(l.SwitchNS(), func(h *netlink.Handle) error {
 		return h.LinkAdd(&netlink.Bridge{LinkAttrs: linkAttrs("br0")})
 	}); err != nil {
 		return fmt.Errorf("create br0: %w", err)
@@ -155,7 +155,7 @@ func (l *Lab) build() error {
 		}
 	}
 	for _, a := range l.ifAddrs() {
-		if err := withHandle(a.ns, func(h *netlink.Handle) error {
+		if err := WithHandle(a.ns, func(h *netlink.Handle) error {
 			link, err := h.LinkByName(a.dev)
 			if err != nil {
 				return err
@@ -198,7 +198,7 @@ func addVeth(p vethPair, bridged bool) error {
 		return fmt.Errorf("open netns %s: %w", p.b.ns, err)
 	}
 	defer peerNS.Close()
-	return withHandle(p.a.ns, func(h *netlink.Handle) error {
+	return WithHandle(p.a.ns, func(h *netlink.Handle) error {
 		veth := &netlink.Veth{
 			LinkAttrs:     linkAttrs(p.a.dev),
 			PeerName:      p.b.dev,
@@ -230,7 +230,7 @@ func (l *Lab) configureLinks(ns string) error {
 	if err := setSysctls(ns, settings...); err != nil {
 		return err
 	}
-	return withHandle(ns, func(h *netlink.Handle) error {
+	return WithHandle(ns, func(h *netlink.Handle) error {
 		for _, dev := range l.links()[ns] {
 			link, err := h.LinkByName(dev)
 			if err == nil {
@@ -251,7 +251,7 @@ func (l *Lab) balancerSetup() error {
 }
 
 func (l *Lab) clientRoutes() error {
-	return withHandle(l.ClientNS(), func(h *netlink.Handle) error {
+	return WithHandle(l.ClientNS(), func(h *netlink.Handle) error {
 		eth0, err := h.LinkByName("eth0")
 		if err != nil {
 			return err
@@ -279,7 +279,7 @@ func (l *Lab) backendSetup(i int) error {
 	); err != nil {
 		return err
 	}
-	return withHandle(ns, func(h *netlink.Handle) error {
+	return WithHandle(ns, func(h *netlink.Handle) error {
 		eth0, err := h.LinkByName("eth0")
 		if err != nil {
 			return err

@@ -105,7 +105,7 @@ func (l *Lab) waitOperUp(ctx context.Context) error {
 	for {
 		var down []string
 		for ns, devs := range l.links() {
-			err := withHandle(ns, func(h *netlink.Handle) error {
+			err := WithHandle(ns, func(h *netlink.Handle) error {
 				for _, dev := range devs {
 					link, err := h.LinkByName(dev)
 					if err != nil {
