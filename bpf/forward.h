@@ -1,9 +1,15 @@
 /* Sluice eBPF datapath: routing a rewritten packet with bpf_fib_lookup and sending it on with
- * bpf_redirect (or bpf_redirect_neigh on tc when the next hop's neighbour entry is missing).
+ * bpf_redirect_neigh (tc) or bpf_redirect (XDP).
  *
  * How a packet leaves after the route lookup:
- *   success            new MACs, TTL/hop limit decremented, redirected out of the route's device;
- *   no neighbour (tc)  TTL decremented, bpf_redirect_neigh resolves the next hop and sets the MACs;
+ *   routed (tc)        out of the route's device by bpf_redirect_neigh to the route's next hop:
+ *                      the lookup skips the neighbour (BPF_FIB_LOOKUP_SKIP_NEIGH) and the program
+ *                      never writes the MACs; the neighbour layer writes the L2 header (resolving
+ *                      the next hop first when needed) as for any routed packet. nat/fullnat
+ *                      packets have their TTL/hop limit decremented; dsr packets are not written
+ *                      at all (as IPVS-DR does, the TTL is left alone: a dsr frame leaves exactly
+ *                      as it came, bar its L2 header);
+ *   routed (XDP)       new MACs from the lookup, TTL/hop limit decremented, bpf_redirect;
  *   no neighbour (XDP) XDP cannot resolve neighbours: nat/fullnat packets go to the stack with
  *                      their addresses rewritten (it forwards them and resolves the neighbour, so
  *                      the flow's next packets are redirected); dsr packets are dropped, as the
@@ -25,8 +31,8 @@
 
 /* How a planned packet leaves. */
 enum egress {
-	EGRESS_REDIRECT, /* out of fib.ifindex with fib's MACs */
-	EGRESS_NEIGH,    /* out of fib.ifindex, MACs by bpf_redirect_neigh (tc only) */
+	EGRESS_REDIRECT, /* out of fib.ifindex with fib's MACs (XDP) */
+	EGRESS_NEIGH,    /* out of fib.ifindex to fib's next hop, MACs by bpf_redirect_neigh (tc) */
 	EGRESS_STACK,    /* passed to the stack (rewritten if nat) */
 	EGRESS_DROP,
 };
@@ -45,7 +51,7 @@ static __always_inline int verdict_drop(bool xdp)
 
 /* Looks up the route of a planned packet arriving on ifindex, and says how it leaves. XDP checks
  * the MTU against the IP length; tc leaves tot_len 0 so that the helper checks the skb, GSO
- * aware. */
+ * aware, and skips the neighbour lookup that bpf_redirect_neigh does anyway. */
 static __always_inline int route(void *ctx, bool xdp, const struct packet *p,
 				 const struct plan *pl, __u32 ifindex, struct bpf_fib_lookup *fib)
 {
@@ -65,9 +71,9 @@ static __always_inline int route(void *ctx, bool xdp, const struct packet *p,
 		__builtin_memcpy(fib->ipv6_src, pl->out.src, 16);
 		__builtin_memcpy(fib->ipv6_dst, pl->nexthop, 16);
 	}
-	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
+	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), xdp ? 0 : BPF_FIB_LOOKUP_SKIP_NEIGH);
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS)
-		return EGRESS_REDIRECT;
+		return xdp ? EGRESS_REDIRECT : EGRESS_NEIGH;
 	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH && !xdp)
 		return EGRESS_NEIGH;
 	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH && !pl->nat)

@@ -2,8 +2,9 @@
  * checksums, on tc (helpers only) and XDP (direct writes).
  *
  * tc: the program never writes packet memory directly, as that makes the verifier add a prologue
- * that unclones every cloned skb (TCP transmits clones), VIP traffic or not. The MACs and the fixed
- * IP header go back with one bpf_skb_store_bytes; the TCP/UDP checksum is left to
+ * that unclones every cloned skb (TCP transmits clones), VIP traffic or not. The fixed IP header
+ * goes back with one bpf_skb_store_bytes (within the headers a local sender's clone may write, so
+ * it does not unclone), and the MACs are left to bpf_redirect_neigh; the TCP/UDP checksum to
  * bpf_l4_csum_replace, which also handles CHECKSUM_PARTIAL skbs (a local sender's, on veth),
  * whose checksum field holds the pseudo-header sum that only the address change must reach:
  * BPF_F_PSEUDO_HDR for the address difference, and a separate call without it for the ports.
@@ -28,14 +29,10 @@ struct csum_diffs {
 	__u32 ttl;   /* the 16-bit word holding the TTL or hop limit */
 };
 
-/* Ethernet and fixed IP header staged for one store; pad aligns the IP header. */
-struct l3_frame {
-	__u8 pad[2];
-	struct ethhdr eth;
-	union {
-		struct iphdr v4;
-		struct ipv6hdr v6;
-	};
+/* The fixed IP header, staged for one store. */
+union l3_frame {
+	struct iphdr v4;
+	struct ipv6hdr v6;
 };
 
 /* The difference a TTL or hop limit decrement makes to the 16-bit word holding it. */
@@ -105,17 +102,6 @@ static __always_inline void ipv6_rewrite(struct ipv6hdr *ip6, const struct plan 
 	__builtin_memcpy(&ip6->daddr, pl->out.dst, 16);
 }
 
-/* Writes the staged IP header back, with the MACs in front of it when fib has them. */
-static __always_inline int tc_store_l3(struct __sk_buff *skb, struct l3_frame *h, __u32 l3_len,
-				       const struct bpf_fib_lookup *fib)
-{
-	if (!fib)
-		return bpf_skb_store_bytes(skb, ETH_HLEN, &h->v4, l3_len, 0);
-	__builtin_memcpy(h->eth.h_dest, fib->dmac, ETH_ALEN);
-	__builtin_memcpy(h->eth.h_source, fib->smac, ETH_ALEN);
-	return bpf_skb_store_bytes(skb, 0, &h->eth, ETH_HLEN + l3_len, 0);
-}
-
 /* Fixes the TCP/UDP checksum of a nat packet for the address change and rewrites the ports. */
 static __always_inline int tc_rewrite_l4(struct __sk_buff *skb, const struct packet *p,
 					 const struct plan *pl, const struct csum_diffs *d)
@@ -134,13 +120,13 @@ static __always_inline int tc_rewrite_l4(struct __sk_buff *skb, const struct pac
 	return bpf_l4_csum_replace(skb, csum_off, 0, d->ports, flags);
 }
 
-/* Rewrites a TCP/UDP packet on tc per plan: MACs from fib (when set), TTL when routed. */
+/* Rewrites a TCP/UDP packet on tc per plan, the TTL when routed. The MACs are the neighbour
+ * layer's (bpf_redirect_neigh). */
 static __always_inline int tc_rewrite(struct __sk_buff *skb, const struct packet *p,
-				      const struct plan *pl, const struct bpf_fib_lookup *fib,
-				      bool routed)
+				      const struct plan *pl, bool routed)
 {
 	void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
-	struct l3_frame h = {};
+	union l3_frame h;
 	struct csum_diffs d;
 	bool v6 = p->key.family == AF_INET6;
 	__u32 l3_len = v6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr);
@@ -163,8 +149,7 @@ static __always_inline int tc_rewrite(struct __sk_buff *skb, const struct packet
 		h.v4 = *ip;
 		ipv4_rewrite(&h.v4, pl, &d, routed);
 	}
-	h.eth.h_proto = ((struct ethhdr *)data)->h_proto;
-	if (tc_store_l3(skb, &h, l3_len, fib))
+	if (bpf_skb_store_bytes(skb, ETH_HLEN, &h, l3_len, 0))
 		return -1;
 	if (pl->nat && tc_rewrite_l4(skb, p, pl, &d))
 		return -1;
@@ -245,12 +230,13 @@ static __always_inline int forward(void *ctx, bool xdp, const struct packet *p,
 	struct bpf_fib_lookup fib;
 	int egress = route(ctx, xdp, p, pl, ifindex, &fib);
 	const struct bpf_fib_lookup *macs = egress == EGRESS_REDIRECT ? &fib : NULL;
-	bool routed = egress == EGRESS_REDIRECT || egress == EGRESS_NEIGH;
+	/* tc dsr: the neighbour layer writes the L2 header and nothing else changes (TTL kept) */
+	bool routed = (egress == EGRESS_REDIRECT || egress == EGRESS_NEIGH) && (xdp || pl->nat);
 	int err;
 
 	if (egress == EGRESS_DROP)
 		return verdict_drop(xdp);
-	err = xdp ? xdp_rewrite(ctx, p, pl, macs, routed) : tc_rewrite(ctx, p, pl, macs, routed);
+	err = xdp ? xdp_rewrite(ctx, p, pl, macs, routed) : tc_rewrite(ctx, p, pl, routed);
 	return err ? verdict_drop(xdp) : leave(xdp, egress, &fib);
 }
 

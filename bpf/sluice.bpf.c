@@ -49,13 +49,22 @@ static __noinline int icmp_xdp(struct xdp_md *ctx, const struct packet *p, struc
 	return icmp_handle(ctx, true, p, pl, ctx->ingress_ifindex);
 }
 
-/* Moves the headers the parser reads into the linear part of a non-linear skb. */
-static __always_inline void tc_pull_headers(struct __sk_buff *skb)
+/* Parses an skb. The parser reads the headers directly, so a frame whose headers are not all in
+ * the linear part is parsed again after bpf_skb_pull_data moves them there. That pull is only
+ * tried when the first parse fails: it makes the skb writable, which unclones the clones local
+ * TCP senders transmit (their linear part holds exactly the headers, the payload being in
+ * fragments), so pulling every non-linear frame would copy most data packets. */
+static __always_inline int tc_parse(struct __sk_buff *skb, struct packet *p)
 {
 	__u32 want = skb->len < PULL_LEN ? skb->len : PULL_LEN;
 
-	if ((void *)(long)skb->data + want > (void *)(long)skb->data_end)
-		bpf_skb_pull_data(skb, want);
+	if (!parse((void *)(long)skb->data, (void *)(long)skb->data_end, skb->len, p))
+		return 0;
+	if ((void *)(long)skb->data + want <= (void *)(long)skb->data_end)
+		return -1;
+	if (bpf_skb_pull_data(skb, want))
+		return -1;
+	return parse((void *)(long)skb->data, (void *)(long)skb->data_end, skb->len, p);
 }
 
 /* True for a parsed ICMP or ICMPv6 packet. */
@@ -71,8 +80,7 @@ int sluice_tc(struct __sk_buff *skb)
 	struct plan pl;
 	int verdict;
 
-	tc_pull_headers(skb);
-	if (parse((void *)(long)skb->data, (void *)(long)skb->data_end, skb->len, &p))
+	if (tc_parse(skb, &p))
 		return TC_ACT_OK;
 	if (is_icmp(&p))
 		return icmp_tc(skb, &p, &pl);
