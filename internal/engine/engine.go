@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"reflect"
 	"sync"
 	"time"
 
@@ -147,7 +146,7 @@ func (e *Engine) trigger() {
 func (e *Engine) reconcile(ctx context.Context, force bool) error {
 	e.mu.Lock()
 	p, err := e.planner.Build(e.cfg, e.available(e.cfg))
-	unchanged := e.applied != nil && reflect.DeepEqual(e.applied, p)
+	unchanged := e.applied != nil && e.applied.Equal(p)
 	e.mu.Unlock()
 	if err != nil {
 		return e.applyFailed(err)

@@ -1,7 +1,5 @@
 package plan
 
-import "reflect"
-
 // Change is the difference between two plans as an operator wants to see it.
 type Change struct {
 	Added   []string `json:"added"`
@@ -31,7 +29,7 @@ func Diff(old, new *Plan) Change {
 		switch {
 		case !ok:
 			c.Added = append(c.Added, n.Name)
-		case !reflect.DeepEqual(o, n):
+		case !o.Equal(n):
 			c.Changed = append(c.Changed, n.Name)
 			c.Moved[n.Name] = moved(o, n)
 		}

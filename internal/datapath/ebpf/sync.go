@@ -2,7 +2,6 @@ package ebpf
 
 import (
 	"fmt"
-	"reflect"
 
 	"github.com/cilium/ebpf"
 
@@ -33,7 +32,7 @@ func (s *syncer) plan(p *plan.Plan) error {
 	for i := range p.Services {
 		ps := &p.Services[i]
 		inPlan[ps.Name] = true
-		if cur := s.st.services[ps.Name]; cur != nil && cur.planned != nil && reflect.DeepEqual(cur.planned, ps) {
+		if cur := s.st.services[ps.Name]; cur != nil && cur.planned != nil && cur.planned.Equal(ps) {
 			continue
 		}
 		if err := s.service(ps); err != nil {

@@ -3,7 +3,6 @@ package nft
 import (
 	"fmt"
 	"net/netip"
-	"reflect"
 
 	"github.com/sluicelb/sluice/internal/plan"
 )
@@ -35,7 +34,7 @@ func renderPlan(p *plan.Plan, env Environment, prev *desired) (*desired, error) 
 	d := &desired{base: base, services: make(map[string]*renderedService, len(p.Services))}
 	for i := range p.Services {
 		s := &p.Services[i]
-		if old := prev.service(s.Name); old != nil && reflect.DeepEqual(&old.service, s) {
+		if old := prev.service(s.Name); old != nil && old.service.Equal(s) {
 			d.services[s.Name] = old
 			continue
 		}
