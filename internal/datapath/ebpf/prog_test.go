@@ -13,7 +13,6 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 )
 
 // The program under BPF_PROG_TEST_RUN: loaded unpinned with maps of its own, and run inside a
@@ -244,27 +243,8 @@ func fxVeth(tb testing.TB, name string, mac net.HardwareAddr, addrs ...string) u
 	if err := netlink.LinkAdd(veth); err != nil {
 		tb.Fatal(err)
 	}
-	for _, l := range []string{name, name + "-peer"} {
-		link, err := netlink.LinkByName(l)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		if err := netlink.LinkSetUp(link); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	link, err := netlink.LinkByName(name)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, a := range addrs {
-		addr, _ := netlink.ParseAddr(a)
-		addr.Flags = unix.IFA_F_NODAD
-		if err := netlink.AddrAdd(link, addr); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	return uint32(link.Attrs().Index)
+	trafficLinkUp(tb, name+"-peer")
+	return uint32(trafficLinkUp(tb, name, addrs...))
 }
 
 // mustMAC parses a MAC address.

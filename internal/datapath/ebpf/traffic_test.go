@@ -147,8 +147,8 @@ func trafficVeth(t *testing.T, name, addr4, addr6 string, peerNS netns.NsHandle,
 	}
 }
 
-// trafficLinkUp brings link name up with addresses.
-func trafficLinkUp(t *testing.T, name string, addrs ...string) {
+// trafficLinkUp brings link name up with addresses and returns its index.
+func trafficLinkUp(t testing.TB, name string, addrs ...string) int {
 	link, err := netlink.LinkByName(name)
 	if err != nil {
 		t.Fatal(err)
@@ -163,6 +163,7 @@ func trafficLinkUp(t *testing.T, name string, addrs ...string) {
 	if err := netlink.LinkSetUp(link); err != nil {
 		t.Fatal(err)
 	}
+	return link.Attrs().Index
 }
 
 // in runs f with the calling goroutine in namespace ns.
