@@ -121,14 +121,5 @@ func (s *server) respondService(w http.ResponseWriter, r *http.Request, dry bool
 
 // serviceView describes the named service.
 func (s *server) serviceView(ctx context.Context, name string) (engine.ServiceView, error) {
-	views, err := s.engine.Services(ctx)
-	if err != nil {
-		return engine.ServiceView{}, err
-	}
-	for _, v := range views {
-		if v.Name == name {
-			return v, nil
-		}
-	}
-	return engine.ServiceView{}, fmt.Errorf("service %q: %w", name, engine.ErrNotFound)
+	return s.engine.Service(ctx, name)
 }

@@ -25,6 +25,12 @@ type Datapath interface {
 	Flush(ctx context.Context) error
 }
 
+// ServiceReader is a Datapath that can read one service back without reading all of them.
+type ServiceReader interface {
+	// ServiceStatus reads the named service as Status would; found is false when it is not programmed.
+	ServiceStatus(ctx context.Context, name string) (status ServiceStatus, found bool, err error)
+}
+
 // ServiceStatus is one programmed service as read from the kernel.
 type ServiceStatus struct {
 	Name      string `json:"name"`

@@ -376,3 +376,21 @@ func TestChangingTheDatapathTakesARestart(t *testing.T) {
 		t.Fatal("a refused datapath change altered the running config")
 	}
 }
+
+func TestServiceIsOneOfServices(t *testing.T) {
+	h := start(t, twoServices, Options{})
+	eventually(t, "applied", func() bool { return h.dp.Plan() != nil })
+	all, err := h.Services(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range all {
+		got, err := h.Service(context.Background(), want.Name)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("Service(%s) = %+v, %v; want %+v", want.Name, got, err, want)
+		}
+	}
+	if _, err := h.Service(context.Background(), "nope"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("an unknown service: %v", err)
+	}
+}

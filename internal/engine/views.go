@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 
 	"github.com/sluicelb/sluice/internal/config"
@@ -68,6 +70,39 @@ func (e *Engine) Services(ctx context.Context) ([]ServiceView, error) {
 		out = append(out, e.serviceView(&e.cfg.Services[i], programmed[e.cfg.Services[i].Name], available))
 	}
 	return out, nil
+}
+
+// Service reads the datapath and describes one configured service; a datapath that can read one
+// service (datapath.ServiceReader) is not asked for the others.
+func (e *Engine) Service(ctx context.Context, name string) (ServiceView, error) {
+	reader, ok := e.dp.(datapath.ServiceReader)
+	if !ok {
+		views, err := e.Services(ctx)
+		if err != nil {
+			return ServiceView{}, err
+		}
+		for _, v := range views {
+			if v.Name == name {
+				return v, nil
+			}
+		}
+		return ServiceView{}, fmt.Errorf("service %q: %w", name, ErrNotFound)
+	}
+	k, found, err := reader.ServiceStatus(ctx, name)
+	if err != nil {
+		return ServiceView{}, err
+	}
+	programmed := &k
+	if !found {
+		programmed = nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	i := slices.IndexFunc(e.cfg.Services, func(s config.Service) bool { return s.Name == name })
+	if i < 0 {
+		return ServiceView{}, fmt.Errorf("service %q: %w", name, ErrNotFound)
+	}
+	return e.serviceView(&e.cfg.Services[i], programmed, e.available(e.cfg)), nil
 }
 
 func (e *Engine) serviceView(s *config.Service, k *datapath.ServiceStatus, available plan.Availability) ServiceView {

@@ -43,6 +43,36 @@ func (d *Datapath) Status(context.Context) ([]datapath.ServiceStatus, error) {
 	return out, nil
 }
 
+var _ datapath.ServiceReader = (*Datapath)(nil)
+
+// ServiceStatus reads one service from what the last Apply programmed (from the maps when that
+// is not known), so that its cost does not grow with the other services; its active flows still
+// take one pass over the flow table.
+func (d *Datapath) ServiceStatus(_ context.Context, name string) (datapath.ServiceStatus, bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	m, err := d.pinnedMaps()
+	if m == nil {
+		return datapath.ServiceStatus{}, false, err
+	}
+	st := d.state
+	if st == nil {
+		if st, err = readState(m); err != nil {
+			return datapath.ServiceStatus{}, false, err
+		}
+	}
+	s := st.services[name]
+	if s == nil || s.rec.retired() {
+		return datapath.ServiceStatus{}, false, nil
+	}
+	active, err := activeFlows(m, st)
+	if err != nil {
+		return datapath.ServiceStatus{}, false, err
+	}
+	out, err := serviceStatus(m, s, active)
+	return out, err == nil, err
+}
+
 // serviceStatus describes one service, its backends by ID like the plan's.
 func serviceStatus(m *kernelMaps, s *serviceState, active map[uint32]uint64) (datapath.ServiceStatus, error) {
 	rec := &s.rec
