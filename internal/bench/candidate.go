@@ -27,9 +27,14 @@ const vipPort = 80
 
 // vipTargets sends every wrk thread to the VIP.
 func vipTargets(e *Env) []netip.AddrPort {
+	return sameTarget(e, netip.AddrPortFrom(netip.MustParseAddr(lab.VIP4), vipPort))
+}
+
+// sameTarget sends every wrk thread (one per backend) to target.
+func sameTarget(e *Env, target netip.AddrPort) []netip.AddrPort {
 	t := make([]netip.AddrPort, e.Lab.Backends)
 	for i := range t {
-		t[i] = netip.AddrPortFrom(netip.MustParseAddr(lab.VIP4), vipPort)
+		t[i] = target
 	}
 	return t
 }
@@ -52,6 +57,21 @@ func (direct) start(context.Context, *Env) error { return nil }
 func (direct) stop(context.Context, *Env) error  { return nil }
 func (direct) targets(e *Env) []netip.AddrPort   { return backendTargets(e) }
 func (direct) pids() []int                       { return nil }
+
+// ecmp is the second baseline: the client talks to lab.Anycast4, which the balancer namespace
+// routes to every backend by one multipath route hashed on the 5-tuple. Like a balancer, and
+// unlike direct, it spreads each wrk thread's connections over all the backends; it is plain
+// kernel routing with no balancer, so it separates what spreading costs from what a datapath costs.
+type ecmp struct{}
+
+func (ecmp) Name() string                      { return "ecmp" }
+func (ecmp) start(context.Context, *Env) error { return nil }
+func (ecmp) stop(context.Context, *Env) error  { return nil }
+func (ecmp) pids() []int                       { return nil }
+
+func (ecmp) targets(e *Env) []netip.AddrPort {
+	return sameTarget(e, netip.AddrPortFrom(netip.MustParseAddr(lab.Anycast4), vipPort))
+}
 
 // sluiceCandidate is Sluice with one datapath in one forwarding mode.
 type sluiceCandidate struct{ datapath, mode string }

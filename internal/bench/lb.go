@@ -42,10 +42,11 @@ type LBCell struct {
 	Candidate string  `json:"candidate"`
 	Workload  string  `json:"workload"`
 	RPS       float64 `json:"requests_per_second"`
-	// Ratio is RPS over direct's median RPS for the same workload.
-	Ratio float64 `json:"ratio_to_direct"`
-	P50US float64 `json:"p50_us"`
-	P99US float64 `json:"p99_us"`
+	// Ratio is RPS over direct's median RPS for the same workload; RatioECMP over ecmp's.
+	Ratio     float64 `json:"ratio_to_direct"`
+	RatioECMP float64 `json:"ratio_to_ecmp"`
+	P50US     float64 `json:"p50_us"`
+	P99US     float64 `json:"p99_us"`
 	// CPU is the balancer's userspace processes' CPU in cores; absent for kernel datapaths,
 	// whose work happens in softirq context and cannot be told apart from the lab's routing.
 	CPU    *float64   `json:"balancer_cpu_cores,omitempty"`
@@ -148,10 +149,14 @@ func (e *Env) measure(ctx context.Context, c candidate, workloads []Workload, o 
 	return nil
 }
 
-// selectCandidates returns direct first, then every Sluice datapath in every mode, then the
+// baselines are measured in every run, first: direct (one backend per wrk thread) and ecmp
+// (each thread's connections spread over the backends by routing), every ratio's denominators.
+var baselines = []candidate{direct{}, ecmp{}}
+
+// selectCandidates returns the baselines, then every Sluice datapath in every mode, then the
 // installed peers, filtered by names; missing are the peers not installed.
 func selectCandidates(names []string) (out []candidate, missing []string, err error) {
-	all := []candidate{direct{}}
+	all := slices.Clone(baselines)
 	for _, dp := range config.Datapaths {
 		for _, m := range config.Modes {
 			all = append(all, sluiceCandidate{datapath: dp, mode: m})
@@ -164,8 +169,11 @@ func selectCandidates(names []string) (out []candidate, missing []string, err er
 			missing = append(missing, p.Name())
 		}
 	}
+	isBaseline := func(c candidate) bool {
+		return slices.ContainsFunc(baselines, func(b candidate) bool { return b.Name() == c.Name() })
+	}
 	for _, c := range all {
-		if len(names) == 0 || slices.Contains(names, c.Name()) {
+		if len(names) == 0 || isBaseline(c) || slices.Contains(names, c.Name()) {
 			out = append(out, c)
 		}
 	}
@@ -177,9 +185,6 @@ func selectCandidates(names []string) (out []candidate, missing []string, err er
 			return nil, nil, fmt.Errorf("--candidates: unknown candidate %q", n)
 		}
 	}
-	if len(names) > 0 && !slices.Contains(names, "direct") {
-		out = append([]candidate{direct{}}, out...) // every ratio needs the baseline
-	}
 	return out, missing, nil
 }
 
@@ -190,7 +195,7 @@ func summarize(o LBOptions, backends int, workloads []Workload, candidates []can
 		res.Candidates = append(res.Candidates, c.Name())
 	}
 	for _, w := range workloads {
-		var base float64
+		first := len(res.Cells)
 		for _, name := range res.Candidates {
 			ss := samples[[2]string{name, w.Name}]
 			cell := LBCell{Candidate: name, Workload: w.Name, Rounds: ss,
@@ -205,16 +210,25 @@ func summarize(o LBOptions, backends int, workloads []Workload, candidates []can
 					cell.CPU = &cpu
 				}
 			}
-			if name == "direct" {
-				base = cell.RPS
-			}
-			if base > 0 {
-				cell.Ratio = cell.RPS / base
-			}
 			res.Cells = append(res.Cells, cell)
+		}
+		cells := res.Cells[first:]
+		direct, _ := res.Cell(direct{}.Name(), w.Name)
+		spread, _ := res.Cell(ecmp{}.Name(), w.Name)
+		for i := range cells {
+			cells[i].Ratio = ratio(cells[i].RPS, direct.RPS)
+			cells[i].RatioECMP = ratio(cells[i].RPS, spread.RPS)
 		}
 	}
 	return res
+}
+
+// ratio is rps over base, 0 when there is no base.
+func ratio(rps, base float64) float64 {
+	if base <= 0 {
+		return 0
+	}
+	return rps / base
 }
 
 func pluck[T any](xs []T, f func(T) float64) []float64 {

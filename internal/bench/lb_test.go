@@ -105,8 +105,8 @@ func TestSelect(t *testing.T) {
 		t.Errorf("unknown candidate: %v", err)
 	}
 	cs, _, err := selectCandidates([]string{"nft-dsr"})
-	if err != nil || len(cs) != 2 || cs[0].Name() != "direct" || cs[1].Name() != "nft-dsr" {
-		t.Errorf("selected %v, %v: want direct added as the baseline", cs, err)
+	if err != nil || len(cs) != 3 || cs[0].Name() != "direct" || cs[1].Name() != "ecmp" || cs[2].Name() != "nft-dsr" {
+		t.Errorf("selected %v, %v: want direct and ecmp added as the baselines", cs, err)
 	}
 }
 
@@ -114,7 +114,7 @@ func sampleResults() *LBResults {
 	cpu := 0.5
 	o := LBOptions{Duration: time.Second, Rounds: 3, Rate: 1000}
 	ws, _ := selectWorkloads([]string{"keepalive", "latency"})
-	cands := []candidate{direct{}, sluiceCandidate{"nft", "nat"}, &proxyPeer{name: "haproxy"}}
+	cands := []candidate{direct{}, ecmp{}, sluiceCandidate{"nft", "nat"}, &proxyPeer{name: "haproxy"}}
 	samples := map[[2]string][]LBSample{}
 	for i, c := range cands {
 		for _, w := range ws {
@@ -133,16 +133,20 @@ func sampleResults() *LBResults {
 func TestSummarize(t *testing.T) {
 	r := sampleResults()
 	d, _ := r.Cell("direct", "keepalive")
+	e, _ := r.Cell("ecmp", "keepalive")
 	n, _ := r.Cell("nft-nat", "keepalive")
 	h, _ := r.Cell("haproxy", "latency")
-	if d.RPS != 2000 || d.Ratio != 1 || n.RPS != 1000 || n.Ratio != 0.5 || n.Errors != 3 {
-		t.Errorf("direct %+v, nft-nat %+v: want medians 2000 and 1000, ratios 1 and 0.5, 3 errors", d, n)
+	if d.RPS != 2000 || d.Ratio != 1 || e.RPS != 1000 || e.RatioECMP != 1 || n.RPS != 2000.0/3 || n.Errors != 6 {
+		t.Errorf("direct %+v, ecmp %+v, nft-nat %+v: want medians 2000, 1000 and 667, 6 errors", d, e, n)
 	}
-	if d.CPU != nil || h.CPU == nil || *h.CPU != 0.5 || h.P99US != 3000 {
+	if n.Ratio != 1.0/3 || n.RatioECMP != 2.0/3 || d.RatioECMP != 2 {
+		t.Errorf("nft-nat ratios %v to direct and %v to ecmp, direct %v to ecmp: want 1/3, 2/3 and 2", n.Ratio, n.RatioECMP, d.RatioECMP)
+	}
+	if d.CPU != nil || h.CPU == nil || *h.CPU != 0.5 || h.P99US != 4000 {
 		t.Errorf("cpu: direct %v, haproxy %+v", d.CPU, h)
 	}
 	table := r.Table()
-	for _, want := range []string{"keepalive", "nft-nat", "50.0%", "2,000", "0.50", "nftlb-dsr (sluice bench lb --install-peers)"} {
+	for _, want := range []string{"keepalive", "nft-nat", "33.3%", "66.7%", "2,000", "0.50", "VS ECMP", "nftlb-dsr (sluice bench lb --install-peers)"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
 		}
@@ -168,9 +172,9 @@ func TestSVGIsWellFormed(t *testing.T) {
 			bars++
 		}
 	}
-	// background + 3 candidates x 2 workloads + 3 legend swatches
-	if bars != 1+6+3 {
-		t.Errorf("%d rects in the SVG, want 10", bars)
+	// background + 4 candidates x 2 workloads + 4 legend swatches
+	if bars != 1+8+4 {
+		t.Errorf("%d rects in the SVG, want 13", bars)
 	}
 }
 

@@ -13,7 +13,7 @@ func (r *LBResults) Table() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "sluice bench lb: %d backends, %d round(s) of %s per candidate and workload, medians\n\n", r.Backends, r.Rounds, r.Duration)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "WORKLOAD\tCANDIDATE\tREQ/S\tVS DIRECT\tP50\tP99\tLB CPU\tERRORS\t")
+	fmt.Fprintln(tw, "WORKLOAD\tCANDIDATE\tREQ/S\tVS DIRECT\tVS ECMP\tP50\tP99\tLB CPU\tERRORS\t")
 	for _, w := range r.Workloads {
 		for i, name := range r.Candidates {
 			c, _ := r.Cell(name, w.Name)
@@ -25,12 +25,13 @@ func (r *LBResults) Table() string {
 			if c.CPU != nil {
 				cpu = fmt.Sprintf("%.2f", *c.CPU)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f%%\t%s\t%s\t%s\t%d\t\n", label, name, thousands(c.RPS), 100*c.Ratio,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f%%\t%.1f%%\t%s\t%s\t%s\t%d\t\n", label, name, thousands(c.RPS), 100*c.Ratio, 100*c.RatioECMP,
 				micros(c.P50US), micros(c.P99US), cpu, c.Errors)
 		}
 	}
 	tw.Flush()
-	fmt.Fprintf(&b, "\nVS DIRECT: requests/s over the direct baseline (client to backends routed through the balancer namespace).\n")
+	fmt.Fprintf(&b, "\nVS DIRECT: requests/s over the direct baseline (client to backends routed through the balancer namespace, one backend per wrk thread).\n")
+	fmt.Fprintf(&b, "VS ECMP: requests/s over the ecmp baseline (the same routing, each thread's connections spread over the backends by a multipath route, as a balancer spreads them).\n")
 	fmt.Fprintf(&b, "latency: every candidate gets the same paced load of %d requests/s; compare P50/P99 there.\n", r.Rate)
 	fmt.Fprintf(&b, "LB CPU: cores used by a userspace balancer's processes; kernel datapaths work in softirq and are not separable.\n")
 	if len(r.Missing) > 0 {

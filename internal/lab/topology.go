@@ -72,7 +72,7 @@ func (l *Lab) links() map[string][]string {
 }
 
 // The stamp file, written after a successful build, records the lab's shape.
-const stampFormat = "sluice-lab v1 backends=%d\n"
+const stampFormat = "sluice-lab v2 backends=%d\n"
 
 func (l *Lab) stampPath() string { return filepath.Join(l.StateDir, "topology") }
 
@@ -165,9 +165,6 @@ func (l *Lab) build() error {
 			return fmt.Errorf("address %s on %s/%s: %w", a.prefix, a.ns, a.dev, err)
 		}
 	}
-	if err := l.balancerSetup(); err != nil {
-		return err
-	}
 	if err := l.clientRoutes(); err != nil {
 		return err
 	}
@@ -175,6 +172,9 @@ func (l *Lab) build() error {
 		if err := l.backendSetup(i); err != nil {
 			return err
 		}
+	}
+	if err := l.balancerSetup(); err != nil {
+		return err
 	}
 	return os.WriteFile(l.stampPath(), fmt.Appendf(nil, stampFormat, l.Backends), 0o644)
 }
@@ -244,10 +244,30 @@ func (l *Lab) configureLinks(ns string) error {
 	})
 }
 
+// balancerSetup turns on forwarding and routes Anycast4 to every backend by a multipath
+// route hashed on the 5-tuple (fib_multipath_hash_policy 1).
 func (l *Lab) balancerSetup() error {
-	return setSysctls(l.BalancerNS(),
+	if err := setSysctls(l.BalancerNS(),
 		sysctl{"net.ipv4.ip_forward", "1"},
-		sysctl{"net.ipv6.conf.all.forwarding", "1"})
+		sysctl{"net.ipv6.conf.all.forwarding", "1"},
+		sysctl{"net.ipv4.fib_multipath_hash_policy", "1"},
+	); err != nil {
+		return err
+	}
+	return WithHandle(l.BalancerNS(), func(h *netlink.Handle) error {
+		eth1, err := h.LinkByName("eth1")
+		if err != nil {
+			return err
+		}
+		route := &netlink.Route{Dst: ipNet(netip.PrefixFrom(netip.MustParseAddr(Anycast4), 32))}
+		for i := 1; i <= l.Backends; i++ {
+			route.MultiPath = append(route.MultiPath, &netlink.NexthopInfo{LinkIndex: eth1.Attrs().Index, Gw: l.BackendAddr(i, false).AsSlice()})
+		}
+		if err := h.RouteAdd(route); err != nil {
+			return fmt.Errorf("multipath route %s: %w", Anycast4, err)
+		}
+		return nil
+	})
 }
 
 func (l *Lab) clientRoutes() error {
@@ -267,8 +287,8 @@ func (l *Lab) clientRoutes() error {
 }
 
 // backendSetup gives backend i its default route via the balancer, AnyIP VIP
-// ranges on lo, ARP settings, and policy routing that sends VIP-sourced (DSR)
-// replies straight to the client's bypass address.
+// ranges and Anycast4 on lo, ARP settings, and policy routing that sends
+// VIP-sourced (DSR) replies straight to the client's bypass address.
 func (l *Lab) backendSetup(i int) error {
 	ns := l.BackendNS(i)
 	if err := setSysctls(ns,
@@ -287,6 +307,9 @@ func (l *Lab) backendSetup(i int) error {
 		lo, err := h.LinkByName("lo")
 		if err != nil {
 			return err
+		}
+		if err := h.AddrAdd(lo, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(netip.MustParseAddr(Anycast4), 32))}); err != nil {
+			return fmt.Errorf("address %s on lo: %w", Anycast4, err)
 		}
 		for _, v6 := range []bool{false, true} {
 			vipNet, family := netip.MustParsePrefix(VIPNet4), netlink.FAMILY_V4

@@ -33,6 +33,7 @@ type benchLBReport struct {
 			Workload  string  `json:"workload"`
 			RPS       float64 `json:"requests_per_second"`
 			Ratio     float64 `json:"ratio_to_direct"`
+			RatioECMP float64 `json:"ratio_to_ecmp"`
 			P50US     float64 `json:"p50_us"`
 			P99US     float64 `json:"p99_us"`
 			Rounds    []struct {
@@ -75,7 +76,7 @@ func TestBenchLB(t *testing.T) {
 		t.Fatalf("JSON report: %v\n%s", err, data)
 	}
 	r := rep.Results
-	for _, want := range []string{"direct", "nft-nat", "nft-fullnat", "nft-dsr", "ebpf-nat", "ebpf-fullnat", "ebpf-dsr"} {
+	for _, want := range []string{"direct", "ecmp", "nft-nat", "nft-fullnat", "nft-dsr", "ebpf-nat", "ebpf-fullnat", "ebpf-dsr"} {
 		if !slices.Contains(r.Candidates, want) {
 			t.Errorf("candidates %v lack %s", r.Candidates, want)
 		}
@@ -84,11 +85,11 @@ func TestBenchLB(t *testing.T) {
 		t.Fatalf("%d workloads, %d cells for %d candidates: want 6 workloads and a cell for each pair", len(r.Workloads), len(r.Cells), len(r.Candidates))
 	}
 	for _, c := range r.Cells {
-		if c.RPS <= 0 || c.Ratio <= 0 || c.P50US <= 0 || c.P99US < c.P50US || len(c.Rounds) != 1 {
+		if c.RPS <= 0 || c.Ratio <= 0 || c.RatioECMP <= 0 || c.P50US <= 0 || c.P99US < c.P50US || len(c.Rounds) != 1 {
 			t.Errorf("%s under %s lacks a figure: %+v", c.Candidate, c.Workload, c)
 		}
-		if c.Candidate == "direct" && c.Ratio != 1 {
-			t.Errorf("direct's ratio to itself is %v under %s", c.Ratio, c.Workload)
+		if c.Candidate == "direct" && c.Ratio != 1 || c.Candidate == "ecmp" && c.RatioECMP != 1 {
+			t.Errorf("%s's ratio to itself is not 1 under %s: %+v", c.Candidate, c.Workload, c)
 		}
 		if !strings.Contains(stdout, c.Candidate) || !strings.Contains(stdout, c.Workload) {
 			t.Errorf("table lacks %s or %s:\n%s", c.Candidate, c.Workload, stdout)
