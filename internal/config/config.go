@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -63,6 +64,35 @@ func (b Backend) WeightOrDefault() int {
 		return 1
 	}
 	return *b.Weight
+}
+
+// Clone returns a deep copy of c: changing the copy never changes c.
+func (c *Config) Clone() *Config {
+	out := *c
+	out.Interfaces = slices.Clone(c.Interfaces)
+	out.Services = make([]Service, len(c.Services))
+	for i, s := range c.Services {
+		s.Backends = cloneBackends(s.Backends)
+		s.SorryServers = cloneBackends(s.SorryServers)
+		if s.HealthCheck != nil {
+			h := *s.HealthCheck
+			h.ExpectStatus = slices.Clone(h.ExpectStatus)
+			h.Command = slices.Clone(h.Command)
+			s.HealthCheck = &h
+		}
+		out.Services[i] = s
+	}
+	return &out
+}
+
+func cloneBackends(bs []Backend) []Backend {
+	out := slices.Clone(bs)
+	for i := range out {
+		if w := out[i].Weight; w != nil {
+			out[i].Weight = &[]int{*w}[0]
+		}
+	}
+	return out
 }
 
 // Load reads, decodes and validates a config file; errors name the file, the line and the field.

@@ -44,13 +44,12 @@ func (c *Config) Validate() Errors {
 		}
 	}
 	names := map[string]int{}
+	// Services that could overlap share a VIP and a protocol; only those are compared.
 	type listener struct {
 		vip   netip.Addr
 		proto string
-		ports Range
-		index int
 	}
-	var listeners []listener
+	listeners := map[listener][]int{}
 	for i := range c.Services {
 		s := &c.Services[i]
 		at := fmt.Sprintf("services[%d]", i)
@@ -63,12 +62,13 @@ func (c *Config) Validate() Errors {
 		if err != nil {
 			continue
 		}
-		for _, l := range listeners {
-			if l.vip == vip && l.proto == s.Protocol && l.ports.First <= s.Port.Last && s.Port.First <= l.ports.Last {
-				fail(at, "%s %s:%s overlaps services[%d] (%s)", s.Protocol, s.VIP, s.Port, l.index, c.Services[l.index].Name)
+		l := listener{vip, s.Protocol}
+		for _, j := range listeners[l] {
+			if o := c.Services[j].Port; o.First <= s.Port.Last && s.Port.First <= o.Last {
+				fail(at, "%s %s:%s overlaps services[%d] (%s)", s.Protocol, s.VIP, s.Port, j, c.Services[j].Name)
 			}
 		}
-		listeners = append(listeners, listener{vip, s.Protocol, s.Port, i})
+		listeners[l] = append(listeners[l], i)
 	}
 	return errs
 }
@@ -117,40 +117,53 @@ func (s *Service) validate(at string, fail func(path, format string, args ...any
 	if s.HealthCheck != nil {
 		s.HealthCheck.validate(at+".health_check", fail)
 	}
-	seen := map[string]string{}
+	seen := map[netip.AddrPort]backendPath{}
 	s.validateBackends(at+".backends", s.Backends, vip, vipErr == nil, seen, fail)
 	s.validateBackends(at+".sorry_servers", s.SorryServers, vip, vipErr == nil, seen, fail)
 }
 
-// validateBackends checks a list of backends; seen holds the paths of the addresses already used.
-func (s *Service) validateBackends(at string, backends []Backend, vip netip.Addr, vipOK bool, seen map[string]string, fail func(path, format string, args ...any)) {
+// backendPath is where a backend is in a service: the list's path and the index.
+type backendPath struct {
+	list  string
+	index int
+}
+
+func (p backendPath) String() string { return fmt.Sprintf("%s[%d]", p.list, p.index) }
+
+// validateBackends checks a list of backends; seen holds where the addresses already used are.
+// Paths are only written out for what fails: a config holds up to hundreds of thousands of backends.
+func (s *Service) validateBackends(at string, backends []Backend, vip netip.Addr, vipOK bool, seen map[netip.AddrPort]backendPath, fail func(path, format string, args ...any)) {
 	for j, b := range backends {
-		bat := fmt.Sprintf("%s[%d]", at, j)
+		bat := backendPath{at, j}.String
 		addr, err := parseIP(b.Address)
 		if err != nil {
-			fail(bat+".address", "%v", err)
+			fail(bat()+".address", "%v", err)
 		} else if vipOK {
 			if addr.Is4() != vip.Is4() {
-				fail(bat+".address", "%s and vip %s are of different address families", addr, vip)
+				fail(bat()+".address", "%s and vip %s are of different address families", addr, vip)
 			}
 			if addr == vip {
-				fail(bat+".address", "%s is the service's own vip", addr)
+				fail(bat()+".address", "%s is the service's own vip", addr)
 			}
 		}
 		if b.Port < 0 || b.Port > 65535 {
-			fail(bat+".port", "%d is not a port in 1-65535", b.Port)
+			fail(bat()+".port", "%d is not a port in 1-65535", b.Port)
 		}
 		if s.Mode == "dsr" && b.Port != 0 && (s.Port.IsRange() || b.Port != s.Port.First) {
-			fail(bat+".port", "dsr cannot remap ports (backend port %d, service port %s): the packet keeps its destination", b.Port, s.Port)
+			fail(bat()+".port", "dsr cannot remap ports (backend port %d, service port %s): the packet keeps its destination", b.Port, s.Port)
 		}
 		if w := b.WeightOrDefault(); w < 0 || w > MaxWeight {
-			fail(bat+".weight", "%d is out of range 0-%d", w, MaxWeight)
+			fail(bat()+".weight", "%d is out of range 0-%d", w, MaxWeight)
 		}
-		key := fmt.Sprintf("%s|%d", addr, b.Port)
-		if other, dup := seen[key]; dup && err == nil {
-			fail(bat, "%s port %d is already %s", addr, b.Port, other)
+		if err != nil || b.Port < 0 || b.Port > 65535 {
+			continue
 		}
-		seen[key] = bat
+		key := netip.AddrPortFrom(addr, uint16(b.Port))
+		if other, dup := seen[key]; dup {
+			fail(bat(), "%s port %d is already %s", addr, b.Port, other)
+		} else {
+			seen[key] = backendPath{at, j}
+		}
 	}
 }
 

@@ -92,7 +92,7 @@ type harness struct {
 	prober *fakeProber
 }
 
-func start(t *testing.T, yaml string, opts Options) *harness {
+func start(t testing.TB, yaml string, opts Options) *harness {
 	t.Helper()
 	cfg, err := config.Parse("test.yaml", []byte(yaml))
 	if err != nil {
@@ -122,7 +122,7 @@ func start(t *testing.T, yaml string, opts Options) *harness {
 	return h
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for !cond() {

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -24,7 +23,7 @@ type Mutation func(cfg *config.Config) error
 func (e *Engine) Config() *config.Config {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return clone(e.cfg)
+	return e.cfg.Clone()
 }
 
 // Update applies a mutation to the running config: the result is validated as a whole and, unless
@@ -34,7 +33,7 @@ func (e *Engine) Config() *config.Config {
 func (e *Engine) Update(dryRun bool, why string, mutate Mutation) (plan.Change, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	next := clone(e.cfg)
+	next := e.cfg.Clone()
 	if err := mutate(next); err != nil {
 		return plan.Change{}, err
 	}
@@ -69,7 +68,7 @@ func (e *Engine) Update(dryRun bool, why string, mutate Mutation) (plan.Change, 
 // Replace makes cfg the running config (a reload); see Update.
 func (e *Engine) Replace(dryRun bool, why string, cfg *config.Config) (plan.Change, error) {
 	return e.Update(dryRun, why, func(running *config.Config) error {
-		*running = *clone(cfg)
+		*running = *cfg.Clone()
 		return nil
 	})
 }
@@ -111,18 +110,6 @@ func describe(why string, c plan.Change) string {
 		}
 	}
 	return why + ": " + strings.Join(parts, "; ")
-}
-
-func clone(cfg *config.Config) *config.Config {
-	data, err := json.Marshal(cfg)
-	if err != nil {
-		panic(fmt.Sprintf("engine: config does not encode: %v", err))
-	}
-	var out config.Config
-	if err := json.Unmarshal(data, &out); err != nil {
-		panic(fmt.Sprintf("engine: config does not decode: %v", err))
-	}
-	return &out
 }
 
 // FindService returns the named service of cfg.
