@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"strconv"
 	"syscall"
@@ -134,6 +135,11 @@ func TestKernelAcceptsEveryCase(t *testing.T) {
 				if s.Name != p.Services[i].Name || len(s.Backends) != len(p.Services[i].Backends) || s.Slots != len(p.Services[i].Slots) {
 					t.Fatalf("%s: Status %+v does not match plan service %s", step, s, p.Services[i].String())
 				}
+				assertServiceStatus(t, d, s)
+				assertServiceStatus(t, newTestDatapath(t), s) // nothing committed: read from the kernel
+			}
+			if _, found, err := d.ServiceStatus(ctx, "absent"); found || err != nil {
+				t.Fatalf("%s: ServiceStatus of a service not programmed: found %v, %v", step, found, err)
 			}
 		}
 		if err := d.Flush(ctx); err != nil {
@@ -225,20 +231,37 @@ func apply(t *testing.T, d *Datapath, p *plan.Plan) {
 	}
 }
 
-// backendsOf returns the status of each backend of a service, by address.
+// assertServiceStatus checks that ServiceStatus reads want's service as Status read it, and when
+// d committed the service, that it did so by listing that service's objects alone.
+func assertServiceStatus(t *testing.T, d *Datapath, want datapath.ServiceStatus) {
+	t.Helper()
+	got, found, err := d.ServiceStatus(context.Background(), want.Name)
+	if err != nil || !found || !reflect.DeepEqual(got, want) {
+		t.Fatalf("ServiceStatus(%s) = %+v, %v, %v; Status read %+v", want.Name, got, found, err, want)
+	}
+	if r := d.committed.service(want.Name); r != nil {
+		part, err := r.state()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, found, err := readService(context.Background(), d, part)
+		if err != nil || !found || !reflect.DeepEqual(got, want) {
+			t.Fatalf("reading %s's own objects: %+v, %v, %v; Status read %+v", want.Name, got, found, err, want)
+		}
+	}
+}
+
+// backendsOf returns the status of each backend of a service, by address, read by ServiceStatus
+// (TestKernelAcceptsEveryCase checks that it reads what Status does).
 func backendsOf(t *testing.T, d *Datapath, name string) map[string]datapath.BackendStatus {
 	t.Helper()
-	status, err := d.Status(context.Background())
+	s, _, err := d.ServiceStatus(context.Background(), name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]datapath.BackendStatus{}
-	for _, s := range status {
-		if s.Name == name {
-			for _, b := range s.Backends {
-				out[b.Address] = b
-			}
-		}
+	for _, b := range s.Backends {
+		out[b.Address] = b
 	}
 	return out
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -89,6 +90,56 @@ func decodeListing(r io.Reader, add func(*listedObject) error) error {
 		}
 	}
 	return nil
+}
+
+// listNamed reads the current content of the named sets and maps and of the named counters of
+// Sluice's tables: one `nft --json list` per set or map, and one listing all the counters of each
+// family involved, whose named ones are kept. (nft 1.0.6 fails a batch of several list commands
+// from `-f`, so they cannot share one call.)
+func listNamed(ctx context.Context, sets map[objKey]knftables.Object, counters []objKey) (*state, error) {
+	st := newState()
+	run := func(add func(*listedObject) error, args ...string) error {
+		cmd := exec.CommandContext(ctx, "nft", append([]string{"--json", "list"}, args...)...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("nft list %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		}
+		return decodeListing(&stdout, add)
+	}
+	for k, obj := range sets {
+		kind := "set"
+		if _, ok := obj.(*knftables.Map); ok {
+			kind = "map"
+		}
+		if err := run(func(o *listedObject) error { return st.addListed(k.family, o) }, kind, string(k.family), TableName, k.name); err != nil {
+			return nil, err
+		}
+	}
+	wanted := map[objKey]bool{}
+	for _, k := range counters {
+		wanted[k] = true
+	}
+	for _, f := range families {
+		if !slices.ContainsFunc(counters, func(k objKey) bool { return k.family == f }) {
+			continue
+		}
+		err := run(func(o *listedObject) error {
+			if o.Counter != nil && wanted[objKey{f, o.Counter.Name}] {
+				return st.addListed(f, o)
+			}
+			return nil
+		}, "counters", "table", string(f), TableName)
+		if err != nil {
+			return nil, err
+		}
+	}
+	for _, k := range counters {
+		if st.counters[k] == nil {
+			return nil, fmt.Errorf("nft: no counter %s in table %s %s", k.name, k.family, TableName)
+		}
+	}
+	return st, nil
 }
 
 // addListed adds one listed object of family f to st. The elements of dynamic flow maps are

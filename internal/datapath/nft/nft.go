@@ -8,7 +8,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -33,7 +35,10 @@ type Datapath struct {
 	committed *desired
 }
 
-var _ datapath.Datapath = (*Datapath)(nil)
+var (
+	_ datapath.Datapath      = (*Datapath)(nil)
+	_ datapath.ServiceReader = (*Datapath)(nil)
+)
 
 // New checks that nft works here and returns the datapath.
 func New(log *slog.Logger) (*Datapath, error) {
@@ -144,6 +149,73 @@ func (d *Datapath) Status(ctx context.Context) ([]datapath.ServiceStatus, error)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// ServiceStatus reads one service back, at a cost that does not grow with the others: the maps
+// and counters the last Apply committed for it are listed by name in one nft call. Without that
+// state (a one-shot command, or after a failed transaction) or when the kernel no longer holds
+// those objects, it reads everything as Status does.
+func (d *Datapath) ServiceStatus(ctx context.Context, name string) (datapath.ServiceStatus, bool, error) {
+	d.mu.Lock()
+	var part *state
+	var err error
+	if r := d.committed.service(name); r != nil {
+		part, err = r.state()
+	}
+	d.mu.Unlock()
+	if err != nil {
+		return datapath.ServiceStatus{}, false, err
+	}
+	if part != nil {
+		if s, ok, err := readService(ctx, d, part); err == nil {
+			return s, ok, nil
+		}
+	}
+	all, err := d.Status(ctx)
+	if err != nil {
+		return datapath.ServiceStatus{}, false, err
+	}
+	for _, s := range all {
+		if s.Name == name {
+			return s, true, nil
+		}
+	}
+	return datapath.ServiceStatus{}, false, nil
+}
+
+// readService reads the kernel's copy of one rendered service's maps and counters, and its live
+// flows, and rebuilds its status from them and its dispatch element.
+func readService(ctx context.Context, d *Datapath, part *state) (datapath.ServiceStatus, bool, error) {
+	var family knftables.Family
+	var dispatch *knftables.Element
+	for k, set := range part.sets {
+		if strings.HasPrefix(k.name, "dispatch") {
+			for _, e := range set.elems {
+				family, dispatch = k.family, e
+			}
+		}
+	}
+	if dispatch == nil || len(dispatch.Value) != 1 {
+		return datapath.ServiceStatus{}, false, fmt.Errorf("nft: the rendered service has no dispatch element")
+	}
+	suffix := strings.TrimPrefix(dispatch.Value[0], "goto svc-")
+	own := map[objKey]knftables.Object{}
+	for _, prefix := range []string{"slots-", "members-", "backends-"} {
+		k := objKey{family, prefix + suffix}
+		if set := part.sets[k]; set != nil {
+			own[k] = set.obj
+		}
+	}
+	cur, err := listNamed(ctx, own, slices.Collect(maps.Keys(part.counters)))
+	if err != nil {
+		return datapath.ServiceStatus{}, false, err
+	}
+	live, err := d.readLiveFlows(ctx, part)
+	if err != nil {
+		return datapath.ServiceStatus{}, false, err
+	}
+	s, ok := serviceStatus(cur, live, family, dispatch)
+	return s, ok, nil
 }
 
 // serviceStatus rebuilds one service from its dispatch element, members map, slots, counters and
