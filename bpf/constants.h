@@ -22,6 +22,10 @@ enum sluice_fallback {
 	FALLBACK_REJECT = 1, /* TCP RST / ICMP unreachable is left to the stack: the packet is passed */
 };
 
+/* struct service.flags */
+#define SERVICE_RETIRED 1 /* left the config: its established flows are still forwarded, anything
+                           * else passes to the stack */
+
 /* struct backend.flags */
 #define BACKEND_VALID 1 /* the id is in use; flows pinned to an invalid id pick again */
 

@@ -225,8 +225,13 @@ static __always_inline void reply_ensure(const struct flow_key *k, const struct 
 	bpf_map_update_elem(&replies, &rk, &r, BPF_NOEXIST);
 }
 
+/* flow_select's errors. */
+#define SELECT_NO_BACKEND -1 /* the service has no backend for a new flow */
+#define SELECT_NO_PORT    -2 /* fullnat: no free source port */
+#define SELECT_RETIRED    -3 /* the service is retired: it takes no new flow */
+
 /* Balances client flow k afresh: picks a backend, claims the reply 5-tuple and records the flow.
- * Returns -1 when the service has no backend, -2 when no fullnat port is free. */
+ * Returns 0, SELECT_NO_BACKEND or SELECT_NO_PORT. */
 static __always_inline int flow_create(const struct flow_key *k, const struct service *svc,
 				       const struct globals *g, struct target *t, __u64 now)
 {
@@ -235,14 +240,14 @@ static __always_inline int flow_create(const struct flow_key *k, const struct se
 	struct reverse r;
 
 	if (maglev_pick(svc, k, &t->id) || !(t->b = backend_get(t->id, k->family)))
-		return -1;
+		return SELECT_NO_BACKEND;
 	f.backend_id = t->id;
 	if (svc->mode != MODE_DSR) {
 		reverse_of(&r, k, svc->id, t->id);
 		reply_key(&rk, k, t->b, g, 0);
 		if (g) {
 			if (fullnat_claim(k, g, &rk, &r, now))
-				return -2;
+				return SELECT_NO_PORT;
 			f.nat_port = rk.dport;
 		} else {
 			bpf_map_update_elem(&replies, &rk, &r, BPF_ANY);
@@ -257,7 +262,8 @@ static __always_inline int flow_create(const struct flow_key *k, const struct se
 /* Finds the backend of a packet of a service's flow: the flow's own while it is valid, a fresh
  * pick for a new flow, a TCP SYN (a reused source port must rebalance) or a fullnat flow without
  * a source port (recorded before the service turned fullnat). g: fullnat settings, or NULL.
- * Returns 0, or flow_create's error. */
+ * Returns 0, SELECT_RETIRED when a retired service would need a fresh pick, or flow_create's
+ * error. */
 static __always_inline int flow_select(const struct packet *p, const struct service *svc,
 				       const struct globals *g, struct target *t)
 {
@@ -277,6 +283,8 @@ static __always_inline int flow_select(const struct packet *p, const struct serv
 		}
 		return 0;
 	}
+	if (svc->flags & SERVICE_RETIRED)
+		return SELECT_RETIRED;
 	if (f)
 		reply_forget(f, k, svc, g);
 	return flow_create(k, svc, g, t, now);

@@ -50,7 +50,9 @@ static __always_inline int lb_service(const struct packet *p, const struct servi
 	if (svc->mode == MODE_FULLNAT && !(g = fullnat_globals(p->key.family)))
 		return VERDICT_DROP;
 	err = flow_select(p, svc, g, &t);
-	if (err == -1)
+	if (err == SELECT_RETIRED)
+		return VERDICT_PASS;
+	if (err == SELECT_NO_BACKEND)
 		return svc->fallback == FALLBACK_REJECT ? VERDICT_PASS : VERDICT_DROP;
 	if (err)
 		return VERDICT_DROP;

@@ -20,7 +20,8 @@ struct service {
 	__u32 ring_size;   /* slots; 0 = no backend can take new flows (fallback) */
 	__u8  mode;        /* enum sluice_mode */
 	__u8  fallback;    /* enum sluice_fallback */
-	__u16 pad;
+	__u8  flags;       /* SERVICE_RETIRED */
+	__u8  pad;
 };
 
 /* A backend, indexed by its id. */

@@ -25,6 +25,11 @@ type Flavor struct {
 	// config (conntrack keeps the DNAT). DSR keeps flows in an nft map of flow -> backend mark,
 	// and a backend removed from the config loses its mark's mapping, so its flows end.
 	KeepsFlowsOfRemovedBackends bool
+	// KeepsFlowsOfRemovedServices: an established flow survives removing its whole service
+	// from the config, as it does with IPVS (conntrack keeps the DNAT; the ebpf datapath keeps
+	// the service's entries, retired, for its flows). The nft DSR chain and flow map go with
+	// the service.
+	KeepsFlowsOfRemovedServices bool
 	// PinsFlowsByTuple: flows are remembered by 5-tuple without TCP state (the nft DSR flow map,
 	// which cannot overwrite an entry from the packet path), so a new connection that reuses the
 	// source port of a remembered flow follows it, to a dead backend too, until the entry idles out.
@@ -45,12 +50,12 @@ var nftFlavors = []Flavor{
 	{
 		Name: "nat", Datapath: "nft", Mode: "nat",
 		ChurnSchedulers: []string{"maglev", "hash"}, ChurnObserved: []string{"rr"},
-		KeepsFlowsOfRemovedBackends: true,
+		KeepsFlowsOfRemovedBackends: true, KeepsFlowsOfRemovedServices: true,
 	},
 	{
 		Name: "fullnat", Datapath: "nft", Mode: "fullnat",
 		ChurnSchedulers:             []string{"maglev", "hash"},
-		KeepsFlowsOfRemovedBackends: true,
+		KeepsFlowsOfRemovedBackends: true, KeepsFlowsOfRemovedServices: true,
 	},
 	{
 		Name: "dsr", Datapath: "nft", Mode: "dsr",
@@ -66,17 +71,17 @@ var ebpfFlavors = []Flavor{
 	{
 		Name: "nat", Datapath: "ebpf", Mode: "nat",
 		ChurnSchedulers:             []string{"maglev", "hash"},
-		KeepsFlowsOfRemovedBackends: true,
+		KeepsFlowsOfRemovedBackends: true, KeepsFlowsOfRemovedServices: true,
 	},
 	{
 		Name: "fullnat", Datapath: "ebpf", Mode: "fullnat",
 		ChurnSchedulers:             []string{"maglev", "hash"},
-		KeepsFlowsOfRemovedBackends: true,
+		KeepsFlowsOfRemovedBackends: true, KeepsFlowsOfRemovedServices: true,
 	},
 	{
 		Name: "dsr", Datapath: "ebpf", Mode: "dsr",
 		ChurnSchedulers:             []string{"maglev", "hash"},
-		KeepsFlowsOfRemovedBackends: true, RepliesBypassBalancer: true,
+		KeepsFlowsOfRemovedBackends: true, KeepsFlowsOfRemovedServices: true, RepliesBypassBalancer: true,
 	},
 }
 

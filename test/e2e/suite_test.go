@@ -256,6 +256,18 @@ func testLongLived(t *testing.T, f Flavor) {
 	}
 	delete(weights, xi)
 	step(fmt.Sprintf("removing X=%s from the config", x))
+
+	if !f.KeepsFlowsOfRemovedServices {
+		t.Logf("not removing the service: the %s flavor does not keep flows of removed services", f.Name)
+		return
+	}
+	apply(t, f.Config(dnsService(equalPool(false)))) // web removed, another service stays
+	if got, err := conn.get(); err != nil || got != x {
+		t.Fatalf("after removing the service: request on the long-lived connection: %q, %v; want %s", got, err, x)
+	}
+	if err := inClient(func() error { _, err := httpOnce(vip); return err }); err == nil {
+		t.Error("a new connection to the removed service's VIP was answered")
+	}
 }
 
 // backendIndex is N of "bN".

@@ -412,7 +412,29 @@ func stateFixtures() []fixture {
 			}
 		}
 	}
+	// service 1 left the config with a flow of cli4's still established (retired)
+	retire := func(e *fxEnv) {
+		e.put(e.objs.Vips, vipKeyOf(vipNat4, 80, protoTCP), sluiceService{Id: 1, Mode: wireModes["nat"], Flags: wireServiceRetired})
+	}
+	retireWithFlow := func(e *fxEnv) {
+		e.send(ack.synPkt().frame(), false)
+		retire(e)
+	}
+	noFlow := func(e *fxEnv) {
+		if _, ok := e.flow(cli4, ap(vipNat4, 80), protoTCP); ok {
+			e.t.Error("a flow was recorded")
+		}
+	}
 	return []fixture{
+		{
+			name: "a retired service forwards its established flows", prepare: retireWithFlow, in: ack.frame(), want: vRedirect,
+			out: ack.to(ap(b1v4, 80)).routed(macLBBackend, macB1).frame(), check: wantFlow(1, 1, 2),
+		},
+		{name: "a retired service passes a new flow to the stack", prepare: retire, in: ack.synPkt().frame(), want: vPass, check: noFlow},
+		{
+			name: "a retired service passes a SYN reusing an established flow's port", prepare: retireWithFlow,
+			in: ack.synPkt().frame(), want: vPass, check: wantFlow(1, 1, 1),
+		},
 		{
 			name: "an established flow keeps its backend when the Maglev table changes", prepare: moved, in: ack.frame(), want: vRedirect,
 			out: ack.to(ap(b1v4, 80)).routed(macLBBackend, macB1).frame(), check: wantFlow(1, 1, 2),

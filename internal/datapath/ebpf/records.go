@@ -120,10 +120,10 @@ func recordText(b []byte) string {
 	return string(b)
 }
 
-// vipKeys are the service's keys in vips: one per port of its range (none for a retired record
-// or the zero record of a service not programmed yet).
+// vipKeys are the service's keys in vips: one per port of its range (none for the zero record of
+// a service not programmed yet).
 func (r *serviceRecord) vipKeys() []sluiceVipKey {
-	if r.retired() || r.Proto == 0 {
+	if r.Proto == 0 {
 		return nil
 	}
 	keys := make([]sluiceVipKey, 0, int(r.PortLast)-int(r.PortFirst)+1)
@@ -136,10 +136,14 @@ func (r *serviceRecord) vipKeys() []sluiceVipKey {
 // owns tells whether a vips key is one of the service's.
 func (r *serviceRecord) owns(k sluiceVipKey) bool {
 	p := wirePort(k.Port)
-	return !r.retired() && k.Addr == r.VIP && k.Family == r.Family && k.Proto == r.Proto && r.PortFirst <= p && p <= r.PortLast
+	return k.Addr == r.VIP && k.Family == r.Family && k.Proto == r.Proto && r.PortFirst <= p && p <= r.PortLast
 }
 
 // vipValue is the service's value in vips, for service id.
 func (r *serviceRecord) vipValue(id uint32) sluiceService {
-	return sluiceService{Id: id, RingOffset: r.RingOffset, RingSize: r.RingSize, Mode: r.Mode, Fallback: r.Fallback}
+	v := sluiceService{Id: id, RingOffset: r.RingOffset, RingSize: r.RingSize, Mode: r.Mode, Fallback: r.Fallback}
+	if r.retired() {
+		v.Flags = wireServiceRetired
+	}
+	return v
 }

@@ -52,8 +52,8 @@ func TestServiceRecordKeys(t *testing.T) {
 		t.Errorf("vips value %+v", v)
 	}
 	rec.Flags = recordRetired
-	if rec.vipKeys() != nil || rec.owns(keys[0]) {
-		t.Error("a retired record still has keys")
+	if len(rec.vipKeys()) != 3 || !rec.owns(keys[0]) || rec.vipValue(7).Flags != wireServiceRetired {
+		t.Errorf("a retired record keeps its keys, with value %+v", rec.vipValue(7))
 	}
 	s.Name = strings.Repeat("x", 33)
 	if _, err := serviceRecordOf(s); err == nil {

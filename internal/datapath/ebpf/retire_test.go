@@ -2,6 +2,7 @@ package ebpf
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/sluicelb/sluice/internal/plan"
@@ -107,8 +108,9 @@ func TestRemovedBackendComesBackWithItsID(t *testing.T) {
 	}
 }
 
-// TestRemovedServiceIsRetired removes a service with a flow: its vips entries go, its record and
-// backends stay (retired, unlisted) until the flow is idle; added back meanwhile, it keeps its ids.
+// TestRemovedServiceIsRetired removes a service with a flow: its vips entries stay, marked
+// retired (established flows only), and its record and backends stay (retired, unlisted) until
+// the flow is idle, when all of it goes; added back meanwhile, it keeps its ids.
 func TestRemovedServiceIsRetired(t *testing.T) {
 	r := newRig(t)
 	d := r.datapath(Options{})
@@ -120,6 +122,11 @@ func TestRemovedServiceIsRetired(t *testing.T) {
 	onlyWeb := &plan.Plan{Services: p.Services[:1]}
 	r.apply(d, onlyWeb)
 	checkMaps(t, d.maps, onlyWeb)
+	web6Key := vipKeyOf(p.Services[1].VIP, uint16(p.Services[1].Ports.First), wireProtocols[p.Services[1].Protocol])
+	var v sluiceService
+	if err := d.maps.Vips.Lookup(web6Key, &v); err != nil || v.Flags != wireServiceRetired || v.Id != web6 || v.RingSize != 0 {
+		t.Errorf("web6's vips entry is %+v (%v), want it kept, retired, without a ring", v, err)
+	}
 	st, err := d.Status(context.Background())
 	if err != nil || len(st) != 1 {
 		t.Errorf("Status lists %d services (%v), want web only", len(st), err)
@@ -134,6 +141,31 @@ func TestRemovedServiceIsRetired(t *testing.T) {
 	d.Resync()
 	r.apply(d, onlyWeb)
 	if _, ok := idsOf(t, d)["web6"]; ok {
+		t.Error("the retired service was not freed once its flows were idle")
+	}
+	if err := d.maps.Vips.Lookup(web6Key, &v); err == nil {
+		t.Errorf("the freed service's vips entry is left: %+v", v)
+	}
+	checkMaps(t, d.maps, onlyWeb)
+}
+
+// TestRetiredServiceYieldsItsVIP removes a service with a flow and adds another on its VIP and
+// port in the same plan: the new service takes the vips entry, and sweeping the retired one
+// later leaves it alone.
+func TestRetiredServiceYieldsItsVIP(t *testing.T) {
+	r := newRig(t)
+	d := r.datapath(Options{})
+	p := planFromYAML(t, oneService)
+	r.apply(d, p)
+	ids := idsOf(t, d)
+	flowAt(t, d.maps, 1, ids.of(t, "web"), ids.of(t, "web/10.91.2.11"), monotonicNow()-idleAge)
+	renamed := planFromYAML(t, strings.Replace(oneService, "name: web", "name: www", 1))
+	r.apply(d, renamed)
+	checkMaps(t, d.maps, renamed)
+	d.Resync()
+	r.apply(d, renamed)
+	checkMaps(t, d.maps, renamed)
+	if _, ok := idsOf(t, d)["web"]; ok {
 		t.Error("the retired service was not freed once its flows were idle")
 	}
 }

@@ -69,7 +69,8 @@ type sluiceService struct {
 	RingSize   uint32
 	Mode       uint8
 	Fallback   uint8
-	Pad        uint16
+	Flags      uint8
+	Pad        uint8
 }
 
 type sluiceStats struct {

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/sluicelb/sluice/internal/plan"
 )
@@ -55,11 +56,25 @@ func sourceTowards(a netip.Addr) (netip.Addr, error) {
 	return src.Unmap(), nil
 }
 
-// globals writes config[0] when it changed.
+// globals writes config[0] when it changed. A source address that the plan no longer needs stays
+// while a fullnat service programmed before (retired now, or by this plan) of its IP version
+// may still have flows translated to it.
 func (s *syncer) globals(p *plan.Plan) error {
 	g, err := globalsFor(p)
-	if err != nil || g == s.st.globals {
+	if err != nil {
 		return err
+	}
+	for _, svc := range s.st.services {
+		if svc.rec.Mode == wireModes["fullnat"] {
+			if svc.rec.Family == unix.AF_INET && g.Snat4 == [4]byte{} {
+				g.Snat4 = s.st.globals.Snat4
+			} else if svc.rec.Family == unix.AF_INET6 && g.Snat6 == [16]byte{} {
+				g.Snat6 = s.st.globals.Snat6
+			}
+		}
+	}
+	if g == s.st.globals {
+		return nil
 	}
 	if err := s.w.put(s.m.Config, uint32(0), g); err != nil {
 		return err

@@ -3,7 +3,8 @@ package ebpf
 // sweep frees what retired backends and services hold once nothing uses them. A retired backend
 // none of whose flows is active any more (see flowIsActive) loses those flows and their replies
 // entries, its backends entry (made invalid: a flow still pointing to it picks a backend anew)
-// and then its record and id; a retired service left without backends loses its record and id.
+// and then its record and id; a retired service left without backends loses its vips entries,
+// record and id.
 // Ids are thus handed out again only once no flow refers to them. It scans the flow table, so it
 // runs on the syncs that read the maps back (first use, restart, Resync), not on every Apply.
 func (s *syncer) sweep() error {
@@ -59,10 +60,9 @@ func (s *syncer) sweep() error {
 		delete(r.service.backends, r.key)
 		s.st.backendIDs.free(id)
 		if r.service.rec.retired() && len(r.service.backends) == 0 {
-			if err := s.w.delete(s.m.ServiceMeta, r.service.id); err != nil {
+			if err := s.dropService(r.service); err != nil {
 				return err
 			}
-			s.st.dropService(r.service)
 		}
 	}
 	return nil

@@ -201,13 +201,17 @@ func (s *syncer) ring(cur *serviceState, rec *serviceRecord, want []uint32) erro
 }
 
 // vips points a service's keys at its record (new ring, mode, fallback), then deletes the keys
-// it no longer has.
+// it no longer has. A retired service keeps only the keys no other service took over.
 func (s *syncer) vips(id uint32, old, rec serviceRecord) error {
 	value := rec.vipValue(id)
 	var keys []sluiceVipKey
 	var values []sluiceService
 	for _, k := range rec.vipKeys() {
-		if v, ok := s.st.vips[k]; !ok || v != value {
+		v, ok := s.st.vips[k]
+		if rec.retired() && (!ok || v.Id != id) {
+			continue
+		}
+		if !ok || v != value {
 			keys, values = append(keys, k), append(values, value)
 		}
 	}
@@ -236,10 +240,14 @@ func (s *syncer) deleteVips(keys []sluiceVipKey) error {
 	return nil
 }
 
-// retireService takes a service out of the plan: its vips entries go (new packets to its VIP
-// pass to the stack), its ring is freed, its backends and record stay, retired, for the flows
-// that still use them. A service without backends goes at once.
+// retireService takes a service out of the plan, the way conntrack keeps the nft datapath's
+// translated flows: its vips entries stay, marked retired, so that its established flows are
+// still forwarded while new ones pass to the stack; its ring is freed; its backends and record
+// stay, retired, until sweep finds their flows idle. A service without backends goes at once.
 func (s *syncer) retireService(cur *serviceState) error {
+	if len(cur.backends) == 0 {
+		return s.dropService(cur)
+	}
 	rec := cur.rec
 	rec.Flags |= recordRetired
 	rec.RingOffset, rec.RingSize = 0, 0
@@ -255,12 +263,27 @@ func (s *syncer) retireService(cur *serviceState) error {
 			return err
 		}
 	}
-	if len(cur.backends) == 0 {
-		s.st.dropService(cur)
-		return s.w.delete(s.m.ServiceMeta, cur.id)
-	}
 	cur.rec = rec
 	return s.w.put(s.m.ServiceMeta, cur.id, rec)
+}
+
+// dropService removes a service that no flow uses any more: the vips entries it still holds, its
+// ring, its record and its id.
+func (s *syncer) dropService(cur *serviceState) error {
+	var held []sluiceVipKey
+	for _, k := range cur.rec.vipKeys() {
+		if v, ok := s.st.vips[k]; ok && v.Id == cur.id {
+			held = append(held, k)
+		}
+	}
+	if err := s.deleteVips(held); err != nil {
+		return err
+	}
+	if cur.rec.RingSize > 0 {
+		s.st.ring.free(cur.rec.RingOffset)
+	}
+	s.st.dropService(cur)
+	return s.w.delete(s.m.ServiceMeta, cur.id)
 }
 
 // retireBackend marks a backend that left its service: it takes no new flow (no slot refers to

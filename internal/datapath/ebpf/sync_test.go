@@ -100,8 +100,18 @@ func checkMaps(t *testing.T, m *kernelMaps, p *plan.Plan) {
 			wantVips++
 		}
 	}
-	if len(st.vips) != wantVips {
-		t.Errorf("vips holds %d entries, want %d", len(st.vips), wantVips)
+	retired := 0
+	for k, v := range st.vips {
+		if v.Flags&wireServiceRetired == 0 {
+			continue
+		}
+		retired++
+		if owner := st.byID[v.Id]; owner == nil || !owner.rec.retired() || !owner.rec.owns(k) || v.RingSize != 0 {
+			t.Errorf("vips entry %+v is marked retired but no retired service owns it", v)
+		}
+	}
+	if len(st.vips)-retired != wantVips {
+		t.Errorf("vips holds %d entries of services in the plan, want %d", len(st.vips)-retired, wantVips)
 	}
 }
 

@@ -13,6 +13,9 @@ import (
 // wireBackendValid is BACKEND_VALID: the backend id is in use.
 const wireBackendValid = 1
 
+// wireServiceRetired is SERVICE_RETIRED: the service forwards its established flows only.
+const wireServiceRetired = 1
+
 // wireFlowClosing is FLOW_CLOSING: the flow's client sent a TCP FIN or RST.
 const wireFlowClosing = 1
 
