@@ -35,7 +35,7 @@ type Service struct {
 	Protocol  string `yaml:"protocol,omitempty" json:"protocol,omitempty"`
 	Mode      string `yaml:"mode,omitempty" json:"mode,omitempty"`
 	Scheduler string `yaml:"scheduler,omitempty" json:"scheduler,omitempty"`
-	// TableSize is the Maglev table size M (a prime); 0 picks the smallest prime >= max(1021, 100 x backends).
+	// TableSize is the Maglev table size M (a prime); 0 picks maglev.DefaultSize of the backend count.
 	TableSize int `yaml:"table_size,omitempty" json:"table_size,omitempty"`
 	// Fallback says what happens to new flows when no backend can take them: "drop", "reject", or
 	// "sorry" (send them to SorryServers).

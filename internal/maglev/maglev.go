@@ -41,15 +41,23 @@ const (
 	skipSalt    = 0x6d61676c65762d73
 )
 
-// DefaultSize returns the smallest prime >= max(DefaultMinSize, 100*n+1), capped at the largest prime not above MaxSize.
+// DefaultSize returns the table size for n backends: the smallest prime >= DefaultMinSize x 2^k
+// for the smallest k with DefaultMinSize x 2^k > 100 x n, capped at the largest prime not above
+// MaxSize (1021 up to 10 backends, 2053 up to 20, 4091 up to 40, ...).
 //
-// This is the paper's rule of thumb M > 100 x backends, which keeps every
-// backend's share within about 1% of its ideal share.
+// M > 100 x backends is the paper's rule of thumb, which keeps every backend's share within
+// about 1% of its ideal share. M grows by doublings, not with every backend, because a table of
+// another size sends almost every flow's hash to another slot: minimal disruption only holds
+// between tables of one size, so adding the 11th backend re-spreads new flows, the 12th does not.
 func DefaultSize(n int) int {
 	if n > (maxPrime-1)/100 {
 		return maxPrime
 	}
-	return NextPrime(max(DefaultMinSize, 100*n+1))
+	m := DefaultMinSize
+	for m <= 100*n {
+		m *= 2
+	}
+	return min(NextPrime(m), maxPrime)
 }
 
 // IsPrime reports whether n is a prime number.

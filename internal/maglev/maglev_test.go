@@ -293,7 +293,7 @@ func TestBuildErrors(t *testing.T) {
 }
 
 func TestDefaultSize(t *testing.T) {
-	for _, tc := range []struct{ n, want int }{{-1, 1021}, {0, 1021}, {3, 1021}, {10, 1021}, {20, 2003}, {1000, 100003}} {
+	for _, tc := range []struct{ n, want int }{{-1, 1021}, {0, 1021}, {3, 1021}, {10, 1021}, {11, 2053}, {20, 2053}, {21, 4091}, {1000, 130693}} {
 		if got := DefaultSize(tc.n); got != tc.want {
 			t.Errorf("DefaultSize(%d) = %d, want %d", tc.n, got, tc.want)
 		}

@@ -44,19 +44,30 @@ func Diff(old, new *Plan) Change {
 	return c
 }
 
-// moved is the share of the new table's slots whose backend is not the one the old table had.
+// moved is the share of new flows that the new table sends to another backend than the old one
+// did: slot by slot for tables of one size; for tables of different sizes, over hashes spread
+// evenly over the 32-bit space (a flow's slot is its hash modulo the table's size).
 func moved(o, n *Service) float64 {
-	if len(n.Slots) == 0 {
+	if len(n.Slots) == 0 || len(o.Slots) == 0 {
 		return 1
 	}
-	if len(o.Slots) != len(n.Slots) {
-		return 1
-	}
-	diff := 0
-	for i := range n.Slots {
-		if o.Backends[o.Slots[i]].ID() != n.Backends[n.Slots[i]].ID() {
-			diff++
+	differs := func(i, j int) bool { return o.Backends[o.Slots[i]].ID() != n.Backends[n.Slots[j]].ID() }
+	diff, total := 0, len(n.Slots)
+	if len(o.Slots) == len(n.Slots) {
+		for i := range n.Slots {
+			if differs(i, i) {
+				diff++
+			}
 		}
+	} else {
+		const samples = 1 << 16
+		for i := range uint64(samples) {
+			h := i<<16 | 1<<15
+			if differs(int(h%uint64(len(o.Slots))), int(h%uint64(len(n.Slots)))) {
+				diff++
+			}
+		}
+		total = samples
 	}
-	return float64(diff) / float64(len(n.Slots))
+	return float64(diff) / float64(total)
 }

@@ -238,7 +238,9 @@ func slots(scheduler string, backends []Backend, configured []int, tableSize int
 	}
 	m := tableSize
 	if m == 0 {
-		m = maglev.DefaultSize(max(countPositive(configured), countPositive(weights)))
+		// Every backend counts, drained and fallen ones too: draining or a health change never
+		// resizes the table (which would move almost every flow's slot).
+		m = maglev.DefaultSize(len(backends))
 	}
 	table, err := maglevTable(backends, weights, m)
 	if err != nil || slices.Equal(weights, configured) || countPositive(configured) == 0 {

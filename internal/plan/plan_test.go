@@ -68,6 +68,9 @@ func TestMaglevTableSize(t *testing.T) {
 	if n := len(p.Services[0].Slots); n != 1021 {
 		t.Fatalf("default M = %d, want 1021", n)
 	}
+	if n := len(mustPlan(t, service("maglev", 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0)).Services[0].Slots); n != 2053 {
+		t.Fatalf("M = %d for 11 backends, one drained; want 2053: drained backends count", n)
+	}
 	p = mustPlan(t, service("maglev", 1, 1)+"  table_size: 65537\n")
 	if n := len(p.Services[0].Slots); n != 65537 {
 		t.Fatalf("M = %d, want 65537", n)
@@ -105,6 +108,11 @@ func TestDiff(t *testing.T) {
 	}
 	if m := c.Moved["web"]; m < 0.24 || m > 0.26 {
 		t.Fatalf("weighting 1 of 4 backends to 0 moved %.3f of slots, want ~0.25", m)
+	}
+	grown := mustPlan(t, service("maglev", 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1)) // 11 backends: M 1021 -> 2053
+	ten := mustPlan(t, service("maglev", 1, 1, 1, 1, 1, 1, 1, 1, 1, 1))
+	if m := Diff(ten, grown).Moved["web"]; m < 0.85 || m > 0.95 {
+		t.Fatalf("a resized table moved %.3f of new flows, want ~10/11 (a new size re-spreads them)", m)
 	}
 	c = Diff(nil, old)
 	if !reflect.DeepEqual(c.Added, []string{"web"}) {
