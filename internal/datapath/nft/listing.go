@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -92,52 +91,32 @@ func decodeListing(r io.Reader, add func(*listedObject) error) error {
 	return nil
 }
 
-// listNamed reads the current content of the named sets and maps and of the named counters of
-// Sluice's tables: one `nft --json list` per set or map, and one listing all the counters of each
-// family involved, whose named ones are kept. (nft 1.0.6 fails a batch of several list commands
-// from `-f`, so they cannot share one call.)
+// listNamed reads the current content of the named sets and maps of Sluice's tables, one
+// `nft --json list` each (nft 1.0.6 fails a batch of several list commands from `-f`), and of the
+// named counters, over netlink (readCounter).
 func listNamed(ctx context.Context, sets map[objKey]knftables.Object, counters []objKey) (*state, error) {
 	st := newState()
-	run := func(add func(*listedObject) error, args ...string) error {
-		cmd := exec.CommandContext(ctx, "nft", append([]string{"--json", "list"}, args...)...)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("nft list %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
-		}
-		return decodeListing(&stdout, add)
-	}
 	for k, obj := range sets {
 		kind := "set"
 		if _, ok := obj.(*knftables.Map); ok {
 			kind = "map"
 		}
-		if err := run(func(o *listedObject) error { return st.addListed(k.family, o) }, kind, string(k.family), TableName, k.name); err != nil {
+		cmd := exec.CommandContext(ctx, "nft", "--json", "list", kind, string(k.family), TableName, k.name)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			return nil, fmt.Errorf("nft list %s %s %s %s: %w: %s", kind, k.family, TableName, k.name, err, strings.TrimSpace(stderr.String()))
+		}
+		if err := decodeListing(&stdout, func(o *listedObject) error { return st.addListed(k.family, o) }); err != nil {
 			return nil, err
 		}
 	}
-	wanted := map[objKey]bool{}
 	for _, k := range counters {
-		wanted[k] = true
-	}
-	for _, f := range families {
-		if !slices.ContainsFunc(counters, func(k objKey) bool { return k.family == f }) {
-			continue
-		}
-		err := run(func(o *listedObject) error {
-			if o.Counter != nil && wanted[objKey{f, o.Counter.Name}] {
-				return st.addListed(f, o)
-			}
-			return nil
-		}, "counters", "table", string(f), TableName)
+		c, err := readCounter(k.family, k.name)
 		if err != nil {
 			return nil, err
 		}
-	}
-	for _, k := range counters {
-		if st.counters[k] == nil {
-			return nil, fmt.Errorf("nft: no counter %s in table %s %s", k.name, k.family, TableName)
-		}
+		st.counters[k] = c
 	}
 	return st, nil
 }
