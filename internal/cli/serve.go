@@ -31,6 +31,7 @@ type serveOptions struct {
 	metricsListen string
 	flushOnExit   bool
 	logFormat     string
+	resync        time.Duration
 }
 
 func serveCmd(g *globals) *cobra.Command {
@@ -54,11 +55,15 @@ not validate is rejected and the running state stays. On exit the datapath keeps
 	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics on this address (e.g. :9120)")
 	f.BoolVar(&o.flushOnExit, "flush-on-exit", false, "remove the datapath's rules on exit (default: keep forwarding)")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	f.DurationVar(&o.resync, "resync", 30*time.Second, "how often the kernel's state is read back and repaired even without a change (nft reads its whole tables: raise it for thousands of services)")
 	return cmd
 }
 
 func serve(ctx context.Context, g *globals, o *serveOptions) error {
 	log := g.loggerAs(o.logFormat, "info")
+	if o.resync < time.Second {
+		return fmt.Errorf("--resync %s: want at least 1s", o.resync)
+	}
 	cfg, err := config.Load(o.file)
 	if err != nil {
 		return err
@@ -75,7 +80,7 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 		return err
 	}
 	m := metrics.New(Version, log)
-	e := engine.New(cfg, engine.Options{ConfigPath: o.file, Datapath: dp, Log: log, OnApply: m.ObserveApply})
+	e := engine.New(cfg, engine.Options{ConfigPath: o.file, Datapath: dp, Log: log, OnApply: m.ObserveApply, Resync: o.resync})
 	m.Watch(e)
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)

@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 
@@ -9,64 +10,69 @@ import (
 	"sigs.k8s.io/knftables"
 )
 
-// Named counters are read one by one over netlink (NFT_MSG_GETOBJ): nft 1.0.6 loads the whole
-// ruleset before it lists even one counter, which takes seconds once the tables hold a million
-// elements, while the kernel answers for one object in microseconds.
+// Named counters are read over netlink (a dump of NFT_MSG_GETOBJ filtered to Sluice's table and
+// to counters): nft 1.0.6 loads the whole ruleset before it lists even one counter, which takes
+// seconds once the tables hold a million elements, while the kernel dumps 20,000 counters in
+// milliseconds.
 
 // nfproto is the nfnetlink family of each of Sluice's table families.
 var nfproto = map[knftables.Family]uint8{knftables.InetFamily: unix.NFPROTO_INET, knftables.NetDevFamily: unix.NFPROTO_NETDEV}
 
-// readCounter reads the named counter of Sluice's table of family f in the current network
-// namespace.
-func readCounter(f knftables.Family, name string) (*knftables.Counter, error) {
-	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETOBJ, unix.NLM_F_ACK)
+// readCounters reads every named counter of Sluice's table of family f in the current network
+// namespace, by name; none when the table does not exist.
+func readCounters(f knftables.Family) (map[string]*knftables.Counter, error) {
+	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETOBJ, unix.NLM_F_DUMP)
 	req.AddData(&nl.Nfgenmsg{NfgenFamily: nfproto[f], Version: unix.NFNETLINK_V0})
 	req.AddData(nl.NewRtAttr(unix.NFTA_OBJ_TABLE, nl.ZeroTerminated(TableName)))
-	req.AddData(nl.NewRtAttr(unix.NFTA_OBJ_NAME, nl.ZeroTerminated(name)))
 	req.AddData(nl.NewRtAttr(unix.NFTA_OBJ_TYPE, binary.BigEndian.AppendUint32(nil, unix.NFT_OBJECT_COUNTER)))
 	msgs, err := req.Execute(unix.NETLINK_NETFILTER, unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWOBJ)
 	if err != nil {
-		return nil, fmt.Errorf("reading counter %s of %s %s: %w", name, f, TableName, err)
+		return nil, fmt.Errorf("reading the counters of %s %s: %w", f, TableName, err)
 	}
+	out := make(map[string]*knftables.Counter, len(msgs))
 	for _, m := range msgs {
-		if c, ok := counterOf(m); ok {
+		if name, c, ok := counterOf(m); ok {
 			c.Family, c.Table, c.Name = f, TableName, name
-			return c, nil
+			out[name] = c
 		}
 	}
-	return nil, fmt.Errorf("reading counter %s of %s %s: no answer", name, f, TableName)
+	return out, nil
 }
 
-// counterOf decodes the packets and bytes of an NFT_MSG_NEWOBJ message holding a counter.
-func counterOf(msg []byte) (*knftables.Counter, bool) {
+// counterOf decodes the name, packets and bytes of an NFT_MSG_NEWOBJ message holding a counter.
+func counterOf(msg []byte) (string, *knftables.Counter, bool) {
 	if len(msg) < nl.SizeofNfgenmsg {
-		return nil, false
+		return "", nil, false
 	}
 	attrs, err := nl.ParseRouteAttr(msg[nl.SizeofNfgenmsg:])
 	if err != nil {
-		return nil, false
+		return "", nil, false
 	}
+	var name string
+	var c *knftables.Counter
 	for _, a := range attrs {
-		if a.Attr.Type&nl.NLA_TYPE_MASK != unix.NFTA_OBJ_DATA {
-			continue
-		}
-		data, err := nl.ParseRouteAttr(a.Value)
-		if err != nil {
-			return nil, false
-		}
-		var packets, bytes uint64
-		for _, d := range data {
-			if len(d.Value) != 8 {
-				continue
+		switch a.Attr.Type & nl.NLA_TYPE_MASK {
+		case unix.NFTA_OBJ_NAME:
+			name = string(bytes.TrimRight(a.Value, "\x00"))
+		case unix.NFTA_OBJ_DATA:
+			data, err := nl.ParseRouteAttr(a.Value)
+			if err != nil {
+				return "", nil, false
 			}
-			switch d.Attr.Type & nl.NLA_TYPE_MASK {
-			case unix.NFTA_COUNTER_PACKETS:
-				packets = binary.BigEndian.Uint64(d.Value)
-			case unix.NFTA_COUNTER_BYTES:
-				bytes = binary.BigEndian.Uint64(d.Value)
+			var packets, bytes uint64
+			for _, d := range data {
+				if len(d.Value) != 8 {
+					continue
+				}
+				switch d.Attr.Type & nl.NLA_TYPE_MASK {
+				case unix.NFTA_COUNTER_PACKETS:
+					packets = binary.BigEndian.Uint64(d.Value)
+				case unix.NFTA_COUNTER_BYTES:
+					bytes = binary.BigEndian.Uint64(d.Value)
+				}
 			}
+			c = &knftables.Counter{Packets: &packets, Bytes: &bytes}
 		}
-		return &knftables.Counter{Packets: &packets, Bytes: &bytes}, true
 	}
-	return nil, false
+	return name, c, name != "" && c != nil
 }

@@ -92,25 +92,45 @@ type liveFlows struct {
 	dsr map[string]map[string]uint64 // flow map name -> backend mark -> elements
 }
 
-// readLiveFlows dumps conntrack for each IP version that has nat or fullnat services, and lists
-// the flow map of each dsr service.
-func (d *Datapath) readLiveFlows(ctx context.Context, st *state) (*liveFlows, error) {
-	live := &liveFlows{nat: map[natFlow]uint64{}, dsr: map[string]map[string]uint64{}}
+// liveSources are where the active flows of some services are: conntrack of the IP versions
+// that have nat or fullnat services, and the dsr services' flow maps.
+type liveSources struct {
+	conntrack map[ipv]bool
+	flowMaps  []string
+}
+
+// liveSourcesOf lists the sources of the services of a state read from the tables.
+func liveSourcesOf(st *state) liveSources {
+	src := liveSources{conntrack: map[ipv]bool{}}
 	for _, v := range []ipv{ipv4, ipv6} {
 		if dispatch := st.sets[objKey{knftables.InetFamily, "dispatch" + v.suffix}]; dispatch != nil && len(dispatch.elems) > 0 {
+			src.conntrack[v] = true
+		}
+	}
+	for _, k := range sortedKeys(st.sets) {
+		if strings.HasPrefix(k.name, "flows-") {
+			src.flowMaps = append(src.flowMaps, k.name)
+		}
+	}
+	return src
+}
+
+// readLiveFlows dumps conntrack for each IP version src asks for, and lists its flow maps.
+func (d *Datapath) readLiveFlows(ctx context.Context, src liveSources) (*liveFlows, error) {
+	live := &liveFlows{nat: map[natFlow]uint64{}, dsr: map[string]map[string]uint64{}}
+	for _, v := range []ipv{ipv4, ipv6} {
+		if src.conntrack[v] {
 			if err := live.addConntrack(conntrackFamily(v)); err != nil {
 				return nil, err
 			}
 		}
 	}
-	for _, k := range sortedKeys(st.sets) {
-		if strings.HasPrefix(k.name, "flows-") {
-			marks, err := d.flowMarks(ctx, k.name)
-			if err != nil {
-				return nil, err
-			}
-			live.dsr[k.name] = marks
+	for _, name := range src.flowMaps {
+		marks, err := d.flowMarks(ctx, name)
+		if err != nil {
+			return nil, err
 		}
+		live.dsr[name] = marks
 	}
 	return live, nil
 }

@@ -91,36 +91,6 @@ func decodeListing(r io.Reader, add func(*listedObject) error) error {
 	return nil
 }
 
-// listNamed reads the current content of the named sets and maps of Sluice's tables, one
-// `nft --json list` each (nft 1.0.6 fails a batch of several list commands from `-f`), and of the
-// named counters, over netlink (readCounter).
-func listNamed(ctx context.Context, sets map[objKey]knftables.Object, counters []objKey) (*state, error) {
-	st := newState()
-	for k, obj := range sets {
-		kind := "set"
-		if _, ok := obj.(*knftables.Map); ok {
-			kind = "map"
-		}
-		cmd := exec.CommandContext(ctx, "nft", "--json", "list", kind, string(k.family), TableName, k.name)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Run(); err != nil {
-			return nil, fmt.Errorf("nft list %s %s %s %s: %w: %s", kind, k.family, TableName, k.name, err, strings.TrimSpace(stderr.String()))
-		}
-		if err := decodeListing(&stdout, func(o *listedObject) error { return st.addListed(k.family, o) }); err != nil {
-			return nil, err
-		}
-	}
-	for _, k := range counters {
-		c, err := readCounter(k.family, k.name)
-		if err != nil {
-			return nil, err
-		}
-		st.counters[k] = c
-	}
-	return st, nil
-}
-
 // addListed adds one listed object of family f to st. The elements of dynamic flow maps are
 // left out: the packet path owns them, they are never reconciled.
 func (s *state) addListed(f knftables.Family, o *listedObject) error {

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"sigs.k8s.io/knftables"
 
@@ -33,6 +34,9 @@ type Datapath struct {
 	// committed is what the last successful Apply left in the kernel; nil when that is not
 	// known (first use, a failed transaction, Resync, Flush): the next Apply reads the kernel.
 	committed *desired
+	// layout is what the last successful Apply committed, kept through Resync and failed
+	// transactions, for Status to read without the lock; nil before the first Apply and after Flush.
+	layout atomic.Pointer[desired]
 }
 
 var (
@@ -76,7 +80,7 @@ func (d *Datapath) Apply(ctx context.Context, p *plan.Plan) error {
 	n := reconcile(tx, have, want)
 	if n == 0 {
 		d.log.Debug("nft: kernel already matches the plan")
-		d.committed = next
+		d.commit(next)
 		return nil
 	}
 	d.log.Info("nft: applying", "operations", n)
@@ -84,8 +88,14 @@ func (d *Datapath) Apply(ctx context.Context, p *plan.Plan) error {
 		d.committed = nil
 		return fmt.Errorf("nft transaction (%d operations) rejected, nothing changed: %w", n, err)
 	}
-	d.committed = next
+	d.commit(next)
 	return nil
+}
+
+// commit records next as what the kernel holds.
+func (d *Datapath) commit(next *desired) {
+	d.committed = next
+	d.layout.Store(next)
 }
 
 // transition returns the states Apply reconciles to reach next: the changed part of what was
@@ -114,6 +124,7 @@ func (d *Datapath) Flush(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.committed = nil
+	d.layout.Store(nil)
 	have, err := d.read(ctx)
 	if err != nil {
 		return err
@@ -125,14 +136,164 @@ func (d *Datapath) Flush(ctx context.Context) error {
 	return d.nft.Run(ctx, tx)
 }
 
-// Status reads the programmed services back from the kernel, with per-backend counters and
-// active flows.
+// Status reads the programmed services back, with per-backend counters and active flows. A
+// datapath that has committed a plan (the daemon's) takes the services' layout from that plan
+// and reads only their counters (over netlink) and live flows from the kernel, without waiting
+// for an Apply in progress, so that a metrics scrape never lists the tables; a one-shot command
+// lists Sluice's tables. (The periodic resync reads the tables and repairs any difference.)
 func (d *Datapath) Status(ctx context.Context) ([]datapath.ServiceStatus, error) {
+	plans, known := d.committedPlans()
+	if !known {
+		return d.readStatus(ctx)
+	}
+	return d.statusOf(ctx, plans)
+}
+
+// ServiceStatus reads one service back as Status does, at a cost that does not grow with the
+// number of services when the datapath knows what it committed.
+func (d *Datapath) ServiceStatus(ctx context.Context, name string) (datapath.ServiceStatus, bool, error) {
+	plans, known := d.committedPlans(name)
+	var all []datapath.ServiceStatus
+	var err error
+	if known {
+		all, err = d.statusOf(ctx, plans)
+	} else {
+		all, err = d.readStatus(ctx)
+	}
+	if err != nil {
+		return datapath.ServiceStatus{}, false, err
+	}
+	for _, s := range all {
+		if s.Name == name {
+			return s, true, nil
+		}
+	}
+	return datapath.ServiceStatus{}, false, nil
+}
+
+// committedPlans returns the plans of the named services (every service when none is named) as
+// last committed; known is false when what was committed is not known.
+func (d *Datapath) committedPlans(names ...string) (plans []plan.Service, known bool) {
+	layout := d.layout.Load()
+	if layout == nil {
+		return nil, false
+	}
+	if len(names) == 0 {
+		names = slices.Collect(maps.Keys(layout.services))
+	}
+	for _, name := range names {
+		if r := layout.service(name); r != nil {
+			plans = append(plans, r.service)
+		}
+	}
+	return plans, true
+}
+
+// statusOf is the status of committed services: their layout from their plans, their counters
+// and live flows from the kernel.
+func (d *Datapath) statusOf(ctx context.Context, plans []plan.Service) ([]datapath.ServiceStatus, error) {
+	needed := map[knftables.Family]bool{}
+	src := liveSources{conntrack: map[ipv]bool{}}
+	for i := range plans {
+		s := &plans[i]
+		needed[familyOf(s)] = true
+		if s.Mode == "dsr" {
+			src.flowMaps = append(src.flowMaps, namesOf(s).flows)
+		} else {
+			src.conntrack[ipvOf(s.VIP)] = true
+		}
+	}
+	counters := &state{counters: map[objKey]*knftables.Counter{}}
+	for _, f := range families {
+		if !needed[f] {
+			continue
+		}
+		read, err := readCounters(f)
+		if err != nil {
+			return nil, err
+		}
+		for name, c := range read {
+			counters.counters[objKey{f, name}] = c
+		}
+	}
+	live, err := d.readLiveFlows(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]datapath.ServiceStatus, 0, len(plans))
+	for i := range plans {
+		out = append(out, plannedStatus(&plans[i], counters, live))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// plannedStatus is a committed service's status as serviceStatus would read it from the tables:
+// backends in the members map's order, shares from the slots, counters, and active flows (for dsr
+// the flow map's elements, by backend mark).
+func plannedStatus(s *plan.Service, counters *state, live *liveFlows) datapath.ServiceStatus {
+	st := datapath.ServiceStatus{Name: s.Name, Protocol: s.Protocol, VIP: s.VIP.String(), Ports: s.Ports.String(),
+		Mode: s.Mode, Scheduler: s.Scheduler, Slots: len(s.Slots)}
+	owned := make([]int, len(s.Backends))
+	for _, b := range s.Slots {
+		owned[b]++
+	}
+	dsrActive := map[uint64]uint64{}
+	if s.Mode == "dsr" {
+		for mark, n := range live.dsr[namesOf(s).flows] {
+			if m, err := strconv.ParseUint(mark, 0, 32); err == nil {
+				dsrActive[m] += n
+			}
+		}
+	}
+	marks := backendMarks(s.Backends)
+	order := make([]string, len(s.Backends)) // the members element of each backend, which orders them
+	for i, b := range s.Backends {
+		bs := datapath.BackendStatus{Address: b.Addr.String(), Port: int(b.Port), Weight: b.Weight}
+		bs.Flows, bs.Packets, bs.Bytes = backendCounters(counters, familyOf(s), s.Mode, s.Name, b.ID())
+		if len(s.Slots) > 0 {
+			bs.Share = float64(owned[i]) / float64(len(s.Slots))
+		}
+		if s.Mode == "dsr" {
+			bs.ActiveFlows = dsrActive[uint64(marks[i])]
+		} else {
+			bs.ActiveFlows = live.natActive(natTargetOf(s.Protocol, s.VIP, s.Ports, b))
+		}
+		st.Backends = append(st.Backends, bs)
+		order[i] = elementID(&knftables.Element{Key: []string{bs.Address, strconv.Itoa(bs.Port)}, Value: []string{strconv.Itoa(bs.Weight)}})
+	}
+	sort.Sort(byKeys{order, st.Backends})
+	return st
+}
+
+// byKeys sorts backends by keys, moving both together.
+type byKeys struct {
+	keys     []string
+	backends []datapath.BackendStatus
+}
+
+func (b byKeys) Len() int           { return len(b.keys) }
+func (b byKeys) Less(i, j int) bool { return b.keys[i] < b.keys[j] }
+func (b byKeys) Swap(i, j int) {
+	b.keys[i], b.keys[j] = b.keys[j], b.keys[i]
+	b.backends[i], b.backends[j] = b.backends[j], b.backends[i]
+}
+
+// familyOf is the table family a service is rendered in.
+func familyOf(s *plan.Service) knftables.Family {
+	if s.Mode == "dsr" {
+		return knftables.NetDevFamily
+	}
+	return knftables.InetFamily
+}
+
+// readStatus reads the programmed services back from Sluice's tables as nft lists them.
+func (d *Datapath) readStatus(ctx context.Context) ([]datapath.ServiceStatus, error) {
 	st, err := d.read(ctx)
 	if err != nil {
 		return nil, err
 	}
-	live, err := d.readLiveFlows(ctx, st)
+	live, err := d.readLiveFlows(ctx, liveSourcesOf(st))
 	if err != nil {
 		return nil, err
 	}
@@ -149,73 +310,6 @@ func (d *Datapath) Status(ctx context.Context) ([]datapath.ServiceStatus, error)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
-}
-
-// ServiceStatus reads one service back, at a cost that does not grow with the others: the maps
-// and counters the last Apply committed for it are listed by name in one nft call. Without that
-// state (a one-shot command, or after a failed transaction) or when the kernel no longer holds
-// those objects, it reads everything as Status does.
-func (d *Datapath) ServiceStatus(ctx context.Context, name string) (datapath.ServiceStatus, bool, error) {
-	d.mu.Lock()
-	var part *state
-	var err error
-	if r := d.committed.service(name); r != nil {
-		part, err = r.state()
-	}
-	d.mu.Unlock()
-	if err != nil {
-		return datapath.ServiceStatus{}, false, err
-	}
-	if part != nil {
-		if s, ok, err := readService(ctx, d, part); err == nil {
-			return s, ok, nil
-		}
-	}
-	all, err := d.Status(ctx)
-	if err != nil {
-		return datapath.ServiceStatus{}, false, err
-	}
-	for _, s := range all {
-		if s.Name == name {
-			return s, true, nil
-		}
-	}
-	return datapath.ServiceStatus{}, false, nil
-}
-
-// readService reads the kernel's copy of one rendered service's maps and counters, and its live
-// flows, and rebuilds its status from them and its dispatch element.
-func readService(ctx context.Context, d *Datapath, part *state) (datapath.ServiceStatus, bool, error) {
-	var family knftables.Family
-	var dispatch *knftables.Element
-	for k, set := range part.sets {
-		if strings.HasPrefix(k.name, "dispatch") {
-			for _, e := range set.elems {
-				family, dispatch = k.family, e
-			}
-		}
-	}
-	if dispatch == nil || len(dispatch.Value) != 1 {
-		return datapath.ServiceStatus{}, false, fmt.Errorf("nft: the rendered service has no dispatch element")
-	}
-	suffix := strings.TrimPrefix(dispatch.Value[0], "goto svc-")
-	own := map[objKey]knftables.Object{}
-	for _, prefix := range []string{"slots-", "members-", "backends-"} {
-		k := objKey{family, prefix + suffix}
-		if set := part.sets[k]; set != nil {
-			own[k] = set.obj
-		}
-	}
-	cur, err := listNamed(ctx, own, slices.Collect(maps.Keys(part.counters)))
-	if err != nil {
-		return datapath.ServiceStatus{}, false, err
-	}
-	live, err := d.readLiveFlows(ctx, part)
-	if err != nil {
-		return datapath.ServiceStatus{}, false, err
-	}
-	s, ok := serviceStatus(cur, live, family, dispatch)
-	return s, ok, nil
 }
 
 // serviceStatus rebuilds one service from its dispatch element, members map, slots, counters and
