@@ -21,14 +21,16 @@ func newDatapath(name string, cfg *config.Config, log *slog.Logger) (datapath.Da
 	case "nft":
 		return nft.New(log)
 	case "ebpf":
-		attach := ""
+		opts := ebpf.Options{PinPath: pinPath()}
 		if cfg != nil {
-			attach = cfg.Attach
+			sizes := cfg.EBPFMapSizes()
+			opts.Attach = ebpf.AttachMode(cfg.Attach)
+			opts.Sizes = ebpf.MapSizes{Flows: uint32(sizes.MaxFlows), MaglevSlots: uint32(sizes.MaglevSlots)}
 		}
 		if err := mountBPFFS(); err != nil {
 			return nil, err
 		}
-		return ebpf.New(log, ebpf.Options{Attach: ebpf.AttachMode(attach), PinPath: pinPath()})
+		return ebpf.New(log, opts)
 	}
 	return nil, fmt.Errorf("unknown datapath %q", name)
 }

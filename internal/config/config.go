@@ -4,6 +4,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -23,8 +24,41 @@ type Config struct {
 	// Interfaces lists the devices traffic for the VIPs arrives on (nft: dsr only; ebpf: the
 	// program's interfaces); empty means every non-loopback interface that is up.
 	Interfaces []string `yaml:"interfaces,omitempty" json:"interfaces,omitempty"`
+	// EBPF sizes the ebpf datapath's preallocated maps; nil keeps the defaults.
+	EBPF *EBPFSizes `yaml:"ebpf,omitempty" json:"ebpf,omitempty"`
 	// Services are the virtual services to balance.
 	Services []Service `yaml:"services" json:"services"`
+}
+
+// EBPFSizes are the sizes of the ebpf datapath's largest maps, all preallocated in kernel
+// memory; 0 keeps a size's default. They are fixed when the maps are made.
+type EBPFSizes struct {
+	// MaxFlows is the number of flows tracked (the flow table, and the nat replies table, each
+	// an LRU of this many entries: about 280 bytes of kernel memory per flow for both).
+	MaxFlows int `yaml:"max_flows,omitempty" json:"max_flows,omitempty"`
+	// MaglevSlots is the room for every service's Maglev table end to end (8 bytes of kernel
+	// memory each).
+	MaglevSlots int `yaml:"maglev_slots,omitempty" json:"maglev_slots,omitempty"`
+}
+
+// Default and extreme sizes of the ebpf datapath's maps (bpf/constants.h holds the defaults).
+const (
+	DefaultMaxFlows    = 1 << 20
+	DefaultMaglevSlots = 1 << 24
+	MinMaxFlows        = 1 << 10
+	MaxMaxFlows        = 1 << 26
+	MinMaglevSlots     = 1 << 12
+	MaxMaglevSlots     = 1 << 28
+)
+
+// EBPFMapSizes is the ebpf map sizes c asks for, defaults filled in.
+func (c *Config) EBPFMapSizes() EBPFSizes {
+	s := EBPFSizes{MaxFlows: DefaultMaxFlows, MaglevSlots: DefaultMaglevSlots}
+	if c.EBPF != nil {
+		s.MaxFlows = cmp.Or(c.EBPF.MaxFlows, s.MaxFlows)
+		s.MaglevSlots = cmp.Or(c.EBPF.MaglevSlots, s.MaglevSlots)
+	}
+	return s
 }
 
 // Service is one virtual service: VIP:port/protocol spread over backends.
@@ -70,6 +104,10 @@ func (b Backend) WeightOrDefault() int {
 func (c *Config) Clone() *Config {
 	out := *c
 	out.Interfaces = slices.Clone(c.Interfaces)
+	if c.EBPF != nil {
+		sizes := *c.EBPF
+		out.EBPF = &sizes
+	}
 	out.Services = make([]Service, len(c.Services))
 	for i, s := range c.Services {
 		s.Backends = cloneBackends(s.Backends)

@@ -38,6 +38,17 @@ func (c *Config) Validate() Errors {
 	case c.Attach != "":
 		fail("attach", "only applies to datapath ebpf, not %s", c.Datapath)
 	}
+	if c.EBPF != nil {
+		if c.Datapath != "ebpf" {
+			fail("ebpf", "only applies to datapath ebpf, not %s", c.Datapath)
+		}
+		if n := c.EBPF.MaxFlows; n != 0 && (n < MinMaxFlows || n > MaxMaxFlows) {
+			fail("ebpf.max_flows", "%d is out of range %d-%d", n, MinMaxFlows, MaxMaxFlows)
+		}
+		if n := c.EBPF.MaglevSlots; n != 0 && (n < MinMaglevSlots || n > MaxMaglevSlots) {
+			fail("ebpf.maglev_slots", "%d is out of range %d-%d", n, MinMaglevSlots, MaxMaglevSlots)
+		}
+	}
 	for i, name := range c.Interfaces {
 		if name == "" || len(name) > 15 {
 			fail(fmt.Sprintf("interfaces[%d]", i), "%q is not an interface name", name)

@@ -377,6 +377,24 @@ func TestChangingTheDatapathTakesARestart(t *testing.T) {
 	}
 }
 
+func TestResizingTheEBPFMapsTakesARestart(t *testing.T) {
+	h := start(t, "datapath: ebpf\n"+twoServices, Options{})
+	for head, ok := range map[string]bool{
+		"datapath: ebpf\nebpf: {max_flows: 1048576}\n":  true, // the default, spelled out
+		"datapath: ebpf\nebpf: {max_flows: 65536}\n":    false,
+		"datapath: ebpf\nebpf: {maglev_slots: 65536}\n": false,
+	} {
+		cfg, err := config.Parse("new.yaml", []byte(head+twoServices))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = h.Replace(true, "test", cfg)
+		if ok != (err == nil) || !ok && !strings.Contains(err.Error(), "ebpf: the daemon's maps hold 1048576 flows and 16777216 Maglev slots") {
+			t.Errorf("replacing with %q: %v", head, err)
+		}
+	}
+}
+
 func TestServiceIsOneOfServices(t *testing.T) {
 	h := start(t, twoServices, Options{})
 	eventually(t, "applied", func() bool { return h.dp.Plan() != nil })

@@ -96,6 +96,9 @@ func sameDatapath(running, next *config.Config) config.Errors {
 	if next.Attach != running.Attach {
 		errs = append(errs, config.FieldError{Path: "attach", Msg: fmt.Sprintf("the daemon attaches at %s: changing it to %s takes a restart", running.Attach, next.Attach)})
 	}
+	if a, b := running.EBPFMapSizes(), next.EBPFMapSizes(); a != b {
+		errs = append(errs, config.FieldError{Path: "ebpf", Msg: fmt.Sprintf("the daemon's maps hold %d flows and %d Maglev slots: resizing them to %d and %d takes a restart after `sluice flush`, which drops every flow", a.MaxFlows, a.MaglevSlots, b.MaxFlows, b.MaglevSlots)})
+	}
 	return errs
 }
 

@@ -25,6 +25,9 @@ type Options struct {
 	// lie on a BPF filesystem mounted in the host's mount namespace: the datapath mounts none.
 	// Balancers in several network namespaces of one host need one each.
 	PinPath string
+	// Sizes of the flow tables and the Maglev array; the maps are made with them once, and pinned
+	// maps of other sizes are refused.
+	Sizes MapSizes
 }
 
 // Datapath programs plans into the BPF maps of the program it runs on the interfaces. Maps and

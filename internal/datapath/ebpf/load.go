@@ -32,14 +32,33 @@ func (m *kernelMaps) Close() error {
 	return errors.Join(errs...)
 }
 
-// collectionSpec is the embedded collection with Sluice's own maps added and only the named
-// program kept ("": none). Map sizes are the defaults of bpf/constants.h: a pinned map is reused
-// only when its size matches, so they are not adjusted to the plan; Apply reports a plan that
-// does not fit.
-func collectionSpec(program string) (*ebpf.CollectionSpec, error) {
+// MapSizes are the sizes of the maps an operator may choose (config `ebpf:`); zero keeps the
+// default of bpf/constants.h.
+type MapSizes struct {
+	// Flows is the size of the flow table and of the replies table, each.
+	Flows uint32
+	// MaglevSlots is the size of the array holding every service's Maglev table.
+	MaglevSlots uint32
+}
+
+// resizable maps each map whose size MapSizes sets to that size.
+func (s MapSizes) resizable() map[string]uint32 {
+	return map[string]uint32{sluiceMapFlows: s.Flows, sluiceMapReplies: s.Flows, sluiceMapMaglev: s.MaglevSlots}
+}
+
+// collectionSpec is the embedded collection with Sluice's own maps added, the sizes set and only
+// the named program kept ("": none). The other sizes are the defaults of bpf/constants.h. A
+// pinned map is reused only when its size matches, so sizes are not adjusted to the plan; Apply
+// reports a plan that does not fit.
+func collectionSpec(program string, sizes MapSizes) (*ebpf.CollectionSpec, error) {
 	spec, err := loadSluice()
 	if err != nil {
 		return nil, err
+	}
+	for name, n := range sizes.resizable() {
+		if n > 0 {
+			spec.Maps[name].MaxEntries = n
+		}
 	}
 	for _, ms := range metaSpecs(spec.Maps[sluiceMapServiceStats].MaxEntries, spec.Maps[sluiceMapBackends].MaxEntries) {
 		spec.Maps[ms.Name] = ms
@@ -54,14 +73,14 @@ func collectionSpec(program string) (*ebpf.CollectionSpec, error) {
 
 // loadObjects loads the program and its maps: the maps pinned under dir are reused (flows and
 // counters survive), missing ones are created and pinned.
-func loadObjects(dir, program string) (*kernelMaps, *ebpf.Program, error) {
-	spec, err := collectionSpec(program)
+func loadObjects(dir, program string, sizes MapSizes) (*kernelMaps, *ebpf.Program, error) {
+	spec, err := collectionSpec(program, sizes)
 	if err != nil {
 		return nil, nil, err
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}})
 	if errors.Is(err, ebpf.ErrMapIncompatible) {
-		return nil, nil, fmt.Errorf("the maps pinned under %s do not fit this version of the program (`sluice flush` removes them and drops every flow): %w", dir, err)
+		return nil, nil, fmt.Errorf("the maps pinned under %s do not fit this version of the program or the configured sizes (ebpf.max_flows, ebpf.maglev_slots); `sluice flush` removes them and drops every flow: %w", dir, err)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("loading the BPF program: %w", err)
@@ -74,16 +93,17 @@ func loadObjects(dir, program string) (*kernelMaps, *ebpf.Program, error) {
 	return m, coll.DetachProgram(program), nil
 }
 
-// openPinned opens the maps pinned under dir without loading anything; nil when nothing is
-// pinned there.
+// openPinned opens the maps pinned under dir without loading anything, whatever their sizes;
+// nil when nothing is pinned there.
 func openPinned(dir string) (*kernelMaps, error) {
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
-	spec, err := collectionSpec("")
+	spec, err := collectionSpec("", MapSizes{})
 	if err != nil {
 		return nil, err
 	}
+	resizable := MapSizes{}.resizable()
 	coll := &ebpf.Collection{Maps: map[string]*ebpf.Map{}}
 	defer coll.Close()
 	for name, ms := range spec.Maps {
@@ -95,6 +115,9 @@ func openPinned(dir string) (*kernelMaps, error) {
 			return nil, fmt.Errorf("opening pinned map %s: %w", name, err)
 		}
 		coll.Maps[name] = m
+		if _, ok := resizable[name]; ok {
+			ms.MaxEntries = m.MaxEntries()
+		}
 		if err := ms.Compatible(m); err != nil {
 			return nil, fmt.Errorf("pinned map %s: %w", name, err)
 		}
@@ -116,7 +139,7 @@ func (d *Datapath) load() error {
 	if err := d.closeObjects(); err != nil { // maps opened for reading only
 		return err
 	}
-	maps, prog, err := loadObjects(d.opts.PinPath, attachPrograms[d.opts.Attach])
+	maps, prog, err := loadObjects(d.opts.PinPath, attachPrograms[d.opts.Attach], d.opts.Sizes)
 	if err != nil {
 		return err
 	}

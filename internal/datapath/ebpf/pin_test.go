@@ -1,6 +1,7 @@
 package ebpf
 
 import (
+	"context"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,5 +16,34 @@ func TestPinPathMustBeOnBPFFS(t *testing.T) {
 	}
 	if pathExists(dir) {
 		t.Errorf("%s was made", dir)
+	}
+}
+
+// TestMapSizes makes the maps with the configured sizes; a restart asking for other sizes is
+// refused with what to do, and leaves the pinned maps and their flows alone, while read-only
+// opens (list, flush) take the pinned maps whatever their sizes.
+func TestMapSizes(t *testing.T) {
+	r := newRig(t)
+	sizes := MapSizes{Flows: 4096, MaglevSlots: 8192}
+	d := r.datapath(Options{Sizes: sizes})
+	r.apply(d, planFromYAML(t, oneService))
+	for name, m := range map[string]interface{ MaxEntries() uint32 }{"flows": d.maps.Flows, "replies": d.maps.Replies, "maglev": d.maps.Maglev} {
+		if want := sizes.resizable()[name]; m.MaxEntries() != want {
+			t.Errorf("%s holds %d entries, want %d", name, m.MaxEntries(), want)
+		}
+	}
+	ids := idsOf(t, d)
+	flowAt(t, d.maps, 1, ids.of(t, "web"), ids.of(t, "web/10.91.2.11"), monotonicNow())
+
+	other := r.datapath(Options{Sizes: MapSizes{Flows: 8192}})
+	_, err := other.apply(context.Background(), planFromYAML(t, oneService))
+	if err == nil || !strings.Contains(err.Error(), "ebpf.max_flows") || !strings.Contains(err.Error(), "sluice flush") {
+		t.Fatalf("restarting with other sizes: %v; want a refusal naming the sizes and sluice flush", err)
+	}
+	if f, _ := countFlows(t, d.maps, ids.of(t, "web/10.91.2.11")); f != 1 {
+		t.Errorf("the refused restart left %d flows, want the 1 there was", f)
+	}
+	if st, err := r.datapath(Options{}).Status(context.Background()); err != nil || len(st) != 1 {
+		t.Errorf("Status over maps of other sizes: %+v, %v", st, err)
 	}
 }
