@@ -55,7 +55,7 @@ not validate is rejected and the running state stays. On exit the datapath keeps
 	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics on this address (e.g. :9120)")
 	f.BoolVar(&o.flushOnExit, "flush-on-exit", false, "remove the datapath's rules on exit (default: keep forwarding)")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
-	f.DurationVar(&o.resync, "resync", 30*time.Second, "how often the kernel's state is read back and repaired even without a change (nft reads its whole tables: raise it for thousands of services)")
+	f.DurationVar(&o.resync, "resync", 30*time.Second, "how often the datapath is checked against the kernel and repaired even without a change")
 	return cmd
 }
 

@@ -25,8 +25,9 @@ type renderedService struct {
 }
 
 // renderPlan renders a plan. The services of prev (nil: none) whose plan is unchanged are not
-// rendered again: they are reused, the same pointer.
-func renderPlan(p *plan.Plan, env Environment, prev *desired) (*desired, error) {
+// rendered again: they are reused, the same pointer; with recheckRoutes, only when the routes to
+// their dsr backends still lead out of the devices they were rendered with.
+func renderPlan(p *plan.Plan, env Environment, prev *desired, recheckRoutes bool) (*desired, error) {
 	base, err := renderBase(p, env)
 	if err != nil {
 		return nil, err
@@ -34,7 +35,7 @@ func renderPlan(p *plan.Plan, env Environment, prev *desired) (*desired, error) 
 	d := &desired{base: base, services: make(map[string]*renderedService, len(p.Services))}
 	for i := range p.Services {
 		s := &p.Services[i]
-		if old := prev.service(s.Name); old != nil && old.service.Equal(s) {
+		if old := prev.service(s.Name); old != nil && old.service.Equal(s) && (!recheckRoutes || old.routesHold(env)) {
 			d.services[s.Name] = old
 			continue
 		}
@@ -68,6 +69,17 @@ func (r *renderedService) state() (*state, error) {
 		return r.st, nil
 	}
 	return renderService(&r.service, Environment{DeviceTo: r.deviceTo})
+}
+
+// routesHold tells whether every backend the service was rendered towards is still reached
+// through the same device.
+func (r *renderedService) routesHold(env Environment) bool {
+	for a, dev := range r.devices {
+		if now, err := env.DeviceTo(a); err != nil || now != dev {
+			return false
+		}
+	}
+	return true
 }
 
 func (r *renderedService) deviceTo(a netip.Addr) (string, error) {

@@ -117,12 +117,12 @@ func TestTransitions(t *testing.T) {
 // rendered again.
 func incrementalTransaction(t *testing.T, nft knftables.Interface, dir string) string {
 	t.Helper()
-	before, err := renderPlan(loadPlan(t, filepath.Join(dir, "before.yaml")), testEnv, nil)
+	before, err := renderPlan(loadPlan(t, filepath.Join(dir, "before.yaml")), testEnv, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	afterPlan := loadPlan(t, filepath.Join(dir, "after.yaml"))
-	after, err := renderPlan(afterPlan, testEnv, before)
+	after, err := renderPlan(afterPlan, testEnv, before, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,4 +146,45 @@ func sortedLines(dump string) string {
 	lines := strings.Split(dump, "\n")
 	sort.Strings(lines)
 	return strings.Join(lines, "\n")
+}
+
+// TestRecheckRoutesRendersOnlyMovedServices renders a dsr and a nat service, then again with
+// recheckRoutes: both are reused while the route to the dsr backends leads out of the same device,
+// and only the dsr service is rendered again once it leads out of another.
+func TestRecheckRoutesRendersOnlyMovedServices(t *testing.T) {
+	p := loadPlan(t, "testdata/golden/dsr-range-udp/config.yaml")
+	p.Services = append(p.Services, loadPlan(t, "testdata/golden/nat-maglev/config.yaml").Services...)
+	dev := "eth1"
+	env := Environment{DSRDevices: []string{"eth0"}, DeviceTo: func(netip.Addr) (string, error) { return dev, nil }}
+	first, err := renderPlan(p, env, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reused := func(next *desired) map[string]bool {
+		out := map[string]bool{}
+		for name, s := range next.services {
+			out[name] = s == first.services[name]
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		dev     string
+		recheck bool
+		game    bool // the dsr service reused
+	}{{"eth1", true, true}, {"eth2", false, true}, {"eth2", true, false}} {
+		dev = tc.dev
+		next, err := renderPlan(p, env, first, tc.recheck)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := reused(next)
+		if len(got) < 2 || got["game"] != tc.game {
+			t.Errorf("route via %s, recheck %v: reused %v, want game reused %v", tc.dev, tc.recheck, got, tc.game)
+		}
+		for name, r := range got {
+			if name != "game" && !r {
+				t.Errorf("route via %s, recheck %v: nat service %s was rendered again", tc.dev, tc.recheck, name)
+			}
+		}
+	}
 }

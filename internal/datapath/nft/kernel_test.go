@@ -185,6 +185,34 @@ func TestKernelApplyTrustsWhatItCommitted(t *testing.T) {
 	})
 }
 
+// TestKernelResyncReadsTheTablesOnlyAfterAnotherTransaction: a Resync with no transaction since
+// the last commit keeps what was committed (no service rendered again, no read of the tables);
+// after anyone else's transaction, even in another table, the next Resync reads them and repairs
+// what differs.
+func TestKernelResyncReadsTheTablesOnlyAfterAnotherTransaction(t *testing.T) {
+	inFreshNetns(t, func() {
+		d := newTestDatapath(t)
+		both := loadPlan(t, "testdata/transitions/add-service/after.yaml") // dns and web
+		apply(t, d, both)
+		if gen := rulesetGeneration(); gen == 0 || d.generation != gen {
+			t.Fatalf("committed at generation %d, the ruleset is at %d", d.generation, gen)
+		}
+		web := d.committed.service("web")
+		d.Resync()
+		apply(t, d, both)
+		if d.committed.service("web") != web {
+			t.Fatal("a Resync with no other transaction since the commit rendered web again")
+		}
+		runNFT(t, "add table inet someone-else")
+		runNFT(t, "delete element inet sluice dispatch4 { udp . 10.91.9.100 . 53 }")
+		d.Resync()
+		apply(t, d, both)
+		if n := pending(t, d, both); n != 0 {
+			t.Fatalf("%d operations pending after the Resync that followed another transaction", n)
+		}
+	})
+}
+
 // runNFT runs one nft command in the test's namespace.
 func runNFT(t *testing.T, command string) {
 	t.Helper()

@@ -32,8 +32,14 @@ type Datapath struct {
 
 	mu sync.Mutex
 	// committed is what the last successful Apply left in the kernel; nil when that is not
-	// known (first use, a failed transaction, Resync, Flush): the next Apply reads the kernel.
+	// known (first use, a failed transaction, Flush, or a Resync that found another transaction
+	// since): the next Apply reads the kernel.
 	committed *desired
+	// generation is the ruleset generation at which the kernel's tables held committed exactly
+	// (0: not known). A Resync that finds the ruleset still at it needs no read of the tables.
+	generation uint32
+	// resync asks the next Apply to check the generation and the routes to dsr backends.
+	resync bool
 	// layout is what the last successful Apply committed, kept through Resync and failed
 	// transactions, for Status to read without the lock; nil before the first Apply and after Flush.
 	layout atomic.Pointer[desired]
@@ -67,9 +73,24 @@ func (d *Datapath) Apply(ctx context.Context, p *plan.Plan) error {
 	if err != nil {
 		return err
 	}
-	next, err := renderPlan(p, env, d.committed)
+	gen := rulesetGeneration()
+	// exact: the kernel's tables hold committed, as of gen (or are read below, after gen).
+	exact := d.committed != nil && gen != 0 && d.generation == gen
+	recheckRoutes := false
+	if d.resync {
+		d.resync = false
+		if exact {
+			recheckRoutes = true
+		} else {
+			d.committed = nil
+		}
+	}
+	next, err := renderPlan(p, env, d.committed, recheckRoutes)
 	if err != nil {
 		return err
+	}
+	if d.committed == nil {
+		exact = gen != 0
 	}
 	have, want, err := d.transition(ctx, next)
 	if err != nil {
@@ -80,21 +101,25 @@ func (d *Datapath) Apply(ctx context.Context, p *plan.Plan) error {
 	n := reconcile(tx, have, want)
 	if n == 0 {
 		d.log.Debug("nft: kernel already matches the plan")
-		d.commit(next)
+		d.commit(next, exact, gen)
 		return nil
 	}
 	d.log.Info("nft: applying", "operations", n)
 	if err := d.nft.Run(ctx, tx); err != nil {
-		d.committed = nil
+		d.committed, d.generation = nil, 0
 		return fmt.Errorf("nft transaction (%d operations) rejected, nothing changed: %w", n, err)
 	}
-	d.commit(next)
+	after := rulesetGeneration()
+	d.commit(next, exact && after == gen+1, after) // +1: ours was the only transaction since gen
 	return nil
 }
 
-// commit records next as what the kernel holds.
-func (d *Datapath) commit(next *desired) {
-	d.committed = next
+// commit records next as what the kernel holds, exactly so at ruleset generation gen when exact.
+func (d *Datapath) commit(next *desired, exact bool, gen uint32) {
+	d.committed, d.generation = next, 0
+	if exact {
+		d.generation = gen
+	}
 	d.layout.Store(next)
 }
 
@@ -111,19 +136,21 @@ func (d *Datapath) transition(ctx context.Context, next *desired) (have, want *s
 	return have, want, err
 }
 
-// Resync makes the next Apply render every service and compare with the kernel's current state,
-// repairing what others changed in Sluice's tables (and following moved routes to dsr backends).
+// Resync makes the next Apply repair what others changed in Sluice's tables and follow moved
+// routes to dsr backends. When no transaction ran since the last commit (the ruleset's generation
+// says so), the tables are as committed and only the routes are looked up again; otherwise the
+// next Apply renders every service and compares with the tables as read from the kernel.
 func (d *Datapath) Resync() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.committed = nil
+	d.resync = true
 }
 
 // Flush deletes Sluice's tables.
 func (d *Datapath) Flush(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.committed = nil
+	d.committed, d.generation = nil, 0
 	d.layout.Store(nil)
 	have, err := d.read(ctx)
 	if err != nil {

@@ -66,7 +66,7 @@ func ipvOf(a netip.Addr) ipv {
 
 // render computes the desired content of Sluice's tables for a plan.
 func render(p *plan.Plan, env Environment) (*state, error) {
-	d, err := renderPlan(p, env, nil)
+	d, err := renderPlan(p, env, nil, false)
 	if err != nil {
 		return nil, err
 	}

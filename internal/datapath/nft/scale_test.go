@@ -45,7 +45,7 @@ func BenchmarkApplyOneBackend(b *testing.B) {
 				}
 				plans[extra] = p
 			}
-			committed, err := renderPlan(plans[0], testEnv, nil)
+			committed, err := renderPlan(plans[0], testEnv, nil, false)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -53,7 +53,7 @@ func BenchmarkApplyOneBackend(b *testing.B) {
 			fake := knftables.NewFake("", "")
 			b.ResetTimer()
 			for range b.N {
-				next, err := renderPlan(plans[1], testEnv, committed)
+				next, err := renderPlan(plans[1], testEnv, committed, false)
 				if err != nil {
 					b.Fatal(err)
 				}

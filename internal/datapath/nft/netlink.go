@@ -10,13 +10,35 @@ import (
 	"sigs.k8s.io/knftables"
 )
 
-// Named counters are read over netlink (a dump of NFT_MSG_GETOBJ filtered to Sluice's table and
-// to counters): nft 1.0.6 loads the whole ruleset before it lists even one counter, which takes
-// seconds once the tables hold a million elements, while the kernel dumps 20,000 counters in
-// milliseconds.
+// Two things are read from nf_tables over netlink rather than through nft, because nft 1.0.6 loads
+// the whole ruleset first, which takes seconds once the tables hold a million elements: the named
+// counters (a dump of NFT_MSG_GETOBJ filtered to Sluice's table and to counters: 20,000 of them in
+// milliseconds), and the ruleset's generation (NFT_MSG_GETGEN), which every transaction in the
+// network namespace advances.
 
 // nfproto is the nfnetlink family of each of Sluice's table families.
 var nfproto = map[knftables.Family]uint8{knftables.InetFamily: unix.NFPROTO_INET, knftables.NetDevFamily: unix.NFPROTO_NETDEV}
+
+// rulesetGeneration is the current generation of the network namespace's ruleset; 0 when it
+// cannot be read.
+func rulesetGeneration() uint32 {
+	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETGEN, 0)
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_UNSPEC, Version: unix.NFNETLINK_V0})
+	msgs, err := req.Execute(unix.NETLINK_NETFILTER, unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWGEN)
+	if err != nil || len(msgs) == 0 || len(msgs[0]) < nl.SizeofNfgenmsg {
+		return 0
+	}
+	attrs, err := nl.ParseRouteAttr(msgs[0][nl.SizeofNfgenmsg:])
+	if err != nil {
+		return 0
+	}
+	for _, a := range attrs {
+		if a.Attr.Type&nl.NLA_TYPE_MASK == unix.NFTA_GEN_ID && len(a.Value) == 4 {
+			return binary.BigEndian.Uint32(a.Value)
+		}
+	}
+	return 0
+}
 
 // readCounters reads every named counter of Sluice's table of family f in the current network
 // namespace, by name; none when the table does not exist.
