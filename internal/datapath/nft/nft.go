@@ -167,7 +167,7 @@ func (d *Datapath) Flush(ctx context.Context) error {
 // datapath that has committed a plan (the daemon's) takes the services' layout from that plan
 // and reads only their counters (over netlink) and live flows from the kernel, without waiting
 // for an Apply in progress, so that a metrics scrape never lists the tables; a one-shot command
-// lists Sluice's tables. (The periodic resync reads the tables and repairs any difference.)
+// lists Sluice's tables. (The periodic resync repairs what someone else changed in them.)
 func (d *Datapath) Status(ctx context.Context) ([]datapath.ServiceStatus, error) {
 	plans, known := d.committedPlans()
 	if !known {
