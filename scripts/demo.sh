@@ -36,11 +36,16 @@ $S --netns $LB apply -f examples/lab-nat.yaml
 step "ten requests from the client to http://10.91.9.100/"
 for i in $(seq 10); do inclient curl -s --max-time 2 http://10.91.9.100/; done | sort | uniq -c
 
-step "keep-alive requests/s for ${DURATION}s: direct to the backends (routed through the balancer, no balancing) vs through the VIP"
+step "keep-alive requests/s for ${DURATION}s: direct to the backends, spread by routing, through the VIP"
+# direct: each wrk thread to one backend, routed through the balancer with no balancing.
+# ecmp: every thread to 10.91.8.1, which the balancer routes to all backends by a multipath route
+# hashed on the 5-tuple: no balancer, but connections spread over the backends as through a VIP,
+# which alone costs ~20% on a 2-CPU box (docs/BENCHMARKS.md).
 WRK_ARGS=()
 direct=$(wrk3 http://10.91.2.11/ http://10.91.2.12/ http://10.91.2.13/)
+ecmp=$(wrk3 http://10.91.8.1/ http://10.91.8.1/ http://10.91.8.1/)
 vip=$(wrk3 http://10.91.9.100/ http://10.91.9.100/ http://10.91.9.100/)
-awk -v d="$direct" -v v="$vip" 'BEGIN {printf "direct %8d req/s\nvip    %8d req/s  (%.0f%% of direct)\n", d, v, 100 * v / d}'
+awk -v d="$direct" -v e="$ecmp" -v v="$vip" 'BEGIN {printf "direct %8d req/s\necmp   %8d req/s  (%.0f%% of direct)\nvip    %8d req/s  (%.0f%% of direct, %.0f%% of ecmp)\n", d, e, 100 * e / d, v, 100 * v / d, 100 * v / e}'
 
 step "one request per connection for ${DURATION}s: direct vs VIP"
 # Each phase gets its own client port range: a backend still holding a direct connection's 4-tuple
