@@ -101,7 +101,7 @@ func TestEstablishedFlowKeepsItsRemovedBackend(t *testing.T) {
 		t.Fatalf("the established connection went to %s after its backend %s was removed", got, first)
 	}
 	ids := idsOf(t, d)
-	idle := sluiceFlow{ServiceId: ids.of(t, "web"), BackendId: ids.of(t, "web/"+first.Addr().String()), LastSeen: monotonicNow() - idleAge}
+	idle := sluiceFlow{ServiceId: ids.of(t, "web"), BackendId: ids.of(t, "web/"+first.Addr().String()), LastSeen: idleLastSeen(t)}
 	if err := d.maps.Flows.Put(flowKeyOf(client, vip, unix.IPPROTO_TCP), idle); err != nil {
 		t.Fatal(err)
 	}

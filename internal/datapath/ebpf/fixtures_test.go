@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/gopacket/gopacket"
@@ -399,8 +400,18 @@ func stateFixtures() []fixture {
 	// another client's flow holds the one fullnat port towards backend 2
 	other := ap(mustAddr("10.0.1.11"), 40001)
 	holder := sluiceReverse{Vip: wireAddrOf(vipFull4), Client: wireAddrOf(other.Addr()), Vport: wirePort(80), Cport: wirePort(other.Port()), ServiceId: 3, BackendId: 2}
-	portHeld := func(lastSeen uint64) func(e *fxEnv) {
+	// The program judges a fullnat port's flow idle by its own clock (bpf_ktime_get_coarse_ns), after
+	// FULLNAT_IDLE_NS (120 s): active is now, idle is 0, which only a machine up for more than
+	// fullNATIdle can tell apart.
+	portHeld := func(idle bool) func(e *fxEnv) {
 		return func(e *fxEnv) {
+			lastSeen := bpfClockNow(e.t)
+			if idle {
+				if lastSeen < uint64(fullNATIdle+time.Second) {
+					e.t.Skipf("the BPF clock reads %v: no flow can have been idle for %v yet", time.Duration(lastSeen), fullNATIdle)
+				}
+				lastSeen = 0
+			}
 			e.put(e.objs.Replies, flowKeyOf(ap(b2v4, 8080), snat4, protoTCP), holder)
 			e.put(e.objs.Flows, flowKeyOf(other, ap(vipFull4, 80), protoTCP), sluiceFlow{BackendId: 2, ServiceId: 3, NatPort: wirePort(fxNatPort), LastSeen: lastSeen})
 		}
@@ -467,7 +478,7 @@ func stateFixtures() []fixture {
 			in: full.frame(), want: vRedirect, out: full.from(ap(lbBackend4, 40123)).to(ap(b2v4, 8080)).routed(macLBBackend, macB2).frame(),
 		},
 		{
-			name: "fullnat: a new flow is dropped while every source port's flow is active", prepare: portHeld(monotonicNow()),
+			name: "fullnat: a new flow is dropped while every source port's flow is active", prepare: portHeld(false),
 			in: full.synPkt().frame(), want: vDrop,
 			check: func(e *fxEnv) {
 				if _, ok := e.flow(cli4, ap(vipFull4, 80), protoTCP); ok {
@@ -477,7 +488,7 @@ func stateFixtures() []fixture {
 			},
 		},
 		{
-			name: "fullnat: a source port whose flow is idle goes to a new flow", prepare: portHeld(0),
+			name: "fullnat: a source port whose flow is idle goes to a new flow", prepare: portHeld(true),
 			in: full.synPkt().frame(), want: vRedirect, out: full.synPkt().from(snat4).to(ap(b2v4, 8080)).routed(macLBBackend, macB2).frame(),
 			check: wantPortOwner(cli4),
 		},

@@ -49,7 +49,21 @@ func countFlows(t *testing.T, m *kernelMaps, backend uint32) (flows, replies int
 	return flows, replies
 }
 
-const idleAge = uint64(10 * time.Minute) // older than the default flow timeout of 5m
+// testFlowTimeout replaces the default flow timeout (5m) in the tests' plans (planFromYAML): short,
+// so that a flow can be idle by it whatever the machine's uptime. A machine booted a minute ago, or
+// a test run in a time namespace whose monotonic clock reads 60 s, has no "10 minutes ago".
+const testFlowTimeout = 10 * time.Second
+
+// idleLastSeen is a last-seen time of a flow idle by testFlowTimeout, on the clock the Go side
+// judges flows by (monotonicNow).
+func idleLastSeen(t *testing.T) uint64 {
+	t.Helper()
+	now, age := monotonicNow(), 2*uint64(testFlowTimeout)
+	if now < age {
+		t.Fatalf("CLOCK_MONOTONIC reads %v, less than the %v an idle flow needs", time.Duration(now), time.Duration(age))
+	}
+	return now - age
+}
 
 // TestStatusReadsTheKernel fills counters and flows and reads them back through a Datapath that
 // only opened the pins (as `sluice list` does).
@@ -68,8 +82,8 @@ func TestStatusReadsTheKernel(t *testing.T) {
 	}
 	now := monotonicNow()
 	flowAt(t, d.maps, 1, web, b11, now)
-	flowAt(t, d.maps, 2, web, b11, now-uint64(time.Minute))
-	flowAt(t, d.maps, 3, web, b11, now-idleAge)
+	flowAt(t, d.maps, 2, web, b11, now-uint64(time.Second))
+	flowAt(t, d.maps, 3, web, b11, idleLastSeen(t))
 	flowAt(t, d.maps, 4, web, b12, now)
 
 	lister := r.datapath(Options{})

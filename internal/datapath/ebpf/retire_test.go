@@ -66,7 +66,7 @@ func TestRemovedBackendKeepsItsFlows(t *testing.T) {
 		t.Fatal("a resync freed a backend whose flow is active")
 	}
 
-	flowAt(t, d.maps, 1, web, gone, monotonicNow()-idleAge)
+	flowAt(t, d.maps, 1, web, gone, idleLastSeen(t))
 	d.Resync()
 	r.apply(d, planFromYAML(t, oneBackendLeft))
 	if b := backendOf(t, d, "web", "10.91.2.12"); b != nil {
@@ -137,7 +137,7 @@ func TestRemovedServiceIsRetired(t *testing.T) {
 	}
 
 	r.apply(d, onlyWeb)
-	flowAt(t, d.maps, 1, web6, b11, monotonicNow()-idleAge)
+	flowAt(t, d.maps, 1, web6, b11, idleLastSeen(t))
 	d.Resync()
 	r.apply(d, onlyWeb)
 	if _, ok := idsOf(t, d)["web6"]; ok {
@@ -158,7 +158,7 @@ func TestRetiredServiceYieldsItsVIP(t *testing.T) {
 	p := planFromYAML(t, oneService)
 	r.apply(d, p)
 	ids := idsOf(t, d)
-	flowAt(t, d.maps, 1, ids.of(t, "web"), ids.of(t, "web/10.91.2.11"), monotonicNow()-idleAge)
+	flowAt(t, d.maps, 1, ids.of(t, "web"), ids.of(t, "web/10.91.2.11"), idleLastSeen(t))
 	renamed := planFromYAML(t, strings.Replace(oneService, "name: web", "name: www", 1))
 	r.apply(d, renamed)
 	checkMaps(t, d.maps, renamed)

@@ -128,5 +128,10 @@ func planFromYAML(t *testing.T, yaml string) *plan.Plan {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for i := range p.Services {
+		if p.Services[i].FlowTimeout == config.DefaultFlowTimeout {
+			p.Services[i].FlowTimeout = testFlowTimeout
+		}
+	}
 	return p
 }
