@@ -2,7 +2,11 @@ package config
 
 import (
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Allowed values of the health-check fields; the first of each list is the default.
@@ -135,8 +139,11 @@ func (h *HealthCheck) validate(at string, fail func(path, format string, args ..
 		if h.Path == "" {
 			h.Path = "/"
 		}
-		if h.Path[0] != '/' {
-			fail(at+".path", "%q does not start with /", h.Path)
+		if err := checkPath(h.Path); err != nil {
+			fail(at+".path", "%v", err)
+		}
+		if h.Host != "" && !httpguts.ValidHostHeader(h.Host) {
+			fail(at+".host", "%q is not a host name or host:port for a Host header", h.Host)
 		}
 		for i, r := range h.ExpectStatus {
 			if err := r.Err(); err != nil {
@@ -152,4 +159,19 @@ func (h *HealthCheck) validate(at string, fail func(path, format string, args ..
 	if h.Type == "exec" && (len(h.Command) == 0 || h.Command[0] == "") {
 		fail(at+".command", "an exec check needs a command, like [/usr/local/bin/check-db]")
 	}
+}
+
+// checkPath checks an http check's request path: it starts with / and holds no space or control
+// character, which would end the request line or start a header of its own.
+func checkPath(path string) error {
+	if path[0] != '/' {
+		return fmt.Errorf("%q does not start with /", path)
+	}
+	if i := strings.IndexFunc(path, func(r rune) bool { return r <= ' ' || r == 0x7f }); i >= 0 {
+		return fmt.Errorf("%q holds %q: percent-encode it (%%20 for a space)", path, path[i])
+	}
+	if u, err := url.Parse(path); err != nil || u.Host != "" {
+		return fmt.Errorf("%q is not a path like /healthz", path)
+	}
+	return nil
 }

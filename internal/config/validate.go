@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"regexp"
 	"time"
+
+	"github.com/sluicelb/sluice/internal/maglev"
 )
 
 // Allowed values of the enumerated fields; the first of each list is the default.
@@ -50,8 +52,8 @@ func (c *Config) Validate() Errors {
 		}
 	}
 	for i, name := range c.Interfaces {
-		if name == "" || len(name) > 15 {
-			fail(fmt.Sprintf("interfaces[%d]", i), "%q is not an interface name", name)
+		if !validInterfaceName(name) {
+			fail(fmt.Sprintf("interfaces[%d]", i), "%q is not an interface name (%s)", name, interfaceNameRule)
 		}
 	}
 	names := map[string]int{}
@@ -61,16 +63,16 @@ func (c *Config) Validate() Errors {
 		proto string
 	}
 	listeners := map[listener][]int{}
+	vips := c.vipOwners()
 	for i := range c.Services {
 		s := &c.Services[i]
 		at := fmt.Sprintf("services[%d]", i)
-		s.validate(at, fail)
+		vip, vipOK := s.validate(at, vips, fail)
 		if j, dup := names[s.Name]; dup && s.Name != "" {
 			fail(at+".name", "%q is already the name of services[%d]", s.Name, j)
 		}
 		names[s.Name] = i
-		vip, err := netip.ParseAddr(s.VIP)
-		if err != nil {
+		if !vipOK {
 			continue
 		}
 		l := listener{vip, s.Protocol}
@@ -84,13 +86,16 @@ func (c *Config) Validate() Errors {
 	return errs
 }
 
-func (s *Service) validate(at string, fail func(path, format string, args ...any)) {
+// validate checks the service and fills in its defaults; it returns the VIP when it is valid.
+func (s *Service) validate(at string, vips vipOwners, fail func(path, format string, args ...any)) (netip.Addr, bool) {
 	if !serviceName.MatchString(s.Name) {
 		fail(at+".name", "%q is not a service name (a letter, then up to 31 letters, digits, '-' or '_')", s.Name)
 	}
 	vip, vipErr := parseIP(s.VIP)
 	if vipErr != nil {
 		fail(at+".vip", "%v", vipErr)
+	} else {
+		canonicalize(&s.VIP, vip)
 	}
 	if err := s.Port.Err(); err != nil {
 		fail(at+".port", "%v", err)
@@ -106,8 +111,8 @@ func (s *Service) validate(at string, fail func(path, format string, args ...any
 	if s.Fallback == "reject" && s.Mode == "dsr" {
 		fail(at+".fallback", "dsr can only drop: its rules run on ingress, before the stack could answer")
 	}
-	if s.TableSize != 0 && s.Scheduler != "maglev" {
-		fail(at+".table_size", "only applies to scheduler maglev, not %s", s.Scheduler)
+	if s.TableSize != 0 {
+		s.validateTableSize(at+".table_size", fail)
 	}
 	if s.FlowTimeout != "" {
 		if s.Mode != "dsr" {
@@ -129,8 +134,25 @@ func (s *Service) validate(at string, fail func(path, format string, args ...any
 		s.HealthCheck.validate(at+".health_check", fail)
 	}
 	seen := map[netip.AddrPort]backendPath{}
-	s.validateBackends(at+".backends", s.Backends, vip, vipErr == nil, seen, fail)
-	s.validateBackends(at+".sorry_servers", s.SorryServers, vip, vipErr == nil, seen, fail)
+	s.validateBackends(at+".backends", s.Backends, vip, vipErr == nil, vips, seen, fail)
+	s.validateBackends(at+".sorry_servers", s.SorryServers, vip, vipErr == nil, vips, seen, fail)
+	return vip, vipErr == nil
+}
+
+// validateTableSize checks a table_size that is set: a prime Maglev table with a slot for every
+// backend and sorry server.
+func (s *Service) validateTableSize(at string, fail func(path, format string, args ...any)) {
+	m, need := s.TableSize, max(len(s.Backends)+len(s.SorryServers), 2)
+	switch {
+	case s.Scheduler != "maglev":
+		fail(at, "only applies to scheduler maglev, not %s", s.Scheduler)
+	case m < need || m > maglev.MaxSize:
+		fail(at, "%d is out of range %d-%d (a prime, no smaller than the number of backends and sorry servers)", m, need, maglev.MaxSize)
+	case !maglev.IsPrime(m) && maglev.NextPrime(m) <= maglev.MaxSize:
+		fail(at, "%d is not a prime (the next prime is %d)", m, maglev.NextPrime(m))
+	case !maglev.IsPrime(m):
+		fail(at, "%d is not a prime", m)
+	}
 }
 
 // backendPath is where a backend is in a service: the list's path and the index.
@@ -143,19 +165,23 @@ func (p backendPath) String() string { return fmt.Sprintf("%s[%d]", p.list, p.in
 
 // validateBackends checks a list of backends; seen holds where the addresses already used are.
 // Paths are only written out for what fails: a config holds up to hundreds of thousands of backends.
-func (s *Service) validateBackends(at string, backends []Backend, vip netip.Addr, vipOK bool, seen map[netip.AddrPort]backendPath, fail func(path, format string, args ...any)) {
-	for j, b := range backends {
+func (s *Service) validateBackends(at string, backends []Backend, vip netip.Addr, vipOK bool, vips vipOwners, seen map[netip.AddrPort]backendPath, fail func(path, format string, args ...any)) {
+	for j := range backends {
+		b := &backends[j]
 		bat := backendPath{at, j}.String
 		addr, err := parseIP(b.Address)
-		if err != nil {
+		switch {
+		case err != nil:
 			fail(bat()+".address", "%v", err)
-		} else if vipOK {
-			if addr.Is4() != vip.Is4() {
-				fail(bat()+".address", "%s and vip %s are of different address families", addr, vip)
-			}
-			if addr == vip {
-				fail(bat()+".address", "%s is the service's own vip", addr)
-			}
+		case vipOK && addr == vip:
+			fail(bat()+".address", "%s is the service's own vip: the balancer would send the flows to itself", addr)
+		case vips.has(addr):
+			fail(bat()+".address", "%s is the vip of %s: the balancer would send the flows to itself", addr, vips.name(addr))
+		case vipOK && addr.Is4() != vip.Is4():
+			fail(bat()+".address", "%s and vip %s are of different address families", addr, vip)
+		}
+		if err == nil {
+			canonicalize(&b.Address, addr)
 		}
 		if b.Port < 0 || b.Port > 65535 {
 			fail(bat()+".port", "%d is not a port in 1-65535", b.Port)
@@ -176,18 +202,6 @@ func (s *Service) validateBackends(at string, backends []Backend, vip netip.Addr
 			seen[key] = backendPath{at, j}
 		}
 	}
-}
-
-func parseIP(s string) (netip.Addr, error) {
-	a, err := netip.ParseAddr(s)
-	if err != nil || a.Zone() != "" {
-		return netip.Addr{}, fmt.Errorf("%q is not an IP address", s)
-	}
-	a = a.Unmap()
-	if a.IsUnspecified() || a.IsMulticast() || a.IsLoopback() {
-		return netip.Addr{}, fmt.Errorf("%q cannot be used (unspecified, multicast or loopback)", s)
-	}
-	return a, nil
 }
 
 // oneOf returns v or the default (allowed[0]) when v is empty, and reports values outside allowed.

@@ -1,0 +1,76 @@
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// limitedBroadcast is 255.255.255.255, which no service or backend can have.
+var limitedBroadcast = netip.AddrFrom4([4]byte{255, 255, 255, 255})
+
+// parseIP parses a service or backend address: IPv4 or IPv6 without a zone, an IPv4-mapped IPv6
+// address (::ffff:10.0.0.1) standing for its IPv4 address, and none that no flow can be balanced
+// to or from.
+func parseIP(s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return netip.Addr{}, fmt.Errorf("%q is not an IP address", s)
+	}
+	a = a.Unmap()
+	if a.IsUnspecified() || a.IsMulticast() || a.IsLoopback() || a == limitedBroadcast {
+		return netip.Addr{}, fmt.Errorf("%q cannot be used (unspecified, multicast, loopback or broadcast)", s)
+	}
+	return a, nil
+}
+
+// CanonicalAddress writes an IP address in the one form Sluice keeps: an IPv4-mapped IPv6 address
+// as the IPv4 address it stands for (::ffff:10.0.0.1 is 10.0.0.1), IPv6 in its shortest form.
+// Text that is not an address comes back as it is, for validation to report.
+func CanonicalAddress(text string) string {
+	a, err := netip.ParseAddr(text)
+	if err != nil || a.Zone() != "" {
+		return text
+	}
+	return a.Unmap().String()
+}
+
+// canonicalize rewrites *text, which parsed as a, in its canonical form (see CanonicalAddress),
+// so that every later comparison, and the datapath, sees one form of each address.
+func canonicalize(text *string, a netip.Addr) {
+	// netip parses IPv4 only in its canonical dotted form: text without a colon is already canonical.
+	if a.Is4() && !strings.Contains(*text, ":") {
+		return
+	}
+	*text = a.String()
+}
+
+// vipOwners maps every valid VIP of a config to the first service that has it.
+type vipOwners struct {
+	first    map[netip.Addr]int
+	services []Service
+}
+
+func (c *Config) vipOwners() vipOwners {
+	v := vipOwners{first: make(map[netip.Addr]int, len(c.Services)), services: c.Services}
+	for i := range c.Services {
+		if a, err := parseIP(c.Services[i].VIP); err == nil {
+			if _, seen := v.first[a]; !seen {
+				v.first[a] = i
+			}
+		}
+	}
+	return v
+}
+
+// has tells whether a is a VIP of the config: an address of the balancer itself.
+func (v vipOwners) has(a netip.Addr) bool {
+	_, ok := v.first[a]
+	return ok
+}
+
+// name names the first service whose VIP is a, like "services[2] (web)".
+func (v vipOwners) name(a netip.Addr) string {
+	i := v.first[a]
+	return fmt.Sprintf("services[%d] (%s)", i, v.services[i].Name)
+}
