@@ -26,6 +26,8 @@ type Config struct {
 	Interfaces []string `yaml:"interfaces,omitempty" json:"interfaces,omitempty"`
 	// EBPF sizes the ebpf datapath's preallocated maps; nil keeps the defaults.
 	EBPF *EBPFSizes `yaml:"ebpf,omitempty" json:"ebpf,omitempty"`
+	// API says what the daemon's TCP API may change; nil allows no exec check.
+	API *APIPolicy `yaml:"api,omitempty" json:"api,omitempty"`
 	// Services are the virtual services to balance.
 	Services []Service `yaml:"services" json:"services"`
 }
@@ -108,6 +110,10 @@ func (c *Config) Clone() *Config {
 		sizes := *c.EBPF
 		out.EBPF = &sizes
 	}
+	if c.API != nil {
+		policy := *c.API
+		out.API = &policy
+	}
 	out.Services = make([]Service, len(c.Services))
 	for i, s := range c.Services {
 		s.Backends = cloneBackends(s.Backends)
@@ -152,13 +158,20 @@ func Parse(name string, data []byte) (*Config, error) {
 		}
 		return nil, prefixYAMLError(name, err)
 	}
+	var next yaml.Node
+	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return nil, prefixYAMLError(name, err)
+		}
+		return nil, fmt.Errorf("%s:%d: a second YAML document: a config is one document (remove this ---)", name, next.Line)
+	}
 	var cfg Config
 	strict := yaml.NewDecoder(bytes.NewReader(data))
 	strict.KnownFields(true)
 	if err := strict.Decode(&cfg); err != nil {
 		return nil, prefixYAMLError(name, err)
 	}
-	if errs := cfg.Validate(); len(errs) > 0 {
+	if errs := append(cfg.Missing(), cfg.Validate()...); len(errs) > 0 {
 		lines := indexLines(&root)
 		for i := range errs {
 			errs[i].File = name
@@ -167,6 +180,15 @@ func Parse(name string, data []byte) (*Config, error) {
 		return nil, errs
 	}
 	return &cfg, nil
+}
+
+// Missing reports the fields a decoded config must hold: services, even when it is empty, so
+// that a config sent as {} or null is not taken for one that removes every service.
+func (c *Config) Missing() Errors {
+	if c.Services == nil {
+		return Errors{{Path: "services", Msg: "missing: list the services, or write services: [] for none"}}
+	}
+	return nil
 }
 
 // prefixYAMLError turns yaml's "yaml: line 3: ..." into "config.yaml:3: ...".

@@ -1,0 +1,68 @@
+package config
+
+import (
+	"fmt"
+	"slices"
+)
+
+// APIPolicy is what the daemon lets a client of its TCP API change: a bearer token must not
+// be worth more than the changes it is meant for. The config file, and root on the daemon's
+// local socket, may change anything.
+type APIPolicy struct {
+	// AllowExecChecks lets the API add exec health checks or change their command. An exec check
+	// runs its command as the daemon's user, root: without this the API may keep the exec checks
+	// that run, and no more.
+	AllowExecChecks bool `yaml:"allow_exec_checks,omitempty" json:"allow_exec_checks,omitempty"`
+}
+
+// policy is the config's APIPolicy, the zero one when unset.
+func (c *Config) policy() APIPolicy {
+	if c.API == nil {
+		return APIPolicy{}
+	}
+	return *c.API
+}
+
+// APIGuard checks a change a TCP API client makes against the running config it changes.
+type APIGuard struct {
+	policy APIPolicy
+	// exec is the command of every running exec check, by service name.
+	exec map[string][]string
+}
+
+// NewAPIGuard returns the guard of changes to running.
+func NewAPIGuard(running *Config) APIGuard {
+	g := APIGuard{policy: running.policy(), exec: map[string][]string{}}
+	for _, s := range running.Services {
+		if s.HealthCheck != nil && s.HealthCheck.Type == "exec" {
+			g.exec[s.Name] = s.HealthCheck.Command
+		}
+	}
+	return g
+}
+
+// Check lists what next changes that an API client may not: the api section, which only the
+// config file sets, and, unless it allows them, an exec check that does not run already (the
+// same command for the service of the same name).
+func (g APIGuard) Check(next *Config) Errors {
+	var errs Errors
+	if next.policy() != g.policy {
+		errs = append(errs, FieldError{Path: "api", Msg: "only the config file sets it (or root on the daemon's socket)"})
+	}
+	if g.policy.AllowExecChecks {
+		return errs
+	}
+	for i, s := range next.Services {
+		h := s.HealthCheck
+		if h == nil || h.Type != "exec" {
+			continue
+		}
+		if running, ok := g.exec[s.Name]; !ok || !slices.Equal(running, h.Command) {
+			errs = append(errs, FieldError{
+				Path: fmt.Sprintf("services[%d].health_check.command", i),
+				Msg:  "an exec check runs its command as root: only the config file can add one or change its command, unless it sets api.allow_exec_checks: true",
+			})
+		}
+	}
+	return errs
+}
