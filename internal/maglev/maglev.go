@@ -49,18 +49,31 @@ const (
 // about 1% of its ideal share. M grows by doublings, not with every backend, because a table of
 // another size sends almost every flow's hash to another slot: minimal disruption only holds
 // between tables of one size, so adding the 11th backend re-spreads new flows, the 12th does not.
-func DefaultSize(n int) int {
-	if n > (maxPrime-1)/100 {
+func DefaultSize(n int) int { return sizeByDoublings(DefaultMinSize, 100, n) }
+
+// CompactMinSize is the smallest table size used by CompactSize.
+const CompactMinSize = 61
+
+// CompactSize returns a smaller table size for n backends, for datapaths that pay per slot
+// (nftables holds a slot as a map element of about 1 KB while nft loads it): the smallest prime
+// >= CompactMinSize x 2^k for the smallest k with CompactMinSize x 2^k > 20 x n (61 up to 3
+// backends, 127 up to 6, 251 up to 12, 491 up to 24, ...). Equal weights then keep every
+// backend's share within 5% of its ideal share, and M still grows by doublings only.
+func CompactSize(n int) int { return sizeByDoublings(CompactMinSize, 20, n) }
+
+// sizeByDoublings is the smallest prime >= base x 2^k for the smallest k with base x 2^k >
+// perBackend x n, capped at the largest prime not above MaxSize.
+func sizeByDoublings(base, perBackend, n int) int {
+	if n > (maxPrime-1)/perBackend {
 		return maxPrime
 	}
-	m := DefaultMinSize
-	for m <= 100*n {
+	m := base
+	for m <= perBackend*n {
 		m *= 2
 	}
 	return min(NextPrime(m), maxPrime)
 }
 
-// IsPrime reports whether n is a prime number.
 func IsPrime(n int) bool {
 	switch {
 	case n < 2:

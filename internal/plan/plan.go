@@ -101,7 +101,7 @@ func (b *Builder) Build(cfg *config.Config, available Availability) (*Plan, erro
 			tables = &recentTables{}
 		}
 		kept[cs.Name] = tables
-		s, err := buildService(cs, available, tables)
+		s, err := buildService(cs, available, tables, defaultTableSize(cfg.Datapath))
 		if err != nil {
 			return nil, fmt.Errorf("service %s: %w", cs.Name, err)
 		}
@@ -135,7 +135,18 @@ func (r *recentTables) get(inputs string, build func() ([]int, error)) ([]int, e
 	return slots, nil
 }
 
-func buildService(cs config.Service, available Availability, tables *recentTables) (Service, error) {
+// defaultTableSize is the Maglev table size of n backends on a datapath, when the service sets none:
+// nftables holds each slot as a map element, which costs about 1 KB while nft loads it and a few
+// hundred bytes in the kernel, so it gets compact tables; the eBPF datapath holds a slot in 4 bytes
+// of an array, so it keeps the paper's size.
+func defaultTableSize(datapath string) func(n int) int {
+	if datapath == "ebpf" {
+		return maglev.DefaultSize
+	}
+	return maglev.CompactSize
+}
+
+func buildService(cs config.Service, available Availability, tables *recentTables, defaultSize func(int) int) (Service, error) {
 	vip, err := netip.ParseAddr(cs.VIP)
 	if err != nil {
 		return Service{}, err
@@ -188,8 +199,14 @@ func buildService(cs config.Service, available Availability, tables *recentTable
 		sorted[i], sortedConfigured[i] = s.Backends[o], configured[o]
 	}
 	s.Backends = sorted
-	s.Slots, err = tables.get(slotInputs(s.Scheduler, s.Backends, sortedConfigured, cs.TableSize), func() ([]int, error) {
-		return slots(s.Scheduler, s.Backends, sortedConfigured, cs.TableSize)
+	size := cs.TableSize
+	if size == 0 && s.Scheduler == "maglev" {
+		// Every backend counts, drained and fallen ones too: draining or a health change never
+		// resizes the table (which would move almost every flow's slot).
+		size = defaultSize(len(s.Backends))
+	}
+	s.Slots, err = tables.get(slotInputs(s.Scheduler, s.Backends, sortedConfigured, size), func() ([]int, error) {
+		return slots(s.Scheduler, s.Backends, sortedConfigured, size)
 	})
 	return s, err
 }
@@ -237,11 +254,6 @@ func slots(scheduler string, backends []Backend, configured []int, tableSize int
 		return interleave(weights), nil
 	}
 	m := tableSize
-	if m == 0 {
-		// Every backend counts, drained and fallen ones too: draining or a health change never
-		// resizes the table (which would move almost every flow's slot).
-		m = maglev.DefaultSize(len(backends))
-	}
 	table, err := maglevTable(backends, weights, m)
 	if err != nil || slices.Equal(weights, configured) || countPositive(configured) == 0 {
 		return table, err

@@ -64,14 +64,24 @@ func TestSchedulersShares(t *testing.T) {
 }
 
 func TestMaglevTableSize(t *testing.T) {
-	p := mustPlan(t, service("maglev", 1, 1, 1))
-	if n := len(p.Services[0].Slots); n != 1021 {
-		t.Fatalf("default M = %d, want 1021", n)
+	for _, tc := range []struct {
+		datapath string
+		weights  []int
+		want     int
+		why      string
+	}{
+		{"ebpf", []int{1, 1, 1}, 1021, "the paper's size on ebpf"},
+		{"ebpf", []int{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0}, 2053, "11 backends, one drained: drained backends count"},
+		{"nft", []int{1, 1, 1}, 61, "a compact table on nft"},
+		{"nft", []int{1, 1, 1, 1, 1, 1}, 127, "6 backends"},
+		{"nft", []int{1, 1, 1, 1, 1, 1, 0}, 251, "7 backends, one drained: drained backends count"},
+	} {
+		p := mustPlan(t, "datapath: "+tc.datapath+"\n"+service("maglev", tc.weights...))
+		if n := len(p.Services[0].Slots); n != tc.want {
+			t.Errorf("%s, %d backends: M = %d, want %d (%s)", tc.datapath, len(tc.weights), n, tc.want, tc.why)
+		}
 	}
-	if n := len(mustPlan(t, service("maglev", 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0)).Services[0].Slots); n != 2053 {
-		t.Fatalf("M = %d for 11 backends, one drained; want 2053: drained backends count", n)
-	}
-	p = mustPlan(t, service("maglev", 1, 1)+"  table_size: 65537\n")
+	p := mustPlan(t, service("maglev", 1, 1)+"  table_size: 65537\n")
 	if n := len(p.Services[0].Slots); n != 65537 {
 		t.Fatalf("M = %d, want 65537", n)
 	}
@@ -100,8 +110,9 @@ func TestBuildIsDeterministic(t *testing.T) {
 }
 
 func TestDiff(t *testing.T) {
-	old := mustPlan(t, service("maglev", 1, 1, 1, 1))
-	removed := mustPlan(t, service("maglev", 1, 1, 1, 0))
+	const ebpf = "datapath: ebpf\n"
+	old := mustPlan(t, ebpf+service("maglev", 1, 1, 1, 1))
+	removed := mustPlan(t, ebpf+service("maglev", 1, 1, 1, 0))
 	c := Diff(old, removed)
 	if !reflect.DeepEqual(c.Changed, []string{"web"}) || len(c.Added)+len(c.Removed) != 0 {
 		t.Fatalf("diff %+v", c)
@@ -109,8 +120,13 @@ func TestDiff(t *testing.T) {
 	if m := c.Moved["web"]; m < 0.24 || m > 0.26 {
 		t.Fatalf("weighting 1 of 4 backends to 0 moved %.3f of slots, want ~0.25", m)
 	}
-	grown := mustPlan(t, service("maglev", 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1)) // 11 backends: M 1021 -> 2053
-	ten := mustPlan(t, service("maglev", 1, 1, 1, 1, 1, 1, 1, 1, 1, 1))
+	// A compact table (nft: M = 127 for 4 backends) is less close to minimal disruption: a few
+	// slots of other backends move too.
+	if m := Diff(mustPlan(t, service("maglev", 1, 1, 1, 1)), mustPlan(t, service("maglev", 1, 1, 1, 0))).Moved["web"]; m < 0.24 || m > 0.30 {
+		t.Fatalf("nft: weighting 1 of 4 backends to 0 moved %.3f of slots, want 0.25-0.30", m)
+	}
+	grown := mustPlan(t, ebpf+service("maglev", 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1)) // 11 backends: M 1021 -> 2053
+	ten := mustPlan(t, ebpf+service("maglev", 1, 1, 1, 1, 1, 1, 1, 1, 1, 1))
 	if m := Diff(ten, grown).Moved["web"]; m < 0.85 || m > 0.95 {
 		t.Fatalf("a resized table moved %.3f of new flows, want ~10/11 (a new size re-spreads them)", m)
 	}
