@@ -5,10 +5,12 @@ import (
 	"crypto/subtle"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // RequireToken lets through only the requests carrying "Authorization: Bearer <token>" and
-// answers the others with 401; an empty token lets nothing through. The TCP listener needs it.
+// answers the others with 401 as soon as their headers are in, without reading their body, and
+// closes their connection; an empty token lets nothing through. The TCP listener needs it.
 func RequireToken(token string, h http.Handler) http.Handler {
 	// Comparing digests keeps the comparison constant-time in the token's length too.
 	want := sha256.Sum256([]byte(token))
@@ -27,8 +29,15 @@ func RequireToken(token string, h http.Handler) http.Handler {
 	})
 }
 
-// unauthorized answers 401 with the challenge and a JSON error.
+// unauthorized answers 401 with the challenge and a JSON error, and closes the connection
+// without reading the request's body: net/http would otherwise read up to 256 KiB of it before
+// answering (to keep the connection alive) and again after, so a client that stalls its body
+// would hold the answer and the connection.
 func unauthorized(w http.ResponseWriter, challenge, message string) {
 	w.Header().Set("WWW-Authenticate", challenge)
+	w.Header().Set("Connection", "close") // answer at once, without reading the body first
 	writeError(w, &Error{Status: http.StatusUnauthorized, Message: message})
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	_ = rc.SetReadDeadline(time.Now()) // and read none of it after: the connection closes
 }

@@ -1,12 +1,16 @@
 package api
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestRequireToken(t *testing.T) {
@@ -47,5 +51,53 @@ func TestRequireEmptyTokenLetsNothingThrough(t *testing.T) {
 	h.ServeHTTP(rec, req)
 	if rec.Code != http.StatusUnauthorized {
 		t.Fatalf("empty token: %d, want 401", rec.Code)
+	}
+}
+
+// TestUnauthorizedDoesNotReadTheBody sends the headers of a large body, then stalls: the 401 must
+// come anyway, and the server must close the connection rather than wait for the body.
+func TestUnauthorizedDoesNotReadTheBody(t *testing.T) {
+	f := newFixture(t)
+	srv := httptest.NewServer(RequireToken("s3cret-s3cret-s3cret", f.handler))
+	t.Cleanup(srv.Close)
+	for name, header := range map[string]string{
+		"content-length": "Content-Length: 100000\r\n", // under net/http's 256 KiB it reads to keep the connection
+		"chunked":        "Transfer-Encoding: chunked\r\n",
+		"expect":         "Content-Length: 100000\r\nExpect: 100-continue\r\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			// A bound so that a broken server fails the test instead of hanging it; not a timing.
+			if err := conn.SetDeadline(time.Now().Add(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			request := "PUT /v1/config HTTP/1.1\r\nHost: sluice\r\nContent-Type: application/json\r\n" +
+				"Authorization: Bearer guess\r\n" + header + "\r\n"
+			if !strings.Contains(header, "Expect") {
+				request += "{" // the first byte of the body, and no more
+			}
+			if _, err := io.WriteString(conn, request); err != nil {
+				t.Fatal(err)
+			}
+			r := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(r, nil)
+			if err != nil {
+				t.Fatalf("no answer while the body stalls: %v", err)
+			}
+			if _, err := io.ReadAll(resp.Body); err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized || !resp.Close {
+				t.Fatalf("status %d, Connection: close %v; want 401 and a closed connection", resp.StatusCode, resp.Close)
+			}
+			if n, err := r.Read(make([]byte, 1)); err != io.EOF {
+				t.Fatalf("after the 401 the connection gave %d bytes, %v; want it closed (EOF)", n, err)
+			}
+		})
 	}
 }

@@ -1,13 +1,18 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 func TestUnixSocket(t *testing.T) {
@@ -76,5 +81,108 @@ func TestListenUnixReplacesOnlyStaleSockets(t *testing.T) {
 	}
 	if data, err := os.ReadFile(notSocket); err != nil || string(data) != "keep me" {
 		t.Fatalf("the regular file was touched: %q, %v", data, err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's writes and the test's reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestLimitListener(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged syncBuffer
+	l := LimitListener(inner, 2, slog.New(slog.NewTextHandler(&logged, nil)))
+	accepted := make(chan net.Conn)
+	acceptDone := make(chan error, 1)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				acceptDone <- err
+				return
+			}
+			accepted <- c
+		}
+	}()
+	var clients []net.Conn
+	t.Cleanup(func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	})
+	for range 3 {
+		c, err := net.Dial("tcp", inner.Addr().String()) // the kernel completes the handshake: it is in the backlog
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, c)
+	}
+	first, second := <-accepted, <-accepted
+	select {
+	case c := <-accepted:
+		t.Fatalf("a third connection was accepted (%s) while two were open", c.RemoteAddr())
+	case <-time.After(100 * time.Millisecond): // not a timing: only a chance for a wrong Accept to show
+	}
+	for !strings.Contains(logged.String(), "connection limit") {
+		time.Sleep(time.Millisecond) // Accept warns before it waits
+	}
+	if !strings.Contains(logged.String(), "limit=2") {
+		t.Errorf("the warning does not name the limit: %s", logged.String())
+	}
+	first.Close()
+	first.Close() // a second Close gives nothing back twice
+	third := <-accepted
+	second.Close()
+	third.Close()
+
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-acceptDone; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Accept after Close: %v, want net.ErrClosed", err)
+	}
+}
+
+func TestLimitListenerCloseEndsAWaitingAccept(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := LimitListener(inner, 1, slog.New(slog.DiscardHandler))
+	c, err := net.Dial("tcp", inner.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	held, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Accept() // waits at the limit
+		done <- err
+	}()
+	l.Close()
+	if err := <-done; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Accept at the limit after Close: %v, want net.ErrClosed", err)
 	}
 }

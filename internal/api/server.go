@@ -23,6 +23,34 @@ type Info struct {
 // MaxBodyBytes bounds a request body; a larger one is answered with 413.
 const MaxBodyBytes = 1 << 20
 
+// The timeouts of every listener of the daemon (NewServer). They bound how long a connection
+// holds a file descriptor without doing its part: a silent new connection lasts ReadHeaderTimeout,
+// a slow body ReadTimeout, a client that does not read its answer WriteTimeout, an idle kept-alive
+// connection IdleTimeout.
+const (
+	ReadHeaderTimeout = 10 * time.Second
+	// ReadTimeout covers the headers and the body; a handler's own work is not counted.
+	ReadTimeout = 30 * time.Second
+	// WriteTimeout runs from the end of the headers to the end of the answer, so it must outlast
+	// the longest answer, a long poll of /v1/events (MaxEventWait).
+	WriteTimeout   = MaxEventWait + 30*time.Second
+	IdleTimeout    = time.Minute
+	MaxHeaderBytes = 64 << 10
+)
+
+// NewServer returns an HTTP server of h with the daemon's timeouts and header limit; the API
+// listeners and the metrics listener use it.
+func NewServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		ReadTimeout:       ReadTimeout,
+		WriteTimeout:      WriteTimeout,
+		IdleTimeout:       IdleTimeout,
+		MaxHeaderBytes:    MaxHeaderBytes,
+	}
+}
+
 // NewHandler serves the API of e.
 func NewHandler(e *engine.Engine, info Info) http.Handler {
 	s := &server{engine: e, info: info}
