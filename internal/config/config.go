@@ -21,6 +21,8 @@ type Config struct {
 	Datapath string `yaml:"datapath,omitempty" json:"datapath,omitempty"`
 	// Attach is where the ebpf datapath's program runs: "tc" (default, tcx ingress) or "xdp".
 	Attach string `yaml:"attach,omitempty" json:"attach,omitempty"`
+	// State says how the running config outlives the daemon: persist, path (see persist.go).
+	State State `yaml:"state,omitempty" json:"state,omitzero"`
 	// Interfaces lists the devices traffic for the VIPs arrives on (nft: dsr only; ebpf: the
 	// program's interfaces); empty means every non-loopback interface that is up.
 	Interfaces []string `yaml:"interfaces,omitempty" json:"interfaces,omitempty"`

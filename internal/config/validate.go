@@ -51,6 +51,7 @@ func (c *Config) Validate() Errors {
 			fail("ebpf.maglev_slots", "%d is out of range %d-%d", n, MinMaglevSlots, MaxMaglevSlots)
 		}
 	}
+	c.State.validate(fail)
 	for i, name := range c.Interfaces {
 		if !validInterfaceName(name) {
 			fail(fmt.Sprintf("interfaces[%d]", i), "%q is not an interface name (%s)", name, interfaceNameRule)
