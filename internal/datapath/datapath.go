@@ -25,6 +25,15 @@ type Datapath interface {
 	Flush(ctx context.Context) error
 }
 
+// Watcher is a Datapath that notices at once when someone else changes what it programmed (a
+// deleted table, pin or link), rather than at the next periodic resync.
+type Watcher interface {
+	// Watch starts watching the kernel state of the calling thread's network namespace and
+	// returns; until ctx ends it calls changed, with what changed, after a change not its own
+	// (a burst of changes makes one call). The caller repairs through Resync and Apply.
+	Watch(ctx context.Context, changed func(what string)) error
+}
+
 // ServiceReader is a Datapath that can read one service back without reading all of them.
 type ServiceReader interface {
 	// ServiceStatus reads the named service as Status would; found is false when it is not programmed.

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,6 +62,7 @@ type Engine struct {
 	planner *plan.Builder // keeps the slot tables of unchanged services from plan to plan
 	events  *eventLog
 	dirty   chan struct{} // one pending reconcile
+	outside chan string   // changes others made to the datapath (datapath.Watcher), to repair at once
 
 	mu      sync.Mutex
 	cfg     *config.Config
@@ -86,7 +88,7 @@ func New(cfg *config.Config, opts Options) *Engine {
 	}
 	e := &Engine{
 		opts: opts, log: opts.Log, dp: opts.Datapath, planner: plan.NewBuilder(), events: newEventLog(),
-		dirty: make(chan struct{}, 1), cfg: cfg, resets: map[string]bool{}, drains: map[string]*drain{},
+		dirty: make(chan struct{}, 1), outside: make(chan string, 16), cfg: cfg, resets: map[string]bool{}, drains: map[string]*drain{},
 	}
 	e.prober = opts.Prober
 	if e.prober == nil {
@@ -105,9 +107,11 @@ func (e *Engine) Run(ctx context.Context) error {
 		defer monitor.Close()
 	}
 	e.trigger()
+	e.watch(ctx)
 	resync := time.NewTicker(e.opts.Resync)
 	defer resync.Stop()
 	var retry <-chan time.Time
+	var outside []string // what others changed, repaired by the next successful reconcile
 	for {
 		force := false
 		select {
@@ -118,10 +122,17 @@ func (e *Engine) Run(ctx context.Context) error {
 			force = true
 		case <-retry:
 			force = true
+		case what := <-e.outside:
+			outside = append(outside, what)
 		}
 		retry = nil
-		if err := e.reconcile(ctx, force); err != nil && ctx.Err() == nil {
+		err := e.reconcile(ctx, force || len(outside) > 0)
+		if err != nil && ctx.Err() == nil {
 			retry = time.After(time.Second)
+		}
+		if err == nil && len(outside) > 0 {
+			e.publish(Event{Type: EventDatapathRepaired, Message: "datapath changed outside Sluice: repaired (" + strings.Join(outside, "; ") + ")"})
+			outside = nil
 		}
 		// Fold whatever arrives during the pause into the next reconcile.
 		select {
@@ -129,6 +140,25 @@ func (e *Engine) Run(ctx context.Context) error {
 			return nil
 		case <-time.After(e.opts.MinApplyInterval):
 		}
+	}
+}
+
+// watch makes a datapath that can tell when others change what it programmed report it to Run,
+// which repairs at once rather than at the next resync.
+func (e *Engine) watch(ctx context.Context) {
+	w, ok := e.dp.(datapath.Watcher)
+	if !ok {
+		return
+	}
+	err := w.Watch(ctx, func(what string) {
+		select {
+		case e.outside <- what:
+		default: // a repair is pending already; this change is noted in the log only
+			e.log.Warn("datapath changed outside Sluice", "what", what)
+		}
+	})
+	if err != nil {
+		e.log.Warn("not watching the datapath: changes made by others wait for the periodic resync", "err", err)
 	}
 }
 

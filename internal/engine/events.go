@@ -27,6 +27,8 @@ const (
 	EventDrainCanceled = "drain_canceled"
 	EventConfigChanged = "config_changed"
 	EventApplyFailed   = "apply_failed"
+	// EventDatapathRepaired: someone else changed what the datapath programmed; it was repaired.
+	EventDatapathRepaired = "datapath_repaired"
 )
 
 // eventLogSize is how many events are kept for late readers.
