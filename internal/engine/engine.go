@@ -15,6 +15,7 @@ import (
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/health"
 	"github.com/sluicelb/sluice/internal/plan"
+	"github.com/sluicelb/sluice/internal/state"
 )
 
 // Prober runs the health checks; health.Monitor is the real one.
@@ -42,6 +43,8 @@ type Options struct {
 	DrainPoll time.Duration
 	// OnApply observes every datapath apply (metrics).
 	OnApply func(took time.Duration, err error)
+	// State keeps the running config across restarts: every change is saved to it (nil: none is).
+	State *state.Store
 }
 
 // ApplyStats summarise the datapath applies so far.
@@ -70,6 +73,7 @@ type Engine struct {
 	resets  map[string]bool   // "service/backend" whose flows are dropped once it is out of the table
 	drains  map[string]*drain // by "service/backend"
 	stats   ApplyStats
+	saving  saving
 }
 
 // New returns an engine for a validated config; Run starts it.
@@ -94,6 +98,7 @@ func New(cfg *config.Config, opts Options) *Engine {
 	if e.prober == nil {
 		e.prober = health.NewMonitor(opts.Log, e.HealthChanged)
 	}
+	e.startSaving()
 	return e
 }
 
@@ -120,6 +125,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		case <-e.dirty:
 		case <-resync.C:
 			force = true
+			e.retrySave()
 		case <-retry:
 			force = true
 		case what := <-e.outside:

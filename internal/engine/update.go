@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/plan"
+	"github.com/sluicelb/sluice/internal/state"
 )
 
 // ErrNotFound is returned (wrapped) when a service or backend named by the caller does not exist.
@@ -30,30 +31,45 @@ func (e *Engine) Config() *config.Config {
 // dryRun, becomes the running config and is reconciled. It returns what the change does to the plan
 // (which services change and the share of each one's new flows that moves). On any error nothing
 // changes.
+// A change that takes effect is saved (Options.State) before Update returns.
 func (e *Engine) Update(dryRun bool, why string, mutate Mutation) (plan.Change, error) {
+	return e.update(dryRun, why, nil, mutate)
+}
+
+// update is Update; from is the config file's version when the change is a reload of that file.
+func (e *Engine) update(dryRun bool, why string, from *state.Origin, mutate Mutation) (plan.Change, error) {
+	change, saved, err := e.apply(dryRun, why, from, mutate)
+	if err == nil && !dryRun {
+		e.save(saved)
+	}
+	return change, err
+}
+
+// apply makes the change of update, and returns what to save.
+func (e *Engine) apply(dryRun bool, why string, from *state.Origin, mutate Mutation) (plan.Change, snapshot, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	next := e.cfg.Clone()
 	if err := mutate(next); err != nil {
-		return plan.Change{}, err
+		return plan.Change{}, snapshot{}, err
 	}
 	if errs := next.Validate(); len(errs) > 0 {
-		return plan.Change{}, errs
+		return plan.Change{}, snapshot{}, errs
 	}
 	if errs := sameDatapath(e.cfg, next); len(errs) > 0 {
-		return plan.Change{}, errs
+		return plan.Change{}, snapshot{}, errs
 	}
 	before, err := e.planner.Build(e.cfg, e.available(e.cfg))
 	if err != nil {
-		return plan.Change{}, err
+		return plan.Change{}, snapshot{}, err
 	}
 	after, err := e.planner.Build(next, e.available(next))
 	if err != nil {
-		return plan.Change{}, err
+		return plan.Change{}, snapshot{}, err
 	}
 	change := plan.Diff(before, after)
 	if dryRun {
-		return change, nil
+		return change, snapshot{}, nil
 	}
 	e.cfg = next
 	e.prober.Set(probes(next))
@@ -62,28 +78,37 @@ func (e *Engine) Update(dryRun bool, why string, mutate Mutation) (plan.Change, 
 		e.publish(Event{Type: EventConfigChanged, Message: describe(why, change)})
 	}
 	e.trigger()
-	return change, nil
+	return change, e.changed(next, from), nil
 }
 
-// Replace makes cfg the running config (a reload); see Update.
+// Replace makes cfg, a whole config sent through the API, the running config; see Update. Its
+// state section must be the running one, or absent.
 func (e *Engine) Replace(dryRun bool, why string, cfg *config.Config) (plan.Change, error) {
 	return e.Update(dryRun, why, func(running *config.Config) error {
-		*running = *cfg.Clone()
+		next := cfg.Clone()
+		if err := keepState(running, next); err != nil {
+			return err
+		}
+		*running = *next
 		return nil
 	})
 }
 
-// Reload reads the config file again and makes it the running config; a file that does not load
-// or validate is rejected with its errors and the running config stays.
+// Reload reads the config file again and makes it the running config, replacing what the state
+// file held; a file that does not load or validate is rejected with its errors and the running
+// config stays.
 func (e *Engine) Reload() (plan.Change, error) {
 	if e.opts.ConfigPath == "" {
 		return plan.Change{}, errors.New("reload: the daemon was started without a config file")
 	}
-	cfg, err := config.Load(e.opts.ConfigPath)
+	cfg, origin, err := state.ReadConfigFile(e.opts.ConfigPath)
 	if err != nil {
 		return plan.Change{}, err
 	}
-	return e.Replace(false, "reload of "+e.opts.ConfigPath, cfg)
+	return e.update(false, "reload of "+e.opts.ConfigPath, &origin, func(running *config.Config) error {
+		*running = *cfg
+		return nil
+	})
 }
 
 // sameDatapath refuses a change of the datapath or of where it attaches: the daemon holds one
