@@ -18,8 +18,8 @@ type Datapath interface {
 	Resync()
 	// Status reads back what the kernel holds, with counters.
 	Status(ctx context.Context) ([]ServiceStatus, error)
-	// ResetFlows drops the established flows from a service's clients to one of its backends, so
-	// that they fail fast and reconnect elsewhere; it returns how many flows were dropped.
+	// ResetFlows drops the flows from a service's clients to one of its backends, established or
+	// not, so that they fail fast and reconnect elsewhere; it returns how many flows were dropped.
 	ResetFlows(ctx context.Context, s *plan.Service, b plan.Backend) (int, error)
 	// Flush removes everything the datapath owns.
 	Flush(ctx context.Context) error
@@ -32,6 +32,15 @@ type Watcher interface {
 	// returns; until ctx ends it calls changed, with what changed, after a change not its own
 	// (a burst of changes makes one call). The caller repairs through Resync and Apply.
 	Watch(ctx context.Context, changed func(what string)) error
+}
+
+// StaleFlowDropper is a Datapath whose flow table hands a flow that carries no connection (a
+// handshake, a closing or closed connection, an unanswered datagram flow) to a new connection
+// reusing its tuple, with its backend: conntrack does.
+type StaleFlowDropper interface {
+	// DropStaleFlows drops those flows from a service's clients to one of its backends, keeping
+	// the established ones; it returns how many it dropped.
+	DropStaleFlows(ctx context.Context, s *plan.Service, b plan.Backend) (int, error)
 }
 
 // ServiceReader is a Datapath that can read one service back without reading all of them.

@@ -70,7 +70,7 @@ type Engine struct {
 	mu      sync.Mutex
 	cfg     *config.Config
 	applied *plan.Plan        // last plan the datapath accepted
-	resets  map[string]bool   // "service/backend" whose flows are dropped once it is out of the table
+	resets  map[string]bool   // "service/backend" whose flows go once it is out of the table: all (true) or those not established
 	drains  map[string]*drain // by "service/backend"
 	stats   ApplyStats
 	saving  saving
@@ -221,26 +221,41 @@ func (e *Engine) applyFailed(err error) error {
 	return err
 }
 
-// resetFlows drops the flows of backends that fell with on_failure: reset, once the applied plan
-// no longer sends new flows to them (else the dropped clients would come straight back).
+// resetFlows drops the flows of fallen backends once the applied plan no longer sends new flows
+// to them (else the dropped clients would come straight back): every flow under on_failure:
+// reset; otherwise those that are not established, which a client reusing a source port would
+// follow to the fallen backend (a datapath.StaleFlowDropper's).
 func (e *Engine) resetFlows(ctx context.Context, p *plan.Plan) error {
 	e.mu.Lock()
 	pending := e.resets
 	e.resets = map[string]bool{}
 	e.mu.Unlock()
+	stale, canDropStale := e.dp.(datapath.StaleFlowDropper)
 	var errs []error
-	for key := range pending {
+	for key, all := range pending {
 		s, b, ok := p.Backend(key)
-		if !ok || b.Weight > 0 {
+		if !ok || b.Weight > 0 || !all && !canDropStale {
 			continue // removed meanwhile, or back up before its flows were dropped
 		}
-		n, err := e.dp.ResetFlows(ctx, s, b)
+		var n int
+		var err error
+		if all {
+			n, err = e.dp.ResetFlows(ctx, s, b)
+		} else {
+			n, err = stale.DropStaleFlows(ctx, s, b)
+		}
 		if err != nil {
 			errs = append(errs, err)
 			e.log.Error("resetting flows failed", "service", s.Name, "backend", b.ID(), "err", err)
 			continue
 		}
-		e.publish(Event{Type: EventFlowsReset, Service: s.Name, Backend: b.ID(), Message: plural(n, "flow") + " dropped (on_failure: reset)"})
+		switch {
+		case all:
+			e.publish(Event{Type: EventFlowsReset, Service: s.Name, Backend: b.ID(), Message: plural(n, "flow") + " dropped (on_failure: reset)"})
+		case n > 0:
+			e.publish(Event{Type: EventFlowsReset, Service: s.Name, Backend: b.ID(),
+				Message: plural(n, "flow") + " not established dropped (on_failure: inhibit keeps the established ones)"})
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -80,7 +80,8 @@ func (e *Engine) available(cfg *config.Config) plan.Availability {
 }
 
 // HealthChanged is told by the prober that a probe went up or down: every service using that
-// probe is re-planned, and a fall of a service with on_failure: reset schedules its flows' reset.
+// probe is re-planned, and a fall schedules the reset of the backend's flows: all of them with
+// on_failure: reset, those not established otherwise.
 func (e *Engine) HealthChanged(st health.Status) {
 	e.mu.Lock()
 	var affected []string
@@ -100,8 +101,8 @@ func (e *Engine) HealthChanged(st health.Status) {
 				continue
 			}
 			affected = append(affected, s.Name+"/"+pb.ID())
-			if !st.Up && s.HealthCheck.OnFailure == "reset" {
-				e.resets[s.Name+"/"+pb.ID()] = true
+			if key := s.Name + "/" + pb.ID(); !st.Up {
+				e.resets[key] = e.resets[key] || s.HealthCheck.OnFailure == "reset"
 			}
 		}
 	}

@@ -18,13 +18,18 @@ type Datapath struct {
 	resyncs int
 	fail    error
 	active  map[string]uint64 // service/backend ID -> active flows
+	stale   map[string]uint64 // service/backend ID -> flows that are not established
 	resets  []string          // service/backend ID, in call order
+	drops   []string          // service/backend ID of DropStaleFlows, in call order
 }
 
-var _ datapath.Datapath = (*Datapath)(nil)
+var (
+	_ datapath.Datapath         = (*Datapath)(nil)
+	_ datapath.StaleFlowDropper = (*Datapath)(nil)
+)
 
 // New returns an empty fake datapath.
-func New() *Datapath { return &Datapath{active: map[string]uint64{}} }
+func New() *Datapath { return &Datapath{active: map[string]uint64{}, stale: map[string]uint64{}} }
 
 // Apply records the plan, or returns the error set by FailWith without recording anything.
 func (d *Datapath) Apply(_ context.Context, p *plan.Plan) error {
@@ -70,14 +75,26 @@ func (d *Datapath) Status(context.Context) ([]datapath.ServiceStatus, error) {
 	return out, nil
 }
 
-// ResetFlows records the call and clears the backend's active flows.
+// ResetFlows records the call and clears the backend's flows, active and stale.
 func (d *Datapath) ResetFlows(_ context.Context, s *plan.Service, b plan.Backend) (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	key := s.Name + "/" + b.ID()
-	n := d.active[key]
+	n := d.active[key] + d.stale[key]
 	delete(d.active, key)
+	delete(d.stale, key)
 	d.resets = append(d.resets, key)
+	return int(n), nil
+}
+
+// DropStaleFlows records the call and clears the backend's stale flows.
+func (d *Datapath) DropStaleFlows(_ context.Context, s *plan.Service, b plan.Backend) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	key := s.Name + "/" + b.ID()
+	n := d.stale[key]
+	delete(d.stale, key)
+	d.drops = append(d.drops, key)
 	return int(n), nil
 }
 
@@ -122,6 +139,21 @@ func (d *Datapath) SetActiveFlows(service, backend string, n uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.active[service+"/"+backend] = n
+}
+
+// SetStaleFlows sets the flows that are not established (not counted as active) of a backend ID
+// of a service.
+func (d *Datapath) SetStaleFlows(service, backend string, n uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stale[service+"/"+backend] = n
+}
+
+// StaleDrops lists the "service/backend" pairs DropStaleFlows was called for, in order.
+func (d *Datapath) StaleDrops() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.drops...)
 }
 
 // Resets lists the "service/backend" pairs ResetFlows was called for, in order.

@@ -1,16 +1,14 @@
 package nft
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 
@@ -32,28 +30,12 @@ type natFlow struct {
 	backend netip.AddrPort
 }
 
-func natFlowOf(c *netlink.ConntrackFlow) natFlow {
-	vip, _ := netip.AddrFromSlice(c.Forward.DstIP)
-	backend, _ := netip.AddrFromSlice(c.Reverse.SrcIP)
-	return natFlow{
-		proto: c.Forward.Protocol, vip: vip.Unmap(), vport: c.Forward.DstPort,
-		backend: netip.AddrPortFrom(backend.Unmap(), c.Reverse.SrcPort),
-	}
-}
-
 // translated tells whether the flow's destination was rewritten (DNAT): only those can be balanced.
 func (f natFlow) translated() bool { return f.backend != netip.AddrPortFrom(f.vip, f.vport) }
 
-// isActive tells whether a conntrack entry is an active flow.
-func isActive(c *netlink.ConntrackFlow) bool {
-	tcp, ok := c.ProtoInfo.(*netlink.ProtoInfoTCP)
-	return !ok || tcp.State == nl.TCP_CONNTRACK_ESTABLISHED
-}
-
 var protoNumbers = map[string]uint8{"tcp": unix.IPPROTO_TCP, "udp": unix.IPPROTO_UDP}
 
-// natTarget selects the flows from a service's clients to one of its backends. As a conntrack
-// filter it selects the active ones.
+// natTarget selects the flows from a service's clients to one of its backends.
 type natTarget struct {
 	proto   uint8
 	vip     netip.Addr
@@ -72,18 +54,6 @@ func (t natTarget) has(f natFlow) bool {
 	}
 	return f.proto == t.proto && f.vip == t.vip && t.ports.Contains(int(f.vport)) &&
 		f.backend == netip.AddrPortFrom(t.backend.Addr, port)
-}
-
-// MatchConntrackFlow implements netlink.CustomConntrackFilter.
-func (t natTarget) MatchConntrackFlow(c *netlink.ConntrackFlow) bool {
-	return isActive(c) && t.has(natFlowOf(c))
-}
-
-func conntrackFamily(v ipv) netlink.InetFamily {
-	if v == ipv6 {
-		return netlink.FAMILY_V6
-	}
-	return netlink.FAMILY_V4
 }
 
 // liveFlows counts the active flows of every programmed service, read once per Status.
@@ -135,16 +105,15 @@ func (d *Datapath) readLiveFlows(ctx context.Context, src liveSources) (*liveFlo
 	return live, nil
 }
 
-// addConntrack counts the active translated entries of one IP version. An interrupted dump (the
-// table changed meanwhile) still counts what it read.
-func (l *liveFlows) addConntrack(family netlink.InetFamily) error {
-	entries, err := netlink.ConntrackTableList(netlink.ConntrackTable, family)
-	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
-		return fmt.Errorf("reading conntrack: %w", err)
+// addConntrack counts the active translated entries of one address family.
+func (l *liveFlows) addConntrack(family uint8) error {
+	entries, err := dumpConntrack(family)
+	if err != nil {
+		return err
 	}
-	for _, c := range entries {
-		if f := natFlowOf(c); isActive(c) && f.translated() {
-			l.nat[f]++
+	for _, e := range entries {
+		if e.active() && e.flow.translated() {
+			l.nat[e.flow]++
 		}
 	}
 	return nil
@@ -173,18 +142,65 @@ func (d *Datapath) flowMarks(ctx context.Context, flows string) (map[string]uint
 	return marks, nil
 }
 
-// resetNATFlows deletes the active conntrack entries of a backend's flows: the client's next
-// packet is balanced anew, and a TCP segment reaching a backend that does not know its
-// connection is answered with a reset.
-func resetNATFlows(s *plan.Service, b plan.Backend) (int, error) {
+// flowStates chooses which of a backend's conntrack entries are deleted.
+type flowStates int
+
+const (
+	// everyState: every entry, established or not (on_failure: reset).
+	everyState flowStates = iota
+	// unestablished: every entry but established TCP connections and answered datagram flows,
+	// which a new connection reusing the tuple would otherwise follow to the backend.
+	unestablished
+)
+
+func (w flowStates) selects(e ctEntry) bool { return w == everyState || !e.established() }
+
+// dropNATFlows deletes the conntrack entries of a backend's flows in the states chosen. The
+// client's next packet of a deleted flow is balanced anew, and a TCP segment reaching a backend
+// that does not know its connection is answered with a reset.
+func dropNATFlows(s *plan.Service, b plan.Backend, states flowStates) (int, error) {
 	t := natTargetOf(s.Protocol, s.VIP, s.Ports, b)
-	n, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, conntrackFamily(ipvOf(s.VIP)), t)
-	// An interrupted dump alone (the table changed meanwhile) still deleted what it read; joined
-	// with other errors, some deletions failed.
-	if err != nil && err != netlink.ErrDumpInterrupted {
-		return int(n), fmt.Errorf("deleting conntrack entries of %s: %w", b.ID(), err)
+	family := conntrackFamily(ipvOf(s.VIP))
+	entries, err := dumpConntrack(family)
+	if err != nil {
+		return 0, fmt.Errorf("deleting conntrack entries of %s: %w", b.ID(), err)
 	}
-	return int(n), nil
+	n, failed := 0, 0
+	var first error
+	for _, e := range entries {
+		if !t.has(e.flow) || !states.selects(e) {
+			continue
+		}
+		deleted, err := deleteCTEntry(family, e)
+		if err != nil {
+			failed++
+			first = cmp.Or(first, err)
+		}
+		if deleted {
+			n++
+		}
+	}
+	if failed > 0 {
+		return n, fmt.Errorf("deleting conntrack entries of %s: %d of %d failed: %w", b.ID(), failed, n+failed, first)
+	}
+	return n, nil
+}
+
+// resetNATFlows deletes every conntrack entry of a backend's flows: the established ones, and
+// those a new connection reusing their tuple would follow to the backend.
+func resetNATFlows(s *plan.Service, b plan.Backend) (int, error) {
+	return dropNATFlows(s, b, everyState)
+}
+
+// DropStaleFlows deletes the conntrack entries of a backend's nat and fullnat flows that are not
+// established (handshakes, closing and closed connections, unanswered datagram flows), which a
+// new connection reusing their tuple would follow to the backend. A dsr flow map element holds no
+// state to tell them apart: dsr flows are left alone.
+func (d *Datapath) DropStaleFlows(_ context.Context, s *plan.Service, b plan.Backend) (int, error) {
+	if s.Mode == "dsr" {
+		return 0, nil
+	}
+	return dropNATFlows(s, b, unestablished)
 }
 
 // resetAttempts bounds the retries of a dsr reset that raced with the packet path.

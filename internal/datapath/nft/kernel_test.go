@@ -503,7 +503,7 @@ func TestKernelNATFlows(t *testing.T) {
 				after := twoBackendPlan(mode, 1, dns, web) // new flows go to 10.91.2.12
 				apply(t, d, after)
 				webAfter := &after.Services[1]
-				resetFlows(t, d, webAfter, backend11, 1)
+				resetFlows(t, d, webAfter, backend11, 2) // the held connection and the closed one
 				resetFlows(t, d, webAfter, backend11, 0)
 				if got := backendsOf(t, d, "web")["10.91.2.11"].ActiveFlows; got != 0 {
 					t.Errorf("after ResetFlows, backend 10.91.2.11 has %d active flows", got)

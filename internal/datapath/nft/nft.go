@@ -443,8 +443,8 @@ func deref(v *uint64) uint64 {
 	return *v
 }
 
-// ResetFlows drops the active flows from a service's clients to one of its backends: conntrack
-// entries under nat and fullnat, flow map elements under dsr. It returns how many it dropped.
+// ResetFlows drops the flows from a service's clients to one of its backends: conntrack entries
+// in every state under nat and fullnat, flow map elements under dsr. It returns how many it dropped.
 func (d *Datapath) ResetFlows(ctx context.Context, s *plan.Service, b plan.Backend) (int, error) {
 	if s.Mode == "dsr" {
 		return d.resetDSRFlows(ctx, s, b)
