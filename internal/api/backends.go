@@ -29,7 +29,7 @@ func (s *server) addBackend(w http.ResponseWriter, r *http.Request) error {
 	}
 	ref, valid := backendRef(b)
 	var at string
-	change, err := s.engine.Update(dry, fmt.Sprintf("api: add backend %s to %s", ref, name), func(cfg *config.Config) error {
+	change, err := s.update(r, dry, fmt.Sprintf("api: add backend %s to %s", ref, name), func(cfg *config.Config) error {
 		svc, i, err := engine.FindService(cfg, name)
 		if err != nil {
 			return err
@@ -69,7 +69,7 @@ func (s *server) patchBackend(w http.ResponseWriter, r *http.Request) error {
 	if body.Weight == nil {
 		return invalid("weight", "missing: send {\"weight\": N}")
 	}
-	change, err := s.setWeight(dry, name, ref, *body.Weight)
+	change, err := s.setWeight(r, dry, name, ref, *body.Weight)
 	if err != nil {
 		return err
 	}
@@ -82,7 +82,7 @@ func (s *server) removeBackend(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	change, err := s.engine.Update(dry, fmt.Sprintf("api: remove backend %s of %s", ref, name), func(cfg *config.Config) error {
+	change, err := s.update(r, dry, fmt.Sprintf("api: remove backend %s of %s", ref, name), func(cfg *config.Config) error {
 		svc, _, err := engine.FindService(cfg, name)
 		if err != nil {
 			return err
@@ -101,9 +101,9 @@ func (s *server) removeBackend(w http.ResponseWriter, r *http.Request) error {
 }
 
 // setWeight sets the weight of a service's backend; validation errors name the field "weight".
-func (s *server) setWeight(dry bool, service, ref string, weight int) (plan.Change, error) {
+func (s *server) setWeight(r *http.Request, dry bool, service, ref string, weight int) (plan.Change, error) {
 	var at string
-	change, err := s.engine.Update(dry, fmt.Sprintf("api: weight of %s backend %s set to %d", service, ref, weight), func(cfg *config.Config) error {
+	change, err := s.update(r, dry, fmt.Sprintf("api: weight of %s backend %s set to %d", service, ref, weight), func(cfg *config.Config) error {
 		svc, i, err := engine.FindService(cfg, service)
 		if err != nil {
 			return err
@@ -143,7 +143,7 @@ func (s *server) backendView(ctx context.Context, service, ref string) (engine.B
 	}
 	// The view lists the configured backends in config order, then the sorry servers; the
 	// address check catches a change made between the two reads.
-	if j < len(view.Backends) && !view.Backends[j].Sorry && view.Backends[j].Address == canonicalAddress(b.Address) {
+	if j < len(view.Backends) && !view.Backends[j].Sorry && view.Backends[j].Address == config.CanonicalAddress(b.Address) {
 		return view.Backends[j], nil
 	}
 	return engine.BackendView{}, fmt.Errorf("backend %q of service %s: %w", ref, service, engine.ErrNotFound)
@@ -176,13 +176,4 @@ func backendRef(b config.Backend) (ref string, valid bool) {
 		return b.Address, false
 	}
 	return netip.AddrPortFrom(addr.Unmap(), uint16(b.Port)).String(), true
-}
-
-// canonicalAddress writes an address the way the engine's views do.
-func canonicalAddress(text string) string {
-	addr, err := netip.ParseAddr(text)
-	if err != nil {
-		return text
-	}
-	return addr.Unmap().String()
 }

@@ -1,9 +1,7 @@
 package api
 
 import (
-	"bytes"
 	"errors"
-	"io"
 	"mime"
 	"net/http"
 	"slices"
@@ -12,6 +10,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/plan"
 )
 
 // configBodyName stands for the file name in the errors of a YAML config body.
@@ -42,11 +41,7 @@ func (s *server) putConfig(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := readConfig(r)
-	if err != nil {
-		return err
-	}
-	change, err := s.engine.Replace(dry, "api: replace config", cfg)
+	change, err := s.replaceConfig(r, dry, "api: replace config")
 	if err != nil {
 		return err
 	}
@@ -55,15 +50,23 @@ func (s *server) putConfig(w http.ResponseWriter, r *http.Request) error {
 
 // plan answers what replacing the running config with the body's would change, changing nothing.
 func (s *server) plan(w http.ResponseWriter, r *http.Request) error {
-	cfg, err := readConfig(r)
-	if err != nil {
-		return err
-	}
-	change, err := s.engine.Replace(true, "api: plan", cfg)
+	change, err := s.replaceConfig(r, true, "api: plan")
 	if err != nil {
 		return err
 	}
 	return respond(w, http.StatusOK, change)
+}
+
+// replaceConfig makes the body's config the running one (see server.update).
+func (s *server) replaceConfig(r *http.Request, dryRun bool, why string) (plan.Change, error) {
+	cfg, err := readConfig(r)
+	if err != nil {
+		return plan.Change{}, err
+	}
+	return s.update(r, dryRun, why, func(running *config.Config) error {
+		*running = *cfg
+		return nil
+	})
 }
 
 // reload reads the config file again, like SIGHUP.
@@ -89,32 +92,16 @@ func readConfig(r *http.Request) (*config.Config, error) {
 		if err := decodeJSON(data, &cfg); err != nil {
 			return nil, err
 		}
-		if errs := cfg.Validate(); len(errs) > 0 {
+		if errs := append(cfg.Missing(), cfg.Validate()...); len(errs) > 0 {
 			return nil, errs
 		}
 		return &cfg, nil
-	}
-	if err := oneYAMLDocument(data); err != nil {
-		return nil, err
 	}
 	cfg, err := config.Parse(configBodyName, data)
 	if err != nil && !errors.As(err, new(config.Errors)) {
 		return nil, invalid("", "%v", err)
 	}
 	return cfg, err
-}
-
-// oneYAMLDocument rejects a body of several YAML documents: config.Parse reads only the first.
-func oneYAMLDocument(data []byte) error {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		return nil // config.Parse reports it, with its line
-	}
-	if err := dec.Decode(&doc); !errors.Is(err, io.EOF) {
-		return invalid("", "the request body holds more than one YAML document")
-	}
-	return nil
 }
 
 // wantsYAML tells whether the client asks for YAML: ?format=yaml|json, else the Accept header.

@@ -59,6 +59,9 @@ func decodeJSON(data []byte, v any) error {
 	if trimmed[0] != '{' {
 		return invalid("", "the request body must be a JSON object")
 	}
+	if path, key, dup := duplicateKey(data); dup {
+		return invalid(path, "the key %q is already in this object: a key may be given once (keys match regardless of case)", key)
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -68,6 +71,72 @@ func decodeJSON(data []byte, v any) error {
 		return invalid("", "the request body holds more than one JSON value")
 	}
 	return nil
+}
+
+// duplicateKey finds a key given twice in one object of a JSON text, which encoding/json would
+// take silently, the last one winning, as it matches keys to fields regardless of case. It
+// returns the second key's path ("backends[1].weight") and the first key. JSON that does not
+// parse has none: decoding reports it.
+func duplicateKey(data []byte) (path, key string, dup bool) {
+	// scope is an object or array being read: where it is and what it has held so far.
+	type scope struct {
+		path  string
+		keys  map[string]string // an object's keys, folded to lower case, to the key as given; nil for an array
+		key   string            // the object's key whose value comes next, when keyed
+		keyed bool              // a key was read and its value comes next
+		index int               // the array's next index
+	}
+	// next is the path of the value about to be read in s, and steps past it.
+	next := func(s *scope) string {
+		if s.keys == nil {
+			s.index++
+			return fmt.Sprintf("%s[%d]", s.path, s.index-1)
+		}
+		s.keyed = false
+		if s.path == "" {
+			return s.key
+		}
+		return s.path + "." + s.key
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	stack := []*scope{{}}
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", "", false
+		}
+		top := stack[len(stack)-1]
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			s := &scope{path: top.path}
+			if len(stack) > 1 {
+				s.path = next(top)
+			}
+			if tok == json.Delim('{') {
+				s.keys = map[string]string{}
+			}
+			stack = append(stack, s)
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			if stack = stack[:len(stack)-1]; len(stack) == 1 {
+				return "", "", false
+			}
+			continue
+		}
+		if text, isKey := tok.(string); isKey && top.keys != nil && !top.keyed {
+			top.key, top.keyed = text, true
+			folded := strings.ToLower(text)
+			if first, seen := top.keys[folded]; seen {
+				return next(top), first, true
+			}
+			top.keys[folded] = text
+			continue
+		}
+		if len(stack) == 1 {
+			return "", "", false
+		}
+		next(top)
+	}
 }
 
 // jsonError explains why a body did not decode.

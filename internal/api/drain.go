@@ -26,7 +26,7 @@ func (s *server) drain(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if dry {
-		change, err := s.setWeight(true, name, ref, 0)
+		change, err := s.setWeight(r, true, name, ref, 0)
 		if err != nil {
 			return err
 		}

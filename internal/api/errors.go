@@ -60,16 +60,21 @@ func invalid(field, format string, args ...any) *Error {
 	return &Error{Status: http.StatusBadRequest, Message: msg, Field: field}
 }
 
-// writeError answers with err: an *Error as it is, validation failures with 400, the engine's
-// not-found and conflict with 404 and 409, an oversize body with 413, anything else with 500.
+// forbiddenChange is a change the client may not make (config.APIGuard): 403.
+type forbiddenChange struct{ errs config.Errors }
+
+func (f forbiddenChange) Error() string { return f.errs.Error() }
+
+// writeError answers with err: an *Error as it is, validation failures with 400, a forbidden
+// change with 403, the engine's not-found and conflict with 404 and 409, an oversize body with
+// 413, anything else with 500.
 func writeError(w http.ResponseWriter, err error) {
 	var answer *Error
-	var invalidConfig config.Errors
 	var tooLarge *http.MaxBytesError
-	switch {
+	switch fields, isFields := fieldAnswer(err, ""); {
 	case errors.As(err, &answer):
-	case errors.As(err, &invalidConfig):
-		answer = fieldErrors(invalidConfig, "")
+	case isFields:
+		answer = fields
 	case errors.As(err, &tooLarge):
 		answer = &Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("the request body is larger than %d bytes", tooLarge.Limit)}
 	case errors.Is(err, engine.ErrNotFound):
@@ -86,16 +91,29 @@ func writeError(w http.ResponseWriter, err error) {
 // where the request body went ("services[2]", "services[2].backends[0]"); other errors pass as
 // they are.
 func relativeTo(at string, err error) error {
-	var invalidConfig config.Errors
-	if at == "" || !errors.As(err, &invalidConfig) {
-		return err
+	if answer, ok := fieldAnswer(err, at); ok {
+		return answer
 	}
-	return fieldErrors(invalidConfig, at)
+	return err
 }
 
-// fieldErrors is the 400 answer to validation failures, their paths made relative to at.
-func fieldErrors(errs config.Errors, at string) *Error {
-	answer := &Error{Status: http.StatusBadRequest}
+// fieldAnswer is the answer to validation failures (400) or a forbidden change (403), their
+// paths made relative to at; ok is false for other errors.
+func fieldAnswer(err error, at string) (answer *Error, ok bool) {
+	var invalidConfig config.Errors
+	var forbidden forbiddenChange
+	switch {
+	case errors.As(err, &invalidConfig):
+		return fieldErrors(http.StatusBadRequest, invalidConfig, at), true
+	case errors.As(err, &forbidden):
+		return fieldErrors(http.StatusForbidden, forbidden.errs, at), true
+	}
+	return nil, false
+}
+
+// fieldErrors is the answer with status to errs, their paths made relative to at.
+func fieldErrors(status int, errs config.Errors, at string) *Error {
+	answer := &Error{Status: status}
 	lines := make([]string, len(errs))
 	for i, fe := range errs {
 		f := FieldError{Field: relativePath(fe.Path, at), Line: fe.Line, Message: fe.Msg}

@@ -41,7 +41,7 @@ func (s *server) addService(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var at string
-	change, err := s.engine.Update(dry, "api: add service "+svc.Name, func(cfg *config.Config) error {
+	change, err := s.update(r, dry, "api: add service "+svc.Name, func(cfg *config.Config) error {
 		if _, _, err := engine.FindService(cfg, svc.Name); err == nil {
 			return fmt.Errorf("service %q: %w", svc.Name, engine.ErrConflict)
 		}
@@ -71,7 +71,7 @@ func (s *server) putService(w http.ResponseWriter, r *http.Request) error {
 	}
 	svc.Name = name
 	var at string
-	change, err := s.engine.Update(dry, "api: replace service "+name, func(cfg *config.Config) error {
+	change, err := s.update(r, dry, "api: replace service "+name, func(cfg *config.Config) error {
 		_, i, err := engine.FindService(cfg, name)
 		if err != nil {
 			cfg.Services = append(cfg.Services, svc)
@@ -93,7 +93,7 @@ func (s *server) removeService(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	change, err := s.engine.Update(dry, "api: remove service "+name, func(cfg *config.Config) error {
+	change, err := s.update(r, dry, "api: remove service "+name, func(cfg *config.Config) error {
 		_, i, err := engine.FindService(cfg, name)
 		if err != nil {
 			return err

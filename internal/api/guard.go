@@ -1,0 +1,37 @@
+package api
+
+import (
+	"net"
+	"net/http"
+
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/engine"
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+// update is engine.Update for the change a request asks for. A client that is not root (see
+// fromRoot) may not make the changes config.APIGuard refuses: they are answered with 403 and
+// change nothing.
+func (s *server) update(r *http.Request, dryRun bool, why string, mutate engine.Mutation) (plan.Change, error) {
+	if fromRoot(r) {
+		return s.engine.Update(dryRun, why, mutate)
+	}
+	return s.engine.Update(dryRun, why, func(cfg *config.Config) error {
+		guard := config.NewAPIGuard(cfg)
+		if err := mutate(cfg); err != nil {
+			return err
+		}
+		if errs := guard.Check(cfg); len(errs) > 0 {
+			return forbiddenChange{errs}
+		}
+		return nil
+	})
+}
+
+// fromRoot tells whether r came over the daemon's unix socket, which only root can open
+// (ListenUnix leaves it 0600): its client could run any command anyway. A request over TCP
+// holds a token, not root.
+func fromRoot(r *http.Request) bool {
+	addr, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	return ok && addr.Network() == "unix"
+}
