@@ -17,7 +17,9 @@ type Info struct {
 	Datapath string // the datapath in use, like "nft"
 	// ConfigFile is the file POST /v1/reload reads; empty when the daemon was started without one.
 	ConfigFile string
-	Started    time.Time
+	// Source is where the running config came from on start: config-file or state-file.
+	Source  string
+	Started time.Time
 }
 
 // MaxBodyBytes bounds a request body; a larger one is answered with 413.

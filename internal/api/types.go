@@ -12,6 +12,7 @@ type Status struct {
 	Version       string            `json:"version"`
 	Datapath      string            `json:"datapath"`
 	ConfigFile    string            `json:"config_file"`
+	ConfigSource  string            `json:"config_source,omitempty"`
 	Started       time.Time         `json:"started"`
 	UptimeSeconds float64           `json:"uptime_seconds"`
 	Apply         engine.ApplyStats `json:"apply"`

@@ -59,6 +59,11 @@ the difference is changed: applying the same file again changes nothing.`,
 			if err != nil {
 				return err
 			}
+			lock, err := lockNetns("sluice apply -f "+file, "a daemon takes the file through its API (give its --socket or --api)")
+			if err != nil {
+				return err
+			}
+			defer lock.Release()
 			dp, err := datapathFor(cfg, g.logger())
 			if err != nil {
 				return err
@@ -82,17 +87,20 @@ func flushCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "flush",
 		Short: "Remove every rule Sluice programmed",
-		Args:  cobra.NoArgs,
+		Long: `Flush removes what every datapath holds in this network namespace. It is refused while a
+daemon runs here (it would program the rules again): stop it, with --flush-on-exit to remove them.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !force {
-				if c, _ := g.daemon(cmd.Context()); c != nil {
-					return fmt.Errorf("a sluice daemon answers on %s and would program the rules again: stop it (with --flush-on-exit to remove them), or give --force", g.socket)
-				}
+			lock, err := lockNetns("sluice flush", "stop the daemon first, with --flush-on-exit to remove its rules")
+			if err != nil {
+				return err
 			}
+			defer lock.Release()
 			return flushEvery(cmd.Context(), g.logger())
 		},
 	}
-	cmd.Flags().BoolVar(&force, "force", false, "flush even while a daemon runs")
+	cmd.Flags().BoolVar(&force, "force", false, "")
+	_ = cmd.Flags().MarkDeprecated("force", "flush no longer asks the daemon on --socket: the network namespace's lock tells whether one runs here")
 	return cmd
 }
 

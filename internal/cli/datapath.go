@@ -13,6 +13,8 @@ import (
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/datapath/ebpf"
 	"github.com/sluicelb/sluice/internal/datapath/nft"
+	"github.com/sluicelb/sluice/internal/netnslock"
+	"github.com/sluicelb/sluice/internal/state"
 )
 
 // newDatapath returns the datapath named like config's datapath field.
@@ -91,6 +93,15 @@ func pinPath() string {
 	return ebpf.DefaultPinPath
 }
 
+// statePath is the default state file (state.path): one per namespace entered with --netns, like
+// pinPath, as each namespace has its own daemon.
+func statePath() string {
+	if ns := os.Getenv(netnsEnv); ns != "" {
+		return state.NetnsPath(ns)
+	}
+	return state.DefaultPath
+}
+
 // bpffsMount is the BPF filesystem's usual mount point.
 const bpffsMount = "/sys/fs/bpf"
 
@@ -112,4 +123,20 @@ func mountBPFFS() error {
 		return fmt.Errorf("mounting the BPF filesystem on %s: %w", bpffsMount, err)
 	}
 	return nil
+}
+
+// lockNetns takes the lock of the network namespace this process writes (the one --netns
+// entered), so that one command at a time programs its datapaths; command tells the others who
+// holds it, and hint what to do instead when another does. The lock lasts until Release or the
+// process's end, however it ends.
+func lockNetns(command, hint string) (*netnslock.Lock, error) {
+	l, err := netnslock.Acquire(netnslock.DefaultDir, command)
+	var held *netnslock.HeldError
+	if !errors.As(err, &held) {
+		return l, err
+	}
+	if ns := os.Getenv(netnsEnv); ns != "" {
+		held.Namespace = ns + " " + held.Namespace
+	}
+	return nil, fmt.Errorf("%w: %s", held, hint)
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -32,6 +31,7 @@ type serveOptions struct {
 	flushOnExit   bool
 	logFormat     string
 	resync        time.Duration
+	conns         connLimits
 }
 
 func serveCmd(g *globals) *cobra.Command {
@@ -56,6 +56,7 @@ not validate is rejected and the running state stays. On exit the datapath keeps
 	f.BoolVar(&o.flushOnExit, "flush-on-exit", false, "remove the datapath's rules on exit (default: keep forwarding)")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.DurationVar(&o.resync, "resync", 30*time.Second, "how often the datapath is checked against the kernel and repaired even without a change")
+	o.conns.flags(f)
 	return cmd
 }
 
@@ -70,6 +71,13 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 	}
 	token, err := readToken(o)
 	if err != nil {
+		return err
+	}
+	fdLimit, err := raiseFDLimit()
+	if err != nil {
+		return err
+	}
+	if err := checkConnLimits(o, fdLimit, cfg, log); err != nil {
 		return err
 	}
 	dp, err := datapathFor(cfg, log)
@@ -88,7 +96,7 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 	handler := api.NewHandler(e, api.Info{Version: Version, Datapath: cfg.Datapath, ConfigFile: o.file, Started: time.Now()})
 	metricsMux := http.NewServeMux()
 	metricsMux.Handle("GET /metrics", m.Handler())
-	servers, err := listen(g.socket, o, token, handler, metricsMux)
+	servers, err := listen(g.socket, o, token, handler, metricsMux, log)
 	if err != nil {
 		return err
 	}
@@ -155,43 +163,4 @@ func readToken(o *serveOptions) (string, error) {
 		return "", fmt.Errorf("--token-file: the token in %s is shorter than 16 characters", o.tokenFile)
 	}
 	return token, nil
-}
-
-// listener is one HTTP server on its own listener.
-type listener struct {
-	*http.Server
-	addr string
-	ln   net.Listener
-}
-
-func (l *listener) serve() error { return l.Serve(l.ln) }
-
-// listen opens the API socket, and the TCP API and metrics listeners when asked for.
-func listen(socket string, o *serveOptions, token string, handler, metricsHandler http.Handler) ([]*listener, error) {
-	var out []*listener
-	add := func(ln net.Listener, h http.Handler) {
-		out = append(out, &listener{Server: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, addr: ln.Addr().String(), ln: ln})
-	}
-	ln, err := api.ListenUnix(socket)
-	if err != nil {
-		return nil, err
-	}
-	add(ln, handler)
-	for _, l := range []struct {
-		addr, flag string
-		handler    http.Handler
-	}{{o.listen, "--listen", api.RequireToken(token, handler)}, {o.metricsListen, "--metrics-listen", metricsHandler}} {
-		if l.addr == "" {
-			continue
-		}
-		ln, err := net.Listen("tcp", l.addr)
-		if err != nil {
-			for _, s := range out {
-				s.ln.Close()
-			}
-			return nil, fmt.Errorf("%s: %w", l.flag, err)
-		}
-		add(ln, l.handler)
-	}
-	return out, nil
 }
