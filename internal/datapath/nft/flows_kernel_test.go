@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -139,4 +142,40 @@ func listenTCP(t *testing.T, addr string) net.Listener {
 	}
 	t.Cleanup(func() { l.Close() })
 	return l
+}
+
+// TestKernelUnansweredFlowsGetTheTimeoutPolicy: a nat service's new flows carry Sluice's
+// conntrack timeout policy, so an unanswered datagram flow lives 5 s instead of the kernel's 30 s.
+// An Apply after someone deleted the table creates the policies again.
+func TestKernelUnansweredFlowsGetTheTimeoutPolicy(t *testing.T) {
+	if _, err := exec.LookPath("conntrack"); err != nil {
+		t.Skip("needs conntrack: ", err)
+	}
+	inFreshNetns(t, func() {
+		client, _ := natTopology(t)
+		d := newTestDatapath(t)
+		p := twoBackendPlan("nat", 0, service("dns", "udp", "10.91.9.100", 54, 54))
+		apply(t, d, p)
+		runNFT(t, "delete table inet sluice")
+		d.Resync()
+		apply(t, d, p)
+		c, err := dialFrom(t, client, "udp4", 0, "10.91.9.100:54")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write([]byte("q")); err != nil { // nobody answers on 10.91.2.11:54
+			t.Fatal(err)
+		}
+		out, err := exec.Command("conntrack", "-L", "-p", "udp", "--orig-dst", "10.91.9.100").Output()
+		if err != nil {
+			t.Fatalf("conntrack -L: %v", err)
+		}
+		fields := strings.Fields(string(out))
+		if len(fields) < 3 || !strings.Contains(string(out), "[UNREPLIED]") {
+			t.Fatalf("conntrack -L: no unanswered flow:\n%s", out)
+		}
+		if timeout, err := strconv.Atoi(fields[2]); err != nil || timeout > ctTimeouts["udp"].policy[0].seconds {
+			t.Fatalf("the unanswered flow expires in %s s, want at most %d:\n%s", fields[2], ctTimeouts["udp"].policy[0].seconds, out)
+		}
+	})
 }

@@ -73,6 +73,9 @@ func (d *Datapath) Apply(ctx context.Context, p *plan.Plan) error {
 	if err != nil {
 		return err
 	}
+	if err := ensureCTTimeouts(ctx); err != nil {
+		return err
+	}
 	gen := rulesetGeneration()
 	// exact: the kernel's tables hold committed, as of gen (or are read below, after gen).
 	exact := d.committed != nil && gen != 0 && d.generation == gen

@@ -251,7 +251,7 @@ func renderNATService(st *state, s *plan.Service) {
 		})
 	}
 	forwarded := st.shared(f, forwardedMap(s.Protocol, v))
-	var rules []string
+	rules := []string{ctTimeoutRule(s.Protocol)}
 	if len(s.Slots) > 0 {
 		slots := st.addSet(f, &knftables.Map{Name: n.slots, TypeOf: "numgen inc mod 2 : verdict"})
 		for slot, bi := range s.Slots {
