@@ -113,6 +113,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	e.trigger()
 	e.watch(ctx)
+	go e.watchConntrack(ctx)
 	resync := time.NewTicker(e.opts.Resync)
 	defer resync.Stop()
 	var retry <-chan time.Time

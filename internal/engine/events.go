@@ -27,6 +27,10 @@ const (
 	EventDrainCanceled = "drain_canceled"
 	EventConfigChanged = "config_changed"
 	EventApplyFailed   = "apply_failed"
+	// EventConntrackHigh: the datapath's conntrack table passed 80% of its maximum;
+	// EventConntrackNormal: it fell back under 70%.
+	EventConntrackHigh   = "conntrack_high"
+	EventConntrackNormal = "conntrack_normal"
 	// EventDatapathRepaired: someone else changed what the datapath programmed; it was repaired.
 	EventDatapathRepaired = "datapath_repaired"
 )
