@@ -40,13 +40,11 @@ type Lab struct {
 	UDPResponderCmd func(reply string) []string
 }
 
-// New returns a lab with the given prefix and backend count; empty or zero values pick the defaults "sluice" and 3.
+// New returns a lab with the given prefix ("sluice" when empty) and backend count, which Up, Down
+// and Status refuse outside 1..MaxBackends.
 func New(prefix string, backends int) *Lab {
 	if prefix == "" {
 		prefix = "sluice"
-	}
-	if backends == 0 {
-		backends = 3
 	}
 	return &Lab{Prefix: prefix, Backends: backends, StateDir: filepath.Join("/run/sluice-lab", prefix)}
 }

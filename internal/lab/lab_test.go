@@ -33,11 +33,21 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if os.Geteuid() == 0 {
+		logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "lab test: "+format+"\n", args...) }
+		if err := TearDownGone(context.Background(), logf, testLabKind); err != nil {
+			logf("tearing down the labs of earlier runs: %v", err)
+		}
+	}
 	os.Exit(m.Run())
 }
 
+// testLabKind names TestLab's lab after the test process (see RunPrefix): concurrent runs each
+// build their own, and one left by a run that timed out is torn down by the next run.
+const testLabKind = "sltest"
+
 func TestNewDefaultsAndAddresses(t *testing.T) {
-	l := New("", 0)
+	l := New("", 3)
 	if l.Prefix != "sluice" || l.Backends != 3 || l.StateDir != "/run/sluice-lab/sluice" {
 		t.Fatalf("defaults: %+v", l)
 	}
@@ -102,6 +112,7 @@ func TestTopologyPlan(t *testing.T) {
 		{Prefix: "ok", Backends: 0, StateDir: "/x"},
 		{Prefix: "ok", Backends: MaxBackends + 1, StateDir: "/x"},
 		{Prefix: "ok", Backends: 1, StateDir: "rel"},
+		New("ok", 0), // sluice lab up --backends 0 made 3
 	} {
 		if bad.validate() == nil {
 			t.Errorf("validate(%+v) = nil, want error", bad)
@@ -126,7 +137,7 @@ func needRoot(t *testing.T) {
 
 func TestLab(t *testing.T) {
 	needRoot(t)
-	l := New("sltest-lab", 3)
+	l := New(RunPrefix(testLabKind, os.Getpid()), 3)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
