@@ -15,18 +15,19 @@ import (
 	"github.com/sluicelb/sluice/internal/api"
 )
 
-// daemon returns a client of the running daemon, or nil when no daemon answers on the socket.
+// daemon returns a client of the running daemon, or nil when no daemon answers on the default
+// socket (see noDaemon).
 func (g *globals) daemon(ctx context.Context) (*api.Client, error) {
 	if g.apiURL != "" {
 		return api.NewTCPClient(g.apiURL, g.apiToken), nil
 	}
 	if _, err := os.Stat(g.socket); errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return nil, g.noDaemon(err)
 	}
 	c := api.NewUnixClient(g.socket)
 	if _, err := c.Status(ctx); err != nil {
 		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, os.ErrNotExist) {
-			return nil, nil // a stale socket: the daemon is gone
+			return nil, g.noDaemon(err) // a stale socket: the daemon is gone
 		}
 		return nil, fmt.Errorf("the daemon at %s: %w", g.socket, err)
 	}

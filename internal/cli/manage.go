@@ -150,6 +150,9 @@ the daemon emits a "drained" event. With --no-wait it returns at once (see sluic
 		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: g.completeBackends,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if timeout <= 0 || timeout > api.MaxDrainTimeout {
+				return fmt.Errorf("--timeout: %s is not a duration above 0 and at most %s (like 5m)", timeout, api.MaxDrainTimeout)
+			}
 			c, err := g.requireDaemon(cmd.Context())
 			if err != nil {
 				return err
@@ -208,7 +211,7 @@ func splitListener(s string) (string, config.Range, error) {
 	if i < 0 {
 		return "", config.Range{}, fmt.Errorf("%q has no port", s)
 	}
-	host := strings.Trim(s[:i], "[]")
+	host := config.CanonicalAddress(strings.Trim(s[:i], "[]"))
 	ports, err := config.ParseRange(s[i+1:])
 	return host, ports, err
 }
@@ -225,14 +228,14 @@ func parseBackendSpec(spec string) (config.Backend, error) {
 		b.Weight = &w
 	}
 	if ap, err := netip.ParseAddrPort(addrPart); err == nil {
-		b.Address, b.Port = ap.Addr().String(), int(ap.Port())
+		b.Address, b.Port = config.CanonicalAddress(ap.Addr().String()), int(ap.Port())
 		return b, nil
 	}
 	addr, err := netip.ParseAddr(strings.Trim(addrPart, "[]"))
 	if err != nil {
 		return b, fmt.Errorf("%q is not an address or address:port", addrPart)
 	}
-	b.Address = addr.String()
+	b.Address = config.CanonicalAddress(addr.String())
 	return b, nil
 }
 

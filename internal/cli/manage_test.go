@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"io"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,14 +12,16 @@ import (
 
 func TestParseBackendSpec(t *testing.T) {
 	for spec, want := range map[string]string{
-		"10.0.0.1":         "10.0.0.1 port 0 weight 1",
-		"10.0.0.1:8080":    "10.0.0.1 port 8080 weight 1",
-		"10.0.0.1:8080@3":  "10.0.0.1 port 8080 weight 3",
-		"[fd00::1]:80@0":   "fd00::1 port 80 weight 0",
-		"fd00::1":          "fd00::1 port 0 weight 1",
-		"10.0.0.1@x":       `weight "x" is not a number`,
-		"10.0.0":           `"10.0.0" is not an address or address:port`,
-		"10.0.0.1:99999@1": `"10.0.0.1:99999" is not an address or address:port`,
+		"10.0.0.1":               "10.0.0.1 port 0 weight 1",
+		"10.0.0.1:8080":          "10.0.0.1 port 8080 weight 1",
+		"10.0.0.1:8080@3":        "10.0.0.1 port 8080 weight 3",
+		"[fd00::1]:80@0":         "fd00::1 port 80 weight 0",
+		"fd00::1":                "fd00::1 port 0 weight 1",
+		"::ffff:10.0.0.1":        "10.0.0.1 port 0 weight 1",
+		"[::ffff:10.0.0.1]:80@2": "10.0.0.1 port 80 weight 2",
+		"10.0.0.1@x":             `weight "x" is not a number`,
+		"10.0.0":                 `"10.0.0" is not an address or address:port`,
+		"10.0.0.1:99999@1":       `"10.0.0.1:99999" is not an address or address:port`,
 	} {
 		b, err := parseBackendSpec(spec)
 		got := ""
@@ -37,6 +41,9 @@ func TestSplitListener(t *testing.T) {
 	if err != nil || vip != "fd00::9" || ports.First != 8000 || ports.Last != 8010 {
 		t.Fatalf("got %s %v %v", vip, ports, err)
 	}
+	if vip, _, err := splitListener("[::ffff:10.0.0.9]:80"); err != nil || vip != "10.0.0.9" {
+		t.Fatalf("an IPv4-mapped VIP gave %s %v", vip, err)
+	}
 	if _, _, err := splitListener("10.0.0.1"); err == nil {
 		t.Fatal("a listener without a port was accepted")
 	}
@@ -52,5 +59,42 @@ func TestPrintChange(t *testing.T) {
 	_ = printChange(&b, plan.Change{}, true)
 	if b.String() != "nothing to change\n" {
 		t.Fatalf("got %q", b.String())
+	}
+}
+
+// TestBadFlagsAreRefused runs command lines with flag values that were once ignored or bent into
+// something else: each must fail, naming the flag, before it touches the kernel or a daemon.
+func TestBadFlagsAreRefused(t *testing.T) {
+	t.Setenv("SLUICE_SOCKET", "")
+	missing := filepath.Join(t.TempDir(), "nobody.sock")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"backend", "drain", "web", "10.0.0.1", "--timeout", "-1s"}, "--timeout: -1s is not a duration above 0"},
+		{[]string{"backend", "drain", "web", "10.0.0.1", "--timeout", "0s"}, "--timeout: 0s is not a duration above 0"},
+		{[]string{"--log-level", "loud", "list"}, `--log-level: "loud" is not one of debug, info, warn, error`},
+		{[]string{"serve", "--log-format", "xml", "-c", missing}, `--log-format: "xml" is not one of text, json`},
+		{[]string{"--socket", missing, "list"}, "no sluice daemon answers on --socket " + missing},
+		{[]string{"--socket", missing, "backend", "weight", "web", "10.0.0.1", "2"}, "no sluice daemon answers on --socket " + missing},
+		{[]string{"lab", "status", "--prefix", "sluice-cli-test", "--backends", "0"}, "backends must be 1..99, got 0"},
+	} {
+		root := rootCmd()
+		root.SetArgs(tc.args)
+		root.SetOut(io.Discard)
+		if err := root.Execute(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("sluice %s: %v, want an error containing %q", strings.Join(tc.args, " "), err, tc.want)
+		}
+	}
+}
+
+func TestExplicitSocketFromTheEnvironment(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nobody.sock")
+	t.Setenv("SLUICE_SOCKET", missing)
+	root := rootCmd()
+	root.SetArgs([]string{"list"})
+	root.SetOut(io.Discard)
+	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "no sluice daemon answers on --socket "+missing) {
+		t.Fatalf("SLUICE_SOCKET naming no daemon: %v", err)
 	}
 }

@@ -2,6 +2,7 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"os"
@@ -23,12 +24,24 @@ type globals struct {
 	netns    string
 	logLevel string
 	socket   string
-	apiURL   string
-	apiToken string
+	// socketGiven tells that --socket or SLUICE_SOCKET named the socket: no daemon there is an
+	// error, where no daemon on the default socket means reading the kernel.
+	socketGiven bool
+	apiURL      string
+	apiToken    string
 }
 
 // Execute runs the command line and returns the process exit status.
 func Execute() int {
+	if err := rootCmd().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "sluice:", err)
+		return 1
+	}
+	return 0
+}
+
+// rootCmd is the whole command line.
+func rootCmd() *cobra.Command {
 	g := &globals{}
 	root := &cobra.Command{
 		Use:           "sluice",
@@ -36,6 +49,10 @@ func Execute() int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkLogFlags(cmd); err != nil {
+				return err
+			}
+			g.socketGiven = cmd.Flags().Changed("socket") || os.Getenv("SLUICE_SOCKET") != ""
 			return g.enterNetns()
 		},
 	}
@@ -46,30 +63,48 @@ func Execute() int {
 	root.PersistentFlags().StringVar(&g.apiToken, "token", os.Getenv("SLUICE_TOKEN"), "bearer token for --api")
 	root.AddCommand(validateCmd(), applyCmd(g), listCmd(g), flushCmd(g), labCmd(), serveCmd(g),
 		serviceCmd(g), backendCmd(g), healthCmd(g), eventsCmd(g), planCmd(g), reloadCmd(g), whichCmd(g), benchCmd())
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "sluice:", err)
-		return 1
-	}
-	return 0
+	return root
 }
 
 func (g *globals) logger() *slog.Logger { return g.loggerAs("text", "") }
 
-// loggerAs logs in format "text" or "json"; an unset --log-level means fallback.
+// logFormats are the values of serve's --log-format.
+var logFormats = []string{"text", "json"}
+
+// checkLogFlags refuses a --log-level, or a --log-format of the command, that no logger takes.
+func checkLogFlags(cmd *cobra.Command) error {
+	if name, _ := cmd.Flags().GetString("log-level"); name != "" {
+		var level slog.Level
+		if err := level.UnmarshalText([]byte(name)); err != nil {
+			return fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", name)
+		}
+	}
+	if format, err := cmd.Flags().GetString("log-format"); err == nil && !slices.Contains(logFormats, format) {
+		return fmt.Errorf("--log-format: %q is not one of %s", format, strings.Join(logFormats, ", "))
+	}
+	return nil
+}
+
+// loggerAs logs in format "text" or "json"; an unset --log-level means fallback, an unset
+// fallback warn. checkLogFlags has refused other values.
 func (g *globals) loggerAs(format, fallback string) *slog.Logger {
-	name := g.logLevel
-	if name == "" {
-		name = fallback
-	}
+	name := cmp.Or(g.logLevel, fallback, "warn")
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(name)); err != nil {
-		level = slog.LevelWarn
-	}
+	_ = level.UnmarshalText([]byte(name))
 	opts := &slog.HandlerOptions{Level: level}
 	if format == "json" {
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+// noDaemon is what finding no daemon on the socket means: nothing on the default socket (reading
+// the kernel will do), an error on one the operator named.
+func (g *globals) noDaemon(why error) error {
+	if !g.socketGiven {
+		return nil
+	}
+	return fmt.Errorf("no sluice daemon answers on --socket %s (%w): start it, or leave --socket and SLUICE_SOCKET unset to read the kernel", g.socket, why)
 }
 
 func envOr(name, fallback string) string {

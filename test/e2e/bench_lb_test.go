@@ -15,9 +15,6 @@ import (
 	"github.com/sluicelb/sluice/internal/lab"
 )
 
-// benchLBPrefix names the lab `sluice bench lb` builds for its smoke test.
-const benchLBPrefix = "sbl"
-
 // benchLBReport is the part of `sluice bench lb --json` the smoke test reads, decoded
 // independently of the product's types.
 type benchLBReport struct {
@@ -49,18 +46,19 @@ type benchLBReport struct {
 // how fast anything is.
 func TestBenchLB(t *testing.T) {
 	requireLab(t)
+	prefix := runPrefix(benchLBKind)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := lab.New(benchLBPrefix, 1).Down(ctx); err != nil {
+		if err := lab.New(prefix, 1).Down(ctx); err != nil {
 			t.Errorf("tearing down the bench's lab: %v", err)
 		}
 	})
 	dir := t.TempDir()
 	jsonPath, svgPath := filepath.Join(dir, "lb.json"), filepath.Join(dir, "lb.svg")
-	stdout, stderr := runBench(t, "bench", "lb", "--prefix", benchLBPrefix, "--duration", "1s", "--rounds", "1",
+	stdout, stderr := runBench(t, "bench", "lb", "--prefix", prefix, "--duration", "1s", "--rounds", "1",
 		"--json", jsonPath, "--svg", svgPath)
-	if left := namespacesWithPrefix(benchLBPrefix); len(left) > 0 {
+	if left := namespacesWithPrefix(prefix); len(left) > 0 {
 		t.Errorf("bench lb left namespaces behind: %v", left)
 	}
 	if !strings.Contains(stderr, "round 1/1: ebpf-dsr, latency") {

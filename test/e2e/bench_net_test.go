@@ -16,9 +16,6 @@ import (
 	"github.com/sluicelb/sluice/internal/lab"
 )
 
-// benchNetPrefix names the lab `sluice bench net` builds for its smoke test, beside the suite's.
-const benchNetPrefix = "sbn"
-
 // benchTimeout bounds one `sluice bench` smoke run: lab up, one tiny round, lab down.
 const benchTimeout = 5 * time.Minute
 
@@ -55,6 +52,7 @@ type benchNetReport struct {
 // figure and that the lab is gone afterwards; never how fast anything is.
 func TestBenchNet(t *testing.T) {
 	requireLab(t)
+	prefix := runPrefix(benchNetKind)
 	if _, err := exec.LookPath("conntrack"); err != nil {
 		t.Skipf("bench net needs conntrack: %v", err)
 	}
@@ -62,14 +60,14 @@ func TestBenchNet(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := lab.New(benchNetPrefix, 1).Down(ctx); err != nil {
+		if err := lab.New(prefix, 1).Down(ctx); err != nil {
 			t.Errorf("tearing down the bench's lab: %v", err)
 		}
 	})
 	jsonPath := filepath.Join(t.TempDir(), "net.json")
-	stdout, stderr := runBench(t, "bench", "net", "--prefix", benchNetPrefix, "--backends", "1",
+	stdout, stderr := runBench(t, "bench", "net", "--prefix", prefix, "--backends", "1",
 		"--duration", "300ms", "--rounds", "1", "--json", jsonPath)
-	if left := namespacesWithPrefix(benchNetPrefix); len(left) > 0 {
+	if left := namespacesWithPrefix(prefix); len(left) > 0 {
 		t.Errorf("bench net left namespaces behind: %v", left)
 	}
 	if !strings.Contains(stderr, "round 1/1: vxlan latency") {

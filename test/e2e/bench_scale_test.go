@@ -13,9 +13,6 @@ import (
 	"github.com/sluicelb/sluice/internal/lab"
 )
 
-// benchScalePrefix names the lab `sluice bench scale` builds for its smoke test.
-const benchScalePrefix = "sbs"
-
 // benchScaleReport is the part of `sluice bench scale --json` the smoke test reads, decoded
 // independently of the product's types.
 type benchScaleReport struct {
@@ -46,17 +43,18 @@ type benchScaleReport struct {
 // every size produced every figure; never how fast anything is.
 func TestBenchScale(t *testing.T) {
 	requireLab(t)
+	prefix := runPrefix(benchScaleKind)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := lab.New(benchScalePrefix, 1).Down(ctx); err != nil {
+		if err := lab.New(prefix, 1).Down(ctx); err != nil {
 			t.Errorf("tearing down the bench's lab: %v", err)
 		}
 	})
 	jsonPath := filepath.Join(t.TempDir(), "scale.json")
-	stdout, stderr := runBench(t, "bench", "scale", "--prefix", benchScalePrefix, "--services", "1,3",
+	stdout, stderr := runBench(t, "bench", "scale", "--prefix", prefix, "--services", "1,3",
 		"--backends-per-service", "4", "--reps", "1", "--rounds", "1", "--duration", "1s", "--limit", "1m", "--json", jsonPath)
-	if left := namespacesWithPrefix(benchScalePrefix); len(left) > 0 {
+	if left := namespacesWithPrefix(prefix); len(left) > 0 {
 		t.Errorf("bench scale left namespaces behind: %v", left)
 	}
 	if !strings.Contains(stderr, "nft, 3 services: adding one backend with sluice backend add (1/1)") {

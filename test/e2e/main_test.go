@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,15 +17,28 @@ import (
 	"github.com/sluicelb/sluice/internal/lab"
 )
 
-// labPrefix names the suite's namespaces (slt-client, slt-lb, slt-sw, slt-b1..); keep it short.
-const labPrefix = "slt"
+// Every lab of a run of the suite is named after the supervising process (lab.RunPrefix:
+// slt4242-client, slt4242-lb, ..., sbl4242-lb for bench lb's), so that runs on one host never
+// tear down each other's labs; a run tears down only the labs of runs that are gone.
+const (
+	labKind        = "slt" // the suite's lab
+	benchLBKind    = "sbl" // the lab `sluice bench lb` builds
+	benchNetKind   = "sbn" // the lab `sluice bench net` builds
+	benchScaleKind = "sbs" // the lab `sluice bench scale` builds
+)
+
+// runOwner is the pid of the run's supervising process, which names its labs.
+var runOwner = os.Getpid()
+
+// runPrefix is the prefix of this run's lab of kind.
+func runPrefix(kind string) string { return lab.RunPrefix(kind, runOwner) }
 
 // labBackends is the number of lab backends (b1..b3).
 const labBackends = 3
 
 // Environment passed from the supervising process to the test process it runs.
 const (
-	envChild  = "SLUICE_E2E_CHILD"  // set in the test process
+	envChild  = "SLUICE_E2E_CHILD"  // set in the test process to the supervisor's pid
 	envSluice = "SLUICE_E2E_SLUICE" // path of the sluice binary built for the suite
 )
 
@@ -38,11 +52,12 @@ var (
 )
 
 // TestMain supervises the suite: when the environment allows it, it builds sluice, brings the lab
-// up (after tearing down a stale one of the same prefix), runs the tests in a child process (this
+// up (after tearing down those of earlier runs that are gone), runs the tests in a child process (this
 // test binary again) and tears the lab down whatever happened to the child: failure, panic,
 // -timeout (whose panic runs no cleanups) or a signal. The child only runs the tests.
 func TestMain(m *testing.M) {
-	if os.Getenv(envChild) != "" {
+	if owner, err := strconv.Atoi(os.Getenv(envChild)); err == nil {
+		runOwner = owner
 		sluiceBin = os.Getenv(envSluice)
 		theLab = newLab(sluiceBin)
 		os.Exit(m.Run())
@@ -80,7 +95,7 @@ func missingPrerequisite() string {
 }
 
 func newLab(sluice string) *lab.Lab {
-	l := lab.New(labPrefix, labBackends)
+	l := lab.New(runPrefix(labKind), labBackends)
 	// The same hidden responder `sluice lab up` starts (internal/cli/lab.go).
 	l.UDPResponderCmd = func(reply string) []string {
 		return []string{sluice, "lab", "udp-responder", "--listen", ":5353", "--reply", reply}
@@ -117,15 +132,15 @@ func supervise() (code int) {
 			logf("lab down: %v", err)
 			code = 1
 		}
-		if left := leftoverNamespaces(); len(left) > 0 {
+		if left := namespacesWithPrefix(l.Prefix); len(left) > 0 {
 			logf("namespaces left behind: %v", left)
 			code = 1
 		}
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := l.Down(ctx); err != nil { // a stale lab of an interrupted run
-		logf("tearing down a stale lab: %v", err)
+	if err := lab.TearDownGone(ctx, logf, labKind, benchLBKind, benchNetKind, benchScaleKind); err != nil {
+		logf("tearing down the labs of runs that are gone: %v", err)
 		return 1
 	}
 	start := time.Now()
@@ -136,7 +151,7 @@ func supervise() (code int) {
 	logf("lab %s up and forwarding in %v", l.Prefix, time.Since(start).Round(time.Millisecond))
 
 	child := exec.Command(os.Args[0], os.Args[1:]...)
-	child.Env = append(os.Environ(), envChild+"=1", envSluice+"="+bin)
+	child.Env = append(os.Environ(), envChild+"="+strconv.Itoa(runOwner), envSluice+"="+bin)
 	child.Stdin, child.Stdout, child.Stderr = nil, os.Stdout, os.Stderr
 	if err := child.Start(); err != nil {
 		logf("start tests: %v", err)
@@ -191,16 +206,4 @@ func moduleRoot() (string, error) {
 		return "", fmt.Errorf("cannot find the module root: %w", err)
 	}
 	return root, nil
-}
-
-// leftoverNamespaces lists named namespaces that belong to the suite's lab.
-func leftoverNamespaces() []string {
-	entries, _ := os.ReadDir("/var/run/netns")
-	var left []string
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), labPrefix+"-") {
-			left = append(left, e.Name())
-		}
-	}
-	return left
 }
