@@ -101,7 +101,7 @@ func TestListenersUnderFlood(t *testing.T) {
 	}
 	m := metrics.New("test", log)
 	e := engine.New(cfg, engine.Options{Datapath: fake.New(), Log: log, MinApplyInterval: time.Millisecond, Resync: time.Hour})
-	m.Watch(e)
+	m.Watch(e, metrics.WatchOptions{MaxBackends: metrics.DefaultMaxBackends})
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan struct{})
 	go func() { defer close(ran); _ = e.Run(ctx) }()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicelb/sluice/internal/api"
 	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/engine"
 	"github.com/sluicelb/sluice/internal/metrics"
 )
@@ -32,6 +33,8 @@ type serveOptions struct {
 	logFormat     string
 	resync        time.Duration
 	conns         connLimits
+	// metricsMaxBackends bounds the backends given series of their own (metrics.WatchOptions).
+	metricsMaxBackends int
 }
 
 func serveCmd(g *globals) *cobra.Command {
@@ -57,6 +60,7 @@ not validate is rejected and the running state stays. On exit the datapath keeps
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.DurationVar(&o.resync, "resync", 30*time.Second, "how often the datapath is checked against the kernel and repaired even without a change")
 	o.conns.flags(f)
+	f.IntVar(&o.metricsMaxBackends, "metrics-max-backends", metrics.DefaultMaxBackends, "give each backend and health probe metrics of its own only up to this many backends (0: never); beyond, only per-service metrics")
 	return cmd
 }
 
@@ -64,6 +68,9 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 	log := g.loggerAs(o.logFormat, "info")
 	if o.resync < time.Second {
 		return fmt.Errorf("--resync %s: want at least 1s", o.resync)
+	}
+	if o.metricsMaxBackends < 0 {
+		return fmt.Errorf("--metrics-max-backends %d: want 0 (no per-backend metrics) or more", o.metricsMaxBackends)
 	}
 	cfg, err := config.Load(o.file)
 	if err != nil {
@@ -89,7 +96,8 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 	}
 	m := metrics.New(Version, log)
 	e := engine.New(cfg, engine.Options{ConfigPath: o.file, Datapath: dp, Log: log, OnApply: m.ObserveApply, Resync: o.resync})
-	m.Watch(e)
+	ct, _ := dp.(datapath.ConntrackReader)
+	m.Watch(e, metrics.WatchOptions{MaxBackends: o.metricsMaxBackends, Conntrack: ct})
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -43,6 +43,13 @@ type StaleFlowDropper interface {
 	DropStaleFlows(ctx context.Context, s *plan.Service, b plan.Backend) (int, error)
 }
 
+// ConntrackReader is a Datapath that can tell how full the connection tracking table its flows
+// live in is (the metrics export it).
+type ConntrackReader interface {
+	// Conntrack returns the entries the table holds and the most it can hold.
+	Conntrack(ctx context.Context) (count, max uint64, err error)
+}
+
 // ServiceReader is a Datapath that can read one service back without reading all of them.
 type ServiceReader interface {
 	// ServiceStatus reads the named service as Status would; found is false when it is not programmed.

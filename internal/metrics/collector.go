@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -79,6 +80,33 @@ var backendFamilies = []family[engine.BackendView]{
 		func(b engine.BackendView) float64 { return boolValue(b.Health != "down") }),
 }
 
+// serviceTotals sums the counters of a service's backends.
+type serviceTotals struct {
+	flows, activeFlows, packets, bytes uint64
+}
+
+func totalsOf(s engine.ServiceView) serviceTotals {
+	var t serviceTotals
+	for _, b := range s.Backends {
+		t.flows += b.Flows
+		t.activeFlows += b.ActiveFlows
+		t.packets += b.Packets
+		t.bytes += b.Bytes
+	}
+	return t
+}
+
+var totalFamilies = []family[serviceTotals]{
+	newFamily("service_flows_total", "New flows sent to the service's backends (the sum of sluice_backend_flows_total).", serviceLabels, prometheus.CounterValue,
+		func(t serviceTotals) float64 { return float64(t.flows) }),
+	newFamily("service_active_flows", "Flows the datapath tracks to the service's backends now.", serviceLabels, prometheus.GaugeValue,
+		func(t serviceTotals) float64 { return float64(t.activeFlows) }),
+	newFamily("service_packets_total", "Packets forwarded from clients to the service's backends.", serviceLabels, prometheus.CounterValue,
+		func(t serviceTotals) float64 { return float64(t.packets) }),
+	newFamily("service_bytes_total", "Bytes forwarded from clients to the service's backends.", serviceLabels, prometheus.CounterValue,
+		func(t serviceTotals) float64 { return float64(t.bytes) }),
+}
+
 var (
 	datapathUp = prometheus.NewDesc("sluice_datapath_up",
 		"Whether this scrape could read the datapath (1) or not (0); service and backend metrics need it.", nil, nil)
@@ -86,33 +114,39 @@ var (
 		[]string{"service", "vip", "ports", "protocol", "mode", "scheduler", "fallback"}, nil)
 	backendState = prometheus.NewDesc("sluice_backend_state", "1 for the backend's current state, 0 for the others.",
 		[]string{"service", "backend", "state"}, nil)
+	serviceBackends = prometheus.NewDesc("sluice_service_backends",
+		"Backends and sorry servers of the service in each state; a state none is in has no series.", []string{"service", "state"}, nil)
+	perBackend = prometheus.NewDesc("sluice_metrics_per_backend",
+		"Whether this scrape has the per-backend and per-probe series (1), or only the per-service ones (0: more backends than the limit, or turned off).", nil, nil)
 )
 
-// collector reads a Source at scrape time.
+// collector reads a Source at scrape time. Beyond maxBackends backends (or probes) it leaves out
+// the series of each backend and probe, whose number grows with the config, and keeps the
+// per-service ones.
 type collector struct {
-	src Source
-	log *slog.Logger
+	src         Source
+	log         *slog.Logger
+	maxBackends int
+	limited     atomic.Bool // whether the last scrape left the per-backend series out
 }
 
 // Describe sends every metric the collector can emit.
-func (c collector) Describe(ch chan<- *prometheus.Desc) {
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- datapathUp
+	ch <- perBackend
 	ch <- serviceInfo
+	ch <- serviceBackends
 	ch <- backendState
 	describe(ch, applyFamilies)
 	describe(ch, probeFamilies)
 	describe(ch, serviceFamilies)
+	describe(ch, totalFamilies)
 	describe(ch, backendFamilies)
 }
 
 // Collect reads the apply stats, the probes and, through the datapath, the services.
-func (c collector) Collect(ch chan<- prometheus.Metric) {
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	emit(ch, applyFamilies, c.src.Stats())
-	for _, h := range c.src.Health() {
-		for _, service := range h.Services {
-			emit(ch, probeFamilies, h, service, h.Target.String(), h.Type)
-		}
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
 	services, err := c.src.Services(ctx)
@@ -120,9 +154,30 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		c.log.Warn("metrics: reading the datapath failed", "err", err)
 	}
 	ch <- gauge(datapathUp, boolValue(err == nil))
+	probes := c.src.Health()
+	each := c.perBackend(services, probes)
+	ch <- gauge(perBackend, boolValue(each))
+	if each {
+		for _, h := range probes {
+			for _, service := range h.Services {
+				emit(ch, probeFamilies, h, service, h.Target.String(), h.Type)
+			}
+		}
+	}
 	for _, s := range services {
 		ch <- gauge(serviceInfo, 1, s.Name, s.VIP, s.Ports, s.Protocol, s.Mode, s.Scheduler, s.Fallback)
 		emit(ch, serviceFamilies, s, s.Name)
+		emit(ch, totalFamilies, totalsOf(s), s.Name)
+		inState := map[string]int{}
+		for _, b := range s.Backends {
+			inState[b.State]++
+		}
+		for state, n := range inState {
+			ch <- gauge(serviceBackends, float64(n), s.Name, state)
+		}
+		if !each {
+			continue
+		}
 		for _, b := range s.Backends {
 			emit(ch, backendFamilies, b, s.Name, b.ID)
 			states := backendStates
@@ -134,6 +189,28 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
+}
+
+// perBackend tells whether a scrape of services and probes gives each backend and probe series of
+// its own, and logs when that changes.
+func (c *collector) perBackend(services []engine.ServiceView, probes []engine.HealthView) bool {
+	backends, pairs := 0, 0
+	for _, s := range services {
+		backends += len(s.Backends)
+	}
+	for _, h := range probes {
+		pairs += len(h.Services)
+	}
+	n := max(backends, pairs) // the probes count when the datapath could not be read
+	each := c.maxBackends > 0 && n <= c.maxBackends
+	switch wasLimited := c.limited.Swap(!each); {
+	case !each && !wasLimited && c.maxBackends > 0:
+		c.log.Warn("metrics: more backends than the limit: the per-backend and per-probe series are left out, the per-service ones stay",
+			"backends", n, "limit", c.maxBackends)
+	case each && wasLimited:
+		c.log.Info("metrics: the per-backend and per-probe series are back", "backends", n, "limit", c.maxBackends)
+	}
+	return each
 }
 
 func describe[T any](ch chan<- *prometheus.Desc, families []family[T]) {

@@ -1,6 +1,6 @@
 // Package metrics exposes Sluice's Prometheus metrics: the services, backends and health probes
-// read from the engine (and through it the datapath counters) at scrape time, the datapath apply
-// durations, the Go runtime and the process.
+// read from the engine (and through it the datapath counters) at scrape time, the conntrack table's
+// fill level, the datapath apply durations, the Go runtime and the process.
 package metrics
 
 import (
@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/engine"
 )
 
@@ -71,9 +72,26 @@ func (m *Metrics) ObserveApply(took time.Duration, err error) {
 	m.apply.WithLabelValues(result).Observe(took.Seconds())
 }
 
-// Watch adds the metrics read from src at every scrape; call it once.
-func (m *Metrics) Watch(src Source) {
-	m.reg.MustRegister(collector{src: src, log: m.log})
+// DefaultMaxBackends is the default of WatchOptions.MaxBackends: 10,000 backends make about 150,000
+// per-backend series, some 10 MB per scrape.
+const DefaultMaxBackends = 10_000
+
+// WatchOptions bound and extend what Watch exports.
+type WatchOptions struct {
+	// MaxBackends is the most backends (and health probes) a scrape gives series of their own;
+	// with more, it has only the per-service aggregates, and sluice_metrics_per_backend is 0.
+	// 0 turns the per-backend series off.
+	MaxBackends int
+	// Conntrack, when set, feeds sluice_conntrack_entries and sluice_conntrack_max.
+	Conntrack datapath.ConntrackReader
+}
+
+// Watch adds the metrics read from src (and opts.Conntrack) at every scrape; call it once.
+func (m *Metrics) Watch(src Source, opts WatchOptions) {
+	m.reg.MustRegister(&collector{src: src, log: m.log, maxBackends: opts.MaxBackends})
+	if opts.Conntrack != nil {
+		m.reg.MustRegister(conntrackCollector{r: opts.Conntrack, log: m.log})
+	}
 }
 
 // Handler serves the metrics to Prometheus; a metric that fails is logged and left out.

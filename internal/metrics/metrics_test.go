@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -98,21 +99,26 @@ func (d *counting) Status(ctx context.Context) ([]datapath.ServiceStatus, error)
 }
 
 // start runs an engine over the counting fake datapath, with 10.0.0.2:8080 down, until it has
-// applied its first plan; the returned Metrics watch it.
+// applied its first plan; the returned Metrics watch it with the default options.
 func start(t *testing.T) (*Metrics, *engine.Engine, *counting) {
+	t.Helper()
+	return startWith(t, WatchOptions{MaxBackends: DefaultMaxBackends}, slog.New(slog.DiscardHandler))
+}
+
+// startWith is start with opts, logging to log.
+func startWith(t *testing.T, opts WatchOptions, log *slog.Logger) (*Metrics, *engine.Engine, *counting) {
 	t.Helper()
 	cfg, err := config.Parse("test.yaml", []byte(testConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.DiscardHandler)
 	m := New("test", log)
 	dp := &counting{Datapath: fake.New()}
 	e := engine.New(cfg, engine.Options{
 		Datapath: dp, Log: log, MinApplyInterval: time.Millisecond, OnApply: m.ObserveApply,
 		Prober: &prober{down: map[netip.AddrPort]bool{netip.MustParseAddrPort("10.0.0.2:8080"): true}},
 	})
-	m.Watch(e)
+	m.Watch(e, opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -171,6 +177,14 @@ func TestScrape(t *testing.T) {
 		`sluice_service_info{fallback="drop",mode="nat",ports="80",protocol="tcp",scheduler="maglev",service="web",vip="10.0.0.100"} 1`,
 		`sluice_service_info{fallback="drop",mode="nat",ports="53",protocol="udp",scheduler="wrr",service="dns",vip="10.0.0.100"} 1`,
 		`sluice_service_programmed{service="web"} 1`,
+		`sluice_metrics_per_backend 1`,
+		`sluice_service_flows_total{service="web"} 14`,
+		`sluice_service_active_flows{service="web"} 5`,
+		`sluice_service_packets_total{service="dns"} 11`,
+		`sluice_service_bytes_total{service="web"} 26`,
+		`sluice_service_backends{service="web",state="active"} 1`,
+		`sluice_service_backends{service="web",state="down"} 1`,
+		`sluice_service_backends{service="dns",state="active"} 1`,
 		`sluice_backend_active_flows{backend="10.0.0.1",service="web"} 5`,
 		`sluice_backend_active_flows{backend="10.0.0.2:8080",service="web"} 0`,
 		`sluice_backend_flows_total{backend="10.0.0.1",service="web"} 7`,
@@ -205,7 +219,7 @@ func TestScrape(t *testing.T) {
 
 func TestCollectorLint(t *testing.T) {
 	_, e, _ := start(t)
-	c := collector{src: e, log: slog.New(slog.DiscardHandler)}
+	c := &collector{src: e, log: slog.New(slog.DiscardHandler), maxBackends: DefaultMaxBackends}
 	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
 		t.Errorf("lint: %v %v", problems, err)
 	}
@@ -222,5 +236,89 @@ func TestDatapathDown(t *testing.T) {
 	)
 	if slices.ContainsFunc(got, func(line string) bool { return strings.HasPrefix(line, "sluice_backend_") }) {
 		t.Error("backend metrics without a datapath to read them from")
+	}
+}
+
+func TestBackendSeriesLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		maxBackends int
+		warning     bool
+	}{{"above the limit", 2, true}, {"turned off", 0, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logged syncBuffer
+			m, _, _ := startWith(t, WatchOptions{MaxBackends: tc.maxBackends}, slog.New(slog.NewTextHandler(&logged, nil)))
+			scrape(t, m)
+			got := scrape(t, m)
+			wantLines(t, got,
+				`sluice_metrics_per_backend 0`,
+				`sluice_service_programmed{service="web"} 1`,
+				`sluice_service_flows_total{service="web"} 14`,
+				`sluice_service_backends{service="web",state="down"} 1`,
+			)
+			for _, prefix := range []string{"sluice_backend_", "sluice_health_"} {
+				if slices.ContainsFunc(got, func(line string) bool { return strings.HasPrefix(line, prefix) }) {
+					t.Errorf("%s series above the limit", prefix)
+				}
+			}
+			if n := strings.Count(logged.String(), "series are left out"); n != boolCount(tc.warning) {
+				t.Errorf("%d warnings in two scrapes, want %d:\n%s", n, boolCount(tc.warning), logged.String())
+			}
+			if problems, err := testutil.GatherAndLint(m.reg); err != nil || len(problems) > 0 {
+				t.Errorf("lint: %v %v", problems, err)
+			}
+		})
+	}
+}
+
+func boolCount(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's writes and the test's reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// conntrack is a datapath.ConntrackReader with set values.
+type conntrack struct {
+	count, max uint64
+	err        error
+}
+
+func (c conntrack) Conntrack(context.Context) (uint64, uint64, error) { return c.count, c.max, c.err }
+
+func TestConntrack(t *testing.T) {
+	m, _, _ := startWith(t, WatchOptions{MaxBackends: DefaultMaxBackends, Conntrack: conntrack{count: 1234, max: 262144}}, slog.New(slog.DiscardHandler))
+	wantLines(t, scrape(t, m), `sluice_conntrack_entries 1234`, `sluice_conntrack_max 262144`)
+	if problems, err := testutil.GatherAndLint(m.reg); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", problems, err)
+	}
+
+	var logged syncBuffer
+	m, _, _ = startWith(t, WatchOptions{MaxBackends: DefaultMaxBackends, Conntrack: conntrack{err: errors.New("netlink: permission denied")}}, slog.New(slog.NewTextHandler(&logged, nil)))
+	got := scrape(t, m)
+	if slices.ContainsFunc(got, func(line string) bool { return strings.HasPrefix(line, "sluice_conntrack_") }) {
+		t.Error("conntrack series from a table that could not be read")
+	}
+	wantLines(t, got, `sluice_datapath_up 1`)
+	if !strings.Contains(logged.String(), "permission denied") {
+		t.Errorf("the conntrack error was not logged: %s", logged.String())
 	}
 }
