@@ -33,15 +33,25 @@ type daemon struct {
 	config string
 	socket string
 	log    string
+	state  string // the state file
 	cmd    *exec.Cmd
 	done   chan error
 }
 
-// startDaemon runs `sluice serve` on a config and waits until its API answers.
+// startDaemon runs `sluice serve` on a config and waits until its API answers. The daemon keeps
+// its running config in the test's temporary directory (state.path), not in /var/lib/sluice.
 func startDaemon(t *testing.T, config string) *daemon {
 	t.Helper()
 	dir := t.TempDir()
-	d := &daemon{t: t, config: config, socket: filepath.Join(dir, "sluice.sock"), log: filepath.Join(dir, "sluice.log")}
+	d := &daemon{t: t, config: config, socket: filepath.Join(dir, "sluice.sock"), log: filepath.Join(dir, "sluice.log"),
+		state: filepath.Join(dir, "running.yaml")}
+	text, err := os.ReadFile(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(config, append(text, "state: {path: "+d.state+"}\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	d.start()
 	t.Cleanup(func() {
 		d.stop()
@@ -91,6 +101,16 @@ func (d *daemon) stop() {
 		<-d.done
 		d.t.Error("daemon did not stop within 15 s of SIGTERM")
 	}
+	d.cmd = nil
+}
+
+// kill kills the daemon with SIGKILL, as a crash would.
+func (d *daemon) kill() {
+	d.t.Helper()
+	if err := d.cmd.Process.Kill(); err != nil {
+		d.t.Fatal(err)
+	}
+	<-d.done
 	d.cmd = nil
 }
 
@@ -457,4 +477,62 @@ func testSorryServer(t *testing.T, f Flavor) {
 	if res := hammer(t, workers, 100, func() (string, error) { return httpOnce(svc.Addr()) }); res.Failures > 0 || res.PerBackend["b1"] != res.Requests {
 		t.Fatalf("with b1 back, new flows went to %v", res.PerBackend)
 	}
+}
+
+// TestOneWriterAndCrashRecovery: while a daemon runs in the balancer namespace, a second daemon
+// and a one-shot apply there are refused with the daemon's pid and change nothing (apply through
+// the daemon's socket still works); a change made through the API survives kill -9 and a restart,
+// whose log says the state file won; a SIGHUP goes back to the file.
+func TestOneWriterAndCrashRecovery(t *testing.T) {
+	requireLab(t)
+	f := nftFlavors[0]
+	freshBalancer(t)
+	t.Cleanup(func() { flush(t) })
+	file := writeConfig(t, "sluice.yaml", f.Config(webService("maglev", equalPool(false))))
+	d := startDaemon(t, file)
+	pid := fmt.Sprint(d.cmd.Process.Pid)
+	before := maskVolatile(kernelState(t, f))
+
+	other := writeConfig(t, "other.yaml", f.Config(webService("maglev", pool(false, map[int]int{1: 1}))))
+	// A second daemon on its own socket; an apply and a flush on the default socket, where no
+	// daemon answers, so that they would program the kernel themselves.
+	for _, args := range [][]string{
+		{"--socket", filepath.Join(t.TempDir(), "second.sock"), "serve", "-c", other},
+		{"apply", "-f", other},
+		{"flush"},
+	} {
+		r := sluice(t, args...)
+		if r.Err == nil || !strings.Contains(r.Stderr, "is being written by pid "+pid+" (sluice serve") {
+			t.Fatalf("sluice %s while the daemon (pid %s) runs: %v\n%s", strings.Join(args, " "), pid, r.Err, r.Stderr)
+		}
+		t.Logf("sluice %s: %s", strings.Join(args, " "), strings.TrimSpace(r.Stderr))
+	}
+	if after := maskVolatile(kernelState(t, f)); after != before {
+		t.Fatalf("the refused commands changed the kernel state:\n%s", lineDiff(before, after))
+	}
+	if r := sluice(t, "--socket", d.socket, "apply", "-f", file); r.Err != nil || !strings.Contains(r.Stdout, "nothing to change") {
+		t.Fatalf("apply through the daemon's socket: %v\n%s%s", r.Err, r.Stdout, r.Stderr)
+	}
+
+	b1 := theLab.BackendAddr(1, false).String()
+	if r := d.cli("backend", "weight", "web", b1, "3"); r.Err != nil {
+		t.Fatalf("backend weight: %v\n%s", r.Err, r.Stderr)
+	}
+	waitFor(t, "weight 3 programmed", 5*time.Second, func() bool { return d.programmedWeight("web", b1) == 3 })
+	d.kill()
+	d.start() // takes the namespace's lock: kill -9 freed it
+	if w := d.programmedWeight("web", b1); w != 3 {
+		t.Fatalf("after kill -9 and a restart the weight set through the API is %d, want 3", w)
+	}
+	logText, err := os.ReadFile(d.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(logText), `msg="sluice started" config=`+file+" source=state-file") {
+		t.Fatalf("the restarted daemon's log does not say the state file won:\n%s", logText)
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the file's weight after SIGHUP", 5*time.Second, func() bool { return d.programmedWeight("web", b1) == 1 })
 }
