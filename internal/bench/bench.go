@@ -60,7 +60,7 @@ func (e *Env) ApplyConfig(ctx context.Context, name, yaml string) error {
 // ResetBalancer removes Sluice's rules from the balancer and forgets its conntrack entries, so
 // no candidate inherits the flows or NAT bindings of the one before.
 func (e *Env) ResetBalancer(ctx context.Context) error {
-	if err := e.sluiceCmd(ctx, "flush", "--force"); err != nil {
+	if err := e.sluiceCmd(ctx, "flush"); err != nil {
 		return err
 	}
 	return e.InNS(ctx, e.Lab.BalancerNS(), "conntrack", "-F")
