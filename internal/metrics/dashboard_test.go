@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"encoding/json"
+	"log/slog"
 	"os"
 	"regexp"
 	"testing"
@@ -59,9 +60,9 @@ func TestDashboard(t *testing.T) {
 	}
 }
 
-// exportedNames lists the series names a scrape of a running engine holds.
+// exportedNames lists the series names a scrape of a running engine holds, with a conntrack table.
 func exportedNames(t *testing.T) map[string]bool {
-	m, _, _ := start(t)
+	m, _, _ := startWith(t, WatchOptions{MaxBackends: DefaultMaxBackends, Conntrack: conntrack{count: 1, max: 2}}, slog.New(slog.DiscardHandler))
 	families, err := m.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
