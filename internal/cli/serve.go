@@ -15,10 +15,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicelb/sluice/internal/api"
-	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/engine"
 	"github.com/sluicelb/sluice/internal/metrics"
+	"github.com/sluicelb/sluice/internal/state"
 )
 
 // Version is the sluice version reported by the daemon and its metrics.
@@ -72,7 +72,13 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 	if o.metricsMaxBackends < 0 {
 		return fmt.Errorf("--metrics-max-backends %d: want 0 (no per-backend metrics) or more", o.metricsMaxBackends)
 	}
-	cfg, err := config.Load(o.file)
+	lock, err := lockNetns(fmt.Sprintf("sluice serve -c %s, API on %s", o.file, g.socket),
+		"one daemon per network namespace: talk to this one through its --socket or --api, or stop it first")
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
+	store, cfg, err := state.Open(o.file, statePath())
 	if err != nil {
 		return err
 	}
@@ -95,13 +101,13 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 		return err
 	}
 	m := metrics.New(Version, log)
-	e := engine.New(cfg, engine.Options{ConfigPath: o.file, Datapath: dp, Log: log, OnApply: m.ObserveApply, Resync: o.resync})
+	e := engine.New(cfg, engine.Options{ConfigPath: o.file, Datapath: dp, Log: log, OnApply: m.ObserveApply, Resync: o.resync, State: store})
 	ct, _ := dp.(datapath.ConntrackReader)
 	m.Watch(e, metrics.WatchOptions{MaxBackends: o.metricsMaxBackends, Conntrack: ct})
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	handler := api.NewHandler(e, api.Info{Version: Version, Datapath: cfg.Datapath, ConfigFile: o.file, Started: time.Now()})
+	handler := api.NewHandler(e, api.Info{Version: Version, Datapath: cfg.Datapath, ConfigFile: o.file, Source: string(store.Start().Source), Started: time.Now()})
 	metricsMux := http.NewServeMux()
 	metricsMux.Handle("GET /metrics", m.Handler())
 	servers, err := listen(g.socket, o, token, handler, metricsMux, log)
@@ -119,7 +125,7 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 	}
 	go reloadOnHangup(ctx, e, log)
 
-	log.Info("sluice started", "config", o.file, "services", len(cfg.Services), "datapath", cfg.Datapath, "version", Version)
+	log.Info("sluice started", "config", o.file, "source", store.Start().Source, "services", len(cfg.Services), "datapath", cfg.Datapath, "version", Version)
 	runErr := e.Run(ctx)
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
