@@ -250,13 +250,11 @@ func (e *Engine) resetFlows(ctx context.Context, p *plan.Plan) error {
 			e.log.Error("resetting flows failed", "service", s.Name, "backend", b.ID(), "err", err)
 			continue
 		}
-		switch {
-		case all:
-			e.publish(Event{Type: EventFlowsReset, Service: s.Name, Backend: b.ID(), Message: plural(n, "flow") + " dropped (on_failure: reset)"})
-		case n > 0:
-			e.publish(Event{Type: EventFlowsReset, Service: s.Name, Backend: b.ID(),
-				Message: plural(n, "flow") + " not established dropped (on_failure: inhibit keeps the established ones)"})
+		msg := plural(n, "flow") + " dropped (on_failure: reset)"
+		if !all {
+			msg = plural(n, "flow") + " not established dropped (on_failure: inhibit keeps the established ones)"
 		}
+		e.publish(Event{Type: EventFlowsReset, Service: s.Name, Backend: b.ID(), Message: msg})
 	}
 	return errors.Join(errs...)
 }

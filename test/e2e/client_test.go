@@ -13,8 +13,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Client-side timeouts: they only bound a broken request so that it counts as a failure; no
@@ -53,11 +56,19 @@ func inClient(fn func() error) error { return theLab.Do(theLab.ClientNS(), fn) }
 // backend, as with real clients of a load balancer. Call it inside inClient.
 func httpOnce(to netip.AddrPort) (string, error) { return httpFrom(to, 0) }
 
-// httpFrom is httpOnce from a given local port (0: the kernel picks one).
+// httpFrom is httpOnce from a given local port (0: the kernel picks one), bound with
+// SO_REUSEADDR as a client that reuses its ports quickly does.
 func httpFrom(to netip.AddrPort, localPort int) (string, error) {
 	d := net.Dialer{Timeout: dialTimeout}
 	if localPort != 0 {
 		d.LocalAddr = &net.TCPAddr{Port: localPort}
+		d.Control = func(_, _ string, c syscall.RawConn) error {
+			var err error
+			if cerr := c.Control(func(fd uintptr) { err = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1) }); cerr != nil {
+				return cerr
+			}
+			return err
+		}
 	}
 	c, err := d.Dial("tcp", to.String())
 	if err != nil {

@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -249,9 +251,48 @@ func (l *steadyLoad) since(t time.Time) (n, failed int, perBackend map[string]in
 	return n, failed, perBackend, firstErrs
 }
 
-// testHealthUnderLoad: under a steady load through the VIP, stopping nginx on one backend takes it
-// out within fall x interval, after which no new connection fails or reaches it; starting it
-// again brings it back within rise x interval; restarting the daemon loses no request.
+// reusedPorts is the pool of client ports the health test's load cycles through: each is reused
+// within a second, well inside conntrack's CLOSE (10 s) and SYN_SENT (120 s) timeouts, so a
+// stale entry of a fallen backend would take a new connection to it. Outside the ephemeral
+// range, so that no kernel-picked port collides.
+type reusedPorts chan int
+
+func newReusedPorts(first, n int) reusedPorts {
+	p := make(reusedPorts, n)
+	for port := first; port < first+n; port++ {
+		p <- port
+	}
+	return p
+}
+
+// httpOnce makes one request from the pool's least recently used port. A port the client itself
+// still holds (EADDRINUSE, EADDRNOTAVAIL: its own TIME_WAIT after a failed request) is put back
+// and another taken: that is the client's limit, not the balancer's.
+func (p reusedPorts) httpOnce(to netip.AddrPort) (string, error) {
+	for {
+		port := <-p
+		backend, err := httpFrom(to, port)
+		p <- port
+		if !errors.Is(err, syscall.EADDRINUSE) && !errors.Is(err, syscall.EADDRNOTAVAIL) {
+			return backend, err
+		}
+	}
+}
+
+// waitRequests waits until at least n requests started at or after t have ended.
+func (l *steadyLoad) waitRequests(tt *testing.T, what string, t time.Time, n int) {
+	tt.Helper()
+	waitFor(tt, what, 30*time.Second, func() bool {
+		got, _, _, _ := l.since(t)
+		return got >= n
+	})
+}
+
+// testHealthUnderLoad: under a steady load through the VIP from a small pool of reused client
+// ports, stopping nginx on one backend takes it out within fall x interval, after which no new
+// connection fails or reaches it (no conntrack entry of the fallen backend takes a reused port
+// to it); starting it again brings it back within rise x interval; restarting the daemon loses
+// no request.
 func testHealthUnderLoad(t *testing.T, f Flavor) {
 	svc := webService("maglev", equalPool(false))
 	svc.Extra = []string{fmt.Sprintf("health_check: {type: http, path: /status, interval: %s, timeout: %s, rise: %d, fall: %d}",
@@ -261,9 +302,14 @@ func testHealthUnderLoad(t *testing.T, f Flavor) {
 	const victim = 2
 	victimAddr := theLab.BackendAddr(victim, false).String()
 	victimTarget := victimAddr + ":80"
-	load := startLoad(t, 2, func() (string, error) { return httpOnce(svc.Addr()) })
-	time.Sleep(time.Second)
-	if n, failed, per, errs := load.since(time.Time{}); failed > 0 || per["b2"] == 0 {
+	const poolSize = 50
+	ports := newReusedPorts(20000, poolSize)
+	load := startLoad(t, 2, func() (string, error) { return ports.httpOnce(svc.Addr()) })
+	waitFor(t, "every port used and b2 answering", 30*time.Second, func() bool {
+		n, _, per, _ := load.since(time.Time{})
+		return n >= 2*poolSize && per["b2"] > 0
+	})
+	if n, failed, per, errs := load.since(time.Time{}); failed > 0 {
 		t.Fatalf("before any change: %d requests, %d failed %v, per backend %v", n, failed, errs, per)
 	}
 
@@ -276,12 +322,20 @@ func testHealthUnderLoad(t *testing.T, f Flavor) {
 	out := waitFor(t, "the stopped backend marked down", time.Duration(checkFall)*checkInterval+checkTimeout+detectSlack,
 		func() bool { return d.probeState(victimTarget) == "down" })
 	waitFor(t, "the stopped backend out of the table", detectSlack, func() bool { return d.programmedWeight("web", victimAddr) == 0 })
+	if f.Datapath == "nft" {
+		// The decision ends once the fallen backend's conntrack entries that are not established
+		// are gone: the flows_reset event follows their deletion.
+		waitFor(t, "the fallen backend's stale flows dropped", detectSlack, func() bool {
+			r := d.cli("events")
+			return strings.Contains(r.Stdout, "flows_reset") && strings.Contains(r.Stdout, victimAddr)
+		})
+	}
 	removed := time.Now()
 	n, failed, _, _ := load.since(stopped)
 	t.Logf("backend stopped: marked down after %v (fall %d x interval %v); %d requests failed of %d in the meantime",
 		out.Round(time.Millisecond), checkFall, checkInterval, failed, n)
 
-	time.Sleep(1500 * time.Millisecond)
+	load.waitRequests(t, "every port reused three times after the decision", removed, 3*poolSize)
 	n, failed, per, errs := load.since(removed)
 	if failed > 0 && f.PinsFlowsByTuple && onlyRefused(errs) {
 		// A reused source port follows its remembered flow to the stopped backend.
@@ -289,6 +343,7 @@ func testHealthUnderLoad(t *testing.T, f Flavor) {
 	} else if failed > 0 || per["b2"] > 0 || n == 0 {
 		t.Fatalf("after the backend was taken out: %d requests, %d failed %v, per backend %v", n, failed, errs, per)
 	}
+	t.Logf("after the backend was taken out: %d requests from %d reused ports, %d failed, per backend %v", n, poolSize, failed, per)
 
 	restarted := time.Now()
 	if err := theLab.StartBackend(ctx, victim); err != nil {
@@ -304,9 +359,9 @@ func testHealthUnderLoad(t *testing.T, f Flavor) {
 
 	// Restart the daemon under load: the kernel keeps forwarding, the new daemon adopts it.
 	d.stop()
-	time.Sleep(500 * time.Millisecond)
+	load.waitRequests(t, "requests while the daemon is down", time.Now(), poolSize)
 	d.start()
-	time.Sleep(time.Second)
+	load.waitRequests(t, "requests after the daemon's restart", time.Now(), poolSize)
 	load.finish()
 	n, failed, per, errs = load.since(restarted)
 	t.Logf("from the backend's return to the end (backend restart, daemon restart): %d requests, %d failed, per backend %v", n, failed, per)
