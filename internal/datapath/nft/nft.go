@@ -40,6 +40,9 @@ type Datapath struct {
 	generation uint32
 	// resync asks the next Apply to check the generation and the routes to dsr backends.
 	resync bool
+	// own are the ruleset generations Sluice's latest transactions made, so that the watcher
+	// never takes them for someone else's, even when generation is not known.
+	own []uint32
 	// layout is what the last successful Apply committed, kept through Resync and failed
 	// transactions, for Status to read without the lock; nil before the first Apply and after Flush.
 	layout atomic.Pointer[desired]
@@ -100,21 +103,55 @@ func (d *Datapath) Apply(ctx context.Context, p *plan.Plan) error {
 		return err
 	}
 	next.release()
-	tx := d.nft.NewTransaction()
-	n := reconcile(tx, have, want)
+	n, txs, err := d.run(ctx, have, want)
+	if err != nil {
+		d.committed, d.generation = nil, 0
+		return err
+	}
 	if n == 0 {
 		d.log.Debug("nft: kernel already matches the plan")
 		d.commit(next, exact, gen)
 		return nil
 	}
-	d.log.Info("nft: applying", "operations", n)
-	if err := d.nft.Run(ctx, tx); err != nil {
-		d.committed, d.generation = nil, 0
-		return fmt.Errorf("nft transaction (%d operations) rejected, nothing changed: %w", n, err)
-	}
 	after := rulesetGeneration()
-	d.commit(next, exact && after == gen+1, after) // +1: ours was the only transaction since gen
+	d.commit(next, exact && after == gen+uint32(txs), after) // +txs: ours were the only transactions since gen
 	return nil
+}
+
+// run reconciles have into want in one transaction, or in several when the change is too big for
+// one nft process (see batches), and returns the operations and transactions it ran.
+func (d *Datapath) run(ctx context.Context, have, want *state) (ops, txs int, err error) {
+	parts := batches(have, want, maxBatchOperations)
+	for i, part := range parts {
+		tx := d.nft.NewTransaction()
+		n := reconcile(tx, part[0], part[1])
+		if n == 0 {
+			continue
+		}
+		d.log.Info("nft: applying", "operations", n, "batch", i+1, "batches", len(parts))
+		if err := runTransaction(ctx, tx); err != nil {
+			if txs == 0 {
+				return ops, txs, fmt.Errorf("nft transaction (%d operations) rejected, nothing changed: %w", n, err)
+			}
+			return ops, txs, fmt.Errorf("nft transaction %d of %d (%d operations) rejected after %d applied (each holds whole services); the next apply reads the kernel and completes the change: %w",
+				i+1, len(parts), n, txs, err)
+		}
+		ops += n
+		txs++
+		d.recordOwn(rulesetGeneration())
+	}
+	return ops, txs, nil
+}
+
+// recordOwn remembers that Sluice's transaction made generation gen (0: unknown), among the last 64.
+func (d *Datapath) recordOwn(gen uint32) {
+	if gen == 0 {
+		return
+	}
+	if len(d.own) == 64 {
+		d.own = d.own[1:]
+	}
+	d.own = append(d.own, gen)
 }
 
 // commit records next as what the kernel holds, exactly so at ruleset generation gen when exact.
@@ -163,7 +200,7 @@ func (d *Datapath) Flush(ctx context.Context) error {
 	if reconcile(tx, have, newState()) == 0 {
 		return nil
 	}
-	return d.nft.Run(ctx, tx)
+	return runTransaction(ctx, tx)
 }
 
 // Status reads the programmed services back, with per-backend counters and active flows. A

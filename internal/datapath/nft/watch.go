@@ -208,7 +208,7 @@ func (w *watcher) judge() {
 func (d *Datapath) accountsFor(gen uint32) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.generation != 0 && int32(gen-d.generation) <= 0
+	return d.generation != 0 && int32(gen-d.generation) <= 0 || slices.Contains(d.own, gen)
 }
 
 // generationOf decodes an NFT_MSG_NEWGEN notification: the generation and who committed it.

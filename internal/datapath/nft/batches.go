@@ -1,0 +1,291 @@
+package nft
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"strings"
+
+	"sigs.k8s.io/knftables"
+)
+
+// maxBatchOperations bounds the operations of one nft transaction. nft 1.0.6 holds about 1.6 KB
+// per operation while it parses and sends a transaction (10.4 million operations took it to
+// 17 GB), so a batch of 40,000 stays near 64 MB whatever the size of the config.
+const maxBatchOperations = 40000
+
+// batches splits the change from have to want into states to reconcile one after another, each in
+// its own transaction of about maxOps operations at most. A service's objects and its elements of
+// the shared sets always travel together, so every transaction takes each service it touches from
+// its old state to its new one at once; services whose shared elements share a key (a VIP handed
+// from one service to another) travel together too. The first batch creates the shared objects
+// both states need, and the last deletes those want no longer holds. A change that fits in one
+// transaction is one batch: have to want.
+func batches(have, want *state, maxOps int) [][2]*state {
+	units := changeUnits(have, want)
+	total := 0
+	for _, u := range units {
+		total += u.ops
+	}
+	if total <= maxOps {
+		return [][2]*state{{have, want}}
+	}
+	haveBase, wantBase := have.base(), want.base()
+	bridge := haveBase.union(wantBase)
+	out := [][2]*state{{haveBase, bridge}}
+	var group map[string]bool
+	ops := 0
+	flush := func() {
+		if len(group) > 0 {
+			out = append(out, [2]*state{have.only(group, bridge), want.only(group, bridge)})
+		}
+		group, ops = map[string]bool{}, 0
+	}
+	flush()
+	for _, u := range units {
+		if ops > 0 && ops+u.ops > maxOps {
+			flush()
+		}
+		for _, name := range u.services {
+			group[name] = true
+		}
+		ops += u.ops
+	}
+	flush()
+	return append(out, [2]*state{bridge, wantBase})
+}
+
+// changeUnit is services that must change in one transaction, and an upper bound of the
+// operations that takes.
+type changeUnit struct {
+	services []string
+	ops      int
+	removal  bool // every service of the unit is gone from want
+}
+
+// changeUnits groups the services of have and want into units (those sharing a key of a shared
+// set together), removals first so that a key they free is free before a later batch takes it.
+func changeUnits(have, want *state) []changeUnit {
+	parent := map[string]string{}
+	var find func(string) string
+	find = func(s string) string {
+		p, ok := parent[s]
+		if !ok {
+			parent[s] = s
+			return s
+		}
+		if p == s {
+			return s
+		}
+		root := find(p)
+		parent[s] = root
+		return root
+	}
+	ops := map[string]int{}
+	inWant := map[string]bool{}
+	keyOwner := map[string]string{}
+	for _, st := range []*state{have, want} {
+		st.eachOwned(func(owner string, n int) {
+			find(owner)
+			ops[owner] += n
+			if st == want {
+				inWant[owner] = true
+			}
+		}, func(owner, key string) {
+			if other, ok := keyOwner[key]; ok {
+				parent[find(owner)] = find(other)
+			} else {
+				keyOwner[key] = owner
+			}
+		})
+	}
+	byRoot := map[string]*changeUnit{}
+	for name := range parent {
+		root := find(name)
+		u := byRoot[root]
+		if u == nil {
+			u = &changeUnit{removal: true}
+			byRoot[root] = u
+		}
+		u.services = append(u.services, name)
+		u.ops += ops[name]
+		u.removal = u.removal && !inWant[name]
+	}
+	units := make([]changeUnit, 0, len(byRoot))
+	for _, u := range byRoot {
+		slices.Sort(u.services)
+		units = append(units, *u)
+	}
+	slices.SortFunc(units, func(a, b changeUnit) int {
+		if a.removal != b.removal {
+			if a.removal {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(a.services[0], b.services[0])
+	})
+	return units
+}
+
+// eachOwned calls object for every service owning objects or elements of s, with how many
+// operations they may take (an upper bound: objects, rules and elements), and key for each of
+// its elements of the shared sets, by set and key.
+func (s *state) eachOwned(object func(service string, ops int), key func(service, key string)) {
+	for k, c := range s.chains {
+		if owner := serviceOf(k.name); owner != "" {
+			object(owner, 1+len(c.rules))
+		}
+	}
+	for k := range s.counters {
+		if owner := serviceOf(k.name); owner != "" {
+			object(owner, 1)
+		}
+	}
+	for k, d := range s.sets {
+		if owner := serviceOf(k.name); owner != "" {
+			object(owner, 1+len(d.elems))
+			continue
+		}
+		for _, e := range d.elems {
+			if owner := elementOwner(e); owner != "" {
+				object(owner, 1)
+				key(owner, string(k.family)+" "+k.name+" "+strings.Join(deletable(e).Key, " . "))
+			}
+		}
+	}
+}
+
+// base is what of s belongs to no service: tables, base chains and the shared sets, with only
+// their elements of no service (which nothing renders: they are someone else's, to delete).
+func (s *state) base() *state {
+	return s.only(nil, s)
+}
+
+// only is the shared objects of shared (as base returns them) with the part of s that belongs to
+// the services named: their objects, and their elements of the shared sets.
+func (s *state) only(services map[string]bool, shared *state) *state {
+	out := newState()
+	maps.Copy(out.tables, shared.tables)
+	for k, c := range shared.chains {
+		if serviceOf(k.name) == "" {
+			out.chains[k] = c
+		}
+	}
+	for k, c := range shared.counters {
+		if serviceOf(k.name) == "" {
+			out.counters[k] = c
+		}
+	}
+	for k, d := range shared.sets {
+		if serviceOf(k.name) == "" {
+			out.sets[k] = d.filter(func(e *knftables.Element) bool { return elementOwner(e) == "" })
+		}
+	}
+	for k, c := range s.chains {
+		if services[serviceOf(k.name)] {
+			out.chains[k] = c
+		}
+	}
+	for k, c := range s.counters {
+		if services[serviceOf(k.name)] {
+			out.counters[k] = c
+		}
+	}
+	for k, d := range s.sets {
+		if owner := serviceOf(k.name); owner != "" {
+			if services[owner] {
+				out.sets[k] = d
+			}
+			continue
+		}
+		mine := d.filter(func(e *knftables.Element) bool { return services[elementOwner(e)] })
+		if have := out.sets[k]; have != nil {
+			maps.Copy(mine.elems, have.elems)
+		}
+		out.sets[k] = mine
+	}
+	return out
+}
+
+// filter is a copy of d with the elements keep keeps.
+func (d *setDef) filter(keep func(*knftables.Element) bool) *setDef {
+	out := &setDef{obj: d.obj, elems: map[string]*knftables.Element{}}
+	for id, e := range d.elems {
+		if keep(e) {
+			out.elems[id] = e
+		}
+	}
+	return out
+}
+
+// union is a state holding the objects of both (s's where both hold one), and the elements of
+// both.
+func (s *state) union(other *state) *state {
+	out := other.clone()
+	out.include(s.clone())
+	return out
+}
+
+// serviceKinds are the name prefixes of the objects rendered for one service, each followed by
+// the service's name and a hash: "svc-web-8c2c44ca", "be-web-8c2c44ca-1a2b" (a dsr backend chain
+// with its device's hash).
+var serviceKinds = []string{"svc-", "slots-", "members-", "flows-", "backends-", "newflows-", "be-",
+	chainCounter + "-", packetCounter + "-", newFlowCounter + "-"}
+
+// serviceOf is the service an object of that name was rendered for, "" for a shared object.
+func serviceOf(name string) string {
+	for _, kind := range serviceKinds {
+		rest, ok := strings.CutPrefix(name, kind)
+		if !ok {
+			continue
+		}
+		rest, last, ok := cutLast(rest)
+		if !ok || !isHex(last) {
+			return ""
+		}
+		if kind == "be-" && len(last) == 4 {
+			if r, h, ok := cutLast(rest); ok && len(h) == 8 && isHex(h) {
+				return r
+			}
+			return ""
+		}
+		if len(last) != 8 {
+			return ""
+		}
+		return rest
+	}
+	return ""
+}
+
+// elementOwner is the service an element of a shared set belongs to: dispatch and full-NAT
+// elements name it first in their comment, forwarded ones point to its packet counter.
+func elementOwner(e *knftables.Element) string {
+	if strings.HasPrefix(e.Map, "forwarded-") && len(e.Value) == 1 {
+		return serviceOf(e.Value[0])
+	}
+	if e.Comment != nil {
+		if f := strings.Fields(*e.Comment); len(f) > 0 && (strings.HasPrefix(e.Map, "dispatch") || strings.HasPrefix(e.Set, "fullnat-")) {
+			return f[0]
+		}
+	}
+	return ""
+}
+
+// cutLast cuts s at its last '-'.
+func cutLast(s string) (before, after string, ok bool) {
+	i := strings.LastIndexByte(s, '-')
+	if i <= 0 {
+		return "", "", false
+	}
+	return s[:i], s[i+1:], true
+}
+
+func isHex(s string) bool {
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return s != ""
+}
