@@ -26,6 +26,9 @@ func newDatapath(name string, cfg *config.Config, log *slog.Logger) (datapath.Da
 		opts := ebpf.Options{PinPath: pinPath()}
 		if cfg != nil {
 			sizes := cfg.EBPFMapSizes()
+			if err := ebpf.CheckMemory(sizes, totalMemory()); err != nil {
+				return nil, err
+			}
 			opts.Attach = ebpf.AttachMode(cfg.Attach)
 			opts.Sizes = ebpf.MapSizes{Flows: uint32(sizes.MaxFlows), MaglevSlots: uint32(sizes.MaglevSlots)}
 		}
@@ -139,4 +142,13 @@ func lockNetns(command, hint string) (*netnslock.Lock, error) {
 		held.Namespace = ns + " " + held.Namespace
 	}
 	return nil, fmt.Errorf("%w: %s", held, hint)
+}
+
+// totalMemory is the machine's memory in bytes (0 when it cannot be read).
+func totalMemory() uint64 {
+	var info unix.Sysinfo_t
+	if unix.Sysinfo(&info) != nil {
+		return 0
+	}
+	return uint64(info.Totalram) * uint64(info.Unit)
 }

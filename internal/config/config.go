@@ -28,6 +28,8 @@ type Config struct {
 	Interfaces []string `yaml:"interfaces,omitempty" json:"interfaces,omitempty"`
 	// EBPF sizes the ebpf datapath's preallocated maps; nil keeps the defaults.
 	EBPF *EBPFSizes `yaml:"ebpf,omitempty" json:"ebpf,omitempty"`
+	// NFT bounds what the nft datapath may program; nil keeps the defaults.
+	NFT *NFTLimits `yaml:"nft,omitempty" json:"nft,omitempty"`
 	// API says what the daemon's TCP API may change; nil allows no exec check.
 	API *APIPolicy `yaml:"api,omitempty" json:"api,omitempty"`
 	// Services are the virtual services to balance.
@@ -115,6 +117,10 @@ func (c *Config) Clone() *Config {
 	if c.API != nil {
 		policy := *c.API
 		out.API = &policy
+	}
+	if c.NFT != nil {
+		limits := *c.NFT
+		out.NFT = &limits
 	}
 	out.Services = make([]Service, len(c.Services))
 	for i, s := range c.Services {

@@ -52,6 +52,7 @@ func (c *Config) Validate() Errors {
 		}
 	}
 	c.State.validate(fail)
+	c.validateNFT(fail)
 	for i, name := range c.Interfaces {
 		if !validInterfaceName(name) {
 			fail(fmt.Sprintf("interfaces[%d]", i), "%q is not an interface name (%s)", name, interfaceNameRule)

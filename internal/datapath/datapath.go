@@ -3,6 +3,7 @@ package datapath
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/sluicelb/sluice/internal/plan"
 )
@@ -83,4 +84,34 @@ type BackendStatus struct {
 	// Packets and Bytes count what the balancer forwarded from clients to the backend.
 	Packets uint64 `json:"packets"`
 	Bytes   uint64 `json:"bytes"`
+}
+
+// Budgeter is a Datapath that can tell, before Apply and without touching the kernel, whether a
+// plan fits what it may hold, so that a config beyond it is refused with nothing changed rather
+// than exhausting the machine.
+type Budgeter interface {
+	// Budget returns a *BudgetError when p needs more than the datapath's limit.
+	Budget(p *plan.Plan) error
+}
+
+// BudgetError is a plan that needs more of a datapath's resource than its limit allows.
+type BudgetError struct {
+	// Field is the config key of the limit, like "nft.max_elements".
+	Field string
+	// What is what is counted, like "nftables elements".
+	What string
+	// Need is what the plan needs, Limit what the datapath may hold.
+	Need, Limit int
+	// Cost says what the plan would cost, like "about 2.1 GB while nft loads them".
+	Cost string
+	// Instead says what the operator can do instead.
+	Instead string
+}
+
+func (e *BudgetError) Error() string {
+	msg := fmt.Sprintf("the config needs %d %s", e.Need, e.What)
+	if e.Cost != "" {
+		msg += " (" + e.Cost + ")"
+	}
+	return msg + fmt.Sprintf(", over the limit of %d (%s); nothing was changed: %s", e.Limit, e.Field, e.Instead)
 }

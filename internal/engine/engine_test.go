@@ -412,3 +412,24 @@ func TestServiceIsOneOfServices(t *testing.T) {
 		t.Errorf("an unknown service: %v", err)
 	}
 }
+
+// TestChangeOverTheDatapathsBudgetChangesNothing: a config the datapath cannot hold is refused
+// as an error of the limit's key, before it becomes the running config.
+func TestChangeOverTheDatapathsBudgetChangesNothing(t *testing.T) {
+	h := start(t, twoServices, Options{})
+	h.dp.SetBudget(2)
+	before := h.Config()
+	_, err := h.Update(false, "test", func(cfg *config.Config) error {
+		extra := cfg.Services[0]
+		extra.Name, extra.VIP = "third", "10.91.9.103"
+		cfg.Services = append(cfg.Services, extra)
+		return nil
+	})
+	var fieldErrs config.Errors
+	if !errors.As(err, &fieldErrs) || fieldErrs[0].Path != "fake.max_services" || !strings.Contains(err.Error(), "needs 3 services") {
+		t.Fatalf("got %v, want a field error on fake.max_services", err)
+	}
+	if !reflect.DeepEqual(before, h.Config()) {
+		t.Fatal("the running config changed")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/plan"
 	"github.com/sluicelb/sluice/internal/state"
 )
@@ -65,6 +66,9 @@ func (e *Engine) apply(dryRun bool, why string, from *state.Origin, mutate Mutat
 	}
 	after, err := e.planner.Build(next, e.available(next))
 	if err != nil {
+		return plan.Change{}, snapshot{}, err
+	}
+	if err := e.budget(after); err != nil {
 		return plan.Change{}, snapshot{}, err
 	}
 	change := plan.Diff(before, after)
@@ -196,4 +200,19 @@ func plural(n int, noun string) string {
 		return "1 " + noun
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// budget refuses a plan beyond what the datapath may hold (see datapath.Budgeter), as an error
+// of the config key that sets the limit.
+func (e *Engine) budget(p *plan.Plan) error {
+	b, ok := e.opts.Datapath.(datapath.Budgeter)
+	if !ok {
+		return nil
+	}
+	err := b.Budget(p)
+	var over *datapath.BudgetError
+	if errors.As(err, &over) {
+		return config.Errors{config.FieldError{Path: over.Field, Msg: over.Error()}}
+	}
+	return err
 }

@@ -19,7 +19,9 @@ import (
 type Plan struct {
 	Datapath   string
 	Interfaces []string
-	Services   []Service
+	// NFTMaxElements is the most elements and objects the nft datapath may program (nft.max_elements).
+	NFTMaxElements int
+	Services       []Service
 }
 
 // Service is one virtual service ready to program.
@@ -94,7 +96,7 @@ func (b *Builder) Build(cfg *config.Config, available Availability) (*Plan, erro
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	kept := make(map[string]*recentTables, len(cfg.Services))
-	p := &Plan{Datapath: cfg.Datapath, Interfaces: cfg.Interfaces}
+	p := &Plan{Datapath: cfg.Datapath, Interfaces: cfg.Interfaces, NFTMaxElements: cfg.NFTMaxElements()}
 	for _, cs := range cfg.Services {
 		tables := b.tables[cs.Name]
 		if tables == nil {

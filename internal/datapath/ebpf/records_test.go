@@ -66,7 +66,7 @@ func TestCheckLimits(t *testing.T) {
 	if err := checkLimits(p, limits{vips: 10, services: 1, backends: 0, slots: 7}); err != nil {
 		t.Errorf("a plan that fits: %v", err)
 	}
-	if err := checkLimits(p, limits{vips: 10, services: 1, backends: 0, slots: 6}); err == nil || !strings.Contains(err.Error(), "7 maglev slots") {
+	if err := checkLimits(p, limits{vips: 10, services: 1, backends: 0, slots: 6}); err == nil || !strings.Contains(err.Error(), "needs 7 Maglev slots") {
 		t.Errorf("a plan with too many slots: %v", err)
 	}
 }

@@ -56,30 +56,6 @@ func (s *syncer) plan(p *plan.Plan) error {
 	return s.sweep()
 }
 
-// checkLimits fails a plan that does not fit the maps, before anything is written.
-func checkLimits(p *plan.Plan, l limits) error {
-	var vips, backends, slots int
-	for _, s := range p.Services {
-		vips += s.Ports.Last - s.Ports.First + 1
-		backends += len(s.Backends)
-		slots += len(s.Slots)
-	}
-	for _, c := range []struct {
-		what      string
-		need, max int
-	}{
-		{"services", len(p.Services), int(l.services)},
-		{"vips entries (one per service port)", vips, int(l.vips)},
-		{"backends (counted per service)", backends, int(l.backends)},
-		{"maglev slots", slots, int(l.slots)},
-	} {
-		if c.need > c.max {
-			return fmt.Errorf("the plan needs %d %s; the eBPF datapath holds %d (bpf/constants.h)", c.need, c.what, c.max)
-		}
-	}
-	return nil
-}
-
 // service programs one service of the plan.
 func (s *syncer) service(ps *plan.Service) error {
 	rec, err := serviceRecordOf(ps)

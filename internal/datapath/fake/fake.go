@@ -21,11 +21,13 @@ type Datapath struct {
 	stale   map[string]uint64 // service/backend ID -> flows that are not established
 	resets  []string          // service/backend ID, in call order
 	drops   []string          // service/backend ID of DropStaleFlows, in call order
+	budget  int               // the most services Budget accepts; 0: any number
 }
 
 var (
 	_ datapath.Datapath         = (*Datapath)(nil)
 	_ datapath.StaleFlowDropper = (*Datapath)(nil)
+	_ datapath.Budgeter         = (*Datapath)(nil)
 )
 
 // New returns an empty fake datapath.
@@ -161,4 +163,21 @@ func (d *Datapath) Resets() []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return append([]string(nil), d.resets...)
+}
+
+// SetBudget makes Budget refuse plans of more than n services (0: any number).
+func (d *Datapath) SetBudget(n int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.budget = n
+}
+
+// Budget refuses a plan of more services than SetBudget allows, as the key "fake.max_services".
+func (d *Datapath) Budget(p *plan.Plan) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.budget == 0 || len(p.Services) <= d.budget {
+		return nil
+	}
+	return &datapath.BudgetError{Field: "fake.max_services", What: "services", Need: len(p.Services), Limit: d.budget, Instead: "remove some"}
 }

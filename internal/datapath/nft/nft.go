@@ -51,6 +51,7 @@ type Datapath struct {
 var (
 	_ datapath.Datapath      = (*Datapath)(nil)
 	_ datapath.ServiceReader = (*Datapath)(nil)
+	_ datapath.Budgeter      = (*Datapath)(nil)
 )
 
 // New checks that nft works here and returns the datapath.
@@ -70,6 +71,9 @@ func New(log *slog.Logger) (*Datapath, error) {
 // committed: it renders only the services whose plan changed and leaves the others alone. When
 // that state is not known it renders everything and compares with the kernel's.
 func (d *Datapath) Apply(ctx context.Context, p *plan.Plan) error {
+	if err := d.Budget(p); err != nil {
+		return err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	env, err := hostEnvironment(p.Interfaces)

@@ -1,0 +1,39 @@
+package config
+
+// NFTLimits bound what the nft datapath may program, so that a config it cannot load is refused
+// before anything changes instead of exhausting the machine's memory.
+type NFTLimits struct {
+	// MaxElements is the most nftables elements and objects (map elements, chains, rules,
+	// counters) the config may take; 0 keeps DefaultNFTMaxElements.
+	MaxElements int `yaml:"max_elements,omitempty" json:"max_elements,omitempty"`
+}
+
+// Limits of nft.max_elements. nft 1.0.6 holds about 1 KB per element while it loads a batch and
+// the kernel about 250 bytes per element for as long as it exists; the default, about 1 million,
+// holds 10,000 services of 2 backends or 1,000 of 40 with default table sizes.
+const (
+	DefaultNFTMaxElements = 1 << 20
+	MinNFTMaxElements     = 1 << 10
+	MaxNFTMaxElements     = 1 << 25
+)
+
+// NFTMaxElements is nft.max_elements, the default filled in.
+func (c *Config) NFTMaxElements() int {
+	if c.NFT != nil && c.NFT.MaxElements != 0 {
+		return c.NFT.MaxElements
+	}
+	return DefaultNFTMaxElements
+}
+
+// validateNFT checks the nft section.
+func (c *Config) validateNFT(fail func(path, format string, args ...any)) {
+	if c.NFT == nil {
+		return
+	}
+	if c.Datapath == "ebpf" {
+		fail("nft", "only applies to datapath nft, not %s", c.Datapath)
+	}
+	if n := c.NFT.MaxElements; n != 0 && (n < MinNFTMaxElements || n > MaxNFTMaxElements) {
+		fail("nft.max_elements", "%d is out of range %d-%d", n, MinNFTMaxElements, MaxNFTMaxElements)
+	}
+}

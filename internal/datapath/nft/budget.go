@@ -1,0 +1,56 @@
+package nft
+
+import (
+	"fmt"
+
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/datapath"
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+// baseOperations bounds what the tables hold for no service in particular: the tables, base
+// chains and their rules, the shared sets.
+const baseOperations = 40
+
+// kernelBytesPerElement is about what the kernel holds per element or object of Sluice's tables
+// (measured on 6.18: slab growth over 10,000 services of 2 backends).
+const kernelBytesPerElement = 250
+
+// elements bounds the elements and objects (map elements, chains, rules, counters) the tables
+// hold for a plan, without rendering it: a nat or fullnat service takes its dispatch (and
+// full-NAT) element, a chain of at most 4 rules, its members and slot maps with their elements,
+// and per backend a chain of 2 rules, 2 counters and 1 forwarded element; a dsr service its
+// flows, marks and new-flow maps and per backend 2 counters and 2 more elements.
+func elements(p *plan.Plan) int {
+	n := baseOperations
+	for i := range p.Services {
+		s := &p.Services[i]
+		b := len(s.Backends)
+		if s.Mode == "dsr" {
+			n += 10 + 8*b + len(s.Slots)
+		} else {
+			n += 9 + 7*b + len(s.Slots)
+		}
+	}
+	return n
+}
+
+// Budget refuses a plan whose tables would hold more than nft.max_elements elements and
+// objects (see elements).
+func (d *Datapath) Budget(p *plan.Plan) error {
+	limit := p.NFTMaxElements
+	if limit == 0 {
+		limit = config.DefaultNFTMaxElements
+	}
+	need := elements(p)
+	if need <= limit {
+		return nil
+	}
+	return &datapath.BudgetError{
+		Field: "nft.max_elements", What: "nftables elements and objects", Need: need, Limit: limit,
+		Cost: fmt.Sprintf("about %d MB of kernel memory", need*kernelBytesPerElement>>20),
+		Instead: "use smaller Maglev tables (table_size; the default on nft is 61 slots up to 3 backends), " +
+			"fewer services, datapath: ebpf (a Maglev slot is 4 bytes of a BPF array there), " +
+			"or raise nft.max_elements if the machine has the memory",
+	}
+}
