@@ -16,6 +16,10 @@ import (
 // DefaultSocket is where the daemon serves the API unless told otherwise.
 const DefaultSocket = "/run/sluice/sluice.sock"
 
+// NetnsSocket is the default socket of `sluice --netns NAME`: one per network namespace, so
+// that a daemon in another namespace never takes a command meant for this one.
+func NetnsSocket(netns string) string { return "/run/sluice/netns/" + netns + "/sluice.sock" }
+
 // ListenUnix listens on the unix socket path, the API's default listener. It creates the parent
 // directory with mode 0755 when it is missing, and replaces a stale socket left by a daemon that
 // did not exit cleanly, but only a socket and only when nothing answers on it. The socket is left

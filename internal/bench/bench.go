@@ -38,10 +38,10 @@ func NewEnv(prefix string, backends int, sluice string, progress *Progress) *Env
 // Dir is the benchmark's scratch directory inside the lab's state dir (peer configs, logs).
 func (e *Env) Dir() string { return filepath.Join(e.Lab.StateDir, "bench") }
 
-// sluiceCmd runs the sluice binary inside the balancer namespace. It never talks to a daemon:
-// the socket points into the lab's state dir, where none listens.
+// sluiceCmd runs the sluice binary inside the balancer namespace, where no daemon runs: with
+// --netns, sluice asks only that namespace's daemon socket, so it programs the kernel itself.
 func (e *Env) sluiceCmd(ctx context.Context, args ...string) error {
-	argv := append([]string{"--netns", e.Lab.BalancerNS(), "--socket", filepath.Join(e.Dir(), "no-daemon.sock")}, args...)
+	argv := append([]string{"--netns", e.Lab.BalancerNS()}, args...)
 	return run(exec.CommandContext(ctx, e.Sluice, argv...))
 }
 

@@ -53,12 +53,17 @@ func rootCmd() *cobra.Command {
 				return err
 			}
 			g.socketGiven = cmd.Flags().Changed("socket") || os.Getenv("SLUICE_SOCKET") != ""
+			if !g.socketGiven && g.netns != "" {
+				// A daemon of another namespace (the host's, on the default socket) must never
+				// take a command meant for this one.
+				g.socket = api.NetnsSocket(g.netns)
+			}
 			return g.enterNetns()
 		},
 	}
 	root.PersistentFlags().StringVar(&g.netns, "netns", "", "run inside this named network namespace, like ip netns exec NAME sluice ...")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "", "log level: debug, info, warn, error (default: info for serve, warn otherwise)")
-	root.PersistentFlags().StringVar(&g.socket, "socket", envOr("SLUICE_SOCKET", api.DefaultSocket), "the daemon's API socket")
+	root.PersistentFlags().StringVar(&g.socket, "socket", envOr("SLUICE_SOCKET", api.DefaultSocket), "the daemon's API socket (with --netns NAME: "+api.NetnsSocket("NAME")+")")
 	root.PersistentFlags().StringVar(&g.apiURL, "api", os.Getenv("SLUICE_API"), "talk to the daemon's TCP API at this URL instead of the socket")
 	root.PersistentFlags().StringVar(&g.apiToken, "token", os.Getenv("SLUICE_TOKEN"), "bearer token for --api")
 	root.AddCommand(validateCmd(), applyCmd(g), listCmd(g), flushCmd(g), labCmd(), serveCmd(g),
