@@ -104,7 +104,7 @@ func pending(t *testing.T, d *Datapath, p *plan.Plan) int {
 // nft must accept each transaction, a second Apply must find nothing to do, Status must read the
 // services back, and Flush must leave no table behind.
 func TestKernelAcceptsEveryCase(t *testing.T) {
-	v4 := []string{"dsr-range-udp", "fallback", "nat-maglev", "nat-range-udp", "wrr-hash-random"}
+	v4 := []string{"dsr-range-udp", "dsr-tcp", "fallback", "nat-maglev", "nat-range-udp", "wrr-hash-random"}
 	inFreshNetns(t, func() {
 		ctx := context.Background()
 		d := newTestDatapath(t)

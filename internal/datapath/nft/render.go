@@ -318,9 +318,15 @@ func renderDSRService(st *state, s *plan.Service, env Environment) error {
 	})
 	backends := st.addSet(f, &knftables.Map{Name: n.marks, Type: "mark : verdict"})
 	newFlows := st.addSet(f, &knftables.Map{Name: n.newFlows, Type: "mark : counter"})
+	var rules []string
+	if s.Protocol == "tcp" {
+		// A SYN forgets its flow, so that a reused source port is balanced anew (to a live backend),
+		// as on the ebpf datapath: an update from the packet path never changes a known value.
+		rules = append(rules, fmt.Sprintf("tcp flags & (syn | ack) == syn delete @%s { %s : meta mark }", n.flows, flowKey))
+	}
 	// A known flow refreshes its entry (the timeout is an idle timeout) and goes to its backend.
-	rules := []string{fmt.Sprintf("meta l4proto %s meta mark set %s map @%s update @%s { %s : meta mark } meta mark vmap @%s",
-		s.Protocol, flowKey, n.flows, n.flows, flowKey, n.marks)}
+	rules = append(rules, fmt.Sprintf("meta l4proto %s meta mark set %s map @%s update @%s { %s : meta mark } meta mark vmap @%s",
+		s.Protocol, flowKey, n.flows, n.flows, flowKey, n.marks))
 	for i, b := range s.Backends {
 		dev, err := env.DeviceTo(b.Addr)
 		if err != nil {
