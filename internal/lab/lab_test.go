@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -249,6 +250,44 @@ func TestLab(t *testing.T) {
 		}
 		if err := l.StopBackend(ctx, 2); err != nil {
 			t.Errorf("second stop: %v", err)
+		}
+		if err := l.StartBackend(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		if out := curl(t, l, "http://10.91.2.12/"); out != "b2\n" {
+			t.Errorf("restarted backend: %q", out)
+		}
+	})
+
+	t.Run("freeze and kill a backend", func(t *testing.T) {
+		if err := l.FreezeBackend(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		// The frozen backend's kernel accepts the connection, and nobody reads the request.
+		var c net.Conn
+		err := l.Do(l.ClientNS(), func() (err error) {
+			c, err = net.DialTimeout("tcp4", "10.91.2.12:80", 5*time.Second)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte("GET / HTTP/1.0\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.KillBackend(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("a request the killed backend had not read: %v, want a reset", err)
+		}
+		if st := status(t, l); st.Backends[1].NginxPID != 0 {
+			t.Errorf("status after kill:\n%s", st)
+		}
+		if err := l.KillBackend(ctx, 2); err == nil {
+			t.Error("killing a backend that is not running: no error")
 		}
 		if err := l.StartBackend(ctx, 2); err != nil {
 			t.Fatal(err)

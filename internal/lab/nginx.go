@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -184,4 +185,47 @@ func (l *Lab) StopBackend(ctx context.Context, i int) error {
 func (l *Lab) stopNginx(ctx context.Context, i int) error {
 	pid, _ := readPidFile(l.nginxPidPath(i))
 	return stopPid(ctx, pid, l.nginxConfPath(i), l.nginxPidPath(i))
+}
+
+// FreezeBackend stops backend i's nginx processes with SIGSTOP, as a server that hangs: its kernel
+// still completes handshakes into the accept queue, but nothing is read or answered. It returns
+// once every process is stopped.
+func (l *Lab) FreezeBackend(ctx context.Context, i int) error {
+	pids, err := l.nginxGroup(i)
+	if err != nil {
+		return err
+	}
+	signalAll(pids, syscall.SIGSTOP)
+	if left := waitWhile(ctx, stopTimeout, pids, func(pid int) bool { return !stopped(pid) }); len(left) > 0 {
+		return fmt.Errorf("nginx %s: pids %v not stopped by SIGSTOP", BackendName(i), left)
+	}
+	return nil
+}
+
+// KillBackend kills backend i's nginx processes with SIGKILL (frozen or not), as a crash: unlike
+// StopBackend's SIGTERM, which lets nginx close, the kernel resets every connection holding data
+// nginx has not read, and those waiting in its accept queue. It returns once they are gone.
+func (l *Lab) KillBackend(ctx context.Context, i int) error {
+	pids, err := l.nginxGroup(i)
+	if err != nil {
+		return err
+	}
+	signalAll(pids, syscall.SIGKILL)
+	if left := waitWhile(ctx, stopTimeout, pids, func(pid int) bool { return running(pid, "nginx") }); len(left) > 0 {
+		return fmt.Errorf("nginx %s: pids %v survived SIGKILL", BackendName(i), left)
+	}
+	return os.Remove(l.nginxPidPath(i))
+}
+
+// nginxGroup lists backend i's running nginx processes: the master and its workers, which share
+// its process group (startDetached makes the master a session leader).
+func (l *Lab) nginxGroup(i int) ([]int, error) {
+	if i < 1 || i > l.Backends {
+		return nil, fmt.Errorf("lab: no backend %d", i)
+	}
+	master := l.nginxPid(i)
+	if master == 0 {
+		return nil, fmt.Errorf("nginx %s is not running", BackendName(i))
+	}
+	return processGroup(master)
 }

@@ -32,11 +32,7 @@ func running(pid int, marker string) bool {
 	if pid <= 0 {
 		return false
 	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	if i := bytes.LastIndexByte(stat, ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X' {
+	if f := processStat(pid); len(f) == 0 || f[0] == "Z" || f[0] == "X" {
 		return false
 	}
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
@@ -122,12 +118,12 @@ func stopPid(ctx context.Context, pid int, marker, pidFile string) error {
 // terminate sends SIGTERM to pids, then SIGKILL to those still alive after stopTimeout or when ctx ends.
 func terminate(ctx context.Context, pids []int, alive func(pid int) bool) error {
 	signalAll(pids, syscall.SIGTERM)
-	left := waitGone(ctx, stopTimeout, pids, alive)
+	left := waitWhile(ctx, stopTimeout, pids, alive)
 	if len(left) == 0 {
 		return nil
 	}
 	signalAll(left, syscall.SIGKILL)
-	if left = waitGone(context.Background(), stopTimeout, left, alive); len(left) > 0 {
+	if left = waitWhile(context.Background(), stopTimeout, left, alive); len(left) > 0 {
 		return fmt.Errorf("pids %v survived SIGKILL", left)
 	}
 	return nil
@@ -139,14 +135,53 @@ func signalAll(pids []int, sig syscall.Signal) {
 	}
 }
 
-// waitGone polls until no pid is alive or timeout/ctx ends, returning the pids still alive.
-func waitGone(ctx context.Context, timeout time.Duration, pids []int, alive func(pid int) bool) []int {
+// processStat is the part of /proc/pid/stat after the command name: state, ppid, pgrp, ...
+func processStat(pid int) []string {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(string(stat[i+1:]))
+}
+
+// stopped reports whether pid is stopped by a signal (or gone).
+func stopped(pid int) bool {
+	f := processStat(pid)
+	return len(f) == 0 || f[0] == "T"
+}
+
+// processGroup lists the live processes of process group pgid.
+func processGroup(pgid int) ([]int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, ok := parsePid(e.Name())
+		if !ok {
+			continue
+		}
+		if f := processStat(pid); len(f) > 2 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+// waitWhile polls until pending holds for no pid (alive, say) or timeout/ctx ends, returning the
+// pids it still holds for.
+func waitWhile(ctx context.Context, timeout time.Duration, pids []int, pending func(pid int) bool) []int {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
 		var left []int
 		for _, pid := range pids {
-			if alive(pid) {
+			if pending(pid) {
 				left = append(left, pid)
 			}
 		}
