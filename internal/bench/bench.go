@@ -41,8 +41,12 @@ func (e *Env) Dir() string { return filepath.Join(e.Lab.StateDir, "bench") }
 // sluiceCmd runs the sluice binary inside the balancer namespace, where no daemon runs: with
 // --netns, sluice asks only that namespace's daemon socket, so it programs the kernel itself.
 func (e *Env) sluiceCmd(ctx context.Context, args ...string) error {
-	argv := append([]string{"--netns", e.Lab.BalancerNS()}, args...)
-	return run(exec.CommandContext(ctx, e.Sluice, argv...))
+	return run(e.sluiceCommand(ctx, args...))
+}
+
+// sluiceCommand is the command sluiceCmd runs.
+func (e *Env) sluiceCommand(ctx context.Context, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, e.Sluice, append([]string{"--netns", e.Lab.BalancerNS()}, args...)...)
 }
 
 // ApplyConfig programs the balancer with a Sluice config (YAML text) through `sluice apply`.
@@ -54,7 +58,14 @@ func (e *Env) ApplyConfig(ctx context.Context, name, yaml string) error {
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 		return err
 	}
-	return e.sluiceCmd(ctx, "apply", "-f", path)
+	_, err := e.applyFile(ctx, path, false)
+	return err
+}
+
+// applyFile runs `sluice apply -f path` in the balancer; with measure, it returns the peak
+// memory of sluice and nft together (see runMeasured).
+func (e *Env) applyFile(ctx context.Context, path string, measure bool) (int64, error) {
+	return runMeasured(e.sluiceCommand(ctx, "apply", "-f", path), measure)
 }
 
 // ResetBalancer removes Sluice's rules from the balancer and forgets its conntrack entries, so
@@ -75,14 +86,34 @@ func (e *Env) InNS(ctx context.Context, ns string, argv ...string) error {
 // run runs a command made by exec.CommandContext in a process group of its own, killed whole
 // when the context ends: a `sluice apply` stopped half way leaves no nft running behind it.
 func run(cmd *exec.Cmd) error {
+	_, err := runMeasured(cmd, false)
+	return err
+}
+
+// runMeasured is run; with measure, it also returns the peak of the resident memory of cmd's
+// whole process group summed (sluice, and the nft it runs), sampled every 50 ms.
+func runMeasured(cmd *exec.Cmd, measure bool) (peak int64, err error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s: %w: %s", strings.Join(cmd.Args, " "), err, strings.TrimSpace(out.String()))
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("%s: %w", strings.Join(cmd.Args, " "), err)
 	}
-	return nil
+	done := make(chan struct{})
+	sampled := make(chan int64, 1)
+	if measure {
+		go func() { sampled <- peakGroupMemory(cmd.Process.Pid, done) }()
+	} else {
+		sampled <- 0
+	}
+	err = cmd.Wait()
+	close(done)
+	peak = <-sampled
+	if err != nil {
+		return peak, fmt.Errorf("%s: %w: %s", strings.Join(cmd.Args, " "), err, strings.TrimSpace(out.String()))
+	}
+	return peak, nil
 }
 
 // Median is the median of xs (the mean of the middle two for an even count), 0 for none.

@@ -84,6 +84,13 @@ type ScaleResult struct {
 	// DaemonApply is the median time the daemon's datapath apply itself took.
 	AddOneDaemon float64 `json:"add_one_daemon_s"`
 	DaemonApply  float64 `json:"daemon_apply_s"`
+	// ApplyPeakMemory is the peak resident memory of `sluice apply` and the nft it runs, summed,
+	// during ApplyAll, in bytes.
+	ApplyPeakMemory int64 `json:"apply_peak_memory_bytes"`
+	// Scrape is one GET /metrics of the daemon after the changes: its time, size and series.
+	ScrapeSeconds float64 `json:"scrape_s"`
+	ScrapeBytes   int64   `json:"scrape_bytes"`
+	ScrapeSeries  int     `json:"scrape_series"`
 	// DaemonRSS is the daemon's resident memory after the changes, in bytes.
 	DaemonRSS int64 `json:"daemon_rss_bytes"`
 	// KernelMemory is the growth of the kernel's unreclaimable slab, per-CPU and vmalloc memory
@@ -196,7 +203,7 @@ func (s *scaleSize) run(ctx context.Context, r *ScaleResult) error {
 		return err
 	}
 	s.step("applying the whole config")
-	took, err := s.apply(ctx, "apply all", 0)
+	took, err := s.apply(ctx, "apply all", 0, &r.ApplyPeakMemory)
 	if err != nil {
 		return err
 	}
@@ -261,11 +268,19 @@ func watchMemory(ctx context.Context, stop context.CancelCauseFunc) {
 	}
 }
 
-// apply programs the config with extra more backends on the target service through `sluice apply`.
-func (s *scaleSize) apply(ctx context.Context, name string, extra int) (time.Duration, error) {
-	yaml := s.cfg.yaml(extra)
+// apply programs the config with extra more backends on the target service through `sluice apply`;
+// with peak, it records there the peak memory of sluice and nft.
+func (s *scaleSize) apply(ctx context.Context, name string, extra int, peak *int64) (time.Duration, error) {
+	path := filepath.Join(s.env.Dir(), "scale.yaml")
+	if err := os.WriteFile(path, []byte(s.cfg.yaml(extra)), 0o644); err != nil {
+		return 0, err
+	}
 	return s.bounded(ctx, name, func(ctx context.Context) error {
-		return s.env.ApplyConfig(ctx, "scale", yaml)
+		used, err := s.env.applyFile(ctx, path, peak != nil)
+		if peak != nil {
+			*peak = used
+		}
+		return err
 	})
 }
 
@@ -274,7 +289,7 @@ func (s *scaleSize) addOneApply(ctx context.Context) (float64, error) {
 	var took []float64
 	for k := 1; k <= s.opts.Reps; k++ {
 		s.step("adding one backend with sluice apply (%d/%d)", k, s.opts.Reps)
-		d, err := s.apply(ctx, "add one backend (apply)", k)
+		d, err := s.apply(ctx, "add one backend (apply)", k, nil)
 		if err != nil {
 			return 0, err
 		}
@@ -336,8 +351,37 @@ func (s *scaleSize) daemon(ctx context.Context, r *ScaleResult) error {
 		total, applied = append(total, took.Seconds()), append(applied, apply.Seconds())
 	}
 	r.AddOneDaemon, r.DaemonApply = Median(total), Median(applied)
+	s.step("scraping the daemon's metrics")
+	if err := d.scrape(ctx, r); err != nil {
+		return err
+	}
 	r.DaemonRSS, err = residentMemory(d.cmd.Process.Pid)
 	return err
+}
+
+// metricsAddr is where the benchmark's daemon serves its metrics, inside the balancer namespace.
+const metricsAddr = "127.0.0.1:9120"
+
+// scrape reads the daemon's /metrics once, from inside the balancer namespace, and records its
+// time, size and number of series.
+func (d *scaleDaemon) scrape(ctx context.Context, r *ScaleResult) error {
+	out := filepath.Join(d.env.Dir(), "metrics.txt")
+	start := time.Now()
+	if err := d.env.InNS(ctx, d.env.Lab.BalancerNS(), "curl", "-sSf", "--max-time", "120", "-o", out, "http://"+metricsAddr+"/metrics"); err != nil {
+		return err
+	}
+	r.ScrapeSeconds = time.Since(start).Seconds()
+	body, err := os.ReadFile(out)
+	if err != nil {
+		return err
+	}
+	r.ScrapeBytes = int64(len(body))
+	for line := range strings.Lines(string(body)) {
+		if line != "\n" && !strings.HasPrefix(line, "#") {
+			r.ScrapeSeries++
+		}
+	}
+	return os.Remove(out)
 }
 
 // scaleDaemon is a `sluice serve` started by the benchmark.
@@ -364,7 +408,7 @@ func (s *scaleSize) startDaemon(ctx context.Context) (*scaleDaemon, error) {
 	defer logf.Close()
 	d := &scaleDaemon{env: s.env, socket: filepath.Join(dir, "sluice.sock"), exited: make(chan struct{})}
 	d.client = api.NewUnixClient(d.socket)
-	d.cmd = exec.Command(s.env.Sluice, "--netns", s.env.Lab.BalancerNS(), "--socket", d.socket, "serve", "-c", file)
+	d.cmd = exec.Command(s.env.Sluice, "--netns", s.env.Lab.BalancerNS(), "--socket", d.socket, "serve", "-c", file, "--metrics-listen", metricsAddr)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	if err := d.cmd.Start(); err != nil {
 		return nil, err
@@ -571,11 +615,12 @@ func writeBackend(b *strings.Builder, ap netip.AddrPort, more string) {
 func (r ScaleReport) Table() string {
 	var b strings.Builder
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "datapath\tservices\tbackends\tapply all\tadd 1 (apply)\tadd 1 (daemon)\tdaemon apply\tdaemon RSS\tkernel mem~\treq/s\tratio\t")
+	fmt.Fprintln(w, "datapath\tservices\tbackends\tapply all\tapply peak mem\tadd 1 (apply)\tadd 1 (daemon)\tdaemon apply\tdaemon RSS\tscrape\tseries\tkernel mem~\treq/s\tratio\t")
 	for _, x := range r.Results {
-		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", x.Datapath, x.Services, x.Backends,
-			seconds(x.ApplyAll), seconds(x.AddOneApply), seconds(x.AddOneDaemon), seconds(x.DaemonApply),
-			mebibytes(x.DaemonRSS), mebibytes(x.KernelMemory), figure(x.RequestsPerSecond, "%.0f"), figure(x.Ratio, "%.2f"))
+		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", x.Datapath, x.Services, x.Backends,
+			seconds(x.ApplyAll), mebibytes(x.ApplyPeakMemory), seconds(x.AddOneApply), seconds(x.AddOneDaemon), seconds(x.DaemonApply),
+			mebibytes(x.DaemonRSS), seconds(x.ScrapeSeconds), figure(float64(x.ScrapeSeries), "%.0f"), mebibytes(x.KernelMemory),
+			figure(x.RequestsPerSecond, "%.0f"), figure(x.Ratio, "%.2f"))
 	}
 	w.Flush()
 	for _, x := range r.Results {
@@ -583,7 +628,7 @@ func (r ScaleReport) Table() string {
 			fmt.Fprintf(&b, "%s, %d services: not reached: %s\n", x.Datapath, x.Services, x.NotReached)
 		}
 	}
-	fmt.Fprintf(&b, "add 1: median of %d; kernel mem~: growth of %s while applying, approximate (shared machine); req/s: median of %d wrk runs; ratio: over the smallest size's\n",
+	fmt.Fprintf(&b, "apply peak mem: sluice apply and nft together; add 1: median of %d; kernel mem~: growth of %s while applying, approximate (shared machine); req/s: median of %d wrk runs; ratio: over the smallest size's\n",
 		r.Options.Reps, strings.Join(kernelMemoryFields, "+"), r.Options.Rounds)
 	return b.String()
 }
