@@ -3,5 +3,7 @@
 // through the balancer to nginx and UDP responders, once per datapath mode.
 //
 // Run it as root: go test -count=1 -v ./test/e2e/
+// The soak (churn, API changes and a flapping backend on both datapaths) runs only when asked:
+// SLUICE_SOAK=3m go test -count=1 -v -timeout 15m -run TestSoak ./test/e2e/
 // Without root, nft, nginx or ip every test skips with the reason.
 package e2e
