@@ -317,12 +317,22 @@ func renderDSRService(st *state, s *plan.Service, env Environment) error {
 		Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag}, Timeout: &s.FlowTimeout, Size: ptr(uint64(65535)),
 	})
 	backends := st.addSet(f, &knftables.Map{Name: n.marks, Type: "mark : verdict"})
+	// The new-flow counters of the backends that take new flows: only those are in the map, so it
+	// also tells a live backend's mark.
 	newFlows := st.addSet(f, &knftables.Map{Name: n.newFlows, Type: "mark : counter"})
+	takesNew := make([]bool, len(s.Backends))
+	for _, bi := range s.Slots {
+		takesNew[bi] = true
+	}
 	var rules []string
 	if s.Protocol == "tcp" {
-		// A SYN forgets its flow, so that a reused source port is balanced anew (to a live backend),
-		// as on the ebpf datapath: an update from the packet path never changes a known value.
-		rules = append(rules, fmt.Sprintf("tcp flags & (syn | ack) == syn delete @%s { %s : meta mark }", n.flows, flowKey))
+		// A SYN whose flow is remembered for a backend that takes no new flow (fallen, removed)
+		// forgets it, so that a reused source port is balanced anew, as on the ebpf datapath: an
+		// update from the packet path never changes a known value. Only then: every element
+		// deleted lingers until the set's garbage collection, and a port reused faster than that
+		// would fill its hash bucket until inserts fail.
+		rules = append(rules, fmt.Sprintf("tcp flags & (syn | ack) == syn meta mark set %s map @%s meta mark != @%s delete @%s { %s : meta mark }",
+			flowKey, n.flows, n.newFlows, n.flows, flowKey))
 	}
 	// A known flow refreshes its entry (the timeout is an idle timeout) and goes to its backend.
 	rules = append(rules, fmt.Sprintf("meta l4proto %s meta mark set %s map @%s update @%s { %s : meta mark } meta mark vmap @%s",
@@ -337,7 +347,9 @@ func renderDSRService(st *state, s *plan.Service, env Environment) error {
 		backends.add(&knftables.Element{Key: []string{mark}, Value: []string{"goto " + chain}})
 		newFlowsCounter := counterName(newFlowCounter, s.Name, b.ID())
 		st.addCounter(f, newFlowsCounter)
-		newFlows.add(&knftables.Element{Key: []string{mark}, Value: []string{newFlowsCounter}})
+		if takesNew[i] {
+			newFlows.add(&knftables.Element{Key: []string{mark}, Value: []string{newFlowsCounter}})
+		}
 		st.addChain(&knftables.Chain{Family: f, Name: chain},
 			fmt.Sprintf("counter name %q", counterName(chainCounter, s.Name, b.ID())),
 			fmt.Sprintf("fwd %s to %s device %q", v.ip, b.Addr, dev))
