@@ -30,10 +30,6 @@ type Flavor struct {
 	// the service's entries, retired, for its flows). The nft DSR chain and flow map go with
 	// the service.
 	KeepsFlowsOfRemovedServices bool
-	// PinsFlowsByTuple: flows are remembered by 5-tuple without TCP state (the nft DSR flow map,
-	// which cannot overwrite an entry from the packet path), so a new connection that reuses the
-	// source port of a remembered flow follows it, to a dead backend too, until the entry idles out.
-	PinsFlowsByTuple bool
 	// RepliesBypassBalancer: backends answer the client directly (DSR), so replies arrive on
 	// the client's bypass leg instead of through the balancer.
 	RepliesBypassBalancer bool
@@ -60,7 +56,7 @@ var nftFlavors = []Flavor{
 	{
 		Name: "dsr", Datapath: "nft", Mode: "dsr",
 		ChurnSchedulers:       []string{"maglev", "hash"},
-		RepliesBypassBalancer: true, PinsFlowsByTuple: true, DrainWaitsForIdle: true,
+		RepliesBypassBalancer: true, DrainWaitsForIdle: true,
 		NoIPv6: "dsr over IPv6 is not supported",
 	},
 }
