@@ -10,7 +10,7 @@ import (
 
 // baseOperations bounds what the tables hold for no service in particular: the tables, base
 // chains and their rules, the shared sets.
-const baseOperations = 40
+const baseOperations = 100
 
 // kernelBytesPerElement is about what the kernel holds per element or object of Sluice's tables
 // (measured on 6.18: slab growth over 10,000 services of 2 backends).

@@ -73,8 +73,10 @@ type liveSources struct {
 func liveSourcesOf(st *state) liveSources {
 	src := liveSources{conntrack: map[ipv]bool{}}
 	for _, v := range []ipv{ipv4, ipv6} {
-		if dispatch := st.sets[objKey{knftables.InetFamily, "dispatch" + v.suffix}]; dispatch != nil && len(dispatch.elems) > 0 {
-			src.conntrack[v] = true
+		for _, m := range dispatchMaps(v) {
+			if dispatch := st.sets[objKey{knftables.InetFamily, m.Name}]; dispatch != nil && len(dispatch.elems) > 0 {
+				src.conntrack[v] = true
+			}
 		}
 	}
 	for _, k := range sortedKeys(st.sets) {

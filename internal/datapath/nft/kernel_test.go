@@ -163,7 +163,7 @@ func TestKernelApplyTrustsWhatItCommitted(t *testing.T) {
 		both := loadPlan(t, "testdata/transitions/add-service/after.yaml") // dns and web
 		webOnly := loadPlan(t, "testdata/transitions/add-service/before.yaml")
 		apply(t, d, both)
-		runNFT(t, "delete element inet sluice dispatch4 { udp . 10.91.9.100 . 53 }")
+		runNFT(t, "delete element inet sluice dispatch-port4 { udp . 10.91.9.100 . 53 }")
 		apply(t, d, both)
 		if n := pending(t, d, both); n != 1 {
 			t.Fatalf("%d operations pending after a foreign deletion and an Apply without Resync, want the 1 it left", n)
@@ -204,7 +204,7 @@ func TestKernelResyncReadsTheTablesOnlyAfterAnotherTransaction(t *testing.T) {
 			t.Fatal("a Resync with no other transaction since the commit rendered web again")
 		}
 		runNFT(t, "add table inet someone-else")
-		runNFT(t, "delete element inet sluice dispatch4 { udp . 10.91.9.100 . 53 }")
+		runNFT(t, "delete element inet sluice dispatch-port4 { udp . 10.91.9.100 . 53 }")
 		d.Resync()
 		apply(t, d, both)
 		if n := pending(t, d, both); n != 0 {

@@ -109,12 +109,15 @@ func renderInetBase(st *state) {
 	st.tables[f] = true
 	var pre, post []string
 	for _, v := range []ipv{ipv4, ipv6} {
-		st.addSet(f, dispatchMap(v))
-		pre = append(pre, fmt.Sprintf("meta l4proto . %s daddr . th dport vmap @dispatch%s", v.ip, v.suffix))
+		for _, m := range dispatchMaps(v) {
+			st.addSet(f, m)
+			pre = append(pre, fmt.Sprintf("meta l4proto . %s daddr . th dport vmap @%s", v.ip, m.Name))
+		}
 		for _, proto := range []string{"tcp", "udp"} {
-			set := fullNATSet(proto, v)
-			st.addSet(f, set)
-			post = append(post, fmt.Sprintf("meta l4proto %s ct original %s daddr . ct original proto-dst @%s masquerade", proto, v.ip, set.Name))
+			for _, set := range fullNATSets(proto, v) {
+				st.addSet(f, set)
+				post = append(post, fmt.Sprintf("meta l4proto %s ct original %s daddr . ct original proto-dst @%s masquerade", proto, v.ip, set.Name))
+			}
 		}
 	}
 	st.addChain(baseChain(f, "prerouting", knftables.NATType, knftables.PreroutingHook, knftables.DNATPriority), pre...)
@@ -122,9 +125,14 @@ func renderInetBase(st *state) {
 	st.addChain(baseChain(f, "postrouting", knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority), post...)
 }
 
-// fullNATSet holds the vip . ports of the full-NAT services of one protocol and IP version.
-func fullNATSet(proto string, v ipv) *knftables.Set {
-	return &knftables.Set{Name: "fullnat-" + proto + v.suffix, Type: v.addrType + " . inet_service", Flags: []knftables.SetFlag{knftables.IntervalFlag}}
+// fullNATSets hold the vip . ports of the full-NAT services of one protocol and IP version: a
+// hash set for single-port services, an interval set for port ranges (see dispatchMaps).
+func fullNATSets(proto string, v ipv) [2]*knftables.Set {
+	typ := v.addrType + " . inet_service"
+	return [2]*knftables.Set{
+		{Name: "fullnat-port-" + proto + v.suffix, Type: typ},
+		{Name: "fullnat-range-" + proto + v.suffix, Type: typ, Flags: []knftables.SetFlag{knftables.IntervalFlag}},
+	}
 }
 
 // renderForwarded counts every packet forwarded from a client to a backend of a nat or fullnat
@@ -138,23 +146,30 @@ func renderForwarded(st *state) {
 	var rules []string
 	for _, v := range []ipv{ipv4, ipv6} {
 		for _, proto := range []string{"tcp", "udp"} {
-			m := forwardedMap(proto, v)
-			st.addSet(f, m)
-			rules = append(rules, fmt.Sprintf("meta l4proto %s ct direction original counter name ct original %s daddr . ct original proto-dst . ct reply %s saddr . ct reply proto-src map @%s",
-				proto, v.ip, v.ip, m.Name))
+			for _, m := range forwardedMaps(proto, v) {
+				st.addSet(f, m)
+				rules = append(rules, fmt.Sprintf("meta l4proto %s ct direction original counter name ct original %s daddr . ct original proto-dst . ct reply %s saddr . ct reply proto-src map @%s",
+					proto, v.ip, v.ip, m.Name))
+			}
 		}
 	}
 	st.addChain(baseChain(f, "forwarded", knftables.FilterType, knftables.PostroutingHook, forwardedPriority), rules...)
 }
 
-// forwardedMap maps the conntrack tuple parts of one protocol and IP version's flows to the
-// packet counter of their backend.
-func forwardedMap(proto string, v ipv) *knftables.Map {
-	return &knftables.Map{
-		Name:  "forwarded-" + proto + v.suffix,
-		Type:  fmt.Sprintf("%[1]s . inet_service . %[1]s . inet_service : counter", v.addrType),
-		Flags: []knftables.SetFlag{knftables.IntervalFlag},
+// forwardedMaps map the conntrack tuple parts of one protocol and IP version's flows to the
+// packet counter of their backend: a hash map for the flows of single-port services, looked up in
+// constant time whatever the number of services, and an interval map for those of port ranges.
+func forwardedMaps(proto string, v ipv) [2]*knftables.Map {
+	typ := fmt.Sprintf("%[1]s . inet_service . %[1]s . inet_service : counter", v.addrType)
+	return [2]*knftables.Map{
+		{Name: "forwarded-port-" + proto + v.suffix, Type: typ},
+		{Name: "forwarded-range-" + proto + v.suffix, Type: typ, Flags: []knftables.SetFlag{knftables.IntervalFlag}},
 	}
+}
+
+// forwardedMap is the forwarded map of a service's flows.
+func forwardedMap(s *plan.Service) *knftables.Map {
+	return forwardedMaps(s.Protocol, ipvOf(s.VIP))[rangeIndex(s)]
 }
 
 // renderNetdevBase lays out the netdev table: an ingress chain per DSR device dispatching by
@@ -167,8 +182,10 @@ func renderNetdevBase(st *state, devices []string) error {
 	st.tables[f] = true
 	var rules []string
 	for _, v := range []ipv{ipv4, ipv6} {
-		st.addSet(f, dispatchMap(v))
-		rules = append(rules, fmt.Sprintf("meta protocol %s meta l4proto . %s daddr . th dport vmap @dispatch%s", v.ip, v.ip, v.suffix))
+		for _, m := range dispatchMaps(v) {
+			st.addSet(f, m)
+			rules = append(rules, fmt.Sprintf("meta protocol %s meta l4proto . %s daddr . th dport vmap @%s", v.ip, v.ip, m.Name))
+		}
 	}
 	for _, dev := range devices {
 		c := baseChain(f, "ingress-"+dev, knftables.FilterType, knftables.IngressHook, dsrPriority)
@@ -178,15 +195,34 @@ func renderNetdevBase(st *state, devices []string) error {
 	return nil
 }
 
-// dispatchMap sends the packets of one IP version to their service chain by proto . vip . port.
-func dispatchMap(v ipv) *knftables.Map {
-	return &knftables.Map{
-		Name:  "dispatch" + v.suffix,
-		Type:  "inet_proto . " + v.addrType + " . inet_service : verdict",
-		Flags: []knftables.SetFlag{knftables.IntervalFlag},
+// dispatchMaps send the packets of one IP version to their service chain by proto . vip . port:
+// a hash map for single-port services, looked up in constant time whatever the number of
+// services, and an interval map for port ranges (a pipapo set, whose lookup grows with its
+// elements), which holds nothing unless a service has a range.
+func dispatchMaps(v ipv) [2]*knftables.Map {
+	typ := "inet_proto . " + v.addrType + " . inet_service : verdict"
+	return [2]*knftables.Map{
+		{Name: "dispatch-port" + v.suffix, Type: typ},
+		{Name: "dispatch-range" + v.suffix, Type: typ, Flags: []knftables.SetFlag{knftables.IntervalFlag}},
 	}
 }
 
+// dispatchMap is the dispatch map of a service.
+func dispatchMap(s *plan.Service) *knftables.Map {
+	return dispatchMaps(ipvOf(s.VIP))[rangeIndex(s)]
+}
+
+// rangeIndex is 0 for a single-port service, 1 for a port range.
+func rangeIndex(s *plan.Service) int {
+	if s.Ports.First == s.Ports.Last {
+		return 0
+	}
+	return 1
+}
+
+// baseChain is a chain on a hook. Its name ends with a hash of its rules (set by addChain):
+// reconcile compares chains by name, so rules that change make a new chain, which replaces the
+// old one in the same transaction.
 func baseChain(f knftables.Family, name string, t knftables.BaseChainType, hook knftables.BaseChainHook, prio knftables.BaseChainPriority) *knftables.Chain {
 	return &knftables.Chain{Family: f, Name: name, Type: &t, Hook: &hook, Priority: &prio, Policy: ptr(knftables.AcceptPolicy)}
 }
@@ -230,7 +266,7 @@ func selector(s *plan.Service) string {
 // records each backend's weight in the kernel (value) so a listing needs no config.
 func commonService(st *state, f knftables.Family, s *plan.Service, n serviceNames) {
 	v := ipvOf(s.VIP)
-	st.shared(f, dispatchMap(v)).add(&knftables.Element{
+	st.shared(f, dispatchMap(s)).add(&knftables.Element{
 		Key: []string{s.Protocol, s.VIP.String(), s.Ports.String()}, Value: []string{"goto " + n.chain}, Comment: ptr(n.desc),
 	})
 	members := st.addSet(f, &knftables.Map{Name: n.members, Type: v.addrType + " . inet_service : mark"})
@@ -246,11 +282,11 @@ func renderNATService(st *state, s *plan.Service) {
 	v := ipvOf(s.VIP)
 	commonService(st, f, s, n)
 	if s.Mode == "fullnat" {
-		st.shared(f, fullNATSet(s.Protocol, v)).add(&knftables.Element{
+		st.shared(f, fullNATSets(s.Protocol, v)[rangeIndex(s)]).add(&knftables.Element{
 			Key: []string{s.VIP.String(), s.Ports.String()}, Comment: ptr(n.desc),
 		})
 	}
-	forwarded := st.shared(f, forwardedMap(s.Protocol, v))
+	forwarded := st.shared(f, forwardedMap(s))
 	rules := []string{ctTimeoutRule(s.Protocol)}
 	if len(s.Slots) > 0 {
 		slots := st.addSet(f, &knftables.Map{Name: n.slots, TypeOf: "numgen inc mod 2 : verdict"})

@@ -44,8 +44,13 @@ func newState() *state {
 	}
 }
 
+// addChain adds a chain with its rules; a base chain (on a hook) gets a hash of its rules at the
+// end of its name, so that rules that change make another chain (see baseChain).
 func (s *state) addChain(c *knftables.Chain, rules ...string) {
 	c.Table = TableName
+	if c.Hook != nil {
+		c.Name += "-" + hash8(rules...)
+	}
 	s.chains[objKey{c.Family, c.Name}] = &chainDef{chain: c, rules: rules}
 }
 

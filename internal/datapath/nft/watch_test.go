@@ -49,11 +49,11 @@ func TestKernelWatchReportsChangesToSluiceTablesOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 		apply(t, d, loadPlan(t, "testdata/transitions/add-service/after.yaml"))
-		runNFT(t, "delete element inet sluice dispatch4 { udp . 10.91.9.100 . 53 }")
+		runNFT(t, "delete element inet sluice dispatch-port4 { udp . 10.91.9.100 . 53 }")
 		runNFT(t, "add table inet someone-else")
 		runNFT(t, "delete table inet sluice")
 		var seen string
-		for !strings.Contains(seen, "elements of set inet sluice dispatch4 deleted") || !strings.Contains(seen, "table inet sluice deleted") {
+		for !strings.Contains(seen, "elements of set inet sluice dispatch-port4 deleted") || !strings.Contains(seen, "table inet sluice deleted") {
 			seen += waitReport(t, reports) + "\n"
 		}
 		if strings.Contains(seen, "someone-else") {
