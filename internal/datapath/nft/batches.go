@@ -84,10 +84,12 @@ func changeUnits(have, want *state) []changeUnit {
 	ops := map[string]int{}
 	inWant := map[string]bool{}
 	keyOwner := map[string]string{}
-	for _, st := range []*state{have, want} {
-		st.eachOwned(func(owner string, n int) {
+	for _, pair := range [][2]*state{{have, want}, {want, have}} {
+		st := pair[0]
+		st.eachOwned(pair[1], func(owner string, n int) {
 			find(owner)
 			ops[owner] += n
+		}, func(owner string) {
 			if st == want {
 				inWant[owner] = true
 			}
@@ -100,7 +102,7 @@ func changeUnits(have, want *state) []changeUnit {
 		})
 	}
 	byRoot := map[string]*changeUnit{}
-	for name := range parent {
+	for name := range ops {
 		root := find(name)
 		u := byRoot[root]
 		if u == nil {
@@ -128,32 +130,63 @@ func changeUnits(have, want *state) []changeUnit {
 	return units
 }
 
-// eachOwned calls object for every service owning objects or elements of s, with how many
-// operations they may take (an upper bound: objects, rules and elements), and key for each of
-// its elements of the shared sets, by set and key.
-func (s *state) eachOwned(object func(service string, ops int), key func(service, key string)) {
+// eachOwned calls change for every service owning objects or elements of s that other lacks,
+// with how many operations they may take (an upper bound: objects, rules and elements), owns for
+// every service owning anything of s, and key for each of the elements of the shared sets that
+// other lacks, by set and key.
+func (s *state) eachOwned(other *state, change func(service string, ops int), owns func(service string), key func(service, key string)) {
 	for k, c := range s.chains {
 		if owner := serviceOf(k.name); owner != "" {
-			object(owner, 1+len(c.rules))
+			owns(owner)
+			if other.chains[k] == nil {
+				change(owner, 1+len(c.rules))
+			}
 		}
 	}
 	for k := range s.counters {
 		if owner := serviceOf(k.name); owner != "" {
-			object(owner, 1)
+			owns(owner)
+			if other.counters[k] == nil {
+				change(owner, 1)
+			}
 		}
 	}
 	for k, d := range s.sets {
+		theirs := other.sets[k]
 		if owner := serviceOf(k.name); owner != "" {
-			object(owner, 1+len(d.elems))
+			owns(owner)
+			if n := d.missingFrom(theirs); n > 0 {
+				change(owner, n)
+			}
 			continue
 		}
-		for _, e := range d.elems {
-			if owner := elementOwner(e); owner != "" {
-				object(owner, 1)
+		for id, e := range d.elems {
+			owner := elementOwner(e)
+			if owner == "" {
+				continue
+			}
+			owns(owner)
+			if theirs == nil || theirs.elems[id] == nil {
+				change(owner, 1)
 				key(owner, string(k.family)+" "+k.name+" "+strings.Join(deletable(e).Key, " . "))
 			}
 		}
 	}
+}
+
+// missingFrom counts what of d other lacks: d whole (the set and its elements) when other is
+// nil, else d's elements other does not hold.
+func (d *setDef) missingFrom(other *setDef) int {
+	if other == nil {
+		return 1 + len(d.elems)
+	}
+	n := 0
+	for id := range d.elems {
+		if other.elems[id] == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // base is what of s belongs to no service: tables, base chains and the shared sets, with only

@@ -179,18 +179,18 @@ func servicesOf(states ...*state) []string {
 }
 
 // TestUnitsJoinServicesSharingAKey: b takes a's VIP and c takes b's, so the three change
-// together; d is only removed, so it goes first; keep is unchanged and in no unit's way.
+// together; d is only removed, so it goes first; keep is unchanged, so it is in no unit.
 func TestUnitsJoinServicesSharingAKey(t *testing.T) {
 	before, after := renderFile(t, "testdata/batches/handover-before.yaml"), renderFile(t, "testdata/batches/handover-after.yaml")
 	var got []string
 	for _, u := range changeUnits(before, after) {
 		got = append(got, fmt.Sprintf("%v removal=%v", u.services, u.removal))
 	}
-	want := []string{"[d] removal=true", "[a b c] removal=false", "[keep] removal=false"}
+	want := []string{"[d] removal=true", "[a b c] removal=false"}
 	if !slices.Equal(got, want) {
 		t.Errorf("units = %q, want %q", got, want)
 	}
-	if parts := batches(before, after, 3); len(parts) != 5 {
-		t.Errorf("%d batches, want 5: the shared objects, d, a+b+c, keep, the shared objects left", len(parts))
+	if parts := batches(before, after, 3); len(parts) != 4 {
+		t.Errorf("%d batches, want 4: the shared objects, d, a+b+c, the shared objects left", len(parts))
 	}
 }
