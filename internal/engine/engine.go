@@ -209,7 +209,39 @@ func (e *Engine) reconcile(ctx context.Context, force bool) error {
 	e.stats.LastDuration, e.stats.LastApplied, e.stats.LastError = took, time.Now(), ""
 	e.mu.Unlock()
 	e.log.Debug("datapath applied", "services", len(p.Services), "took", took)
+	if force {
+		e.dropStaleOfFallen(ctx, p)
+	}
 	return e.resetFlows(ctx, p)
+}
+
+// dropStaleOfFallen drops, again, the flows that are not established of every backend its health
+// check holds down: a connection that was established when the backend fell (kept by on_failure:
+// inhibit) turns into a closed conntrack entry once the backend dies, which a client reusing its
+// source port would follow to the fallen backend. It runs on every resync.
+func (e *Engine) dropStaleOfFallen(ctx context.Context, p *plan.Plan) {
+	stale, ok := e.dp.(datapath.StaleFlowDropper)
+	if !ok {
+		return
+	}
+	e.mu.Lock()
+	available := e.available(e.cfg)
+	e.mu.Unlock()
+	for i := range p.Services {
+		s := &p.Services[i]
+		for _, b := range s.Backends {
+			if available(s.Name, b) {
+				continue
+			}
+			n, err := stale.DropStaleFlows(ctx, s, b)
+			if err != nil {
+				e.log.Error("dropping a fallen backend's stale flows failed", "service", s.Name, "backend", b.ID(), "err", err)
+			} else if n > 0 {
+				e.publish(Event{Type: EventFlowsReset, Service: s.Name, Backend: b.ID(),
+					Message: plural(n, "flow") + " not established dropped (the backend is still down)"})
+			}
+		}
+	}
 }
 
 func (e *Engine) applyFailed(err error) error {

@@ -2,8 +2,10 @@ package engine
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestFallenBackendLosesItsStaleFlowsWhateverOnFailure: a fall drops every flow of the backend
@@ -60,4 +62,22 @@ func (h *harness) flowsReset(backend string) string {
 		}
 	}
 	return ""
+}
+
+// TestResyncDropsStaleFlowsOfBackendsStillDown: a connection kept established by on_failure:
+// inhibit when its backend fell turns into a closed entry once the backend dies; every resync
+// drops such entries again while the backend stays down, and says so only when it dropped some.
+func TestResyncDropsStaleFlowsOfBackendsStillDown(t *testing.T) {
+	h := start(t, twoServices, Options{Resync: 20 * time.Millisecond})
+	h.prober.flip("10.0.1.1:80", false)
+	eventually(t, "the fall's stale flows dropped", func() bool { return len(h.dp.StaleDrops()) >= 1 })
+	h.dp.SetStaleFlows("api", "10.0.1.1:80", 2) // an inhibited connection was reset meanwhile
+	eventually(t, "a resync drops them", func() bool {
+		return slices.ContainsFunc(h.Events(0), func(e Event) bool {
+			return e.Type == EventFlowsReset && e.Backend == "10.0.1.1:80" && e.Message == "2 flows not established dropped (the backend is still down)"
+		})
+	})
+	if got := h.dp.StaleDrops(); slices.Contains(got, "api/10.0.1.2:80") {
+		t.Errorf("stale drops %v touch a backend that is up", got)
+	}
 }
