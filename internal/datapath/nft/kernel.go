@@ -13,11 +13,14 @@ import (
 
 var families = []knftables.Family{knftables.InetFamily, knftables.NetDevFamily}
 
-// read loads the current content of Sluice's tables from the kernel.
+// read loads the current content of Sluice's tables from the kernel, over netlink.
 func (d *Datapath) read(ctx context.Context) (*state, error) {
 	st := newState()
 	for _, f := range families {
-		if err := listTable(ctx, st, f); err != nil && !errors.Is(err, errNoTable) {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if err := readTable(st, f); err != nil && !errors.Is(err, errNoTable) {
 			return nil, fmt.Errorf("reading %s %s: %w", f, TableName, err)
 		}
 	}
