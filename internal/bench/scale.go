@@ -398,7 +398,9 @@ type scaleDaemon struct {
 func (s *scaleSize) startDaemon(ctx context.Context) (*scaleDaemon, error) {
 	dir := s.env.Dir()
 	file := filepath.Join(dir, "serve.yaml")
-	if err := os.WriteFile(file, []byte(s.cfg.yaml(0)), 0o644); err != nil {
+	// The benchmark's daemon keeps no state file: nothing is left on the host, nor carried from
+	// one size to the next.
+	if err := os.WriteFile(file, []byte("state: {persist: \"off\"}\n"+s.cfg.yaml(0)), 0o644); err != nil {
 		return nil, err
 	}
 	logf, err := os.Create(filepath.Join(dir, "serve.log"))
