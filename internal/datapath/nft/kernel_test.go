@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"strconv"
 	"syscall"
 	"testing"
@@ -23,50 +22,33 @@ import (
 
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/datapath"
+	"github.com/sluicelb/sluice/internal/netnstest"
 	"github.com/sluicelb/sluice/internal/plan"
 )
 
 // inFreshNetns runs fn on a thread switched into a new, empty network namespace holding one veth
 // pair (10.91.2.1/24 on veth0), so that nft and the kernel see nothing but what the test makes.
 func inFreshNetns(t *testing.T, fn func()) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: programs nftables in a network namespace")
-	}
 	if _, err := exec.LookPath("nft"); err != nil {
 		t.Skip("needs nft: ", err)
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	ns, err := netns.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := netns.Set(orig); err != nil {
-			panic(err) // never leave the thread in the test namespace
-		}
-		ns.Close()
-	}()
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "veth0"}, PeerName: "veth1"}
-	if err := netlink.LinkAdd(veth); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"veth0", "veth1"} {
-		l, _ := netlink.LinkByName(name)
-		if err := netlink.LinkSetUp(l); err != nil {
+	netnstest.Run(t, func() {
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "veth0"}, PeerName: "veth1"}
+		if err := netlink.LinkAdd(veth); err != nil {
 			t.Fatal(err)
 		}
-	}
-	addr, _ := netlink.ParseAddr("10.91.2.1/24")
-	if err := netlink.AddrAdd(veth, addr); err != nil {
-		t.Fatal(err)
-	}
-	fn()
+		for _, name := range []string{"veth0", "veth1"} {
+			l, _ := netlink.LinkByName(name)
+			if err := netlink.LinkSetUp(l); err != nil {
+				t.Fatal(err)
+			}
+		}
+		addr, _ := netlink.ParseAddr("10.91.2.1/24")
+		if err := netlink.AddrAdd(veth, addr); err != nil {
+			t.Fatal(err)
+		}
+		fn()
+	})
 }
 
 func loadPlan(t *testing.T, path string) *plan.Plan {
