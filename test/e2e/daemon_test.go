@@ -35,18 +35,20 @@ type daemon struct {
 	config string
 	socket string
 	log    string
-	state  string // the state file
+	state  string   // the state file
+	flags  []string // serve's flags besides -c
 	cmd    *exec.Cmd
 	done   chan error
 }
 
-// startDaemon runs `sluice serve` on a config and waits until its API answers. The daemon keeps
-// its running config in the test's temporary directory (state.path), not in /var/lib/sluice.
-func startDaemon(t *testing.T, config string) *daemon {
+// startDaemon runs `sluice serve` on a config, with serve's flags, and waits until its API
+// answers. The daemon keeps its running config in the test's temporary directory (state.path),
+// not in /var/lib/sluice.
+func startDaemon(t *testing.T, config string, flags ...string) *daemon {
 	t.Helper()
 	dir := t.TempDir()
 	d := &daemon{t: t, config: config, socket: filepath.Join(dir, "sluice.sock"), log: filepath.Join(dir, "sluice.log"),
-		state: filepath.Join(dir, "running.yaml")}
+		state: filepath.Join(dir, "running.yaml"), flags: flags}
 	text, err := os.ReadFile(config)
 	if err != nil {
 		t.Fatal(err)
@@ -73,8 +75,8 @@ func (d *daemon) start() {
 		d.t.Fatal(err)
 	}
 	defer logFile.Close()
-	d.cmd = exec.Command(sluiceBin, "--netns", theLab.BalancerNS(), "--socket", d.socket, "--log-level", "debug",
-		"serve", "-c", d.config)
+	d.cmd = exec.Command(sluiceBin, append([]string{"--netns", theLab.BalancerNS(), "--socket", d.socket, "--log-level", "debug",
+		"serve", "-c", d.config}, d.flags...)...)
 	d.cmd.Stdout, d.cmd.Stderr = logFile, logFile
 	if err := d.cmd.Start(); err != nil {
 		d.t.Fatal(err)

@@ -6,8 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,45 +17,10 @@ import (
 )
 
 // startDaemonWithMetrics is startDaemon with the daemon's metrics listener on addr, an address of
-// the balancer namespace (the daemon lives there). daemon.start passes no serve flags, so the
-// command is started here; the daemon's other methods (cli, stop) apply as usual.
+// the balancer namespace (the daemon lives there).
 func startDaemonWithMetrics(t *testing.T, config, addr string) *daemon {
 	t.Helper()
-	dir := t.TempDir()
-	d := &daemon{t: t, config: config, socket: filepath.Join(dir, "sluice.sock"), log: filepath.Join(dir, "sluice.log"),
-		state: filepath.Join(dir, "running.yaml")}
-	text, err := os.ReadFile(config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(config, append(text, "state: {path: "+d.state+"}\n"...), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	logFile, err := os.OpenFile(d.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
-	d.cmd = exec.Command(sluiceBin, "--netns", theLab.BalancerNS(), "--socket", d.socket, "--log-level", "debug", "serve", "-c", d.config, "--metrics-listen", addr)
-	d.cmd.Stdout, d.cmd.Stderr = logFile, logFile
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	d.done = make(chan error, 1)
-	go func() { d.done <- d.cmd.Wait() }()
-	t.Cleanup(func() {
-		d.stop()
-		if t.Failed() {
-			if data, err := os.ReadFile(d.log); err == nil {
-				t.Logf("daemon log (last 8 KiB):\n%s", data[max(0, len(data)-8<<10):])
-			}
-		}
-	})
-	waitFor(t, "the daemon's API", 10*time.Second, func() bool {
-		r := d.cli("list", "-o", "json")
-		return r.Err == nil && strings.Contains(r.Stdout, `"programmed": true`)
-	})
-	return d
+	return startDaemon(t, config, "--metrics-listen", addr)
 }
 
 // exited tells whether the daemon's process has ended, and how.
