@@ -12,9 +12,16 @@ if [ ${#need[@]} -gt 0 ]; then
 	fi
 	echo "deps: installing ${need[*]}"
 	export DEBIAN_FRONTEND=noninteractive
+	# The packages must not start services on the host (nginx-light would start a system nginx on
+	# :80; the lab runs its own in namespaces): a policy-rc.d answering 101 forbids that for the
+	# install's duration, as in Debian's chroots.
+	policy=/usr/sbin/policy-rc.d
+	if [ ! -e "$policy" ]; then
+		printf '#!/bin/sh\nexit 101\n' >"$policy"
+		chmod 755 "$policy"
+		trap 'rm -f "$policy"' EXIT
+	fi
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-	# nginx-light's package starts a system nginx on :80 in the root namespace; the lab runs its own.
-	systemctl disable --now nginx >/dev/null 2>&1 || service nginx stop >/dev/null 2>&1 || true
 fi
 go mod download
