@@ -58,13 +58,14 @@ func (c ctTimeout) definition() string {
 		knftables.InetFamily, TableName, c.name, c.protocol, strings.Join(states, ", "))
 }
 
-// ensureCTTimeouts creates Sluice's inet table and its policies where they are missing. It looks
-// over netlink first (a dump of the table's ct timeout objects), so that an Apply that finds them
-// runs no transaction and leaves the ruleset's generation alone.
-func ensureCTTimeouts(ctx context.Context) error {
+// ensureCTTimeouts creates Sluice's inet table and its policies where they are missing, and tells
+// whether it ran a transaction to do so. It looks over netlink first (a dump of the table's ct
+// timeout objects), so that an Apply that finds them runs no transaction and leaves the ruleset's
+// generation alone.
+func ensureCTTimeouts(ctx context.Context) (bool, error) {
 	have, err := ctTimeoutNames()
 	if err != nil {
-		return err
+		return false, err
 	}
 	script := []string{fmt.Sprintf("add table %s %s", knftables.InetFamily, TableName)}
 	for _, proto := range []string{"tcp", "udp"} {
@@ -73,14 +74,14 @@ func ensureCTTimeouts(ctx context.Context) error {
 		}
 	}
 	if len(script) == 1 {
-		return nil
+		return false, nil
 	}
 	cmd := exec.CommandContext(ctx, "nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(strings.Join(script, "\n") + "\n")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("creating the conntrack timeout policies: %v: %s", err, bytes.TrimSpace(out))
+		return false, fmt.Errorf("creating the conntrack timeout policies: %v: %s", err, bytes.TrimSpace(out))
 	}
-	return nil
+	return true, nil
 }
 
 // ctTimeoutNames lists the ct timeout objects of Sluice's inet table; none when it does not exist.

@@ -80,8 +80,10 @@ func (d *Datapath) Apply(ctx context.Context, p *plan.Plan) error {
 	if err != nil {
 		return err
 	}
-	if err := ensureCTTimeouts(ctx); err != nil {
+	if created, err := ensureCTTimeouts(ctx); err != nil {
 		return err
+	} else if created {
+		d.recordOwn(rulesetGeneration()) // the watcher must not take it for someone else's
 	}
 	gen := rulesetGeneration()
 	// exact: the kernel's tables hold committed, as of gen (or are read below, after gen).
