@@ -369,6 +369,10 @@ func renderDSRService(st *state, s *plan.Service, env Environment) error {
 		// would fill its hash bucket until inserts fail.
 		rules = append(rules, fmt.Sprintf("tcp flags & (syn | ack) == syn meta mark set %s map @%s meta mark != @%s delete @%s { %s : meta mark }",
 			flowKey, n.flows, n.newFlows, n.flows, flowKey))
+		// A SYN that keeps its remembered backend starts a connection all the same: it is counted
+		// as a new flow, as the new-flow rule below counts the others.
+		rules = append(rules, fmt.Sprintf("tcp flags & (syn | ack) == syn meta mark set %s map @%s counter name meta mark map @%s",
+			flowKey, n.flows, n.newFlows))
 	}
 	// A known flow refreshes its entry (the timeout is an idle timeout) and goes to its backend.
 	rules = append(rules, fmt.Sprintf("meta l4proto %s meta mark set %s map @%s update @%s { %s : meta mark } meta mark vmap @%s",
