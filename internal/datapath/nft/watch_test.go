@@ -1,7 +1,6 @@
 package nft
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -11,13 +10,7 @@ import (
 // else's deletion of its table is reported, naming it and who did it, without a resync.
 func TestKernelWatchReportsOnlyOthersChanges(t *testing.T) {
 	inFreshNetns(t, func() {
-		d := newTestDatapath(t)
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		reports := make(chan string, 16)
-		if err := d.Watch(ctx, func(what string) { reports <- what }); err != nil {
-			t.Fatal(err)
-		}
+		d, reports := watched(t)
 		apply(t, d, loadPlan(t, "testdata/transitions/add-service/before.yaml"))
 		apply(t, d, loadPlan(t, "testdata/transitions/add-service/after.yaml")) // adds a service
 		runNFT(t, "delete table inet sluice")
@@ -41,13 +34,7 @@ func TestKernelWatchReportsOnlyOthersChanges(t *testing.T) {
 // another table is not.
 func TestKernelWatchReportsChangesToSluiceTablesOnly(t *testing.T) {
 	inFreshNetns(t, func() {
-		d := newTestDatapath(t)
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		reports := make(chan string, 16)
-		if err := d.Watch(ctx, func(what string) { reports <- what }); err != nil {
-			t.Fatal(err)
-		}
+		d, reports := watched(t)
 		apply(t, d, loadPlan(t, "testdata/transitions/add-service/after.yaml"))
 		runNFT(t, "delete element inet sluice dispatch-port4 { udp . 10.91.9.100 . 53 }")
 		runNFT(t, "add table inet someone-else")
@@ -60,6 +47,17 @@ func TestKernelWatchReportsChangesToSluiceTablesOnly(t *testing.T) {
 			t.Errorf("reports %q name a table not Sluice's", seen)
 		}
 	})
+}
+
+// watched is a datapath whose watcher runs until the test ends, and the channel of its reports.
+func watched(t *testing.T) (*Datapath, <-chan string) {
+	t.Helper()
+	d := newTestDatapath(t)
+	reports := make(chan string, 16)
+	if err := d.Watch(t.Context(), func(what string) { reports <- what }); err != nil {
+		t.Fatal(err)
+	}
+	return d, reports
 }
 
 func waitReport(t *testing.T, reports <-chan string) string {
