@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 )
 
@@ -26,13 +27,15 @@ func (c *Config) policy() APIPolicy {
 // APIGuard checks a change a TCP API client makes against the running config it changes.
 type APIGuard struct {
 	policy APIPolicy
+	// bgp is the running bgp section: its peers' passwords and sessions are the file's.
+	bgp *BGP
 	// exec is the command of every running exec check, by service name.
 	exec map[string][]string
 }
 
 // NewAPIGuard returns the guard of changes to running.
 func NewAPIGuard(running *Config) APIGuard {
-	g := APIGuard{policy: running.policy(), exec: map[string][]string{}}
+	g := APIGuard{policy: running.policy(), bgp: running.BGP.clone(), exec: map[string][]string{}}
 	for _, s := range running.Services {
 		if s.HealthCheck != nil && s.HealthCheck.Type == "exec" {
 			g.exec[s.Name] = s.HealthCheck.Command
@@ -41,13 +44,17 @@ func NewAPIGuard(running *Config) APIGuard {
 	return g
 }
 
-// Check lists what next changes that an API client may not: the api section, which only the
-// config file sets, and, unless it allows them, an exec check that does not run already (the
-// same command for the service of the same name).
+// Check lists what next changes that an API client may not: the api and bgp sections, which
+// only the config file sets (who the node peers with, and with which keys, is not a token's to
+// change), and, unless it allows them, an exec check that does not run already (the same command
+// for the service of the same name).
 func (g APIGuard) Check(next *Config) Errors {
 	var errs Errors
 	if next.policy() != g.policy {
 		errs = append(errs, FieldError{Path: "api", Msg: "only the config file sets it (or root on the daemon's socket)"})
+	}
+	if !reflect.DeepEqual(next.BGP, g.bgp) {
+		errs = append(errs, FieldError{Path: "bgp", Msg: "only the config file sets it (or root on the daemon's socket)"})
 	}
 	if g.policy.AllowExecChecks {
 		return errs

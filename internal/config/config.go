@@ -32,6 +32,8 @@ type Config struct {
 	NFT *NFTLimits `yaml:"nft,omitempty" json:"nft,omitempty"`
 	// API says what the daemon's TCP API may change; nil allows no exec check.
 	API *APIPolicy `yaml:"api,omitempty" json:"api,omitempty"`
+	// BGP announces the VIPs to routers; nil announces nothing.
+	BGP *BGP `yaml:"bgp,omitempty" json:"bgp,omitempty"`
 	// Services are the virtual services to balance.
 	Services []Service `yaml:"services" json:"services"`
 }
@@ -86,7 +88,10 @@ type Service struct {
 	FlowTimeout string `yaml:"flow_timeout,omitempty" json:"flow_timeout,omitempty"`
 	// HealthCheck probes the backends; without one every backend counts as up.
 	HealthCheck *HealthCheck `yaml:"health_check,omitempty" json:"health_check,omitempty"`
-	Backends    []Backend    `yaml:"backends" json:"backends"`
+	// BGP are the path attributes of the VIP's announcement (bgp section); the services of one
+	// VIP share them.
+	BGP      *PathAttributes `yaml:"bgp,omitempty" json:"bgp,omitempty"`
+	Backends []Backend       `yaml:"backends" json:"backends"`
 }
 
 // Backend is one real server behind a service.
@@ -122,8 +127,10 @@ func (c *Config) Clone() *Config {
 		limits := *c.NFT
 		out.NFT = &limits
 	}
+	out.BGP = c.BGP.clone()
 	out.Services = make([]Service, len(c.Services))
 	for i, s := range c.Services {
+		s.BGP = s.BGP.clone()
 		s.Backends = cloneBackends(s.Backends)
 		s.SorryServers = cloneBackends(s.SorryServers)
 		if s.HealthCheck != nil {

@@ -113,6 +113,8 @@ services:
 	added.Services[1].HealthCheck = &HealthCheck{Type: "exec", Command: []string{"/usr/local/bin/check-db"}}
 	policy := running.Clone()
 	policy.API = &APIPolicy{AllowExecChecks: true}
+	peering := running.Clone()
+	peering.BGP = &BGP{ASN: 65100, Peers: []BGPPeer{{Address: "10.0.9.1", ASN: 65000}}}
 	for name, c := range map[string]struct {
 		next *Config
 		want string
@@ -120,6 +122,7 @@ services:
 		"changed command":      {changed, "services[0].health_check.command: an exec check runs its command as root"},
 		"added to another one": {added, "services[1].health_check.command: an exec check runs its command as root"},
 		"api section":          {policy, "api: only the config file sets it"},
+		"bgp section":          {peering, "bgp: only the config file sets it"},
 	} {
 		if errs := guard.Check(c.next); len(errs) != 1 || !strings.Contains(errs.Error(), c.want) {
 			t.Errorf("%s: got %v, want %q", name, errs, c.want)

@@ -53,6 +53,7 @@ func (c *Config) Validate() Errors {
 	}
 	c.State.validate(fail)
 	c.validateNFT(fail)
+	c.validateBGP(fail)
 	for i, name := range c.Interfaces {
 		if !validInterfaceName(name) {
 			fail(fmt.Sprintf("interfaces[%d]", i), "%q is not an interface name (%s)", name, interfaceNameRule)
@@ -85,6 +86,7 @@ func (c *Config) Validate() Errors {
 		}
 		listeners[l] = append(listeners[l], i)
 	}
+	c.validateServiceBGP(fail)
 	return errs
 }
 

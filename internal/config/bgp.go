@@ -1,0 +1,261 @@
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// BGP makes the node announce the VIPs of its services that can take new flows to routers, which
+// spread the flows over every node announcing a VIP (ECMP).
+type BGP struct {
+	// ASN is the node's autonomous system number.
+	ASN uint32 `yaml:"asn" json:"asn"`
+	// RouterID is the node's BGP identifier (IPv4); empty: the node's first IPv4 address.
+	RouterID string `yaml:"router_id,omitempty" json:"router_id,omitempty"`
+	// ListenPort is the port the node accepts BGP sessions on; nil or -1: it only dials its peers.
+	ListenPort *int `yaml:"listen_port,omitempty" json:"listen_port,omitempty"`
+	// ShutdownGrace is how long the daemon keeps forwarding after it withdrew its VIPs on
+	// shutdown, for the routers to move the flows to other nodes; default 5s.
+	ShutdownGrace string `yaml:"shutdown_grace,omitempty" json:"shutdown_grace,omitempty"`
+	// Peers are the routers the node announces to.
+	Peers []BGPPeer `yaml:"peers" json:"peers"`
+}
+
+// BGPPeer is one router the node holds a BGP session with.
+type BGPPeer struct {
+	Address string `yaml:"address" json:"address"`
+	// Port is the peer's BGP port; 0: 179.
+	Port int    `yaml:"port,omitempty" json:"port,omitempty"`
+	ASN  uint32 `yaml:"asn" json:"asn"`
+	// HoldTime is the BGP hold time offered (keepalives every third of it); default 90s.
+	HoldTime string `yaml:"hold_time,omitempty" json:"hold_time,omitempty"`
+	// Password turns on TCP MD5 signatures (RFC 2385) with this key.
+	Password string `yaml:"password,omitempty" json:"password,omitempty"`
+	// NextHop is the next hop announced to this peer; empty: the session's own address.
+	NextHop string `yaml:"next_hop,omitempty" json:"next_hop,omitempty"`
+	// PathAttributes are added to every announcement to this peer.
+	PathAttributes `yaml:",inline"`
+}
+
+// PathAttributes are optional BGP path attributes of announcements.
+type PathAttributes struct {
+	// Communities are standard communities, "ASN:VALUE" (each 0-65535).
+	Communities []string `yaml:"communities,omitempty" json:"communities,omitempty"`
+	// MED is the multi-exit discriminator.
+	MED *uint32 `yaml:"med,omitempty" json:"med,omitempty"`
+	// LocalPref is the local preference, sent to iBGP peers only.
+	LocalPref *uint32 `yaml:"local_pref,omitempty" json:"local_pref,omitempty"`
+}
+
+// Defaults and bounds of the bgp section.
+const (
+	DefaultHoldTime      = 90 * time.Second
+	DefaultShutdownGrace = 5 * time.Second
+	MaxShutdownGrace     = 10 * time.Minute
+	// MaxBGPPeers bounds the sessions one node holds: each is a TCP session, timers and a copy
+	// of the announcements.
+	MaxBGPPeers = 64
+	// MinHoldTime and MaxHoldTime are RFC 4271's bounds of a non-zero hold time.
+	MinHoldTime = 3 * time.Second
+	MaxHoldTime = 65535 * time.Second
+	// maxMD5KeyLen is the kernel's TCP_MD5SIG_MAXKEYLEN.
+	maxMD5KeyLen = 80
+	// maxCommunities bounds the communities of one attribute set.
+	maxCommunities = 32
+)
+
+// NoListen is the listen_port that keeps the node from accepting sessions.
+const NoListen = -1
+
+// ListenPortOrDefault is the listen port, NoListen when unset.
+func (b *BGP) ListenPortOrDefault() int {
+	if b.ListenPort == nil {
+		return NoListen
+	}
+	return *b.ListenPort
+}
+
+// ShutdownGraceOrDefault is the parsed shutdown_grace.
+func (b *BGP) ShutdownGraceOrDefault() time.Duration {
+	return durationOr(b.ShutdownGrace, DefaultShutdownGrace)
+}
+
+// HoldTimeOrDefault is the parsed hold_time.
+func (p *BGPPeer) HoldTimeOrDefault() time.Duration { return durationOr(p.HoldTime, DefaultHoldTime) }
+
+// ParseCommunity reads a standard community written "ASN:VALUE".
+func ParseCommunity(s string) (uint32, error) {
+	high, low, ok := strings.Cut(s, ":")
+	h, herr := strconv.ParseUint(high, 10, 16)
+	l, lerr := strconv.ParseUint(low, 10, 16)
+	if !ok || herr != nil || lerr != nil {
+		return 0, fmt.Errorf("%q is not a community ASN:VALUE (each 0-65535)", s)
+	}
+	return uint32(h)<<16 | uint32(l), nil
+}
+
+// validateBGP checks the bgp section and fills in its canonical forms.
+func (c *Config) validateBGP(fail func(path, format string, args ...any)) {
+	b := c.BGP
+	if b == nil {
+		return
+	}
+	if !validASN(b.ASN) {
+		fail("bgp.asn", "%s", asnRule(b.ASN))
+	}
+	if b.RouterID != "" {
+		if a, err := netip.ParseAddr(b.RouterID); err != nil || !a.Is4() || a.IsUnspecified() {
+			fail("bgp.router_id", "%q is not an IPv4 address (a BGP identifier is one)", b.RouterID)
+		}
+	}
+	if p := b.ListenPort; p != nil && *p != NoListen && (*p < 1 || *p > 65535) {
+		fail("bgp.listen_port", "%d is not a port in 1-65535, or -1 to only dial the peers", *p)
+	}
+	if b.ShutdownGrace != "" {
+		if d, err := time.ParseDuration(b.ShutdownGrace); err != nil || d < 0 || d > MaxShutdownGrace {
+			fail("bgp.shutdown_grace", "%q is not a duration between 0s and %s (like 5s)", b.ShutdownGrace, MaxShutdownGrace)
+		}
+	}
+	switch {
+	case len(b.Peers) == 0:
+		fail("bgp.peers", "no peers: list the routers to announce to, or remove the bgp section")
+	case len(b.Peers) > MaxBGPPeers:
+		fail("bgp.peers", "%d peers is more than %d: peer with route reflectors instead of every router", len(b.Peers), MaxBGPPeers)
+		return
+	}
+	seen := map[netip.AddrPort]int{}
+	for i := range b.Peers {
+		p := &b.Peers[i]
+		at := fmt.Sprintf("bgp.peers[%d]", i)
+		addr, err := netip.ParseAddr(p.Address)
+		if err != nil || addr.Zone() != "" || addr.IsUnspecified() || addr.IsMulticast() {
+			fail(at+".address", "%q is not a unicast IP address", p.Address)
+		} else {
+			canonicalize(&p.Address, addr.Unmap())
+			key := netip.AddrPortFrom(addr.Unmap(), uint16(max(p.Port, 0)))
+			if j, dup := seen[key]; dup {
+				fail(at+".address", "%s is already bgp.peers[%d]", p.Address, j)
+			}
+			seen[key] = i
+		}
+		if p.Port < 0 || p.Port > 65535 {
+			fail(at+".port", "%d is not a port in 1-65535", p.Port)
+		}
+		if !validASN(p.ASN) {
+			fail(at+".asn", "%s", asnRule(p.ASN))
+		}
+		if p.HoldTime != "" {
+			d, err := time.ParseDuration(p.HoldTime)
+			if err != nil || d != 0 && (d < MinHoldTime || d > MaxHoldTime) || d%time.Second != 0 {
+				fail(at+".hold_time", "%q is not 0s or whole seconds between %s and %s (like 9s)", p.HoldTime, MinHoldTime, MaxHoldTime)
+			}
+		}
+		if len(p.Password) > maxMD5KeyLen {
+			fail(at+".password", "%d bytes is longer than the %d a TCP MD5 key can hold", len(p.Password), maxMD5KeyLen)
+		}
+		if p.NextHop != "" {
+			nh, err := parseIP(p.NextHop)
+			switch {
+			case err != nil:
+				fail(at+".next_hop", "%v", err)
+			case addr.IsValid() && nh.Is4() != addr.Unmap().Is4():
+				fail(at+".next_hop", "%s and the peer %s are of different address families (a peer carries its own family)", nh, p.Address)
+			default:
+				canonicalize(&p.NextHop, nh)
+			}
+		}
+		p.PathAttributes.validate(at, fail)
+	}
+}
+
+// validate checks the communities.
+func (a *PathAttributes) validate(at string, fail func(path, format string, args ...any)) {
+	if len(a.Communities) > maxCommunities {
+		fail(at+".communities", "%d communities is more than %d", len(a.Communities), maxCommunities)
+		return
+	}
+	for i, text := range a.Communities {
+		if _, err := ParseCommunity(text); err != nil {
+			fail(fmt.Sprintf("%s.communities[%d]", at, i), "%v", err)
+		}
+	}
+}
+
+// validateServiceBGP checks the services' path attributes: the services of one VIP share its
+// announcement, so they must agree on them.
+func (c *Config) validateServiceBGP(fail func(path, format string, args ...any)) {
+	first := map[string]int{}
+	for i := range c.Services {
+		s := &c.Services[i]
+		if s.BGP == nil {
+			continue
+		}
+		at := fmt.Sprintf("services[%d].bgp", i)
+		if c.BGP == nil {
+			fail(at, "there is no bgp section to announce with")
+			continue
+		}
+		s.BGP.validate(at, fail)
+		if j, ok := first[s.VIP]; ok && !c.Services[j].BGP.equal(s.BGP) {
+			fail(at, "differs from services[%d].bgp (%s): the services of vip %s share one announcement", j, c.Services[j].Name, s.VIP)
+			continue
+		}
+		first[s.VIP] = i
+	}
+	for i := range c.Services {
+		s := &c.Services[i]
+		if j, ok := first[s.VIP]; ok && s.BGP == nil {
+			fail(fmt.Sprintf("services[%d].bgp", i), "missing, while services[%d] (%s) on vip %s sets it: the services of a vip share one announcement", j, c.Services[j].Name, s.VIP)
+		}
+	}
+}
+
+func (a *PathAttributes) equal(b *PathAttributes) bool {
+	same := func(x, y *uint32) bool { return x == nil && y == nil || x != nil && y != nil && *x == *y }
+	return slices.Equal(a.Communities, b.Communities) && same(a.MED, b.MED) && same(a.LocalPref, b.LocalPref)
+}
+
+func (a *PathAttributes) clone() *PathAttributes {
+	if a == nil {
+		return nil
+	}
+	out := *a
+	out.Communities = slices.Clone(a.Communities)
+	if a.MED != nil {
+		out.MED = &[]uint32{*a.MED}[0]
+	}
+	if a.LocalPref != nil {
+		out.LocalPref = &[]uint32{*a.LocalPref}[0]
+	}
+	return &out
+}
+
+func (b *BGP) clone() *BGP {
+	if b == nil {
+		return nil
+	}
+	out := *b
+	if b.ListenPort != nil {
+		out.ListenPort = &[]int{*b.ListenPort}[0]
+	}
+	out.Peers = slices.Clone(b.Peers)
+	for i := range out.Peers {
+		out.Peers[i].PathAttributes = *b.Peers[i].PathAttributes.clone()
+	}
+	return &out
+}
+
+// validASN is true for an AS number a BGP speaker may have: not 0, not AS_TRANS (23456), not the
+// reserved 65535 and 4294967295.
+func validASN(n uint32) bool { return n != 0 && n != 23456 && n != 65535 && n != 4294967295 }
+
+func asnRule(n uint32) string {
+	if n == 0 {
+		return "missing: the AS number (1-4294967294)"
+	}
+	return fmt.Sprintf("%d is reserved (0, 23456, 65535 and 4294967295 are)", n)
+}
