@@ -4,6 +4,7 @@ package datapath
 import (
 	"context"
 	"fmt"
+	"net/netip"
 
 	"github.com/sluicelb/sluice/internal/plan"
 )
@@ -114,4 +115,15 @@ func (e *BudgetError) Error() string {
 		msg += " (" + e.Cost + ")"
 	}
 	return msg + fmt.Sprintf(", over the limit of %d (%s); nothing was changed: %s", e.Limit, e.Field, e.Instead)
+}
+
+// Choice is the backend a datapath gives one flow (sluice which).
+type Choice struct {
+	Service string         `json:"service"`
+	Mode    string         `json:"mode"`
+	Backend netip.AddrPort `json:"backend"`
+	// Tracked: the datapath already tracks the flow, so this is the backend it keeps.
+	Tracked bool `json:"tracked"`
+	// NATPort is the balancer-side source port of a fullnat flow, when known.
+	NATPort uint16 `json:"nat_port,omitempty"`
 }

@@ -12,44 +12,35 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
-)
 
-// Choice is where the running program sends a flow (sluice which).
-type Choice struct {
-	Service string         `json:"service"`
-	Mode    string         `json:"mode"`
-	Backend netip.AddrPort `json:"backend"`
-	// Tracked: the flow was already in the flow table, so this is the backend it keeps.
-	Tracked bool `json:"tracked"`
-	// NATPort is the balancer-side source port of a fullnat flow.
-	NATPort uint16 `json:"nat_port,omitempty"`
-}
+	"github.com/sluicelb/sluice/internal/datapath"
+)
 
 // Which runs the program attached here on a synthetic packet from src to the service at vip (a
 // TCP ACK, so that a tracked flow is looked up, never rebalanced as a SYN would be) and reports
 // the backend it picks, Katran's simulator idea on the real program and maps. A flow the program
 // did not track before is forgotten again; the counters count the packet.
-func (d *Datapath) Which(protocol string, vip, src netip.AddrPort) (Choice, error) {
+func (d *Datapath) Which(protocol string, vip, src netip.AddrPort) (datapath.Choice, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	proto, ok := wireProtocols[protocol]
 	if !ok {
-		return Choice{}, fmt.Errorf("protocol %q: want tcp or udp", protocol)
+		return datapath.Choice{}, fmt.Errorf("protocol %q: want tcp or udp", protocol)
 	}
 	if vip.Addr().Is4() != src.Addr().Is4() {
-		return Choice{}, fmt.Errorf("%s and %s are not of one IP version", vip, src)
+		return datapath.Choice{}, fmt.Errorf("%s and %s are not of one IP version", vip, src)
 	}
 	m, err := d.pinnedMaps()
 	if err != nil || m == nil {
-		return Choice{}, errors.Join(errors.New("no ebpf datapath is programmed here"), err)
+		return datapath.Choice{}, errors.Join(errors.New("no ebpf datapath is programmed here"), err)
 	}
 	var svc sluiceService
 	if err := m.Vips.Lookup(vipKeyOf(vip.Addr(), vip.Port(), proto), &svc); err != nil {
-		return Choice{}, fmt.Errorf("%s/%s is not a service here", vip, protocol)
+		return datapath.Choice{}, fmt.Errorf("%s/%s is not a service here", vip, protocol)
 	}
 	prog, err := d.attachedProgram()
 	if err != nil {
-		return Choice{}, err
+		return datapath.Choice{}, err
 	}
 	defer prog.Close()
 	key := flowKeyOf(src, vip, proto)
@@ -57,13 +48,13 @@ func (d *Datapath) Which(protocol string, vip, src netip.AddrPort) (Choice, erro
 	tracked := m.Flows.Lookup(key, &flow) == nil
 	packet, err := syntheticPacket(proto, src, vip)
 	if err != nil {
-		return Choice{}, err
+		return datapath.Choice{}, err
 	}
 	if _, err := prog.Run(&ebpf.RunOptions{Data: packet, DataOut: make([]byte, len(packet)+256)}); err != nil {
-		return Choice{}, fmt.Errorf("running the program: %w", err)
+		return datapath.Choice{}, fmt.Errorf("running the program: %w", err)
 	}
 	if err := m.Flows.Lookup(key, &flow); err != nil {
-		return Choice{}, fmt.Errorf("the program tracked no flow for %s -> %s: the service has no backend for new flows", src, vip)
+		return datapath.Choice{}, fmt.Errorf("the program tracked no flow for %s -> %s: the service has no backend for new flows", src, vip)
 	}
 	c, err := describeChoice(m, svc, flow, vip)
 	c.Tracked = tracked
@@ -122,8 +113,8 @@ func syntheticPacket(proto uint8, src, dst netip.AddrPort) ([]byte, error) {
 }
 
 // describeChoice names the service and backend of a flow.
-func describeChoice(m *kernelMaps, svc sluiceService, flow sluiceFlow, vip netip.AddrPort) (Choice, error) {
-	c := Choice{Mode: wireName(wireModes, svc.Mode), NATPort: wirePort(flow.NatPort)}
+func describeChoice(m *kernelMaps, svc sluiceService, flow sluiceFlow, vip netip.AddrPort) (datapath.Choice, error) {
+	c := datapath.Choice{Mode: wireName(wireModes, svc.Mode), NATPort: wirePort(flow.NatPort)}
 	var rec serviceRecord
 	if err := m.ServiceMeta.Lookup(svc.Id, &rec); err == nil {
 		c.Service = rec.name()
@@ -141,7 +132,7 @@ func describeChoice(m *kernelMaps, svc sluiceService, flow sluiceFlow, vip netip
 }
 
 // forget deletes the synthetic flow and the reply entry it claimed.
-func forget(m *kernelMaps, key sluiceFlowKey, flow sluiceFlow, c Choice, src netip.AddrPort) error {
+func forget(m *kernelMaps, key sluiceFlowKey, flow sluiceFlow, c datapath.Choice, src netip.AddrPort) error {
 	err := m.Flows.Delete(key)
 	var reply sluiceFlowKey
 	switch c.Mode {
