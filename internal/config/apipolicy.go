@@ -35,7 +35,7 @@ type APIGuard struct {
 
 // NewAPIGuard returns the guard of changes to running.
 func NewAPIGuard(running *Config) APIGuard {
-	g := APIGuard{policy: running.policy(), bgp: running.BGP.clone(), exec: map[string][]string{}}
+	g := APIGuard{policy: running.policy(), bgp: running.BGP.Clone(), exec: map[string][]string{}}
 	for _, s := range running.Services {
 		if s.HealthCheck != nil && s.HealthCheck.Type == "exec" {
 			g.exec[s.Name] = s.HealthCheck.Command

@@ -234,7 +234,8 @@ func (a *PathAttributes) clone() *PathAttributes {
 	return &out
 }
 
-func (b *BGP) clone() *BGP {
+// Clone returns a deep copy of b (nil for nil).
+func (b *BGP) Clone() *BGP {
 	if b == nil {
 		return nil
 	}

@@ -127,7 +127,7 @@ func (c *Config) Clone() *Config {
 		limits := *c.NFT
 		out.NFT = &limits
 	}
-	out.BGP = c.BGP.clone()
+	out.BGP = c.BGP.Clone()
 	out.Services = make([]Service, len(c.Services))
 	for i, s := range c.Services {
 		s.BGP = s.BGP.clone()
