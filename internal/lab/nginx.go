@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -70,16 +69,7 @@ http {
 `
 
 // NginxPath is the nginx binary the lab runs: nginx on $PATH or /usr/sbin/nginx.
-func NginxPath() (string, error) {
-	if p, err := exec.LookPath("nginx"); err == nil {
-		return p, nil
-	}
-	const p = "/usr/sbin/nginx"
-	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("nginx not found on $PATH or at %s", p)
-	}
-	return p, nil
-}
+func NginxPath() (string, error) { return sbinPath("nginx") }
 
 func (l *Lab) wwwDir() string             { return filepath.Join(l.StateDir, "www") }
 func (l *Lab) nginxConfPath(i int) string { return filepath.Join(l.backendDir(i), "nginx.conf") }

@@ -48,7 +48,7 @@ func RunLabs(kinds ...string) ([]RunLab, error) {
 	for i, k := range kinds {
 		alts[i] = regexp.QuoteMeta(k)
 	}
-	re := regexp.MustCompile(`^((?:` + strings.Join(alts, "|") + `)([0-9]+))-(?:client|lb|sw|b[0-9]+)$`)
+	re := regexp.MustCompile(`^((?:` + strings.Join(alts, "|") + `)([0-9]+))-(?:client|lb|lb[0-9]+|router|sw|b[0-9]+)$`)
 	var labs []RunLab
 	for _, e := range entries {
 		m := re.FindStringSubmatch(e.Name())

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,6 +21,18 @@ const (
 	stopTimeout  = 5 * time.Second
 	pollInterval = 20 * time.Millisecond
 )
+
+// sbinPath finds a daemon on $PATH or in /usr/sbin, which root's $PATH may lack.
+func sbinPath(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	p := filepath.Join("/usr/sbin", name)
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("%s not found on $PATH or at %s", name, p)
+	}
+	return p, nil
+}
 
 func parsePid(s string) (int, bool) {
 	pid, err := strconv.Atoi(s)
@@ -109,7 +123,12 @@ func stopPid(ctx context.Context, pid int, marker, pidFile string) error {
 			return err
 		}
 	}
-	if err := os.Remove(pidFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	return removeFile(pidFile)
+}
+
+// removeFile removes a file; a missing one is fine.
+func removeFile(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	return nil

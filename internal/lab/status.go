@@ -11,12 +11,31 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// Status is a snapshot of a lab: its namespaces and backend processes.
+// Status is a snapshot of a lab: its namespaces and backend processes, and a fleet's router and
+// balancers.
 type Status struct {
 	Prefix     string
 	StateDir   string
 	Namespaces []NamespaceStatus
 	Backends   []BackendStatus
+	Router     *RouterStatus    // nil unless the lab is a fleet
+	Balancers  []BalancerStatus // a fleet's only
+}
+
+// RouterStatus describes a fleet's router; a BIRD pid of 0 means BIRD is not running.
+type RouterStatus struct {
+	NS      string
+	BirdPID int
+	Socket  string
+}
+
+// BalancerStatus describes a fleet balancer; a keepalived pid of 0 means none runs.
+type BalancerStatus struct {
+	Index         int
+	NS            string
+	Front4        netip.Addr
+	Back4         netip.Addr
+	KeepalivedPID int
 }
 
 // NamespaceStatus tells whether a namespace exists and which global addresses it has.
@@ -46,15 +65,16 @@ type BackendStatus struct {
 }
 
 // Status reports which lab namespaces exist (including stray ones named like
-// the lab's), their addresses, and whether the backend processes run. It
-// describes the backends of the lab as built, whatever l.Backends says.
+// the lab's), their addresses, and whether the backend processes (and a
+// fleet's BIRD and keepalived) run. It describes the lab as built, whatever
+// l.Backends and l.Balancers say.
 func (l *Lab) Status(ctx context.Context) (Status, error) {
 	if err := l.validate(); err != nil {
 		return Status{}, err
 	}
-	if n := l.builtBackends(); n > 0 && n != l.Backends {
+	if backends, balancers := l.builtShape(); backends > 0 && (backends != l.Backends || balancers != l.Balancers) {
 		built := *l
-		built.Backends = n
+		built.Backends, built.Balancers = backends, balancers
 		l = &built
 	}
 	s := Status{Prefix: l.Prefix, StateDir: l.StateDir}
@@ -87,6 +107,16 @@ func (l *Lab) Status(ctx context.Context) (Status, error) {
 			NginxPID: l.nginxPid(i), UDPPID: l.udpPid(i),
 		})
 	}
+	if l.fleet() {
+		s.Router = &RouterStatus{NS: l.RouterNS(), BirdPID: l.birdPid(), Socket: l.BirdSocket()}
+		for i := 1; i <= l.Balancers; i++ {
+			s.Balancers = append(s.Balancers, BalancerStatus{
+				Index: i, NS: l.BalancerNSOf(i),
+				Front4: l.BalancerFrontAddr(i, false), Back4: l.BalancerBackSideAddr(i, false),
+				KeepalivedPID: l.keepalivedPid(i),
+			})
+		}
+	}
 	return s, nil
 }
 
@@ -117,8 +147,11 @@ func nsAddrs(ns string) ([]IfAddr, error) {
 	return out, err
 }
 
-// Ready reports whether every expected namespace exists and every nginx runs.
+// Ready reports whether every expected namespace exists and every nginx (and a fleet's BIRD) runs.
 func (s Status) Ready() bool {
+	if s.Router != nil && s.Router.BirdPID == 0 {
+		return false
+	}
 	for _, ns := range s.Namespaces {
 		if !ns.Exists {
 			return false
@@ -151,6 +184,21 @@ func (s Status) String() string {
 	fmt.Fprintln(w, "BACKEND\tNAMESPACE\tIPV4\tIPV6\tNGINX\tUDP")
 	for _, be := range s.Backends {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", BackendName(be.Index), be.NS, be.Addr4, be.Addr6, pidState(be.NginxPID), pidState(be.UDPPID))
+	}
+	w.Flush()
+	if s.Router == nil {
+		return b.String()
+	}
+	b.WriteString("\n")
+	w = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ROUTER\tNAMESPACE\tBIRD\tSOCKET")
+	fmt.Fprintf(w, "router\t%s\t%s\t%s\n", s.Router.NS, pidState(s.Router.BirdPID), s.Router.Socket)
+	w.Flush()
+	b.WriteString("\n")
+	w = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "BALANCER\tNAMESPACE\tFRONT\tBACK\tKEEPALIVED")
+	for _, lb := range s.Balancers {
+		fmt.Fprintf(w, "lb%d\t%s\t%s\t%s\t%s\n", lb.Index, lb.NS, lb.Front4, lb.Back4, pidState(lb.KeepalivedPID))
 	}
 	w.Flush()
 	return b.String()

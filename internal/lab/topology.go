@@ -19,8 +19,11 @@ const dsrTable = 100
 // endpoint is one interface in one namespace.
 type endpoint struct{ ns, dev string }
 
-// vethPair is created in a.ns with its peer directly in b.ns.
-type vethPair struct{ a, b endpoint }
+// vethPair is created in a.ns with its peer directly in b.ns; a joins bridge, if set, in a.ns.
+type vethPair struct {
+	a, b   endpoint
+	bridge string
+}
 
 type ifAddr struct {
 	endpoint
@@ -30,31 +33,53 @@ type ifAddr struct {
 func (l *Lab) vethPairs() []vethPair {
 	sw := l.SwitchNS()
 	pairs := []vethPair{
-		{endpoint{l.ClientNS(), "eth0"}, endpoint{l.BalancerNS(), "eth0"}},
-		{endpoint{sw, "lb"}, endpoint{l.BalancerNS(), "eth1"}},
-		{endpoint{sw, "client"}, endpoint{l.ClientNS(), "byp0"}},
+		{endpoint{l.ClientNS(), "eth0"}, endpoint{l.BalancerNS(), "eth0"}, ""},
+		{endpoint{sw, "lb"}, endpoint{l.BalancerNS(), "eth1"}, "br0"},
+	}
+	if l.fleet() {
+		pairs = l.routerPairs()
+	}
+	pairs = append(pairs, vethPair{endpoint{sw, "client"}, endpoint{l.ClientNS(), "byp0"}, "br0"})
+	if l.fleet() {
+		pairs = append(pairs, l.balancerPairs()...)
 	}
 	for i := 1; i <= l.Backends; i++ {
-		pairs = append(pairs, vethPair{endpoint{sw, BackendName(i)}, endpoint{l.BackendNS(i), "eth0"}})
+		pairs = append(pairs, vethPair{endpoint{sw, BackendName(i)}, endpoint{l.BackendNS(i), "eth0"}, "br0"})
 	}
 	return pairs
 }
 
-func (l *Lab) ifAddrs() []ifAddr {
-	var out []ifAddr
-	add := func(ns, dev string, bits4, bits6 int, addr func(v6 bool) netip.Addr) {
-		out = append(out,
-			ifAddr{endpoint{ns, dev}, netip.PrefixFrom(addr(false), bits4)},
-			ifAddr{endpoint{ns, dev}, netip.PrefixFrom(addr(true), bits6)})
+// addrPair is the IPv4 and the IPv6 address of one interface.
+func addrPair(ns, dev string, bits4, bits6 int, addr func(v6 bool) netip.Addr) []ifAddr {
+	return []ifAddr{
+		{endpoint{ns, dev}, netip.PrefixFrom(addr(false), bits4)},
+		{endpoint{ns, dev}, netip.PrefixFrom(addr(true), bits6)},
 	}
-	add(l.ClientNS(), "eth0", 24, 64, l.ClientAddr)
-	add(l.ClientNS(), "byp0", 32, 128, l.ClientBypassAddr)
-	add(l.BalancerNS(), "eth0", 24, 64, l.BalancerClientSideAddr)
-	add(l.BalancerNS(), "eth1", 24, 64, l.BalancerBackendSideAddr)
+}
+
+func (l *Lab) ifAddrs() []ifAddr {
+	out := slices.Concat(
+		addrPair(l.ClientNS(), "eth0", 24, 64, l.ClientAddr),
+		addrPair(l.ClientNS(), "byp0", 32, 128, l.ClientBypassAddr))
+	if l.fleet() {
+		out = append(out, l.fleetAddrs()...)
+	} else {
+		out = slices.Concat(out,
+			addrPair(l.BalancerNS(), "eth0", 24, 64, l.BalancerClientSideAddr),
+			addrPair(l.BalancerNS(), "eth1", 24, 64, l.BalancerBackendSideAddr))
+	}
 	for i := 1; i <= l.Backends; i++ {
-		add(l.BackendNS(i), "eth0", 24, 64, func(v6 bool) netip.Addr { return l.BackendAddr(i, v6) })
+		out = append(out, addrPair(l.BackendNS(i), "eth0", 24, 64, func(v6 bool) netip.Addr { return l.BackendAddr(i, v6) })...)
 	}
 	return out
+}
+
+// bridges lists the switch namespace's bridges: br0 joins the backends, br1 a fleet's router and balancers.
+func (l *Lab) bridges() []string {
+	if l.fleet() {
+		return []string{"br0", "br1"}
+	}
+	return []string{"br0"}
 }
 
 // links lists every interface the lab expects, per namespace.
@@ -63,7 +88,7 @@ func (l *Lab) links() map[string][]string {
 	for _, ns := range l.Namespaces() {
 		m[ns] = []string{"lo"}
 	}
-	m[l.SwitchNS()] = append(m[l.SwitchNS()], "br0")
+	m[l.SwitchNS()] = append(m[l.SwitchNS()], l.bridges()...)
 	for _, p := range l.vethPairs() {
 		m[p.a.ns] = append(m[p.a.ns], p.a.dev)
 		m[p.b.ns] = append(m[p.b.ns], p.b.dev)
@@ -71,29 +96,42 @@ func (l *Lab) links() map[string][]string {
 	return m
 }
 
-// The stamp file, written after a successful build, records the lab's shape.
-const stampFormat = "sluice-lab v2 backends=%d\n"
+// The stamp file, written after a successful build, records the lab's shape; a fleet's also has
+// its balancer count.
+const (
+	stampFormat      = "sluice-lab v2 backends=%d\n"
+	fleetStampFormat = "sluice-lab v2 backends=%d balancers=%d\n"
+)
 
 func (l *Lab) stampPath() string { return filepath.Join(l.StateDir, "topology") }
 
-// builtBackends is the backend count recorded by the last successful build, or 0.
-func (l *Lab) builtBackends() int {
-	var n int
+func (l *Lab) stamp() []byte {
+	if l.fleet() {
+		return fmt.Appendf(nil, fleetStampFormat, l.Backends, l.Balancers)
+	}
+	return fmt.Appendf(nil, stampFormat, l.Backends)
+}
+
+// builtShape is the backend and balancer counts recorded by the last successful build, or 0, 0.
+func (l *Lab) builtShape() (backends, balancers int) {
 	b, err := os.ReadFile(l.stampPath())
 	if err != nil {
-		return 0
+		return 0, 0
 	}
-	if _, err := fmt.Sscanf(string(b), stampFormat, &n); err != nil {
-		return 0
+	if _, err := fmt.Sscanf(string(b), fleetStampFormat, &backends, &balancers); err == nil {
+		return backends, balancers
 	}
-	return n
+	if _, err := fmt.Sscanf(string(b), stampFormat, &backends); err == nil {
+		return backends, 1
+	}
+	return 0, 0
 }
 
 // built reports whether a complete topology of this shape exists: the stamp
 // written after a successful build, exactly the expected namespaces, and
 // every expected link present and up.
 func (l *Lab) built() bool {
-	if l.builtBackends() != l.Backends {
+	if backends, balancers := l.builtShape(); backends != l.Backends || balancers != l.Balancers {
 		return false
 	}
 	have, err := l.labNamespaces()
@@ -139,13 +177,15 @@ func (l *Lab) build() error {
 			return err
 		}
 	}
-	if err := WithHandle(l.SwitchNS(), func(h *netlink.Handle) error {
-		return h.LinkAdd(&netlink.Bridge{LinkAttrs: linkAttrs("br0")})
-	}); err != nil {
-		return fmt.Errorf("create br0: %w", err)
+	for _, br := range l.bridges() {
+		if err := WithHandle(l.SwitchNS(), func(h *netlink.Handle) error {
+			return h.LinkAdd(&netlink.Bridge{LinkAttrs: linkAttrs(br)})
+		}); err != nil {
+			return fmt.Errorf("create %s: %w", br, err)
+		}
 	}
 	for _, p := range l.vethPairs() {
-		if err := addVeth(p, p.a.ns == l.SwitchNS()); err != nil {
+		if err := addVeth(p); err != nil {
 			return err
 		}
 	}
@@ -173,10 +213,14 @@ func (l *Lab) build() error {
 			return err
 		}
 	}
-	if err := l.balancerSetup(); err != nil {
+	if l.fleet() {
+		if err := l.fleetSetup(); err != nil {
+			return err
+		}
+	} else if err := l.gatewaySetup(l.BalancerNS(), "eth1"); err != nil {
 		return err
 	}
-	return os.WriteFile(l.stampPath(), fmt.Appendf(nil, stampFormat, l.Backends), 0o644)
+	return os.WriteFile(l.stampPath(), l.stamp(), 0o644)
 }
 
 func linkAttrs(name string) netlink.LinkAttrs {
@@ -191,8 +235,8 @@ func ipNet(p netip.Prefix) *net.IPNet {
 }
 
 // addVeth creates the pair in p.a.ns with the peer directly in p.b.ns, so no
-// end ever appears in the root namespace; bridged a-ends join br0.
-func addVeth(p vethPair, bridged bool) error {
+// end ever appears in the root namespace; the a-end joins p.bridge, if set.
+func addVeth(p vethPair) error {
 	peerNS, err := netns.GetFromName(p.b.ns)
 	if err != nil {
 		return fmt.Errorf("open netns %s: %w", p.b.ns, err)
@@ -208,10 +252,10 @@ func addVeth(p vethPair, bridged bool) error {
 		if err := h.LinkAdd(veth); err != nil {
 			return fmt.Errorf("veth %s/%s <-> %s/%s: %w", p.a.ns, p.a.dev, p.b.ns, p.b.dev, err)
 		}
-		if !bridged {
+		if p.bridge == "" {
 			return nil
 		}
-		br, err := h.LinkByName("br0")
+		br, err := h.LinkByName(p.bridge)
 		if err != nil {
 			return err
 		}
@@ -244,24 +288,25 @@ func (l *Lab) configureLinks(ns string) error {
 	})
 }
 
-// balancerSetup turns on forwarding and routes Anycast4 to every backend by a multipath
-// route hashed on the 5-tuple (fib_multipath_hash_policy 1).
-func (l *Lab) balancerSetup() error {
-	if err := setSysctls(l.BalancerNS(),
-		sysctl{"net.ipv4.ip_forward", "1"},
-		sysctl{"net.ipv6.conf.all.forwarding", "1"},
-		sysctl{"net.ipv4.fib_multipath_hash_policy", "1"},
-	); err != nil {
+// gatewaySetup turns on forwarding in ns, the hop between the client and the backends, and
+// routes Anycast4 over dev to every backend by a multipath route hashed on the 5-tuple
+// (fib_multipath_hash_policy 1), with any further sysctls.
+func (l *Lab) gatewaySetup(ns, dev string, more ...sysctl) error {
+	if err := setSysctls(ns, append([]sysctl{
+		{"net.ipv4.ip_forward", "1"},
+		{"net.ipv6.conf.all.forwarding", "1"},
+		{"net.ipv4.fib_multipath_hash_policy", "1"},
+	}, more...)...); err != nil {
 		return err
 	}
-	return WithHandle(l.BalancerNS(), func(h *netlink.Handle) error {
-		eth1, err := h.LinkByName("eth1")
+	return WithHandle(ns, func(h *netlink.Handle) error {
+		link, err := h.LinkByName(dev)
 		if err != nil {
 			return err
 		}
 		route := &netlink.Route{Dst: ipNet(netip.PrefixFrom(netip.MustParseAddr(Anycast4), 32))}
 		for i := 1; i <= l.Backends; i++ {
-			route.MultiPath = append(route.MultiPath, &netlink.NexthopInfo{LinkIndex: eth1.Attrs().Index, Gw: l.BackendAddr(i, false).AsSlice()})
+			route.MultiPath = append(route.MultiPath, &netlink.NexthopInfo{LinkIndex: link.Attrs().Index, Gw: l.BackendAddr(i, false).AsSlice()})
 		}
 		if err := h.RouteAdd(route); err != nil {
 			return fmt.Errorf("multipath route %s: %w", Anycast4, err)

@@ -42,7 +42,7 @@ func (l *Lab) up(ctx context.Context) error {
 		if err := l.build(); err != nil {
 			return fmt.Errorf("lab: build topology: %w", err)
 		}
-		if err := l.waitOperUp(ctx); err != nil {
+		if err := waitOperUp(ctx, l.links()); err != nil {
 			return err
 		}
 	}
@@ -60,24 +60,28 @@ func (l *Lab) up(ctx context.Context) error {
 			return err
 		}
 	}
+	if l.fleet() {
+		return l.startBird(ctx)
+	}
 	return nil
 }
 
-// Down stops the backend processes recorded in the state dir, kills whatever
-// else runs in the lab's namespaces, deletes every namespace named like the
-// lab's and removes the state dir. It is idempotent; an ended ctx only
-// shortens the grace period before SIGKILL.
+// Down stops the backend processes recorded in the state dir (and a fleet's
+// keepalived and BIRD), kills whatever else runs in the lab's namespaces,
+// deletes every namespace named like the lab's and removes the state dir. It
+// is idempotent; an ended ctx only shortens the grace period before SIGKILL.
 func (l *Lab) Down(ctx context.Context) error {
 	if err := l.validate(); err != nil {
 		return err
 	}
 	var errs []error
-	dirs, _ := filepath.Glob(filepath.Join(l.StateDir, "b[0-9]*"))
-	for _, dir := range dirs {
-		if i, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(dir), "b")); err == nil {
-			errs = append(errs, l.stopNginx(ctx, i), l.stopUDPResponder(ctx, i))
-		}
+	for _, i := range l.stateDirIndexes("b") {
+		errs = append(errs, l.stopNginx(ctx, i), l.stopUDPResponder(ctx, i))
 	}
+	for _, i := range l.stateDirIndexes("lb") {
+		errs = append(errs, l.stopKeepalived(ctx, i))
+	}
+	errs = append(errs, l.stopBird(ctx))
 	names, err := l.labNamespaces()
 	errs = append(errs, err)
 	for _, ns := range names {
@@ -95,16 +99,28 @@ func (l *Lab) Down(ctx context.Context) error {
 	return nil
 }
 
-// waitOperUp waits until every link but lo is operationally up. A bridge port's carrier (and so
-// its forwarding state) is only taken into account when linkwatch runs, up to a second after
-// the link is set up; frames sent before are dropped, and the first connection of a fresh lab
-// would stall for a 1 s ARP retransmission.
-func (l *Lab) waitOperUp(ctx context.Context) error {
+// stateDirIndexes lists the i of the state dir's {kind}{i} directories (backends, balancers).
+func (l *Lab) stateDirIndexes(kind string) []int {
+	dirs, _ := filepath.Glob(filepath.Join(l.StateDir, kind+"[0-9]*"))
+	var out []int
+	for _, dir := range dirs {
+		if i, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(dir), kind)); err == nil {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// waitOperUp waits until every link (by namespace) but lo is operationally up. A bridge port's
+// carrier (and so its forwarding state) is only taken into account when linkwatch runs, up to a
+// second after the link is set up; frames sent before are dropped, and the first connection of
+// a fresh lab would stall for a 1 s ARP retransmission.
+func waitOperUp(ctx context.Context, links map[string][]string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	for {
 		var down []string
-		for ns, devs := range l.links() {
+		for ns, devs := range links {
 			err := WithHandle(ns, func(h *netlink.Handle) error {
 				for _, dev := range devs {
 					link, err := h.LinkByName(dev)
