@@ -11,9 +11,10 @@ import (
 
 func labCmd() *cobra.Command {
 	var prefix string
-	var backends int
+	var backends, balancers int
 	newLab := func() *lab.Lab {
 		l := lab.New(prefix, backends)
+		l.Balancers = balancers
 		if self, err := os.Executable(); err == nil {
 			l.UDPResponderCmd = func(reply string) []string {
 				return []string{self, "lab", "udp-responder", "--listen", ":5353", "--reply", reply}
@@ -21,9 +22,10 @@ func labCmd() *cobra.Command {
 		}
 		return l
 	}
-	cmd := &cobra.Command{Use: "lab", Short: "A network-namespace lab: client, balancer, nginx backends"}
+	cmd := &cobra.Command{Use: "lab", Short: "A network-namespace lab: client, balancer(s), nginx backends"}
 	cmd.PersistentFlags().StringVar(&prefix, "prefix", "sluice", "namespace name prefix")
 	cmd.PersistentFlags().IntVar(&backends, "backends", 3, "number of backends")
+	cmd.PersistentFlags().IntVar(&balancers, "balancers", 1, "number of balancers; 2 or more put a BIRD router in front of them (ECMP)")
 	cmd.AddCommand(
 		&cobra.Command{
 			Use: "up", Short: "Create the lab (idempotent)", Args: cobra.NoArgs,
@@ -32,8 +34,15 @@ func labCmd() *cobra.Command {
 				if err := l.Up(cmd.Context()); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "lab %s up: client %s, balancer %s, %d backends; VIPs %s and %s\n",
-					l.Prefix, l.ClientNS(), l.BalancerNS(), l.Backends, lab.VIP4, lab.VIP6)
+				out := cmd.OutOrStdout()
+				if l.Balancers == 1 {
+					fmt.Fprintf(out, "lab %s up: client %s, balancer %s, %d backends; VIPs %s and %s\n",
+						l.Prefix, l.ClientNS(), l.BalancerNS(), l.Backends, lab.VIP4, lab.VIP6)
+					return nil
+				}
+				fmt.Fprintf(out, "lab %s up: client %s, router %s (BIRD AS %d, birdc -s %s), balancers %s..%s (AS %d), %d backends; VIPs %s and %s\n",
+					l.Prefix, l.ClientNS(), l.RouterNS(), lab.RouterASN, l.BirdSocket(),
+					l.BalancerNSOf(1), l.BalancerNSOf(l.Balancers), lab.BalancerASN, l.Backends, lab.VIP4, lab.VIP6)
 				return nil
 			},
 		},
