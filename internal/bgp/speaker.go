@@ -158,14 +158,15 @@ func (s *Speaker) restart(ctx context.Context, c Config) error {
 	}
 	if err := s.start(ctx, c); err != nil {
 		if hadServer {
-			if err2 := s.start(ctx, previous); err2 == nil {
+			err2 := s.start(ctx, previous)
+			if err2 == nil {
 				err2 = s.reconcile(ctx, previous)
-				if err2 == nil {
-					err2 = s.announce()
-				}
-				if err2 != nil {
-					err = errors.Join(err, fmt.Errorf("restoring the previous config: %w", err2))
-				}
+			}
+			if err2 == nil {
+				err2 = s.announce()
+			}
+			if err2 != nil {
+				err = errors.Join(err, fmt.Errorf("restoring the previous config: %w", err2))
 			}
 		}
 		return err
@@ -207,6 +208,7 @@ func (s *Speaker) start(ctx context.Context, c Config) error {
 		}})
 	}
 	if err == nil {
+		// A generation of its own: events of an earlier server still queued are stale.
 		gen := s.sessions.newGeneration("")
 		err = srv.WatchEvent(watchCtx, server.WatchEventMessageCallbacks{
 			OnPeerUpdate: func(ev *apiutil.WatchEventMessage_PeerEvent, t time.Time) {
