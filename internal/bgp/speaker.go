@@ -155,6 +155,11 @@ func (s *Speaker) restart(ctx context.Context, c Config) error {
 		s.stopSrv()
 		s.srv = nil
 		s.sessions.newGeneration("the speaker restarted for a new asn, router id or listen port")
+		for _, p := range previous.Peers {
+			if !slices.ContainsFunc(c.Peers, func(q Peer) bool { return q.Address == p.Address }) {
+				s.sessions.forget(p.Address)
+			}
+		}
 	}
 	if err := s.start(ctx, c); err != nil {
 		if hadServer {
