@@ -1,0 +1,300 @@
+package nft
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
+	"sigs.k8s.io/knftables"
+
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/datapath"
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+// Which tells the backend the nft datapath gives a flow from src to the service at vip, from the
+// tables and flows the kernel holds: the backend a tracked flow keeps (its conntrack entry under
+// nat and fullnat, its element of the service's flow map under dsr), or for a new flow the slot
+// table's backend at the slot the kernel's jhash gives it (see flowSlot). Nothing is changed.
+func (d *Datapath) Which(protocol string, vip, src netip.AddrPort) (datapath.Choice, error) {
+	proto, ok := protoNumbers[protocol]
+	if !ok {
+		return datapath.Choice{}, fmt.Errorf("protocol %q: want tcp or udp", protocol)
+	}
+	vip = netip.AddrPortFrom(vip.Addr().Unmap(), vip.Port())
+	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
+	if vip.Addr().Is4() != src.Addr().Is4() {
+		return datapath.Choice{}, fmt.Errorf("%s and %s are not of one IP version", vip, src)
+	}
+	st := newState()
+	for _, f := range dispatchOrder {
+		for _, m := range dispatchMaps(ipvOf(vip.Addr())) {
+			if err := readSet(st, f, m); err != nil {
+				return datapath.Choice{}, err
+			}
+		}
+	}
+	svc, ok := lookupService(st, protocol, vip)
+	if !ok {
+		return datapath.Choice{}, fmt.Errorf("%s/%s is not a service of the nft datapath here", vip, protocol)
+	}
+	for _, obj := range svc.sets() {
+		if err := readSet(st, svc.family, obj); err != nil {
+			return datapath.Choice{}, err
+		}
+	}
+	c := datapath.Choice{Service: svc.name, Mode: svc.mode}
+	var err error
+	if svc.mode == "dsr" {
+		c.Backend, c.Tracked, err = svc.rememberedBackend(st, src, vip)
+	} else {
+		c.Backend, c.NATPort, c.Tracked, err = svc.conntrackBackend(proto, src, vip)
+	}
+	if err != nil || c.Tracked {
+		return c, err
+	}
+	c.Backend, err = svc.newFlowBackend(st, src, vip)
+	return c, err
+}
+
+// dispatchOrder is the order in which a packet meets the dispatch maps' families: the netdev
+// table's ingress chains (dsr) run before the inet table's nat hooks.
+var dispatchOrder = []knftables.Family{knftables.NetDevFamily, knftables.InetFamily}
+
+// readSet reads the elements of one of Sluice's sets or maps into st; one that is not there
+// reads as empty.
+func readSet(st *state, f knftables.Family, obj knftables.Object) error {
+	def := st.addSet(f, obj)
+	name := setName(obj)
+	if err := readElements(def, f, name); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("reading %s %s: %w", f, name, err)
+	}
+	return nil
+}
+
+// programmedService is a service as its dispatch element describes it (see describe).
+type programmedService struct {
+	name, protocol, mode, scheduler string
+	family                          knftables.Family
+	// suffix names the service's chain (svc-<suffix>) and sets (slots-<suffix>, ...).
+	suffix string
+}
+
+// lookupService finds the service a packet of protocol to vip is dispatched to, looking where
+// the kernel looks, in its order: the netdev table before the inet table, and in each the hash
+// map of single-port services before the interval map of port ranges.
+func lookupService(st *state, protocol string, vip netip.AddrPort) (programmedService, bool) {
+	for _, f := range dispatchOrder {
+		for _, m := range dispatchMaps(ipvOf(vip.Addr())) {
+			def := st.sets[objKey{f, m.Name}]
+			if def == nil {
+				continue
+			}
+			for _, e := range def.elems {
+				if s, ok := dispatchedBy(f, e); ok && s.serves(protocol, vip) {
+					return s.programmedService, true
+				}
+			}
+		}
+	}
+	return programmedService{}, false
+}
+
+// dispatchedService is a dispatch element read: the service and what it dispatches.
+type dispatchedService struct {
+	programmedService
+	vip   netip.Addr
+	ports config.Range
+}
+
+func (s dispatchedService) serves(protocol string, vip netip.AddrPort) bool {
+	return s.protocol == protocol && s.vip == vip.Addr() && s.ports.Contains(int(vip.Port()))
+}
+
+// dispatchedBy reads a dispatch element: its comment describes the service, its verdict names it.
+func dispatchedBy(f knftables.Family, e *knftables.Element) (dispatchedService, bool) {
+	if e.Comment == nil || len(e.Value) != 1 {
+		return dispatchedService{}, false
+	}
+	desc := strings.Fields(*e.Comment)
+	suffix, ok := strings.CutPrefix(e.Value[0], "goto svc-")
+	if len(desc) != 6 || !ok {
+		return dispatchedService{}, false
+	}
+	vip, err1 := netip.ParseAddr(desc[2])
+	ports, err2 := config.ParseRange(desc[3])
+	if err1 != nil || err2 != nil {
+		return dispatchedService{}, false
+	}
+	return dispatchedService{
+		programmedService: programmedService{name: desc[0], protocol: desc[1], mode: desc[4], scheduler: desc[5], family: f, suffix: suffix},
+		vip:               vip, ports: ports,
+	}, true
+}
+
+// sets are the service's sets Which reads: its slots, its members and, under dsr, the map of
+// backend marks.
+func (s programmedService) sets() []knftables.Object {
+	objs := []knftables.Object{&knftables.Map{Name: "slots-" + s.suffix}, &knftables.Map{Name: "members-" + s.suffix}}
+	if s.mode == "dsr" {
+		objs = append(objs, &knftables.Map{Name: "backends-" + s.suffix})
+	}
+	return objs
+}
+
+// newFlowBackend is the backend of the slot the service's selector gives a new flow.
+func (s programmedService) newFlowBackend(st *state, src, vip netip.AddrPort) (netip.AddrPort, error) {
+	if s.scheduler != "maglev" && s.scheduler != "hash" {
+		return netip.AddrPort{}, fmt.Errorf("service %s picks a new flow's backend by %s scheduling, not by a hash of the flow: it cannot be told in advance", s.name, s.scheduler)
+	}
+	slots := st.sets[objKey{s.family, "slots-" + s.suffix}]
+	if slots == nil || len(slots.elems) == 0 {
+		return netip.AddrPort{}, fmt.Errorf("service %s has no backend for new flows", s.name)
+	}
+	slot := strconv.FormatUint(uint64(flowSlot(src, vip, len(slots.elems))), 10)
+	for _, e := range slots.elems {
+		if len(e.Key) == 1 && e.Key[0] == slot {
+			return s.backend(st, strings.Join(e.Value, ""), vip.Port())
+		}
+	}
+	return netip.AddrPort{}, fmt.Errorf("service %s: slot %s of %d is not in its slot table", s.name, slot, len(slots.elems))
+}
+
+// backend resolves what a slot or a remembered flow holds (a goto to a backend chain, or under
+// dsr a backend mark) to the member whose chain it is; a member without a port takes the one
+// the client asked for.
+func (s programmedService) backend(st *state, value string, vport uint16) (netip.AddrPort, error) {
+	chain := backendChainOf(st, s.family, s.suffix)(value)
+	if members := st.sets[objKey{s.family, "members-" + s.suffix}]; members != nil {
+		for _, e := range members.elems {
+			if len(e.Key) != 2 {
+				continue
+			}
+			addr, err1 := netip.ParseAddr(e.Key[0])
+			port, err2 := strconv.ParseUint(e.Key[1], 10, 16)
+			if err1 != nil || err2 != nil {
+				continue
+			}
+			if backendChain(s.name, s.protocol, plan.Backend{Addr: addr, Port: uint16(port)}.ID(), "") != chain {
+				continue
+			}
+			if port == 0 {
+				port = uint64(vport)
+			}
+			return netip.AddrPortFrom(addr, uint16(port)), nil
+		}
+	}
+	return netip.AddrPort{}, fmt.Errorf("service %s sends the flow to %q, which is none of its members", s.name, value)
+}
+
+// conntrackBackend looks the flow's conntrack entry up: tracked when there is one, with the
+// backend it was translated to and, under fullnat, the source port it was masqueraded to.
+func (s programmedService) conntrackBackend(proto uint8, src, vip netip.AddrPort) (backend netip.AddrPort, natPort uint16, tracked bool, err error) {
+	reply, found, err := conntrackReply(proto, src, vip)
+	if err != nil || !found {
+		return netip.AddrPort{}, 0, false, err
+	}
+	if reply.src == vip {
+		return netip.AddrPort{}, 0, false, fmt.Errorf("conntrack tracks %s -> %s untranslated (it began before service %s could balance it): it reaches no backend until it ends", src, vip, s.name)
+	}
+	if s.mode == "fullnat" {
+		natPort = reply.dst.Port()
+	}
+	return reply.src, natPort, true, nil
+}
+
+// conntrackReply is the reply direction of the conntrack entry whose original direction is
+// src -> dst.
+func conntrackReply(proto uint8, src, dst netip.AddrPort) (reply ctTuple, found bool, err error) {
+	family := conntrackFamily(ipvOf(dst.Addr()))
+	orig := nl.NewRtAttr(unix.NLA_F_NESTED|nl.CTA_TUPLE_ORIG, nil)
+	ips := orig.AddRtAttr(unix.NLA_F_NESTED|nl.CTA_TUPLE_IP, nil)
+	srcType, dstType := nl.CTA_IP_V4_SRC, nl.CTA_IP_V4_DST
+	if dst.Addr().Is6() {
+		srcType, dstType = nl.CTA_IP_V6_SRC, nl.CTA_IP_V6_DST
+	}
+	ips.AddRtAttr(srcType, src.Addr().AsSlice())
+	ips.AddRtAttr(dstType, dst.Addr().AsSlice())
+	ports := orig.AddRtAttr(unix.NLA_F_NESTED|nl.CTA_TUPLE_PROTO, nil)
+	ports.AddRtAttr(nl.CTA_PROTO_NUM, []byte{proto})
+	ports.AddRtAttr(nl.CTA_PROTO_SRC_PORT, binary.BigEndian.AppendUint16(nil, src.Port()))
+	ports.AddRtAttr(nl.CTA_PROTO_DST_PORT, binary.BigEndian.AppendUint16(nil, dst.Port()))
+	// The ACK ends the answer: ctnetlink marks its entry as part of a multipart message.
+	msgs, err := ctRequest(nl.IPCTNL_MSG_CT_GET, unix.NLM_F_ACK, family, orig.Serialize()).Execute(unix.NETLINK_NETFILTER, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return ctTuple{}, false, nil
+	}
+	if err != nil {
+		return ctTuple{}, false, fmt.Errorf("looking the flow up in conntrack: %w", err)
+	}
+	for _, m := range msgs {
+		for _, a := range attrsOf(m) {
+			if a.Attr.Type&nl.NLA_TYPE_MASK == nl.CTA_TUPLE_REPLY {
+				reply = parseCTTuple(a.Value)
+			}
+		}
+	}
+	if !reply.src.IsValid() {
+		return ctTuple{}, false, errors.New("conntrack answered without the flow's reply direction")
+	}
+	return reply, true, nil
+}
+
+// rememberedBackend looks the flow up in the dsr service's flow map: tracked when it holds the
+// flow, with the backend of its mark.
+func (s programmedService) rememberedBackend(st *state, src, vip netip.AddrPort) (netip.AddrPort, bool, error) {
+	mark, found, err := flowMapMark("flows-"+s.suffix, src, vip)
+	if err != nil || !found {
+		return netip.AddrPort{}, false, err
+	}
+	b, err := s.backend(st, strconv.FormatUint(uint64(mark), 10), vip.Port())
+	return b, err == nil, err
+}
+
+// flowMapMark gets the element of a dsr flow map for the flow src -> vip: its key is the
+// registers of `ip saddr . <proto> sport . <proto> dport`, each padded to 4 bytes, and its value
+// the backend mark.
+func flowMapMark(set string, src, vip netip.AddrPort) (mark uint32, found bool, err error) {
+	key := append(src.Addr().AsSlice(), 0, 0, 0, 0, 0, 0, 0, 0)
+	binary.BigEndian.PutUint16(key[len(key)-8:], src.Port())
+	binary.BigEndian.PutUint16(key[len(key)-4:], vip.Port())
+	keyData := nl.NewRtAttr(unix.NLA_F_NESTED|unix.NFTA_SET_ELEM_KEY, nil)
+	keyData.AddRtAttr(unix.NFTA_DATA_VALUE, key)
+	elem := nl.NewRtAttr(unix.NLA_F_NESTED|unix.NFTA_LIST_ELEM, nil)
+	elem.AddChild(keyData)
+	list := nl.NewRtAttr(unix.NLA_F_NESTED|unix.NFTA_SET_ELEM_LIST_ELEMENTS, nil)
+	list.AddChild(elem)
+
+	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETSETELEM, unix.NLM_F_ACK)
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: nfproto[knftables.NetDevFamily], Version: unix.NFNETLINK_V0})
+	req.AddData(nl.NewRtAttr(unix.NFTA_SET_ELEM_LIST_TABLE, nl.ZeroTerminated(TableName)))
+	req.AddData(nl.NewRtAttr(unix.NFTA_SET_ELEM_LIST_SET, nl.ZeroTerminated(set)))
+	req.AddData(list)
+	msgs, err := req.Execute(unix.NETLINK_NETFILTER, unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWSETELEM)
+	if errors.Is(err, unix.ENOENT) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("looking the flow up in %s: %w", set, err)
+	}
+	for _, m := range msgs {
+		for _, l := range attrsOf(m) {
+			if l.Attr.Type&nl.NLA_TYPE_MASK != unix.NFTA_SET_ELEM_LIST_ELEMENTS {
+				continue
+			}
+			for _, e := range nestedAttrs(l.Value) {
+				for _, a := range nestedAttrs(e.Value) {
+					if value := dataValue(a.Value); a.Attr.Type&nl.NLA_TYPE_MASK == unix.NFTA_SET_ELEM_DATA && len(value) == 4 {
+						return binary.NativeEndian.Uint32(value), true, nil
+					}
+				}
+			}
+		}
+	}
+	return 0, false, fmt.Errorf("%s answered without the flow's mark", set)
+}
