@@ -150,12 +150,17 @@ func TestAnnounceAttributesWithdraw(t *testing.T) {
 		t.Errorf("status: announced %d, sent %d and %d; want 3, 2, 2", len(st.Announced), st.Peers[0].PrefixesSent, st.Peers[1].PrefixesSent)
 	}
 
-	// The same set again sends nothing: the next update the router gets is the marker's.
+	// The same set again sends nothing: the next update the router gets is a marker's. A
+	// first marker makes sure nothing sent before (the End-of-RIB) is still on its way.
+	mark := func(marker string) {
+		desired = append(desired, Announcement{Prefix: host(marker)})
+		must(t, s.Set(ctx, desired))
+		waitFor(t, "marker "+marker, func() bool { _, ok := ebgp.routes()[host(marker)]; return ok })
+	}
+	mark("10.91.9.198")
 	before := ebgp.updates()
 	must(t, s.Set(ctx, slices.Clone(desired)))
-	marker := host("10.91.9.199")
-	must(t, s.Set(ctx, append(slices.Clone(desired), Announcement{Prefix: marker})))
-	waitFor(t, "the marker prefix", func() bool { _, ok := ebgp.routes()[marker]; return ok })
+	mark("10.91.9.199")
 	if got := ebgp.updates() - before; got != 1 {
 		t.Errorf("a repeated Set and one new prefix sent %d updates, want 1", got)
 	}
