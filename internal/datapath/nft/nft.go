@@ -19,7 +19,6 @@ import (
 
 	"sigs.k8s.io/knftables"
 
-	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/plan"
 )
@@ -388,20 +387,12 @@ func (d *Datapath) readStatus(ctx context.Context) ([]datapath.ServiceStatus, er
 // serviceStatus rebuilds one service from its dispatch element, members map, slots, counters and
 // live flows.
 func serviceStatus(st *state, live *liveFlows, f knftables.Family, dispatch *knftables.Element) (datapath.ServiceStatus, bool) {
-	if dispatch.Comment == nil || len(dispatch.Value) != 1 {
+	d, ok := dispatchedBy(f, dispatch)
+	if !ok {
 		return datapath.ServiceStatus{}, false
 	}
-	desc := strings.Fields(*dispatch.Comment)
-	chain, ok := strings.CutPrefix(dispatch.Value[0], "goto svc-")
-	if len(desc) != 6 || !ok {
-		return datapath.ServiceStatus{}, false
-	}
-	vip, err1 := netip.ParseAddr(desc[2])
-	ports, err2 := config.ParseRange(desc[3])
-	if err1 != nil || err2 != nil {
-		return datapath.ServiceStatus{}, false
-	}
-	s := datapath.ServiceStatus{Name: desc[0], Protocol: desc[1], VIP: desc[2], Ports: desc[3], Mode: desc[4], Scheduler: desc[5]}
+	chain, vip, ports := d.suffix, d.vip, d.ports
+	s := datapath.ServiceStatus{Name: d.name, Protocol: d.protocol, VIP: vip.String(), Ports: ports.String(), Mode: d.mode, Scheduler: d.scheduler}
 	// Slots and dsr flows per backend chain (dsr ones hold marks, resolved via the marks map).
 	toChain := backendChainOf(st, f, chain)
 	owners := map[string]int{}
