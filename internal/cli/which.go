@@ -1,24 +1,34 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/netip"
+	"os"
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/datapath/ebpf"
+	"github.com/sluicelb/sluice/internal/datapath/nft"
 )
 
 func whichCmd(g *globals) *cobra.Command {
-	var protocol, output string
+	var protocol, output, dpName string
 	cmd := &cobra.Command{
 		Use:   "which VIP:PORT SRC:SPORT",
-		Short: "Show the backend the ebpf datapath gives a flow, by running its program on a synthetic packet",
-		Long: `Runs the program the ebpf datapath attached on a synthetic packet from SRC:SPORT to VIP:PORT
-(a TCP ACK or a UDP datagram) and prints the backend it picks: the one a tracked flow keeps, or
-the Maglev choice for a new one, which is then forgotten again. IPv6 as [addr]:port.`,
-		Example: "  sluice which 10.91.9.100:80 10.91.1.2:40000\n  sluice --netns sluice-lb which [fd00:91:9::100]:80 [fd00:91:1::2]:40000",
+		Short: "Show the backend the datapath gives a flow",
+		Long: `Prints the backend the datapath programmed here gives a flow from SRC:SPORT to VIP:PORT: the
+one a tracked flow keeps, or the Maglev (or hash) choice for a new one. Nothing is changed.
+  ebpf: runs the attached program on a synthetic packet (a TCP ACK or a UDP datagram); a flow
+        it did not track before is forgotten again.
+  nft:  reads the tables back and computes the kernel's jhash of the flow; a tracked flow is its
+        conntrack entry (nat, fullnat) or its element of the service's flow map (dsr).
+The datapath is the one the namespace holds (ebpf when its pins exist, nft otherwise), or
+--datapath. IPv6 as [addr]:port.`,
+		Example: "  sluice which 10.91.9.100:80 10.91.1.2:40000\n  sluice --netns sluice-lb which -p udp [fd00:91:9::100]:53 [fd00:91:1::2]:40000",
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			vip, err := netip.ParseAddrPort(args[0])
@@ -29,10 +39,7 @@ the Maglev choice for a new one, which is then forgotten again. IPv6 as [addr]:p
 			if err != nil {
 				return fmt.Errorf("SRC:SPORT %q: %w", args[1], err)
 			}
-			if err := mountBPFFS(); err != nil {
-				return err
-			}
-			dp, err := ebpf.New(g.logger(), ebpf.Options{PinPath: pinPath()})
+			dp, err := whichDatapath(g, dpName)
 			if err != nil {
 				return err
 			}
@@ -55,6 +62,43 @@ the Maglev choice for a new one, which is then forgotten again. IPv6 as [addr]:p
 		},
 	}
 	cmd.Flags().StringVarP(&protocol, "protocol", "p", "tcp", "tcp or udp")
+	cmd.Flags().StringVar(&dpName, "datapath", "", "nft or ebpf (default: the one programmed here)")
+	_ = cmd.RegisterFlagCompletionFunc("datapath", cobra.FixedCompletions([]string{"nft", "ebpf"}, cobra.ShellCompDirectiveNoFileComp))
 	outputFlag(cmd, &output)
 	return cmd
 }
+
+// flowChooser is a datapath that tells the backend it gives a flow.
+type flowChooser interface {
+	Which(protocol string, vip, src netip.AddrPort) (datapath.Choice, error)
+	Close() error
+}
+
+// whichDatapath opens the named datapath, or when none is named the one the namespace holds:
+// ebpf when its pin path exists (its Flush removes it), nft otherwise.
+func whichDatapath(g *globals, name string) (flowChooser, error) {
+	if name == "" {
+		name = "nft"
+		if _, err := os.Stat(pinPath()); err == nil {
+			name = "ebpf"
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+	}
+	switch name {
+	case "nft":
+		dp, err := nft.New(g.logger())
+		return nftChooser{dp}, err
+	case "ebpf":
+		if err := mountBPFFS(); err != nil {
+			return nil, err
+		}
+		return ebpf.New(g.logger(), ebpf.Options{PinPath: pinPath()})
+	}
+	return nil, fmt.Errorf("--datapath %q: want nft or ebpf", name)
+}
+
+// nftChooser is the nft datapath, which holds nothing to close.
+type nftChooser struct{ *nft.Datapath }
+
+func (nftChooser) Close() error { return nil }
