@@ -95,25 +95,7 @@ func httpFrom(to netip.AddrPort, localPort int) (string, error) {
 // udpOnce sends one datagram from a new socket (a new source port) and returns the backend that
 // answered. The socket is connected, so only a reply from the queried address is accepted (for
 // DSR the backend answers from the VIP itself). Call it inside inClient.
-func udpOnce(to netip.AddrPort) (string, error) {
-	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(to))
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	if err := c.SetDeadline(time.Now().Add(udpTimeout)); err != nil {
-		return "", err
-	}
-	if _, err := c.Write([]byte("q")); err != nil {
-		return "", err
-	}
-	buf := make([]byte, 512)
-	n, err := c.Read(buf)
-	if err != nil {
-		return "", err
-	}
-	return backendOf(string(buf[:n]))
-}
+func udpOnce(to netip.AddrPort) (string, error) { return udpFrom(to, 0) }
 
 // keepAlive is one long-lived HTTP/1.1 connection.
 type keepAlive struct {

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"fmt"
 	"net"
 	"net/netip"
 	"testing"
@@ -102,12 +101,11 @@ func checkWhich(t *testing.T, svc Service, first int) {
 	}
 }
 
-// udpFrom sends one datagram from a given local port and returns the backend that answered.
-// Call it inside inClient.
+// udpFrom is udpOnce from a given local port (0: the kernel picks one).
 func udpFrom(to netip.AddrPort, localPort int) (string, error) {
 	c, err := net.DialUDP("udp", &net.UDPAddr{Port: localPort}, net.UDPAddrFromAddrPort(to))
 	if err != nil {
-		return "", fmt.Errorf("port %d: %w", localPort, err)
+		return "", err
 	}
 	defer c.Close()
 	if err := c.SetDeadline(time.Now().Add(udpTimeout)); err != nil {
