@@ -83,7 +83,9 @@ func (d *Datapath) attachedProgram() (*ebpf.Program, error) {
 
 // syntheticPacket is an Ethernet frame holding a TCP ACK or a UDP datagram from src to dst.
 func syntheticPacket(proto uint8, src, dst netip.AddrPort) ([]byte, error) {
-	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}}
+	// To the address of the loopback device, which the test run receives the frame on: a frame
+	// for another host's MAC is the stack's, and the program leaves it alone.
+	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: net.HardwareAddr{0, 0, 0, 0, 0, 0}}
 	var ip gopacket.NetworkLayer
 	var l3 gopacket.SerializableLayer
 	if src.Addr().Is4() {
