@@ -18,6 +18,7 @@
  * The entry points parse into their own stack frame and call subprograms for the decision and
  * for the rewrite, each with a frame of its own: inlined into one function they would not fit
  * the 512-byte BPF stack. */
+#include <linux/if_packet.h>
 #include "icmp.h"
 #include "nat.h"
 
@@ -80,6 +81,11 @@ int sluice_tc(struct __sk_buff *skb)
 	struct plan pl;
 	int verdict;
 
+	/* A frame for another host's MAC (a switch flooding unknown unicast, as it does once the
+	 * node that held the MAC is gone) is the stack's to drop: balancing it would duplicate
+	 * another balancer's packets. */
+	if (skb->pkt_type == PACKET_OTHERHOST)
+		return TC_ACT_OK;
 	if (tc_parse(skb, &p))
 		return TC_ACT_OK;
 	if (is_icmp(&p))

@@ -12,10 +12,11 @@ import (
 )
 
 // segment builds an Ethernet/IPv4 TCP segment from client to vip: a SYN, or an ACK of an
-// established connection.
+// established connection. It is addressed to the MAC of lo, where BPF_PROG_TEST_RUN receives it:
+// a frame for another host's MAC is left to the stack.
 func segment(t *testing.T, client, vip netip.AddrPort, syn bool) []byte {
 	t.Helper()
-	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}, EthernetType: layers.EthernetTypeIPv4}
+	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: make(net.HardwareAddr, 6), EthernetType: layers.EthernetTypeIPv4}
 	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: client.Addr().AsSlice(), DstIP: vip.Addr().AsSlice()}
 	tcp := &layers.TCP{SrcPort: layers.TCPPort(client.Port()), DstPort: layers.TCPPort(vip.Port()), SYN: syn, ACK: !syn, Window: 64240}
 	if err := tcp.SetNetworkLayerForChecksum(ip); err != nil {
@@ -109,5 +110,29 @@ func TestEstablishedFlowKeepsItsRemovedBackend(t *testing.T) {
 	r.apply(d, without)
 	if got := destination(t, d, segment(t, client, vip, false)); got != left {
 		t.Errorf("after the backend was freed, the connection went to %s, want %s", got, left)
+	}
+}
+
+// TestFrameForAnotherHostPasses: a SYN to a VIP in a frame for another host's MAC (a switch
+// flooding unknown unicast once the node holding that MAC is gone) passes to the stack, which
+// drops it, unbalanced and unrecorded: balancing it would duplicate another balancer's packets.
+func TestFrameForAnotherHostPasses(t *testing.T) {
+	r := newRig(t)
+	d := r.datapath(Options{})
+	r.apply(d, planFromYAML(t, oneService))
+	client, vip := netip.MustParseAddrPort("10.91.1.7:40007"), netip.MustParseAddrPort("10.91.9.100:80")
+	frame := segment(t, client, vip, true)
+	copy(frame, net.HardwareAddr{2, 0, 0, 0, 0, 2})
+	out := make([]byte, 1500)
+	ret, err := d.prog.Run(&ebpf.RunOptions{Data: frame, DataOut: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ret != 0 { // TC_ACT_OK
+		t.Fatalf("the program returned %d for another host's frame, want TC_ACT_OK (0)", ret)
+	}
+	var f sluiceFlow
+	if err := d.maps.Flows.Lookup(flowKeyOf(client, vip, unix.IPPROTO_TCP), &f); err == nil {
+		t.Fatalf("the program recorded a flow for another host's frame: %+v", f)
 	}
 }

@@ -180,7 +180,10 @@ func renderNetdevBase(st *state, devices []string) error {
 	}
 	const f = knftables.NetDevFamily
 	st.tables[f] = true
-	var rules []string
+	// A frame for another host's MAC (a switch flooding unknown unicast, as it does once the node
+	// that held the MAC is gone) is the stack's to drop: balancing it would duplicate another
+	// balancer's packets.
+	rules := []string{"meta pkttype != host accept"}
 	for _, v := range []ipv{ipv4, ipv6} {
 		for _, m := range dispatchMaps(v) {
 			st.addSet(f, m)
