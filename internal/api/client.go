@@ -125,6 +125,35 @@ func (c *Client) Drains(ctx context.Context) ([]engine.DrainView, error) {
 	return out, c.call(ctx, http.MethodGet, "/v1/drains", nil, &out)
 }
 
+// BGP returns the node's BGP sessions and the announcement of each VIP.
+func (c *Client) BGP(ctx context.Context) (engine.BGPView, error) {
+	var out engine.BGPView
+	return out, c.call(ctx, http.MethodGet, "/v1/bgp", nil, &out)
+}
+
+// Node returns the node's drain state.
+func (c *Client) Node(ctx context.Context) (engine.NodeView, error) {
+	var out engine.NodeView
+	return out, c.call(ctx, http.MethodGet, "/v1/node", nil, &out)
+}
+
+// DrainNode withdraws every VIP of the node (timeout 0: the daemon's default) and returns the
+// node's state.
+func (c *Client) DrainNode(ctx context.Context, timeout time.Duration) (engine.NodeView, error) {
+	var body *requestBody
+	if timeout > 0 {
+		body = jsonBody(drainBody{Timeout: timeout.String()})
+	}
+	var out engine.NodeView
+	return out, c.call(ctx, http.MethodPost, "/v1/node/drain", body, &out)
+}
+
+// UndrainNode makes the node announce its VIPs again.
+func (c *Client) UndrainNode(ctx context.Context) (engine.NodeView, error) {
+	var out engine.NodeView
+	return out, c.call(ctx, http.MethodPost, "/v1/node/undrain", nil, &out)
+}
+
 // Health lists every health probe.
 func (c *Client) Health(ctx context.Context) ([]engine.HealthView, error) {
 	var out []engine.HealthView

@@ -99,6 +99,10 @@ func (s *server) routes() []route {
 		{"POST /v1/plan", s.plan},
 		{"POST /v1/reload", s.reload},
 		{"GET /v1/events", s.events},
+		{"GET /v1/bgp", s.bgp},
+		{"GET /v1/node", s.node},
+		{"POST /v1/node/drain", s.drainNode},
+		{"POST /v1/node/undrain", s.undrainNode},
 		{"GET /v1/openapi.yaml", s.openAPI},
 	}
 }

@@ -67,7 +67,7 @@ func rootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.apiURL, "api", os.Getenv("SLUICE_API"), "talk to the daemon's TCP API at this URL instead of the socket")
 	root.PersistentFlags().StringVar(&g.apiToken, "token", os.Getenv("SLUICE_TOKEN"), "bearer token for --api")
 	root.AddCommand(validateCmd(), applyCmd(g), listCmd(g), flushCmd(g), labCmd(), serveCmd(g),
-		serviceCmd(g), backendCmd(g), healthCmd(g), eventsCmd(g), planCmd(g), reloadCmd(g), whichCmd(g), benchCmd())
+		serviceCmd(g), backendCmd(g), healthCmd(g), eventsCmd(g), planCmd(g), reloadCmd(g), whichCmd(g), bgpCmd(g), nodeCmd(g), benchCmd())
 	return root
 }
 

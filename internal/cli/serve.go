@@ -127,6 +127,8 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 
 	log.Info("sluice started", "config", o.file, "source", store.Start().Source, "services", len(cfg.Services), "datapath", cfg.Datapath, "version", Version)
 	runErr := e.Run(ctx)
+	stop()
+	withdrawBefore(e, log)
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, s := range servers {
@@ -141,6 +143,22 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 		log.Info("sluice stopped; the datapath keeps forwarding")
 	}
 	return runErr
+}
+
+// withdrawBefore withdraws the node's VIPs from its BGP peers and waits the shutdown grace before
+// the daemon goes on stopping, so that the routers move the flows to other nodes first; a second
+// SIGINT or SIGTERM cuts the grace short.
+func withdrawBefore(e *engine.Engine, log *slog.Logger) {
+	bound := 10 * time.Second
+	if b := e.Config().BGP; b != nil {
+		bound += b.ShutdownGraceOrDefault()
+		log.Info("withdrawing the vips before stopping (a second signal cuts the grace short)", "grace", b.ShutdownGraceOrDefault())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	e.Shutdown(ctx)
 }
 
 func reloadOnHangup(ctx context.Context, e *engine.Engine, log *slog.Logger) {

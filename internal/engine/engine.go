@@ -7,10 +7,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/sluicelb/sluice/internal/bgp"
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/health"
@@ -45,6 +47,15 @@ type Options struct {
 	OnApply func(took time.Duration, err error)
 	// State keeps the running config across restarts: every change is saved to it (nil: none is).
 	State *state.Store
+	// NewAnnouncer makes the BGP speaker once the config has a bgp section, handing it the
+	// function its session events go to. Default: bgp.New.
+	NewAnnouncer func(notify func(bgp.Event)) Announcer
+	// RouterID finds the BGP identifier when the bgp section names none: the node's first IPv4
+	// address. Default: read over netlink in the engine's network namespace.
+	RouterID func() (netip.Addr, error)
+	// AnnounceInterval is how often the VIPs' announcements are reconsidered without a change
+	// (health checks passing for the first time do not change the plan). Default 1s.
+	AnnounceInterval time.Duration
 }
 
 // ApplyStats summarise the datapath applies so far.
@@ -74,6 +85,8 @@ type Engine struct {
 	drains  map[string]*drain // by "service/backend"
 	stats   ApplyStats
 	saving  saving
+	bgp     announcing
+	node    nodeDrain
 }
 
 // New returns an engine for a validated config; Run starts it.
@@ -90,9 +103,19 @@ func New(cfg *config.Config, opts Options) *Engine {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
+	if opts.AnnounceInterval == 0 {
+		opts.AnnounceInterval = time.Second
+	}
+	if opts.RouterID == nil {
+		opts.RouterID = firstIPv4Address
+	}
 	e := &Engine{
 		opts: opts, log: opts.Log, dp: opts.Datapath, planner: plan.NewBuilder(), events: newEventLog(),
 		dirty: make(chan struct{}, 1), outside: make(chan string, 16), cfg: cfg, resets: map[string]bool{}, drains: map[string]*drain{},
+		node: nodeDrain{NodeView: NodeView{State: NodeActive}},
+	}
+	if e.opts.NewAnnouncer == nil {
+		e.opts.NewAnnouncer = func(notify func(bgp.Event)) Announcer { return bgp.New(opts.Log, notify) }
 	}
 	e.prober = opts.Prober
 	if e.prober == nil {
@@ -116,13 +139,19 @@ func (e *Engine) Run(ctx context.Context) error {
 	go e.watchConntrack(ctx)
 	resync := time.NewTicker(e.opts.Resync)
 	defer resync.Stop()
+	reannounce := time.NewTicker(e.opts.AnnounceInterval)
+	defer reannounce.Stop()
 	var retry <-chan time.Time
 	var outside []string // what others changed, repaired by the next successful reconcile
+	var applyErr error   // the last reconcile's
 	for {
 		force := false
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-reannounce.C:
+			e.announce(ctx, applyErr)
+			continue
 		case <-e.dirty:
 		case <-resync.C:
 			force = true
@@ -137,6 +166,8 @@ func (e *Engine) Run(ctx context.Context) error {
 		if err != nil && ctx.Err() == nil {
 			retry = time.After(time.Second)
 		}
+		applyErr = err
+		e.announce(ctx, applyErr)
 		if err == nil && len(outside) > 0 {
 			e.publish(Event{Type: EventDatapathRepaired, Message: "datapath changed outside Sluice: repaired (" + strings.Join(outside, "; ") + ")"})
 			outside = nil

@@ -76,7 +76,7 @@ func (p *fakeProber) flip(target string, up bool) {
 		if probe.Target.String() != target || p.states[probe.Key()].Up == up && p.states[probe.Key()].Key != "" {
 			continue
 		}
-		st := health.Status{Key: probe.Key(), Type: probe.Check.Type, Target: probe.Target, Up: up, Since: time.Now()}
+		st := health.Status{Key: probe.Key(), Type: probe.Check.Type, Target: probe.Target, Up: up, Since: time.Now(), Checks: 1}
 		p.states[st.Key] = st
 		changed = append(changed, st)
 	}

@@ -33,6 +33,18 @@ const (
 	EventConntrackNormal = "conntrack_normal"
 	// EventDatapathRepaired: someone else changed what the datapath programmed; it was repaired.
 	EventDatapathRepaired = "datapath_repaired"
+	// BGP: a VIP announced to or withdrawn from the routers (the message says why), a session
+	// that came up or went down, the speaker failing to configure or announce.
+	EventVIPAnnounced = "vip_announced"
+	EventVIPWithdrawn = "vip_withdrawn"
+	EventBGPPeerUp    = "bgp_peer_up"
+	EventBGPPeerDown  = "bgp_peer_down"
+	EventBGPFailed    = "bgp_failed"
+	// Node drain: started (every VIP withdrawn), finished (no active flows left, or the timeout),
+	// and ended by undrain.
+	EventNodeDrainStarted = "node_drain_started"
+	EventNodeDrained      = "node_drained"
+	EventNodeUndrained    = "node_undrained"
 )
 
 // eventLogSize is how many events are kept for late readers.

@@ -22,6 +22,7 @@ type Source interface {
 	Services(ctx context.Context) ([]engine.ServiceView, error)
 	Health() []engine.HealthView
 	Stats() engine.ApplyStats
+	BGP(ctx context.Context) (engine.BGPView, error)
 }
 
 // Metrics is Sluice's registry, with the apply histogram the engine feeds.
@@ -88,7 +89,7 @@ type WatchOptions struct {
 
 // Watch adds the metrics read from src (and opts.Conntrack) at every scrape; call it once.
 func (m *Metrics) Watch(src Source, opts WatchOptions) {
-	m.reg.MustRegister(&collector{src: src, log: m.log, maxBackends: opts.MaxBackends})
+	m.reg.MustRegister(&collector{src: src, log: m.log, maxBackends: opts.MaxBackends}, bgpCollector{src: src, log: m.log})
 	if opts.Conntrack != nil {
 		m.reg.MustRegister(conntrackCollector{r: opts.Conntrack, log: m.log})
 	}

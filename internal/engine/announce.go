@@ -1,0 +1,416 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluicelb/sluice/internal/bgp"
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+// Announcer announces the VIPs that can take new flows to routers; bgp.Speaker is the real one.
+type Announcer interface {
+	Configure(ctx context.Context, c bgp.Config) error
+	Set(ctx context.Context, desired []bgp.Announcement) error
+	Status(ctx context.Context) (bgp.Status, error)
+	Close(ctx context.Context) error
+}
+
+// VIPView is what the node tells the routers about one VIP, and why.
+type VIPView struct {
+	VIP       string   `json:"vip"`
+	Announced bool     `json:"announced"`
+	Reason    string   `json:"reason"`
+	Services  []string `json:"services"`
+	// Since is when Announced last changed.
+	Since time.Time `json:"since"`
+}
+
+// BGPView is the node's BGP state: its identity, its sessions and its VIPs.
+type BGPView struct {
+	// Enabled tells whether the config has a bgp section.
+	Enabled    bool       `json:"enabled"`
+	ASN        uint32     `json:"asn,omitempty"`
+	RouterID   string     `json:"router_id,omitempty"`
+	ListenPort int32      `json:"listen_port,omitempty"`
+	Node       NodeView   `json:"node"`
+	Peers      []PeerView `json:"peers"`
+	VIPs       []VIPView  `json:"vips"`
+}
+
+// PeerView is one BGP session.
+type PeerView struct {
+	Address string `json:"address"`
+	Port    uint16 `json:"port"`
+	ASN     uint32 `json:"asn"`
+	// State is the session's FSM state: idle, connect, active, opensent, openconfirm, established.
+	State string `json:"state"`
+	// Since is when State began: the session's uptime when established.
+	Since            time.Time `json:"since,omitzero"`
+	HoldTimeSeconds  float64   `json:"hold_time_seconds,omitempty"`
+	PrefixesSent     int       `json:"prefixes_sent"`
+	PrefixesReceived int       `json:"prefixes_received"`
+	// Flaps counts the times the session went down after it was established.
+	Flaps     uint64 `json:"flaps"`
+	LastError string `json:"last_error,omitempty"`
+}
+
+// announcing is the engine's BGP side; guarded by Engine.mu unless said otherwise.
+type announcing struct {
+	speaker    Announcer   // nil while the config has no bgp section
+	configured *config.BGP // the section speaker runs with
+	vips       map[string]VIPView
+	shutdown   bool // the daemon is stopping: everything is withdrawn
+}
+
+// vipDecision is the announcement of one VIP computed from the applied plan.
+type vipDecision struct {
+	view VIPView
+	ann  bgp.Announcement
+}
+
+// announce brings the BGP speaker in line with the config's bgp section and announces the VIPs
+// that can take new flows; it runs on the reconcile loop after every reconcile. applyErr is the
+// reconcile's error: a datapath that failed to apply withdraws every VIP.
+func (e *Engine) announce(ctx context.Context, applyErr error) {
+	e.mu.Lock()
+	section := e.cfg.BGP.Clone()
+	speaker, configured := e.bgp.speaker, e.bgp.configured
+	e.mu.Unlock()
+	if section == nil {
+		if speaker != nil {
+			e.stopSpeaker(ctx, "the bgp section was removed")
+		}
+		return
+	}
+	if speaker == nil {
+		speaker = e.opts.NewAnnouncer(e.sessionEvent)
+		e.mu.Lock()
+		e.bgp.speaker = speaker
+		e.mu.Unlock()
+	}
+	if !reflect.DeepEqual(section, configured) {
+		c, err := e.speakerConfig(section)
+		if err == nil {
+			err = speaker.Configure(ctx, c)
+		}
+		if err != nil {
+			e.log.Error("bgp: configuring the speaker failed; will retry", "err", err)
+			e.publish(Event{Type: EventBGPFailed, Message: err.Error()})
+			return
+		}
+		e.mu.Lock()
+		e.bgp.configured = section
+		e.mu.Unlock()
+	}
+	decisions := e.decide(applyErr)
+	desired := make([]bgp.Announcement, 0, len(decisions))
+	for _, d := range decisions {
+		if d.view.Announced {
+			desired = append(desired, d.ann)
+		}
+	}
+	if err := speaker.Set(ctx, desired); err != nil {
+		e.log.Error("bgp: announcing failed; will retry", "err", err)
+		e.publish(Event{Type: EventBGPFailed, Message: err.Error()})
+		return
+	}
+	e.recordVIPs(decisions)
+}
+
+// recordVIPs keeps the decisions for BGP views and publishes what changed.
+func (e *Engine) recordVIPs(decisions []vipDecision) {
+	now := time.Now()
+	next := make(map[string]VIPView, len(decisions))
+	var changes []Event
+	e.mu.Lock()
+	for _, d := range decisions {
+		v := d.view
+		old, known := e.bgp.vips[v.VIP]
+		v.Since = old.Since
+		if !known || old.Announced != v.Announced {
+			v.Since = now
+			kind := EventVIPWithdrawn
+			if v.Announced {
+				kind = EventVIPAnnounced
+			}
+			if known || v.Announced {
+				changes = append(changes, Event{Type: kind, Message: v.VIP + ": " + v.Reason})
+			}
+		}
+		next[v.VIP] = v
+	}
+	for vip, old := range e.bgp.vips {
+		if _, still := next[vip]; !still && old.Announced {
+			changes = append(changes, Event{Type: EventVIPWithdrawn, Message: vip + ": no service has it any more"})
+		}
+	}
+	e.bgp.vips = next
+	e.mu.Unlock()
+	for _, ev := range changes {
+		e.publish(ev)
+	}
+}
+
+// decide computes, for every VIP of the applied plan, whether to announce it and why.
+func (e *Engine) decide(applyErr error) []vipDecision {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p, cfg := e.applied, e.cfg
+	byVIP := map[netip.Addr][]string{}
+	var order []netip.Addr
+	for _, s := range cfg.Services {
+		vip, err := netip.ParseAddr(s.VIP)
+		if err != nil {
+			continue
+		}
+		if _, seen := byVIP[vip]; !seen {
+			order = append(order, vip)
+		}
+		byVIP[vip] = append(byVIP[vip], s.Name)
+	}
+	slices.SortFunc(order, netip.Addr.Compare)
+	out := make([]vipDecision, 0, len(order))
+	for _, vip := range order {
+		d := vipDecision{
+			view: VIPView{VIP: vip.String(), Services: byVIP[vip]},
+			ann:  bgp.Announcement{Prefix: netip.PrefixFrom(vip, vip.BitLen())},
+		}
+		d.view.Announced, d.view.Reason = e.announceable(vip, p, applyErr)
+		if attrs := serviceAttributes(cfg, vip); attrs != nil {
+			d.ann.Attributes = bgpAttributes(*attrs)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// announceable tells whether the node announces vip, and why; e.mu is held.
+func (e *Engine) announceable(vip netip.Addr, p *plan.Plan, applyErr error) (bool, string) {
+	switch {
+	case e.bgp.shutdown:
+		return false, "withdrawn: the daemon is shutting down"
+	case e.node.State != NodeActive:
+		return false, "withdrawn: the node is " + e.node.State + " (sluice node drain)"
+	case applyErr != nil:
+		return false, "withdrawn: the datapath failed to apply: " + applyErr.Error()
+	case p == nil:
+		return false, "withdrawn: not programmed yet"
+	}
+	var ready, waiting []string
+	programmed := false
+	for i := range p.Services {
+		s := &p.Services[i]
+		if s.VIP != vip {
+			continue
+		}
+		programmed = true
+		switch e.serviceReadiness(s) {
+		case serviceReady:
+			ready = append(ready, s.Name)
+		case serviceUnproven:
+			waiting = append(waiting, s.Name)
+		}
+	}
+	switch {
+	case !programmed:
+		return false, "withdrawn: not programmed yet"
+	case len(ready) > 0:
+		return true, "announced: " + strings.Join(ready, ", ") + " can take new flows"
+	case len(waiting) > 0:
+		return false, "withdrawn: waiting for the first health check results of " + strings.Join(waiting, ", ")
+	}
+	return false, "withdrawn: no service on it can take new flows (no backend available, no sorry server)"
+}
+
+type readiness int
+
+const (
+	serviceDown     readiness = iota // no backend takes new flows
+	serviceUnproven                  // its backends take new flows, but no health check has passed yet
+	serviceReady                     // a backend that passed its checks (or is not checked) takes new flows
+)
+
+// serviceReadiness tells whether a programmed service can take new flows: a backend (or sorry
+// server) holds slots and is either unchecked or has passed its health check at least once. A
+// node that has just started counts its backends as up until checked; it must not attract
+// traffic on that assumption alone. e.mu is held.
+func (e *Engine) serviceReadiness(s *plan.Service) readiness {
+	if len(s.Slots) == 0 {
+		return serviceDown
+	}
+	var cs *config.Service
+	for i := range e.cfg.Services {
+		if e.cfg.Services[i].Name == s.Name {
+			cs = &e.cfg.Services[i]
+		}
+	}
+	if cs == nil {
+		return serviceDown
+	}
+	for _, b := range s.Backends {
+		if b.Weight == 0 {
+			continue
+		}
+		if isSorryServer(cs, b) { // not checked: sorry servers are the last resort
+			return serviceReady
+		}
+		probe, checked := probeOf(cs, b.Addr, b.Port)
+		if !checked {
+			return serviceReady
+		}
+		if st, ok := e.prober.Status(probe.Key()); ok && st.Up && st.Checks > 0 {
+			return serviceReady
+		}
+	}
+	return serviceUnproven
+}
+
+// isSorryServer tells whether b is one of the service's sorry servers.
+func isSorryServer(cs *config.Service, b plan.Backend) bool {
+	for _, sorry := range cs.SorryServers {
+		if sorry.Address == b.Addr.String() && (sorry.Port == int(b.Port) || cs.Mode == "dsr") {
+			return true
+		}
+	}
+	return false
+}
+
+// serviceAttributes are the path attributes the services of vip set (they agree: validated).
+func serviceAttributes(cfg *config.Config, vip netip.Addr) *config.PathAttributes {
+	for i := range cfg.Services {
+		if s := &cfg.Services[i]; s.BGP != nil && s.VIP == vip.String() {
+			return s.BGP
+		}
+	}
+	return nil
+}
+
+func bgpAttributes(a config.PathAttributes) bgp.Attributes {
+	out := bgp.Attributes{MED: a.MED, LocalPref: a.LocalPref}
+	for _, text := range a.Communities {
+		c, _ := config.ParseCommunity(text) // validated
+		out.Communities = append(out.Communities, bgp.Community(c))
+	}
+	return out
+}
+
+// speakerConfig turns the bgp section into the speaker's config; the router id defaults to the
+// node's first IPv4 address.
+func (e *Engine) speakerConfig(b *config.BGP) (bgp.Config, error) {
+	c := bgp.Config{ASN: b.ASN, ListenPort: int32(b.ListenPortOrDefault())}
+	if b.RouterID != "" {
+		c.RouterID = netip.MustParseAddr(b.RouterID)
+	} else {
+		id, err := e.opts.RouterID()
+		if err != nil {
+			return bgp.Config{}, fmt.Errorf("bgp.router_id: not set, and %w: set it", err)
+		}
+		c.RouterID = id
+	}
+	for _, p := range b.Peers {
+		peer := bgp.Peer{
+			Address: netip.MustParseAddr(p.Address), Port: uint16(p.Port), ASN: p.ASN,
+			HoldTime: p.HoldTimeOrDefault(), Password: p.Password,
+			Attributes: bgpAttributes(p.PathAttributes),
+		}
+		if p.NextHop != "" {
+			peer.NextHop = netip.MustParseAddr(p.NextHop)
+		}
+		c.Peers = append(c.Peers, peer)
+	}
+	return c, nil
+}
+
+// sessionEvent publishes a BGP session going up or down.
+func (e *Engine) sessionEvent(ev bgp.Event) {
+	kind := EventBGPPeerDown
+	if ev.Kind == bgp.PeerUp {
+		kind = EventBGPPeerUp
+	}
+	msg := fmt.Sprintf("peer %s: %s", ev.Peer, ev.State)
+	if ev.Reason != "" {
+		msg += " (" + ev.Reason + ")"
+	}
+	e.publish(Event{Type: kind, Message: msg})
+}
+
+// stopSpeaker closes the speaker (its sessions end with a Cease) and forgets the VIPs.
+func (e *Engine) stopSpeaker(ctx context.Context, why string) {
+	e.mu.Lock()
+	speaker := e.bgp.speaker
+	e.bgp.speaker, e.bgp.configured, e.bgp.vips = nil, nil, nil
+	e.mu.Unlock()
+	if speaker == nil {
+		return
+	}
+	if err := speaker.Close(ctx); err != nil {
+		e.log.Warn("bgp: closing the speaker", "err", err)
+	}
+	e.publish(Event{Type: EventVIPWithdrawn, Message: "every vip: " + why})
+}
+
+// Shutdown withdraws every VIP, keeps forwarding for the bgp section's shutdown grace so that the
+// routers move the flows to other nodes first, then ends the BGP sessions. Call it after Run
+// returned; ctx bounds the whole.
+func (e *Engine) Shutdown(ctx context.Context) {
+	e.mu.Lock()
+	speaker := e.bgp.speaker
+	e.bgp.shutdown = true
+	var grace time.Duration
+	if e.cfg.BGP != nil {
+		grace = e.cfg.BGP.ShutdownGraceOrDefault()
+	}
+	e.mu.Unlock()
+	if speaker == nil {
+		return
+	}
+	if err := speaker.Set(ctx, nil); err != nil {
+		e.log.Error("bgp: withdrawing on shutdown failed", "err", err)
+	} else {
+		e.recordVIPs(e.decide(nil))
+		e.log.Info("bgp: every vip withdrawn; forwarding on for the shutdown grace", "grace", grace)
+		select {
+		case <-ctx.Done():
+		case <-time.After(grace):
+		}
+	}
+	e.stopSpeaker(ctx, "the daemon stopped")
+}
+
+// BGP describes the node's BGP sessions and the announcement of each VIP.
+func (e *Engine) BGP(ctx context.Context) (BGPView, error) {
+	e.mu.Lock()
+	speaker := e.bgp.speaker
+	view := BGPView{Enabled: e.cfg.BGP != nil, Peers: []PeerView{}, VIPs: []VIPView{}}
+	for _, v := range e.bgp.vips {
+		view.VIPs = append(view.VIPs, v)
+	}
+	e.mu.Unlock()
+	view.Node = e.Node()
+	slices.SortFunc(view.VIPs, func(a, b VIPView) int {
+		return netip.MustParseAddr(a.VIP).Compare(netip.MustParseAddr(b.VIP))
+	})
+	if speaker == nil {
+		return view, nil
+	}
+	st, err := speaker.Status(ctx)
+	if err != nil {
+		return BGPView{}, err
+	}
+	view.ASN, view.RouterID, view.ListenPort = st.ASN, st.RouterID.String(), st.ListenPort
+	for _, p := range st.Peers {
+		view.Peers = append(view.Peers, PeerView{
+			Address: p.Address.String(), Port: p.Port, ASN: p.ASN, State: string(p.State), Since: p.Since,
+			HoldTimeSeconds: p.HoldTime.Seconds(), PrefixesSent: p.PrefixesSent, PrefixesReceived: p.PrefixesReceived,
+			Flaps: p.Flaps, LastError: p.LastError,
+		})
+	}
+	return view, nil
+}
