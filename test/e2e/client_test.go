@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"io"
 	"maps"
@@ -101,6 +102,8 @@ func udpOnce(to netip.AddrPort) (string, error) { return udpFrom(to, 0) }
 type keepAlive struct {
 	c  net.Conn
 	br *bufio.Reader
+	// timeout bounds one request (0: requestTimeout).
+	timeout time.Duration
 }
 
 // dialKeepAlive opens a connection from the client namespace.
@@ -120,7 +123,7 @@ func dialKeepAlive(t *testing.T, to netip.AddrPort) *keepAlive {
 
 // get sends one request on the connection and returns the backend that answered.
 func (k *keepAlive) get() (string, error) {
-	if err := k.c.SetDeadline(time.Now().Add(requestTimeout)); err != nil {
+	if err := k.c.SetDeadline(time.Now().Add(cmp.Or(k.timeout, requestTimeout))); err != nil {
 		return "", err
 	}
 	if _, err := io.WriteString(k.c, "GET / HTTP/1.1\r\nHost: vip\r\n\r\n"); err != nil {

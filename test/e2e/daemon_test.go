@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicelb/sluice/internal/lab"
 )
 
 // Health-check timing of the daemon tests: a stopped backend is out after fall x interval (plus
@@ -29,9 +31,10 @@ const (
 	detectSlack = 2 * time.Second
 )
 
-// daemon is a `sluice serve` running in the balancer namespace.
+// daemon is a `sluice serve` running in a balancer namespace.
 type daemon struct {
 	t      *testing.T
+	ns     string // the balancer namespace
 	config string
 	socket string
 	log    string
@@ -46,8 +49,14 @@ type daemon struct {
 // not in /var/lib/sluice.
 func startDaemon(t *testing.T, config string, flags ...string) *daemon {
 	t.Helper()
+	return startDaemonIn(t, theLab.BalancerNS(), config, flags...)
+}
+
+// startDaemonIn is startDaemon in the balancer namespace ns.
+func startDaemonIn(t *testing.T, ns, config string, flags ...string) *daemon {
+	t.Helper()
 	dir := t.TempDir()
-	d := &daemon{t: t, config: config, socket: filepath.Join(dir, "sluice.sock"), log: filepath.Join(dir, "sluice.log"),
+	d := &daemon{t: t, ns: ns, config: config, socket: filepath.Join(dir, "sluice.sock"), log: filepath.Join(dir, "sluice.log"),
 		state: filepath.Join(dir, "running.yaml"), flags: flags}
 	text, err := os.ReadFile(config)
 	if err != nil {
@@ -75,7 +84,7 @@ func (d *daemon) start() {
 		d.t.Fatal(err)
 	}
 	defer logFile.Close()
-	d.cmd = exec.Command(sluiceBin, append([]string{"--netns", theLab.BalancerNS(), "--socket", d.socket, "--log-level", "debug",
+	d.cmd = exec.Command(sluiceBin, append([]string{"--netns", d.ns, "--socket", d.socket, "--log-level", "debug",
 		"serve", "-c", d.config}, d.flags...)...)
 	d.cmd.Stdout, d.cmd.Stderr = logFile, logFile
 	if err := d.cmd.Start(); err != nil {
@@ -206,24 +215,29 @@ type steadyLoad struct {
 }
 
 func startLoad(t *testing.T, workers int, once func() (string, error)) *steadyLoad {
-	l := &steadyLoad{stop: make(chan struct{})}
+	return startLoadIn(t, theLab, workers, once)
+}
+
+// startLoadIn is startLoad from the client namespace of lab l.
+func startLoadIn(t *testing.T, l *lab.Lab, workers int, once func() (string, error)) *steadyLoad {
+	load := &steadyLoad{stop: make(chan struct{})}
 	deadline := time.Now().Add(loadDuration)
 	for range workers {
-		l.wg.Go(func() {
-			_ = inClient(func() error {
-				for l.goesOn(deadline) {
+		load.wg.Go(func() {
+			_ = l.Do(l.ClientNS(), func() error {
+				for load.goesOn(deadline) {
 					start := time.Now()
 					backend, err := once()
-					l.mu.Lock()
-					l.requests = append(l.requests, request{start, backend, err})
-					l.mu.Unlock()
+					load.mu.Lock()
+					load.requests = append(load.requests, request{start, backend, err})
+					load.mu.Unlock()
 				}
 				return nil
 			})
 		})
 	}
-	t.Cleanup(l.finish)
-	return l
+	t.Cleanup(load.finish)
+	return load
 }
 
 // goesOn tells a worker whether to make another request: the load is neither stopped nor out of

@@ -128,18 +128,20 @@ func supervise() (code int) {
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := l.Down(ctx); err != nil {
-			logf("lab down: %v", err)
-			code = 1
-		}
-		if left := namespacesWithPrefix(l.Prefix); len(left) > 0 {
-			logf("namespaces left behind: %v", left)
-			code = 1
+		for _, built := range []*lab.Lab{l, newFleetLab(bin)} { // the fleet lab, if a test built it
+			if err := built.Down(ctx); err != nil {
+				logf("lab %s down: %v", built.Prefix, err)
+				code = 1
+			}
+			if left := namespacesWithPrefix(built.Prefix); len(left) > 0 {
+				logf("namespaces left behind: %v", left)
+				code = 1
+			}
 		}
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := lab.TearDownGone(ctx, logf, labKind, benchLBKind, benchNetKind, benchScaleKind); err != nil {
+	if err := lab.TearDownGone(ctx, logf, labKind, fleetKind, benchLBKind, benchNetKind, benchScaleKind); err != nil {
 		logf("tearing down the labs of runs that are gone: %v", err)
 		return 1
 	}
