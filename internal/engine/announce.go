@@ -254,6 +254,7 @@ func (e *Engine) serviceReadiness(s *plan.Service) readiness {
 	if cs == nil {
 		return serviceDown
 	}
+	unproven := false
 	for _, b := range s.Backends {
 		if b.Weight == 0 {
 			continue
@@ -265,11 +266,18 @@ func (e *Engine) serviceReadiness(s *plan.Service) readiness {
 		if !checked {
 			return serviceReady
 		}
-		if st, ok := e.prober.Status(probe.Key()); ok && st.Up && st.Checks > 0 {
+		st, ok := e.prober.Status(probe.Key())
+		switch {
+		case ok && st.Up && st.Checks > 0:
 			return serviceReady
+		case !ok || st.Checks == 0:
+			unproven = true
 		}
 	}
-	return serviceUnproven
+	if unproven {
+		return serviceUnproven
+	}
+	return serviceDown // every backend still in the table failed its check: the next plan drops them
 }
 
 // isSorryServer tells whether b is one of the service's sorry servers.

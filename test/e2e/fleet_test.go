@@ -212,7 +212,16 @@ func requireBGPView(t *testing.T, d *daemon, ipv6DSR bool) {
 			Reason    string `json:"reason"`
 		} `json:"vips"`
 	}
-	d.mustJSON(&view, "bgp")
+	waitFor(t, "both sessions established", 30*time.Second, func() bool {
+		d.mustJSON(&view, "bgp")
+		up := 0
+		for _, p := range view.Peers {
+			if p.State == "established" {
+				up++
+			}
+		}
+		return up == 2
+	})
 	if len(view.Peers) != 2 {
 		t.Fatalf("sluice bgp shows %d peers, want 2: %+v", len(view.Peers), view)
 	}
@@ -461,7 +470,8 @@ func webPackets(t *testing.T, d *daemon) uint64 {
 	return n
 }
 
-// requireSpread starts long-lived connections and checks that every node carries some of them.
+// requireSpread starts long-lived connections and checks that every node carries some of them
+// (with no other traffic running).
 func requireSpread(t *testing.T, nodes []*daemon) *longLivedLoad {
 	t.Helper()
 	before := make([]uint64, len(nodes))
@@ -487,17 +497,14 @@ func fleetChurn(t *testing.T) *steadyLoad {
 // timer, every long-lived DSR connection keeps its backend through another node, and new
 // connections fail only until the router reconverged.
 func testNodeFailure(t *testing.T, nodes []*daemon) {
+	conns := requireSpread(t, nodes) // before the churn: node 2 carries long-lived connections
 	load := fleetChurn(t)
-	conns := requireSpread(t, nodes)
-	p2 := webPackets(t, nodes[1])
+	time.Sleep(200 * time.Millisecond)
 	cut := time.Now()
 	if err := theFleet.CutBalancer(2); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
-	p2b := webPackets(t, nodes[1])
-	time.Sleep(500 * time.Millisecond)
-	t.Logf("DEBUG node 2 packets before cut %d, +0.5s %d, +1s %d; hops %v", p2, p2b, webPackets(t, nodes[1]), nextHops(t, fleetVIP4))
+	cutPackets := webPackets(t, nodes[1])
 	restored := false
 	defer func() {
 		if !restored {
@@ -508,7 +515,10 @@ func testNodeFailure(t *testing.T, nodes []*daemon) {
 	after := cut.Add(reconverged + 100*time.Millisecond)
 	time.Sleep(2 * time.Second)
 	load.finish()
-	slowest := conns.requireKept(t)
+	if n := webPackets(t, nodes[1]); n != cutPackets {
+		t.Errorf("node 2 forwarded %d packets while cut off: the test cut nothing", n-cutPackets)
+	}
+	slowest := conns.requireKept(t) // node 2's connections went on through the others
 	total, failed, _, errs := load.since(cut)
 	afterN, afterFailed, perBackend, afterErrs := load.since(after)
 	t.Logf("node 2 cut: the router reconverged after %v; new connections: %d of %d failed from the cut, %d of %d after reconvergence (%v); slowest long-lived request %v; first errors %v",
@@ -527,8 +537,8 @@ func testNodeFailure(t *testing.T, nodes []*daemon) {
 // testNodeDrain drains node 1 under load: it withdraws every VIP, no request fails, and it
 // reports drained once its flows are idle; undrained, it announces again.
 func testNodeDrain(t *testing.T, nodes []*daemon) {
-	load := fleetChurn(t)
 	conns := requireSpread(t, nodes)
+	load := fleetChurn(t)
 	start := time.Now()
 	if r := nodes[0].cli("node", "drain", "--no-wait", "--timeout", "1m"); r.Err != nil {
 		t.Fatalf("node drain: %v\n%s", r.Err, r.Stderr)
