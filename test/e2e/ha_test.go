@@ -1,0 +1,183 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicelb/sluice/internal/lab"
+)
+
+// The active/backup pair: fleet nodes 1 and 2 run the same config without BGP, keepalived's
+// VRRP holds the address the router routes the VIPs to (vrrpGateway) on the master, and a
+// track_script running `sluice node check` makes a node that should not take traffic give it up.
+var vrrpGateway = netip.MustParseAddr("10.91.3.254")
+
+// keepalivedConfig is the keepalived.conf of pair node i (1 or 2; 1 has the higher priority).
+// VRRPv3 adverts every 100 ms: a backup takes over about 0.35 s after the master's last advert.
+func keepalivedConfig(socket string, i int) string {
+	return fmt.Sprintf(`global_defs {
+  router_id sluice-lb%[1]d
+  vrrp_version 3
+  script_user root
+  enable_script_security
+}
+
+vrrp_script sluice {
+  script "%[2]s --socket %[3]s node check"
+  interval 1
+  timeout 2
+  fall 2
+  rise 2
+}
+
+vrrp_instance vips {
+  state BACKUP
+  interface eth0
+  virtual_router_id 91
+  priority %[4]d
+  advert_int 0.1
+  virtual_ipaddress {
+    %[5]s/24
+  }
+  track_script {
+    sluice
+  }
+}
+`, i, sluiceBin, socket, 200-50*i, vrrpGateway)
+}
+
+// pairConfig is the one config both nodes run: the DSR web service, no bgp section.
+func pairConfig(datapath string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "datapath: %s\nservices:\n  - name: web\n    vip: %s\n    port: 80\n    mode: dsr\n    flow_timeout: 3s\n", datapath, fleetVIP4)
+	fmt.Fprintf(&b, "    health_check: {type: tcp, interval: %s, timeout: %s, rise: %d, fall: %d}\n    backends:\n",
+		checkInterval, checkTimeout, checkRise, checkFall)
+	for i := 1; i <= labBackends; i++ {
+		fmt.Fprintf(&b, "      - address: %s\n", theFleet.BackendAddr(i, false))
+	}
+	return b.String()
+}
+
+// vrrpHolder is the pair node (1 or 2) whose eth0 holds the VRRP address, 0 for none, -1 for both.
+func vrrpHolder(t *testing.T) int {
+	t.Helper()
+	holder := 0
+	for i := 1; i <= 2; i++ {
+		r := run(t, "ip", "-n", theFleet.BalancerNSOf(i), "-j", "addr", "show", "dev", "eth0")
+		if r.Err != nil {
+			t.Fatalf("ip addr: %v: %s", r.Err, r.Stderr)
+		}
+		var links []struct {
+			AddrInfo []struct {
+				Local string `json:"local"`
+			} `json:"addr_info"`
+		}
+		if err := json.Unmarshal([]byte(r.Stdout), &links); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range links {
+			if slices.ContainsFunc(l.AddrInfo, func(a struct {
+				Local string `json:"local"`
+			}) bool {
+				return a.Local == vrrpGateway.String()
+			}) {
+				if holder != 0 {
+					return -1
+				}
+				holder = i
+			}
+		}
+	}
+	return holder
+}
+
+// TestKeepalivedPair runs Sluice as an active/backup pair under keepalived: the master holds the
+// VRRP address; a drained node gives it up through the track script; and when the master dies
+// under load the backup takes over, long-lived DSR connections keep their backend and the
+// failover time and failed requests are reported.
+func TestKeepalivedPair(t *testing.T) {
+	fleetLab(t)
+	for _, dp := range []string{"nft", "ebpf"} {
+		t.Run(dp, func(t *testing.T) { testKeepalivedPair(t, dp) })
+	}
+}
+
+func testKeepalivedPair(t *testing.T, datapath string) {
+	if hops := nextHops(t, fleetVIP4); len(hops) != 0 {
+		t.Fatalf("the router routes %s over BGP already: %v", fleetVIP4, hops)
+	}
+	if err := theFleet.RouteVIPsVia(vrrpGateway, netip.Addr{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { run(t, "ip", "-n", theFleet.RouterNS(), "route", "del", lab.VIPNet4) })
+	text := pairConfig(datapath)
+	nodes := make([]*daemon, 2)
+	for i := range nodes {
+		nodes[i] = startDaemonIn(t, theFleet.BalancerNSOf(i+1), writeConfig(t, fmt.Sprintf("pair%d.yaml", i+1), text))
+	}
+	t.Cleanup(func() {
+		for i := 1; i <= 2; i++ {
+			_ = theFleet.StopKeepalived(i)
+		}
+		for i, d := range nodes {
+			d.stop()
+			run(t, sluiceBin, "--netns", theFleet.BalancerNSOf(i+1), "flush")
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i, d := range nodes {
+		waitFor(t, fmt.Sprintf("node %d ready", i+1), 15*time.Second, func() bool { return d.cli("node", "check").Err == nil })
+		if err := theFleet.StartKeepalived(ctx, i+1, keepalivedConfig(d.socket, i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "node 1 holds the VRRP address", 15*time.Second, func() bool { return vrrpHolder(t) == 1 })
+	res := fleetHammer(t, 4, 200, func() (string, error) { return httpOnce(netip.AddrPortFrom(fleetVIP4, 80)) })
+	res.requireNoFailures(t)
+
+	// A drained node fails its track script and gives the address up; undrained, it takes it back.
+	if r := nodes[0].cli("node", "drain", "--no-wait"); r.Err != nil {
+		t.Fatalf("node drain: %v\n%s", r.Err, r.Stderr)
+	}
+	moved := waitFor(t, "node 2 holds the address after node 1's drain", 15*time.Second, func() bool { return vrrpHolder(t) == 2 })
+	t.Logf("%s: node 1 drained: the track script moved the address to node 2 in %v", datapath, moved.Round(time.Millisecond))
+	res = fleetHammer(t, 4, 200, func() (string, error) { return httpOnce(netip.AddrPortFrom(fleetVIP4, 80)) })
+	res.requireNoFailures(t)
+	if r := nodes[0].cli("node", "undrain"); r.Err != nil {
+		t.Fatalf("node undrain: %v\n%s", r.Err, r.Stderr)
+	}
+	waitFor(t, "node 1 holds the address again", 15*time.Second, func() bool { return vrrpHolder(t) == 1 })
+
+	// The master dies (cut off the network, no VRRP goodbye) under load.
+	conns := startLongLived(t, longLivedConns, netip.AddrPortFrom(fleetVIP4, 80))
+	load := startLoadIn(t, theFleet, 4, func() (string, error) { return httpOnce(netip.AddrPortFrom(fleetVIP4, 80)) })
+	time.Sleep(time.Second)
+	cut := time.Now()
+	if err := theFleet.CutBalancer(1); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = theFleet.RestoreBalancer(1) }()
+	failover := waitFor(t, "node 2 takes the address over", 15*time.Second, func() bool { return vrrpHolder(t) == 2 })
+	time.Sleep(2 * time.Second)
+	load.finish()
+	conns.requireKept(t)
+	total, failed, _, errs := load.since(cut)
+	after := cut.Add(failover + 500*time.Millisecond)
+	afterN, afterFailed, perBackend, afterErrs := load.since(after)
+	t.Logf("%s: master cut: node 2 took the address over after %v; new connections: %d of %d failed from the cut (%v), %d of %d from 0.5 s after the takeover (%v)",
+		datapath, failover.Round(time.Millisecond), failed, total, errs, afterFailed, afterN, perBackend)
+	if afterFailed > 0 {
+		t.Errorf("%d connections failed after the backup took over: %v", afterFailed, afterErrs)
+	}
+	if err := theFleet.RestoreBalancer(1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "node 1 takes the address back", 15*time.Second, func() bool { return vrrpHolder(t) == 1 })
+}
