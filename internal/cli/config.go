@@ -2,7 +2,7 @@ package cli
 
 import (
 	"fmt"
-	"log/slog"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -17,10 +17,15 @@ func validateCmd() *cobra.Command {
 		Short: "Check a config file without touching the kernel",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, err := loadPlan(file)
+			cfg, err := config.Load(file)
 			if err != nil {
 				return err
 			}
+			p, err := plan.Build(cfg, nil)
+			if err != nil {
+				return err
+			}
+			warn(cmd.ErrOrStderr(), file, cfg)
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok, %d services\n", file, len(p.Services))
 			return nil
 		},
@@ -44,6 +49,7 @@ the difference is changed: applying the same file again changes nothing.`,
 			if err != nil {
 				return err
 			}
+			warn(cmd.ErrOrStderr(), file, cfg)
 			c, err := g.daemon(ctx)
 			if err != nil {
 				return err
@@ -104,13 +110,11 @@ daemon runs here (it would program the rules again): stop it, with --flush-on-ex
 	return cmd
 }
 
-func loadPlan(file string) (*plan.Plan, error) {
-	cfg, err := config.Load(file)
-	if err != nil {
-		return nil, err
+// warn prints the config's warnings (config.Warnings).
+func warn(w io.Writer, file string, cfg *config.Config) {
+	for _, msg := range cfg.Warnings() {
+		fmt.Fprintf(w, "warning: %s: %s\n", file, msg)
 	}
-	slog.Debug("config loaded", "file", file, "services", len(cfg.Services))
-	return plan.Build(cfg, nil)
 }
 
 // fileFlag adds the required -f FILE flag.

@@ -260,3 +260,19 @@ func asnRule(n uint32) string {
 	}
 	return fmt.Sprintf("%d is reserved (0, 23456, 65535 and 4294967295 are)", n)
 }
+
+// Warnings lists what the config allows but may not do what the operator means: a nat service
+// announced over BGP needs its replies to come back through the node that translated the
+// request, which ECMP over several nodes does not give.
+func (c *Config) Warnings() []string {
+	if c.BGP == nil {
+		return nil
+	}
+	var out []string
+	for i, s := range c.Services {
+		if s.Mode == "nat" {
+			out = append(out, fmt.Sprintf("services[%d].mode: nat with bgp: the backends must route replies back through the node that translated the request; with several nodes behind ECMP use dsr or fullnat (docs/scale-out.md)", i))
+		}
+	}
+	return out
+}

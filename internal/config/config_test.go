@@ -114,3 +114,26 @@ func mustRead(t *testing.T, path string) []byte {
 	}
 	return data
 }
+
+// TestNATWithBGPWarns: a nat service announced over BGP is allowed (one node may announce it) but
+// warned about; dsr and fullnat services, or nat without bgp, are not.
+func TestNATWithBGPWarns(t *testing.T) {
+	const services = `services:
+  - {name: a, vip: 10.0.0.1, port: 80, mode: dsr, backends: [{address: 10.0.1.1}]}
+  - {name: b, vip: 10.0.0.1, port: 81, backends: [{address: 10.0.1.1}]}
+`
+	withBGP, err := Parse("x", []byte("bgp: {asn: 65100, peers: [{address: 10.9.0.1, asn: 65000}]}\n"+services))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := withBGP.Warnings(); len(w) != 1 || !strings.HasPrefix(w[0], "services[1].mode: nat with bgp") {
+		t.Fatalf("warnings %q", w)
+	}
+	without, err := Parse("x", []byte(services))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := without.Warnings(); len(w) != 0 {
+		t.Fatalf("warnings without bgp: %q", w)
+	}
+}

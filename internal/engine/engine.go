@@ -130,7 +130,11 @@ func New(cfg *config.Config, opts Options) *Engine {
 func (e *Engine) Run(ctx context.Context) error {
 	e.mu.Lock()
 	e.prober.Set(probes(e.cfg))
+	warnings := e.cfg.Warnings()
 	e.mu.Unlock()
+	for _, w := range warnings {
+		e.publish(Event{Type: EventConfigWarning, Message: w})
+	}
 	if monitor, ok := e.prober.(*health.Monitor); ok {
 		defer monitor.Close()
 	}

@@ -26,6 +26,9 @@ const (
 	EventDrained       = "drained"
 	EventDrainCanceled = "drain_canceled"
 	EventConfigChanged = "config_changed"
+	// EventConfigWarning: the running config holds something that may not do what it means
+	// (config.Warnings); published at start and when a change brings it.
+	EventConfigWarning = "config_warning"
 	EventApplyFailed   = "apply_failed"
 	// EventConntrackHigh: the datapath's conntrack table passed 80% of its maximum;
 	// EventConntrackNormal: it fell back under 70%.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/sluicelb/sluice/internal/config"
@@ -75,7 +76,13 @@ func (e *Engine) apply(dryRun bool, why string, from *state.Origin, mutate Mutat
 	if dryRun {
 		return change, snapshot{}, nil
 	}
+	warned := e.cfg.Warnings()
 	e.cfg = next
+	for _, w := range next.Warnings() {
+		if !slices.Contains(warned, w) {
+			e.publish(Event{Type: EventConfigWarning, Message: w})
+		}
+	}
 	e.prober.Set(probes(next))
 	e.cancelStaleDrains()
 	if !change.Empty() {
