@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sluicelb/sluice/internal/bgp"
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/datapath/fake"
@@ -26,6 +27,10 @@ import (
 )
 
 const testConfig = `
+bgp:
+  asn: 65100
+  router_id: 10.9.0.11
+  peers: [{address: 10.9.0.1, asn: 65000}]
 services:
   - name: web
     vip: 10.0.0.100
@@ -116,7 +121,8 @@ func startWith(t *testing.T, opts WatchOptions, log *slog.Logger) (*Metrics, *en
 	dp := &counting{Datapath: fake.New()}
 	e := engine.New(cfg, engine.Options{
 		Datapath: dp, Log: log, MinApplyInterval: time.Millisecond, OnApply: m.ObserveApply,
-		Prober: &prober{down: map[netip.AddrPort]bool{netip.MustParseAddrPort("10.0.0.2:8080"): true}},
+		Prober:       &prober{down: map[netip.AddrPort]bool{netip.MustParseAddrPort("10.0.0.2:8080"): true}},
+		NewAnnouncer: func(func(bgp.Event)) engine.Announcer { return &speaker{} },
 	})
 	m.Watch(e, opts)
 	ctx, cancel := context.WithCancel(context.Background())
