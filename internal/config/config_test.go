@@ -137,3 +137,21 @@ func TestNATWithBGPWarns(t *testing.T) {
 		t.Fatalf("warnings without bgp: %q", w)
 	}
 }
+
+// TestExamples: every example config loads, with no warning.
+func TestExamples(t *testing.T) {
+	files, _ := filepath.Glob("../../examples/*.yaml")
+	if len(files) == 0 {
+		t.Fatal("no examples")
+	}
+	for _, f := range files {
+		cfg, err := Load(f)
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		if w := cfg.Warnings(); len(w) > 0 {
+			t.Errorf("%s: %v", f, w)
+		}
+	}
+}
