@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 
 	"github.com/sluicelb/sluice/internal/config"
@@ -134,19 +135,30 @@ func (e *Env) measure(ctx context.Context, c candidate, workloads []Workload, o 
 	}()
 	for _, w := range workloads {
 		e.Progress.Step("%s: %s, %s (%s)", round, c.Name(), w.Name, o.Duration)
-		if err := e.Lab.SetClientPorts(ports.next(w.PerConn)); err != nil {
-			return err
-		}
-		load := w.load(c.targets(e), o)
-		load.Threads, load.Duration = len(load.Targets), o.Duration
 		cpu := startCPUClock(c.pids())
-		r, err := e.runWrk(ctx, load)
+		s, err := e.runWorkload(ctx, w, c.targets(e), o, ports)
 		if err != nil {
 			return fmt.Errorf("bench lb: %s, %s: %w", c.Name(), w.Name, err)
 		}
-		record(w.Name, LBSample{RPS: r.RPS(), P50US: r.P50US, P99US: r.P99US, Errors: r.Errors(), CPU: cpu.cores()})
+		s.CPU = cpu.cores()
+		record(w.Name, s)
 	}
 	return nil
+}
+
+// runWorkload runs workload w against targets (one wrk thread each) for o.Duration, from the
+// next client port range.
+func (e *Env) runWorkload(ctx context.Context, w Workload, targets []netip.AddrPort, o LBOptions, ports *portRanges) (LBSample, error) {
+	if err := e.Lab.SetClientPorts(ports.next(w.PerConn)); err != nil {
+		return LBSample{}, err
+	}
+	load := w.load(targets, o)
+	load.Threads, load.Duration = len(load.Targets), o.Duration
+	r, err := e.runWrk(ctx, load)
+	if err != nil {
+		return LBSample{}, err
+	}
+	return LBSample{RPS: r.RPS(), P50US: r.P50US, P99US: r.P99US, Errors: r.Errors()}, nil
 }
 
 // baselines are measured in every run, first: direct (one backend per wrk thread) and ecmp

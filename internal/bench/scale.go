@@ -19,7 +19,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -386,11 +385,10 @@ func (d *scaleDaemon) scrape(ctx context.Context, r *ScaleResult) error {
 
 // scaleDaemon is a `sluice serve` started by the benchmark.
 type scaleDaemon struct {
+	*serveProcess
 	env    *Env
 	socket string
 	client *api.Client
-	cmd    *exec.Cmd
-	exited chan struct{}
 }
 
 // startDaemon starts `sluice serve` on the base config in the balancer namespace and waits for
@@ -403,22 +401,12 @@ func (s *scaleSize) startDaemon(ctx context.Context) (*scaleDaemon, error) {
 	if err := os.WriteFile(file, []byte("state: {persist: \"off\"}\n"+s.cfg.yaml(0)), 0o644); err != nil {
 		return nil, err
 	}
-	logf, err := os.Create(filepath.Join(dir, "serve.log"))
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
-	d := &scaleDaemon{env: s.env, socket: filepath.Join(dir, "sluice.sock"), exited: make(chan struct{})}
+	d := &scaleDaemon{env: s.env, socket: filepath.Join(dir, "sluice.sock")}
 	d.client = api.NewUnixClient(d.socket)
-	d.cmd = exec.Command(s.env.Sluice, "--netns", s.env.Lab.BalancerNS(), "--socket", d.socket, "serve", "-c", file, "--metrics-listen", metricsAddr)
-	d.cmd.Stdout, d.cmd.Stderr = logf, logf
-	if err := d.cmd.Start(); err != nil {
+	var err error
+	if d.serveProcess, err = s.env.startServe(s.env.Lab.BalancerNS(), file, d.socket, filepath.Join(dir, "serve.log"), "--metrics-listen", metricsAddr); err != nil {
 		return nil, err
 	}
-	go func() {
-		_ = d.cmd.Wait()
-		close(d.exited)
-	}()
 	_, err = s.bounded(ctx, "sluice serve's first apply", func(ctx context.Context) error {
 		_, err := d.waitApplied(ctx, time.Time{}, 0)
 		return err
@@ -448,7 +436,7 @@ func (d *scaleDaemon) waitApplied(ctx context.Context, since time.Time, applies 
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		case <-d.exited:
-			return 0, fmt.Errorf("sluice serve exited (see %s)", filepath.Join(d.env.Dir(), "serve.log"))
+			return 0, fmt.Errorf("sluice serve exited (see %s)", d.log)
 		case <-time.After(pollInterval):
 		}
 	}
@@ -467,17 +455,6 @@ func (d *scaleDaemon) addBackend(ctx context.Context, service string, b netip.Ad
 		return 0, err
 	}
 	return d.waitApplied(ctx, sent, st.Apply.Applies)
-}
-
-// stop ends the daemon (SIGTERM, then SIGKILL); it leaves the datapath as it is.
-func (d *scaleDaemon) stop() {
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.exited:
-	case <-time.After(10 * time.Second):
-		_ = d.cmd.Process.Kill()
-		<-d.exited
-	}
 }
 
 // meminfo reads fields of /proc/meminfo, in bytes.
