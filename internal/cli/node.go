@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -94,11 +95,7 @@ func nodeCmd(g *globals) *cobra.Command {
 	status := &cobra.Command{
 		Use: "status [-o table|json|yaml]", Short: "Show whether the node is active, draining or drained", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.requireDaemon(cmd.Context())
-			if err != nil {
-				return err
-			}
-			n, err := c.Node(cmd.Context())
+			n, err := askNode(cmd, g, (*api.Client).Node)
 			if err != nil {
 				return err
 			}
@@ -109,11 +106,7 @@ func nodeCmd(g *globals) *cobra.Command {
 	undrain := &cobra.Command{
 		Use: "undrain", Short: "End a node drain: announce the VIPs again", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.requireDaemon(cmd.Context())
-			if err != nil {
-				return err
-			}
-			n, err := c.UndrainNode(cmd.Context())
+			n, err := askNode(cmd, g, (*api.Client).UndrainNode)
 			if err != nil {
 				return err
 			}
@@ -129,11 +122,7 @@ server). It prints why and exits 1 otherwise, also when the daemon does not answ
 track_script running it moves the VRRP address to the other node.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.requireDaemon(cmd.Context())
-			if err != nil {
-				return err
-			}
-			n, err := c.Node(cmd.Context())
+			n, err := askNode(cmd, g, (*api.Client).Node)
 			if err != nil {
 				return err
 			}
@@ -146,6 +135,15 @@ track_script running it moves the VRRP address to the other node.`,
 	}
 	cmd.AddCommand(nodeDrainCmd(g), undrain, status, check)
 	return cmd
+}
+
+// askNode makes one node call of the daemon's API.
+func askNode(cmd *cobra.Command, g *globals, call func(*api.Client, context.Context) (engine.NodeView, error)) (engine.NodeView, error) {
+	c, err := g.requireDaemon(cmd.Context())
+	if err != nil {
+		return engine.NodeView{}, err
+	}
+	return call(c, cmd.Context())
 }
 
 func nodeDrainCmd(g *globals) *cobra.Command {

@@ -54,23 +54,7 @@ func TestFleetPlan(t *testing.T) {
 
 	big := New("x", MaxBackends)
 	big.Balancers = MaxBalancers
-	seen := map[netip.Addr]bool{}
-	for _, a := range big.ifAddrs() {
-		if seen[a.prefix.Addr()] {
-			t.Errorf("duplicate address %s", a.prefix)
-		}
-		seen[a.prefix.Addr()] = true
-	}
-	for ns, devs := range big.links() {
-		for _, dev := range devs {
-			if len(dev) > 15 {
-				t.Errorf("%s/%s: interface name too long", ns, dev)
-			}
-		}
-		if sorted := slices.Sorted(slices.Values(devs)); len(slices.Compact(sorted)) != len(devs) {
-			t.Errorf("%s: duplicate interface names %v", ns, devs)
-		}
-	}
+	requireDistinctAddressesAndNames(t, big)
 	conf := big.birdConf()
 	for i := 1; i <= MaxBalancers; i++ {
 		for _, want := range []string{

@@ -89,24 +89,7 @@ func TestNewDefaultsAndAddresses(t *testing.T) {
 }
 
 func TestTopologyPlan(t *testing.T) {
-	l := New("x", MaxBackends)
-	seen := map[netip.Addr]bool{}
-	for _, a := range l.ifAddrs() {
-		if seen[a.prefix.Addr()] {
-			t.Errorf("duplicate address %s", a.prefix)
-		}
-		seen[a.prefix.Addr()] = true
-	}
-	for ns, devs := range l.links() {
-		for _, dev := range devs {
-			if len(dev) > 15 {
-				t.Errorf("%s/%s: interface name too long", ns, dev)
-			}
-		}
-		if sorted := slices.Sorted(slices.Values(devs)); len(slices.Compact(sorted)) != len(devs) {
-			t.Errorf("%s: duplicate interface names %v", ns, devs)
-		}
-	}
+	requireDistinctAddressesAndNames(t, New("x", MaxBackends))
 	for _, bad := range []*Lab{
 		{Prefix: "", Backends: 1, StateDir: "/x"},
 		{Prefix: "a/b", Backends: 1, StateDir: "/x"},
@@ -470,4 +453,27 @@ func pidsMentioning(t *testing.T, s string) []int {
 		}
 	}
 	return pids
+}
+
+// requireDistinctAddressesAndNames checks that no address is planned twice and that every
+// namespace's interface names are distinct and fit the kernel's 15 bytes.
+func requireDistinctAddressesAndNames(t *testing.T, l *Lab) {
+	t.Helper()
+	seen := map[netip.Addr]bool{}
+	for _, a := range l.ifAddrs() {
+		if seen[a.prefix.Addr()] {
+			t.Errorf("duplicate address %s", a.prefix)
+		}
+		seen[a.prefix.Addr()] = true
+	}
+	for ns, devs := range l.links() {
+		for _, dev := range devs {
+			if len(dev) > 15 {
+				t.Errorf("%s/%s: interface name too long", ns, dev)
+			}
+		}
+		if sorted := slices.Sorted(slices.Values(devs)); len(slices.Compact(sorted)) != len(devs) {
+			t.Errorf("%s: duplicate interface names %v", ns, devs)
+		}
+	}
 }
