@@ -82,11 +82,11 @@ func u32(v uint32) *uint32 { return &v }
 func communities(list ...string) []Community {
 	out := make([]Community, len(list))
 	for i, s := range list {
-		c, err := ParseCommunity(s)
-		if err != nil {
+		var high, low uint32
+		if _, err := fmt.Sscanf(s, "%d:%d", &high, &low); err != nil {
 			panic(err)
 		}
-		out[i] = c
+		out[i] = Community(high<<16 | low)
 	}
 	return out
 }

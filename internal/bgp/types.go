@@ -5,30 +5,11 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 )
 
 // Community is a standard BGP community (RFC 1997), written "ASN:VALUE" (each 0..65535).
 type Community uint32
-
-// ParseCommunity reads a community written "ASN:VALUE".
-func ParseCommunity(s string) (Community, error) {
-	asn, value, ok := strings.Cut(s, ":")
-	if !ok {
-		return 0, fmt.Errorf("community %q: want ASN:VALUE", s)
-	}
-	hi, err := strconv.ParseUint(asn, 10, 16)
-	if err != nil {
-		return 0, fmt.Errorf("community %q: ASN must be 0..65535", s)
-	}
-	lo, err := strconv.ParseUint(value, 10, 16)
-	if err != nil {
-		return 0, fmt.Errorf("community %q: VALUE must be 0..65535", s)
-	}
-	return Community(hi<<16 | lo), nil
-}
 
 // String writes the community as "ASN:VALUE".
 func (c Community) String() string {
