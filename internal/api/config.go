@@ -23,6 +23,9 @@ func (s *server) getConfig(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	cfg := s.engine.Config()
+	if !fromRoot(r) {
+		cfg = cfg.Redacted() // a token does not read the BGP MD5 keys
+	}
 	if !asYAML {
 		return respond(w, http.StatusOK, cfg)
 	}

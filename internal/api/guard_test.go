@@ -132,3 +132,32 @@ func serviceOf(t *testing.T, f *fixture, name string) config.Service {
 	t.Fatalf("no service %s", name)
 	return config.Service{}
 }
+
+// TestBGPPasswordsOverTCP checks that a token holder reads no BGP password, may put the config
+// back as read, and may not change the bgp section. The peer is a closed port on loopback.
+func TestBGPPasswordsOverTCP(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	bgp := "bgp: {asn: 65100, router_id: 10.9.0.11, peers: [{address: 127.0.0.1, port: 1, asn: 65000, password: s3cret}]}\n"
+	if err := os.WriteFile(f.configFile, []byte(bgp+baseConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	yamlText, err := f.client.Config(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(yamlText), "s3cret") || !strings.Contains(string(yamlText), config.RedactedPassword) {
+		t.Fatalf("the TCP API shows the password:\n%s", yamlText)
+	}
+	if _, err := f.client.PutConfig(ctx, yamlText, false); err != nil {
+		t.Fatalf("the running config put back as read: %v", err)
+	}
+	changed := strings.Replace(string(yamlText), config.RedactedPassword, "guess", 1)
+	var refused *Error
+	if _, err := f.client.PutConfig(ctx, []byte(changed), false); !errors.As(err, &refused) || refused.Status != http.StatusForbidden {
+		t.Fatalf("a changed password: %v, want 403", err)
+	}
+}

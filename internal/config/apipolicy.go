@@ -47,12 +47,14 @@ func NewAPIGuard(running *Config) APIGuard {
 // Check lists what next changes that an API client may not: the api and bgp sections, which
 // only the config file sets (who the node peers with, and with which keys, is not a token's to
 // change), and, unless it allows them, an exec check that does not run already (the same command
-// for the service of the same name).
+// for the service of the same name). Peer passwords next carries redacted (Redacted) are put back
+// first.
 func (g APIGuard) Check(next *Config) Errors {
 	var errs Errors
 	if next.policy() != g.policy {
 		errs = append(errs, FieldError{Path: "api", Msg: "only the config file sets it (or root on the daemon's socket)"})
 	}
+	g.unredact(next)
 	if !reflect.DeepEqual(next.BGP, g.bgp) {
 		errs = append(errs, FieldError{Path: "bgp", Msg: "only the config file sets it (or root on the daemon's socket)"})
 	}
@@ -72,4 +74,40 @@ func (g APIGuard) Check(next *Config) Errors {
 		}
 	}
 	return errs
+}
+
+// RedactedPassword stands for a BGP peer's password in what the TCP API shows: a token holder
+// does not read the MD5 keys. Sent back unchanged, it means the running password.
+const RedactedPassword = "(redacted)"
+
+// Redacted returns a copy of c whose BGP peer passwords read RedactedPassword.
+func (c *Config) Redacted() *Config {
+	out := c.Clone()
+	if out.BGP != nil {
+		for i := range out.BGP.Peers {
+			if out.BGP.Peers[i].Password != "" {
+				out.BGP.Peers[i].Password = RedactedPassword
+			}
+		}
+	}
+	return out
+}
+
+// unredact puts back the running password of every peer of next whose password is
+// RedactedPassword, so that a config read through the TCP API can be sent back as it is.
+func (g APIGuard) unredact(next *Config) {
+	if next.BGP == nil || g.bgp == nil {
+		return
+	}
+	for i := range next.BGP.Peers {
+		p := &next.BGP.Peers[i]
+		if p.Password != RedactedPassword {
+			continue
+		}
+		for _, running := range g.bgp.Peers {
+			if running.Address == p.Address && running.Port == p.Port {
+				p.Password = running.Password
+			}
+		}
+	}
 }

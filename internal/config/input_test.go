@@ -145,3 +145,21 @@ func mustParse(t *testing.T, text string) *Config {
 	}
 	return cfg
 }
+
+// TestRedactedPasswordsRoundTrip: a config read through the TCP API shows no BGP password, and
+// sent back as it is, keeps the running ones.
+func TestRedactedPasswordsRoundTrip(t *testing.T) {
+	running := mustParse(t, "bgp: {asn: 65100, peers: [{address: 10.9.0.1, asn: 65000, password: s3cret}, {address: 10.9.0.2, asn: 65000}]}\nservices: []\n")
+	shown := running.Redacted()
+	if p := shown.BGP.Peers; p[0].Password != RedactedPassword || p[1].Password != "" || running.BGP.Peers[0].Password != "s3cret" {
+		t.Fatalf("redacted: %+v, running: %+v", p, running.BGP.Peers)
+	}
+	if errs := NewAPIGuard(running).Check(shown); len(errs) > 0 || shown.BGP.Peers[0].Password != "s3cret" {
+		t.Fatalf("sent back: %v, password %q", errs, shown.BGP.Peers[0].Password)
+	}
+	guessed := running.Redacted()
+	guessed.BGP.Peers[0].Password = "guess"
+	if errs := NewAPIGuard(running).Check(guessed); len(errs) != 1 {
+		t.Fatalf("a changed password: %v", errs)
+	}
+}
