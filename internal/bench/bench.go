@@ -38,13 +38,8 @@ func NewEnv(prefix string, backends int, sluice string, progress *Progress) *Env
 // Dir is the benchmark's scratch directory inside the lab's state dir (peer configs, logs).
 func (e *Env) Dir() string { return filepath.Join(e.Lab.StateDir, "bench") }
 
-// sluiceCmd runs the sluice binary inside the balancer namespace, where no daemon runs: with
+// sluiceCommand runs the sluice binary inside the balancer namespace, where no daemon runs: with
 // --netns, sluice asks only that namespace's daemon socket, so it programs the kernel itself.
-func (e *Env) sluiceCmd(ctx context.Context, args ...string) error {
-	return run(e.sluiceCommand(ctx, args...))
-}
-
-// sluiceCommand is the command sluiceCmd runs.
 func (e *Env) sluiceCommand(ctx context.Context, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, e.Sluice, append([]string{"--netns", e.Lab.BalancerNS()}, args...)...)
 }
@@ -70,11 +65,14 @@ func (e *Env) applyFile(ctx context.Context, path string, measure bool) (int64, 
 
 // ResetBalancer removes Sluice's rules from the balancer and forgets its conntrack entries, so
 // no candidate inherits the flows or NAT bindings of the one before.
-func (e *Env) ResetBalancer(ctx context.Context) error {
-	if err := e.sluiceCmd(ctx, "flush"); err != nil {
+func (e *Env) ResetBalancer(ctx context.Context) error { return e.resetNode(ctx, e.Lab.BalancerNS()) }
+
+// resetNode is ResetBalancer for the balancer in namespace ns, where no daemon runs.
+func (e *Env) resetNode(ctx context.Context, ns string) error {
+	if err := run(exec.CommandContext(ctx, e.Sluice, "--netns", ns, "flush")); err != nil {
 		return err
 	}
-	return e.InNS(ctx, e.Lab.BalancerNS(), "conntrack", "-F")
+	return e.InNS(ctx, ns, "conntrack", "-F")
 }
 
 // InNS runs argv to completion inside namespace ns; conntrack's "0 flow entries" chatter and

@@ -210,13 +210,9 @@ func summarize(o LBOptions, backends int, workloads []Workload, candidates []can
 		first := len(res.Cells)
 		for _, name := range res.Candidates {
 			ss := samples[[2]string{name, w.Name}]
-			cell := LBCell{Candidate: name, Workload: w.Name, Rounds: ss,
-				RPS:   Median(pluck(ss, func(s LBSample) float64 { return s.RPS })),
-				P50US: Median(pluck(ss, func(s LBSample) float64 { return s.P50US })),
-				P99US: Median(pluck(ss, func(s LBSample) float64 { return s.P99US })),
-			}
+			m := medians(ss)
+			cell := LBCell{Candidate: name, Workload: w.Name, Rounds: ss, RPS: m.RPS, P50US: m.P50US, P99US: m.P99US, Errors: m.Errors}
 			for _, s := range ss {
-				cell.Errors += s.Errors
 				if s.CPU != nil && cell.CPU == nil {
 					cpu := Median(pluck(ss, func(s LBSample) float64 { return *s.CPU }))
 					cell.CPU = &cpu
@@ -233,6 +229,19 @@ func summarize(o LBOptions, backends int, workloads []Workload, candidates []can
 		}
 	}
 	return res
+}
+
+// medians are the median requests/s, p50 and p99 of the samples, with their errors summed.
+func medians(ss []LBSample) LBSample {
+	m := LBSample{
+		RPS:   Median(pluck(ss, func(s LBSample) float64 { return s.RPS })),
+		P50US: Median(pluck(ss, func(s LBSample) float64 { return s.P50US })),
+		P99US: Median(pluck(ss, func(s LBSample) float64 { return s.P99US })),
+	}
+	for _, s := range ss {
+		m.Errors += s.Errors
+	}
+	return m
 }
 
 // ratio is rps over base, 0 when there is no base.

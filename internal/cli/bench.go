@@ -30,7 +30,7 @@ func benchCmd() *cobra.Command {
 	cmd.PersistentFlags().StringVar(&f.prefix, "prefix", "sluice-bench", "namespace name prefix of the benchmark's lab")
 	cmd.PersistentFlags().IntVar(&f.backends, "backends", 3, "number of nginx backends in the lab")
 	cmd.PersistentFlags().StringVar(&f.jsonPath, "json", "", "also write the results as JSON to this file (- for stdout, replacing the table)")
-	cmd.AddCommand(benchLBCmd(f), benchNetCmd(f), benchScaleCmd(f))
+	cmd.AddCommand(benchLBCmd(f), benchNetCmd(f), benchScaleCmd(f), benchFleetCmd(f))
 	return cmd
 }
 
