@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -169,6 +170,7 @@ func testFleet(t *testing.T, datapath string) {
 	}
 	waitNextHops(t, fleetFullNATVIP, 30*time.Second, all...)
 	requireBGPView(t, nodes[0], datapath == "ebpf")
+	t.Run("reload-keeps-sessions", func(t *testing.T) { testFleetReload(t, nodes[0]) })
 
 	t.Run("same-backend-on-every-node", func(t *testing.T) { testFleetConsistency(t, datapath) })
 	t.Run("fullnat", func(t *testing.T) {
@@ -614,4 +616,39 @@ func testHealthWithdraws(t *testing.T, nodes []*daemon) {
 	}
 	unblock()
 	waitNextHops(t, fleetVIP4, 30*time.Second, frontAddrs(false, 1, 2, 3)...)
+}
+
+// testFleetReload adds a community to node 1's announcements by a reload: the router receives it,
+// and the session is not restarted.
+func testFleetReload(t *testing.T, d *daemon) {
+	type peers struct {
+		Peers []struct {
+			Address string    `json:"address"`
+			Since   time.Time `json:"since"`
+			Flaps   int       `json:"flaps"`
+		} `json:"peers"`
+	}
+	var before, after peers
+	d.mustJSON(&before, "bgp")
+	text, err := os.ReadFile(d.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tagged := strings.Replace(string(text), "hold_time: 3s}", "hold_time: 3s, communities: [\"65100:42\"]}", 1)
+	if err := os.WriteFile(d.config, []byte(tagged), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := d.cli("reload"); r.Err != nil {
+		t.Fatalf("reload: %v\n%s", r.Err, r.Stderr)
+	}
+	waitFor(t, "the router sees the community", 15*time.Second, func() bool {
+		out, err := theFleet.Birdc(context.Background(), "show", "route", "for", lab.VIP4, "all")
+		return err == nil && strings.Contains(out, "(65100,42)")
+	})
+	d.mustJSON(&after, "bgp")
+	for i := range before.Peers {
+		if !after.Peers[i].Since.Equal(before.Peers[i].Since) || after.Peers[i].Flaps != before.Peers[i].Flaps {
+			t.Errorf("peer %s restarted by a reload that changed only attributes: %+v -> %+v", before.Peers[i].Address, before.Peers[i], after.Peers[i])
+		}
+	}
 }
