@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicelb/sluice/internal/bgp"
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/datapath/fake"
 	"github.com/sluicelb/sluice/internal/engine"
@@ -52,6 +53,14 @@ type fixture struct {
 	configFile string
 }
 
+// quietSpeaker is a BGP speaker that announces nowhere: the API tests hold no BGP session.
+type quietSpeaker struct{}
+
+func (quietSpeaker) Configure(context.Context, bgp.Config) error   { return nil }
+func (quietSpeaker) Set(context.Context, []bgp.Announcement) error { return nil }
+func (quietSpeaker) Status(context.Context) (bgp.Status, error)    { return bgp.Status{}, nil }
+func (quietSpeaker) Close(context.Context) error                   { return nil }
+
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
@@ -66,6 +75,7 @@ func newFixture(t testing.TB) *fixture {
 	e := engine.New(cfg, engine.Options{
 		ConfigPath: path, Datapath: dp, Prober: &fakeProber{}, Log: slog.New(slog.DiscardHandler),
 		MinApplyInterval: time.Millisecond, Resync: time.Hour, DrainPoll: 5 * time.Millisecond,
+		NewAnnouncer: func(func(bgp.Event)) engine.Announcer { return quietSpeaker{} },
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})

@@ -134,11 +134,11 @@ func serviceOf(t *testing.T, f *fixture, name string) config.Service {
 }
 
 // TestBGPPasswordsOverTCP checks that a token holder reads no BGP password, may put the config
-// back as read, and may not change the bgp section. The peer is a closed port on loopback.
+// back as read, and may not change the bgp section.
 func TestBGPPasswordsOverTCP(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	bgp := "bgp: {asn: 65100, router_id: 10.9.0.11, peers: [{address: 127.0.0.1, port: 1, asn: 65000, password: s3cret}]}\n"
+	bgp := "bgp: {asn: 65100, router_id: 10.9.0.11, peers: [{address: 10.9.0.1, asn: 65000, password: s3cret}]}\n"
 	if err := os.WriteFile(f.configFile, []byte(bgp+baseConfig), 0o644); err != nil {
 		t.Fatal(err)
 	}
