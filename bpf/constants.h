@@ -8,6 +8,7 @@
 #define MAX_BACKENDS    131072     /* backend ids 0..MAX_BACKENDS-1 */
 #define MAGLEV_SLOTS    (1 << 24)  /* all services' Maglev tables, end to end */
 #define MAX_FLOWS       (1 << 20)  /* tracked flows (LRU) */
+#define MAX_INTERFACES  4096       /* interfaces XDP runs on, with their MACs in if_macs */
 
 /* Forwarding modes (struct service.mode). */
 enum sluice_mode {

@@ -79,6 +79,16 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } config SEC(".maps");
 
+/* Ingress ifindex -> the interface's MAC, for every interface the loader attached XDP to: XDP has
+ * no packet type, so this is how sluice_xdp tells a frame for another host's MAC. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct if_mac);
+	__uint(max_entries, MAX_INTERFACES);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} if_macs SEC(".maps");
+
 /* icmp.h adds icmp_scratch, the ICMP error path's per-CPU working space (unpinned, no state). */
 
 #endif

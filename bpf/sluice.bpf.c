@@ -68,6 +68,23 @@ static __always_inline int tc_parse(struct __sk_buff *skb, struct packet *p)
 	return parse((void *)(long)skb->data, (void *)(long)skb->data_end, skb->len, p);
 }
 
+/* True for a frame to another host's MAC: a unicast destination (I/G bit clear) that is not the MAC
+ * the loader recorded for the ingress interface. That is what eth_type_trans marks
+ * PACKET_OTHERHOST for tc; an interface with no entry (not attached by the loader) has none. */
+static __always_inline bool xdp_for_another_host(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	__u32 ifindex = ctx->ingress_ifindex;
+	struct if_mac *own;
+
+	if ((void *)(eth + 1) > data_end || eth->h_dest[0] & 1)
+		return false;
+	own = bpf_map_lookup_elem(&if_macs, &ifindex);
+	return own && (*(__u32 *)eth->h_dest != *(__u32 *)own->addr ||
+		       *(__u16 *)(eth->h_dest + 4) != *(__u16 *)(own->addr + 4));
+}
+
 /* True for a parsed ICMP or ICMPv6 packet. */
 static __always_inline bool is_icmp(const struct packet *p)
 {
@@ -104,6 +121,9 @@ int sluice_xdp(struct xdp_md *ctx)
 	struct plan pl;
 	int verdict;
 
+	/* The stack drops a frame for another host's MAC, as sluice_tc leaves it to. */
+	if (xdp_for_another_host(ctx))
+		return XDP_PASS;
 	if (parse(data, data_end, data_end - data, &p))
 		return XDP_PASS;
 	if (is_icmp(&p))

@@ -73,6 +73,12 @@ struct stats {
 	__u64 flows;
 };
 
+/* An interface's MAC address. */
+struct if_mac {
+	__u8  addr[6];
+	__u16 pad;
+};
+
 /* Global settings written by the loader. */
 struct globals {
 	__u8   snat4[4];     /* fullnat source address towards IPv4 backends */

@@ -88,7 +88,8 @@ func newFxEnv(t *testing.T, h hook, n *fxNet) *fxEnv {
 	return &fxEnv{t: t, hook: h, objs: loadUnpinned(t, testMapSizes), net: n}
 }
 
-// reset empties the maps and writes the fixture world into them, for the test t.
+// reset empties the maps and writes the fixture world into them, for the test t: the interfaces'
+// MACs are recorded, as Apply records them for XDP.
 func (e *fxEnv) reset(t *testing.T) {
 	e.t = t
 	for _, m := range []*ebpf.Map{e.objs.Flows, e.objs.Replies} {
@@ -119,6 +120,11 @@ func (e *fxEnv) reset(t *testing.T) {
 			Id: s.id, RingOffset: s.id * fxRingSize, RingSize: uint32(min(len(s.ring), 1)) * fxRingSize,
 			Mode: wireModes[s.mode], Fallback: wireFallbacks[s.fallback],
 		})
+	}
+	for ifindex, mac := range map[uint32][]byte{e.net.client: macLBClient, e.net.backend: macLBBackend} {
+		var v sluiceIfMac
+		copy(v.Addr[:], mac)
+		e.put(e.objs.IfMacs, ifindex, v)
 	}
 	var g sluiceGlobals
 	copy(g.Snat4[:], lbBackend4.AsSlice())
@@ -300,7 +306,25 @@ func passFixtures() []fixture {
 			SourceHwAddress: macClient, SourceProtAddress: client4.AsSlice(), DstHwAddress: make([]byte, 6), DstProtAddress: vipNat4.AsSlice()})
 	sctp := tcpPkt(cli4, ap(vipNat4, 80))
 	sctp.proto = unix.IPPROTO_SCTP
+	// what a switch floods once the node holding that MAC is gone
+	elsewhere := tcpPkt(cli4, ap(vipNat4, 80)).synPkt()
+	elsewhere.dstMAC = macElsewhere
+	noFlow := func(e *fxEnv) {
+		if f, ok := e.flow(cli4, ap(vipNat4, 80), protoTCP); ok {
+			e.t.Errorf("a flow was recorded: %+v", f)
+		}
+	}
 	return []fixture{
+		{name: "a SYN to a VIP in a frame for another host's MAC passes", in: elsewhere.frame(), want: vPass, check: noFlow},
+		{
+			name: "XDP on an interface whose MAC is not recorded balances a frame for another MAC", in: elsewhere.frame(),
+			prepare: func(e *fxEnv) {
+				if err := e.objs.IfMacs.Delete(e.net.client); err != nil {
+					e.t.Fatal(err)
+				}
+			},
+			want: vPass, wantXDP: vRedirect, outXDP: elsewhere.to(ap(b1v4, 80)).routed(macLBBackend, macB1).frame(),
+		},
 		{name: "TCP to a non-VIP address passes", in: tcpPkt(cli4, ap(lbClient4, 22)).frame(), want: vPass},
 		{name: "UDP over IPv6 to a non-VIP address passes", in: udpPkt(cli6, ap(lbClient6, 53)).frame(), want: vPass},
 		{name: "a VIP's other port passes", in: tcpPkt(cli4, ap(vipNat4, 443)).frame(), want: vPass},
@@ -329,6 +353,8 @@ func forwardFixtures() []fixture {
 	full6 := udpPkt(cli6, ap(vipFull6, 53))
 	fromRemote := tcpPkt(ap(remote4, 40001), ap(vipNat4, 80)).synPkt()
 	fromRemote.srcMAC = macRouter
+	broadcast := nat4
+	broadcast.dstMAC = mustMAC("ff:ff:ff:ff:ff:ff")
 	return []fixture{
 		{
 			name: "nat: a TCP SYN goes to the backend, destination rewritten", in: nat4.frame(), want: vRedirect,
@@ -349,6 +375,7 @@ func forwardFixtures() []fixture {
 				}
 			},
 		},
+		{name: "nat: a broadcast frame is no other host's (the stack takes it too)", in: broadcast.frame(), want: vRedirect, out: nat4.to(ap(b1v4, 80)).routed(macLBBackend, macB1).frame()},
 		{name: "nat: UDP to a backend port other than the VIP's", in: natUDP4.frame(), want: vRedirect, out: natUDP4.to(ap(b2v4, 8080)).routed(macLBBackend, macB2).frame()},
 		{name: "nat: a UDP checksum of 0 stays 0", in: noCsum.frame(), want: vRedirect, out: noCsum.to(ap(b2v4, 8080)).routed(macLBBackend, macB2).frame()},
 		{name: "nat: IPv4 options are kept", in: withOptions.frame(), want: vRedirect, out: withOptions.to(ap(b1v4, 80)).routed(macLBBackend, macB1).frame()},

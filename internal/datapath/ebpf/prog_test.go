@@ -133,6 +133,7 @@ var (
 	macB1        = mustMAC("02:00:00:00:02:0b")
 	macB2        = mustMAC("02:00:00:00:02:0c")
 	macB3        = mustMAC("02:00:00:00:02:0d")
+	macElsewhere = mustMAC("02:00:00:00:01:0b") // another balancer's, on the client side
 
 	lbClient4, lbClient6   = mustAddr("10.0.1.1"), mustAddr("fd00:1::1")
 	lbBackend4, lbBackend6 = mustAddr("10.0.2.1"), mustAddr("fd00:2::1") // also the fullnat source

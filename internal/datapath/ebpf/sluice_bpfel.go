@@ -51,6 +51,12 @@ type sluiceGlobals struct {
 	Pad      uint32
 }
 
+type sluiceIfMac struct {
+	_    structs.HostLayout
+	Addr [6]uint8
+	Pad  uint16
+}
+
 type sluiceReverse struct {
 	_         structs.HostLayout
 	Vip       [16]uint8
@@ -97,6 +103,7 @@ const (
 	sluiceMapConfig       = "config"
 	sluiceMapFlows        = "flows"
 	sluiceMapIcmpScratch  = "icmp_scratch"
+	sluiceMapIfMacs       = "if_macs"
 	sluiceMapMaglev       = "maglev"
 	sluiceMapReplies      = "replies"
 	sluiceMapServiceStats = "service_stats"
@@ -160,6 +167,7 @@ type sluiceMapSpecs struct {
 	Config       *ebpf.MapSpec `ebpf:"config"`
 	Flows        *ebpf.MapSpec `ebpf:"flows"`
 	IcmpScratch  *ebpf.MapSpec `ebpf:"icmp_scratch"`
+	IfMacs       *ebpf.MapSpec `ebpf:"if_macs"`
 	Maglev       *ebpf.MapSpec `ebpf:"maglev"`
 	Replies      *ebpf.MapSpec `ebpf:"replies"`
 	ServiceStats *ebpf.MapSpec `ebpf:"service_stats"`
@@ -197,6 +205,7 @@ type sluiceMaps struct {
 	Config       *ebpf.Map `ebpf:"config"`
 	Flows        *ebpf.Map `ebpf:"flows"`
 	IcmpScratch  *ebpf.Map `ebpf:"icmp_scratch"`
+	IfMacs       *ebpf.Map `ebpf:"if_macs"`
 	Maglev       *ebpf.Map `ebpf:"maglev"`
 	Replies      *ebpf.Map `ebpf:"replies"`
 	ServiceStats *ebpf.Map `ebpf:"service_stats"`
@@ -210,6 +219,7 @@ func (m *sluiceMaps) Close() error {
 		m.Config,
 		m.Flows,
 		m.IcmpScratch,
+		m.IfMacs,
 		m.Maglev,
 		m.Replies,
 		m.ServiceStats,
