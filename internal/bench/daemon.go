@@ -10,7 +10,7 @@ import (
 // serveProcess is a `sluice serve` the benchmark started in a lab namespace.
 type serveProcess struct {
 	cmd *exec.Cmd
-	// Log is the daemon's output file; exited closes when the process has ended.
+	// log is the daemon's output file; exited closes when the process has ended.
 	log    string
 	exited chan struct{}
 }

@@ -414,19 +414,30 @@ func (f *fleet) waitNextHops(ctx context.Context, limit time.Duration, what stri
 		for i, d := range f.daemons {
 			select {
 			case <-d.exited:
-				return 0, fmt.Errorf("sluice serve on node %d exited (see %s)", i+1, d.log)
+				return 0, fmt.Errorf("sluice serve on node %d exited%s", i+1, f.lastLogs())
 			default:
 			}
 		}
 		select {
 		case <-ctx.Done():
 			if ctx.Err() == context.DeadlineExceeded {
-				return 0, fmt.Errorf("the router does not route %s %s after %s: next hops %v", fleetVIP, what, limit, hops)
+				return 0, fmt.Errorf("the router does not route %s %s after %s: next hops %v%s", fleetVIP, what, limit, hops, f.lastLogs())
 			}
 			return 0, ctx.Err()
 		case <-time.After(nextHopsPoll):
 		}
 	}
+}
+
+// lastLogs quotes the last lines each daemon logged, for an error: the lab's teardown removes the logs.
+func (f *fleet) lastLogs() string {
+	var b strings.Builder
+	for i, d := range f.daemons {
+		data, _ := os.ReadFile(d.log)
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		fmt.Fprintf(&b, "\nnode %d's last log lines:\n  %s", i+1, strings.Join(lines[max(len(lines)-4, 0):], "\n  "))
+	}
+	return b.String()
 }
 
 // failover cuts the last node off the network a third of the way into a run of length of new

@@ -25,6 +25,7 @@ const (
 	benchLBKind    = "sbl" // the lab `sluice bench lb` builds
 	benchNetKind   = "sbn" // the lab `sluice bench net` builds
 	benchScaleKind = "sbs" // the lab `sluice bench scale` builds
+	benchFleetKind = "sbf" // the lab `sluice bench fleet` builds
 )
 
 // runOwner is the pid of the run's supervising process, which names its labs.
@@ -141,7 +142,7 @@ func supervise() (code int) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := lab.TearDownGone(ctx, logf, labKind, fleetKind, benchLBKind, benchNetKind, benchScaleKind); err != nil {
+	if err := lab.TearDownGone(ctx, logf, labKind, fleetKind, benchLBKind, benchNetKind, benchScaleKind, benchFleetKind); err != nil {
 		logf("tearing down the labs of runs that are gone: %v", err)
 		return 1
 	}
