@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 
 	"github.com/cilium/ebpf"
@@ -33,14 +34,14 @@ type attachment struct {
 	ifindex int
 }
 
-// attach makes the program run on exactly the target interfaces (name to ifindex). It adopts the
-// links an earlier run pinned, replacing their program in place (link.Update, atomic; the maps
-// and so the flows stay) when it is not this one; attaches and pins the missing ones; and
-// detaches the ones no longer wanted, also those of the other attach mode.
-func (d *Datapath) attach(targets map[string]int) error {
+// attach makes the program run on exactly the target interfaces. It adopts the links an earlier
+// run pinned, replacing their program in place (link.Update, atomic; the maps and so the flows
+// stay) when it is not this one; attaches and pins the missing ones; and detaches the ones no
+// longer wanted, also those of the other attach mode.
+func (d *Datapath) attach(targets map[string]target) error {
 	want := make(map[string]int, len(targets))
-	for name, ifindex := range targets {
-		want[name+"-"+string(d.opts.Attach)] = ifindex
+	for name, t := range targets {
+		want[name+"-"+string(d.opts.Attach)] = t.ifindex
 	}
 	pins := make([]string, 0, len(want))
 	for pin := range want {
@@ -136,8 +137,10 @@ func linkIfindex(info *link.Info) int {
 	return 0
 }
 
-// runs tells whether a loaded program is the same as this one: same type and instructions (the
-// tag ignores which maps it refers to).
+// runs tells whether a loaded program is the same as this one: same type, instructions (the tag)
+// and pinned maps, which the tag ignores. A program loaded over maps that were not all pinned (a
+// pin someone removed, a map a newer version adds) is not the one running: adopting that would
+// leave the link reading the old maps.
 func (d *Datapath) runs(id ebpf.ProgramID) (bool, error) {
 	p, err := ebpf.NewProgramFromID(id)
 	if errors.Is(err, os.ErrNotExist) {
@@ -151,7 +154,16 @@ func (d *Datapath) runs(id ebpf.ProgramID) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return info.Type == d.prog.Type() && info.Tag == d.progTag, nil
+	if info.Type != d.prog.Type() || info.Tag != d.progTag {
+		return false, nil
+	}
+	used, _ := info.MapIDs()
+	for _, m := range d.progMaps {
+		if !slices.Contains(used, m) {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // detachExcept detaches and unpins the program's links but the wanted ones (pin name to ifindex).

@@ -1,6 +1,8 @@
 package ebpf
 
 import (
+	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -170,5 +172,73 @@ func TestAttachFollowsTheTargets(t *testing.T) {
 	r.apply(d, empty)
 	if info := r.linkInfo("veth1-xdp"); int(info.XDP().Ifindex) != ifindexOf(t, "veth1") {
 		t.Errorf("the link is at ifindex %d, want the new veth1's %d", info.XDP().Ifindex, ifindexOf(t, "veth1"))
+	}
+}
+
+// pinnedMACs reads if_macs as pinned, ifindex to MAC.
+func (r *rig) pinnedMACs() map[int]string {
+	r.t.Helper()
+	m, err := ebpf.LoadPinnedMap(filepath.Join(r.pin, sluiceMapIfMacs), nil)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer m.Close()
+	out := map[int]string{}
+	var k uint32
+	var v sluiceIfMac
+	for it := m.Iterate(); it.Next(&k, &v); {
+		out[int(k)] = net.HardwareAddr(v.Addr[:]).String()
+	}
+	return out
+}
+
+// macsOf is what if_macs must hold for XDP on the named interfaces.
+func macsOf(t *testing.T, names ...string) map[int]string {
+	t.Helper()
+	out := map[int]string{}
+	for _, name := range names {
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[l.Attrs().Index] = l.Attrs().HardwareAddr.String()
+	}
+	return out
+}
+
+// TestAttachRecordsXDPInterfaceMACs: on XDP, if_macs holds the MAC of every interface the program
+// runs on, follows a MAC change at the next apply and a change of interfaces, and is emptied on
+// tc, whose program reads the packet type instead.
+func TestAttachRecordsXDPInterfaceMACs(t *testing.T) {
+	r := newRig(t)
+	empty := &plan.Plan{}
+	d := r.datapath(Options{Attach: AttachXDP})
+	r.apply(d, empty)
+	if got, want := r.pinnedMACs(), macsOf(t, "veth0"); !maps.Equal(got, want) {
+		t.Fatalf("if_macs %v, want %v", got, want)
+	}
+	veth0, err := netlink.LinkByName("veth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetHardwareAddr(veth0, net.HardwareAddr{2, 0, 0, 0, 0x91, 1}); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.apply(d, empty); n != 1 {
+		t.Errorf("the apply after a MAC change wrote %d entries, want 1", n)
+	}
+	if got, want := r.pinnedMACs(), macsOf(t, "veth0"); !maps.Equal(got, want) {
+		t.Fatalf("after a MAC change, if_macs %v, want %v", got, want)
+	}
+	if n := r.apply(d, empty); n != 0 {
+		t.Errorf("an apply that changes nothing wrote %d entries", n)
+	}
+	r.apply(r.datapath(Options{Attach: AttachXDP, Interfaces: []string{"veth1"}}), empty)
+	if got, want := r.pinnedMACs(), macsOf(t, "veth1"); !maps.Equal(got, want) {
+		t.Fatalf("on veth1, if_macs %v, want %v", got, want)
+	}
+	r.apply(r.datapath(Options{}), empty)
+	if got := r.pinnedMACs(); len(got) != 0 {
+		t.Fatalf("on tc, if_macs %v, want it empty", got)
 	}
 }

@@ -1,6 +1,7 @@
 package ebpf
 
 import (
+	"bytes"
 	"net"
 	"net/netip"
 	"testing"
@@ -8,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -113,26 +115,43 @@ func TestEstablishedFlowKeepsItsRemovedBackend(t *testing.T) {
 	}
 }
 
+// attachModes are the attach modes by hook.
+var attachModes = map[hook]AttachMode{hookTC: AttachTC, hookXDP: AttachXDP}
+
 // TestFrameForAnotherHostPasses: a SYN to a VIP in a frame for another host's MAC (a switch
 // flooding unknown unicast once the node holding that MAC is gone) passes to the stack, which
 // drops it, unbalanced and unrecorded: balancing it would duplicate another balancer's packets.
+// tc reads the frame's packet type, XDP compares it with the MAC Apply recorded for the
+// interface. The same SYN to the interface's own MAC is balanced.
 func TestFrameForAnotherHostPasses(t *testing.T) {
-	r := newRig(t)
-	d := r.datapath(Options{})
-	r.apply(d, planFromYAML(t, oneService))
-	client, vip := netip.MustParseAddrPort("10.91.1.7:40007"), netip.MustParseAddrPort("10.91.9.100:80")
-	frame := segment(t, client, vip, true)
-	copy(frame, net.HardwareAddr{2, 0, 0, 0, 0, 2})
-	out := make([]byte, 1500)
-	ret, err := d.prog.Run(&ebpf.RunOptions{Data: frame, DataOut: out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ret != 0 { // TC_ACT_OK
-		t.Fatalf("the program returned %d for another host's frame, want TC_ACT_OK (0)", ret)
-	}
-	var f sluiceFlow
-	if err := d.maps.Flows.Lookup(flowKeyOf(client, vip, unix.IPPROTO_TCP), &f); err == nil {
-		t.Fatalf("the program recorded a flow for another host's frame: %+v", f)
+	for _, h := range []hook{hookTC, hookXDP} {
+		t.Run(h.String(), func(t *testing.T) {
+			r := newRig(t)
+			d := r.datapath(Options{Attach: attachModes[h]})
+			r.apply(d, planFromYAML(t, oneService))
+			veth0, err := netlink.LinkByName("veth0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			client, vip := netip.MustParseAddrPort("10.91.1.7:40007"), netip.MustParseAddrPort("10.91.9.100:80")
+			for _, to := range []net.HardwareAddr{{2, 0, 0, 0, 0, 2}, veth0.Attrs().HardwareAddr} {
+				own := bytes.Equal(to, veth0.Attrs().HardwareAddr)
+				frame := segment(t, client, vip, true)
+				copy(frame, to)
+				opts := ebpf.RunOptions{Data: frame, DataOut: make([]byte, 1500), Context: h.runContext(len(frame), uint32(veth0.Attrs().Index))}
+				ret, err := d.prog.Run(&opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var f sluiceFlow
+				recorded := d.maps.Flows.Lookup(flowKeyOf(client, vip, unix.IPPROTO_TCP), &f) == nil
+				switch {
+				case !own && (h.verdictOf(ret) != vPass || recorded || !bytes.Equal(opts.DataOut, frame)):
+					t.Fatalf("a frame for %s: verdict %v, flow recorded %v, frame untouched %v; want it passed untouched, unrecorded", to, h.verdictOf(ret), recorded, bytes.Equal(opts.DataOut, frame))
+				case own && !recorded:
+					t.Fatalf("a frame for veth0's own MAC %s was not balanced (verdict %v)", to, h.verdictOf(ret))
+				}
+			}
+		})
 	}
 }

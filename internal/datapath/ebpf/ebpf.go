@@ -37,11 +37,12 @@ type Datapath struct {
 	log  *slog.Logger
 	opts Options
 
-	mu      sync.Mutex
-	maps    *kernelMaps   // nil until needed
-	prog    *ebpf.Program // loaded by the first Apply
-	progTag string
-	links   map[string]*attachment // by pin name
+	mu       sync.Mutex
+	maps     *kernelMaps   // nil until needed
+	prog     *ebpf.Program // loaded by the first Apply
+	progTag  string
+	progMaps []ebpf.MapID           // the pinned maps prog uses
+	links    map[string]*attachment // by pin name
 	// state is what the last Apply left in the maps; nil when that is not known (first use, a
 	// failed Apply, Resync, Flush): the next Apply reads the maps back.
 	state *state
@@ -102,7 +103,15 @@ func (d *Datapath) apply(ctx context.Context, p *plan.Plan) (int, error) {
 	} else {
 		d.log.Debug("ebpf: maps already match the plan")
 	}
-	return s.w.entries, d.attach(targets)
+	// A MAC goes in before the program runs on its interface, and out after it left.
+	stale, err := putMACs(&s.w, d.maps, macsFor(d.opts.Attach, targets))
+	if err != nil {
+		return s.w.entries, fmt.Errorf("recording the interfaces' MACs: %w", err)
+	}
+	if err := d.attach(targets); err != nil {
+		return s.w.entries, err
+	}
+	return s.w.entries, deleteAll(&s.w, d.maps.IfMACs, stale)
 }
 
 // Resync makes the next Apply read the maps and links back and repair what differs.

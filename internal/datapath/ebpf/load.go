@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/cilium/ebpf"
 )
@@ -12,21 +13,52 @@ import (
 // kernelMaps are the pinned maps the loader reads and writes: the program's and Sluice's own.
 // The program's other maps (per-CPU scratch space) are not pinned and not the loader's business.
 type kernelMaps struct {
-	Vips         *ebpf.Map `ebpf:"vips"`
-	Backends     *ebpf.Map `ebpf:"backends"`
-	Maglev       *ebpf.Map `ebpf:"maglev"`
-	Flows        *ebpf.Map `ebpf:"flows"`
-	Replies      *ebpf.Map `ebpf:"replies"`
-	ServiceStats *ebpf.Map `ebpf:"service_stats"`
-	BackendStats *ebpf.Map `ebpf:"backend_stats"`
-	Config       *ebpf.Map `ebpf:"config"`
-	ServiceMeta  *ebpf.Map `ebpf:"service_meta"`
-	BackendMeta  *ebpf.Map `ebpf:"backend_meta"`
+	Vips         *ebpf.Map
+	Backends     *ebpf.Map
+	Maglev       *ebpf.Map
+	Flows        *ebpf.Map
+	Replies      *ebpf.Map
+	ServiceStats *ebpf.Map
+	BackendStats *ebpf.Map
+	Config       *ebpf.Map
+	ServiceMeta  *ebpf.Map
+	BackendMeta  *ebpf.Map
+	// IfMACs is nil in a read-only open of pins that a version before it made (openPinned);
+	// loading creates and pins it.
+	IfMACs *ebpf.Map
+}
+
+// fields are the maps' places in m by pin name.
+func (m *kernelMaps) fields() map[string]**ebpf.Map {
+	return map[string]**ebpf.Map{
+		sluiceMapVips: &m.Vips, sluiceMapBackends: &m.Backends, sluiceMapMaglev: &m.Maglev,
+		sluiceMapFlows: &m.Flows, sluiceMapReplies: &m.Replies, sluiceMapServiceStats: &m.ServiceStats,
+		sluiceMapBackendStats: &m.BackendStats, sluiceMapConfig: &m.Config,
+		serviceMetaName: &m.ServiceMeta, backendMetaName: &m.BackendMeta, sluiceMapIfMacs: &m.IfMACs,
+	}
+}
+
+// byName returns the maps by pin name.
+func (m *kernelMaps) byName() map[string]*ebpf.Map {
+	out := map[string]*ebpf.Map{}
+	for name, f := range m.fields() {
+		out[name] = *f
+	}
+	return out
+}
+
+// kernelMapsOf takes the pinned maps out of a collection, so that closing it leaves them open.
+func kernelMapsOf(coll *ebpf.Collection) *kernelMaps {
+	m := &kernelMaps{}
+	for name, f := range m.fields() {
+		*f = coll.DetachMap(name)
+	}
+	return m
 }
 
 func (m *kernelMaps) Close() error {
 	var errs []error
-	for _, x := range []*ebpf.Map{m.Vips, m.Backends, m.Maglev, m.Flows, m.Replies, m.ServiceStats, m.BackendStats, m.Config, m.ServiceMeta, m.BackendMeta} {
+	for _, x := range m.byName() {
 		errs = append(errs, x.Close())
 	}
 	return errors.Join(errs...)
@@ -72,7 +104,8 @@ func collectionSpec(program string, sizes MapSizes) (*ebpf.CollectionSpec, error
 }
 
 // loadObjects loads the program and its maps: the maps pinned under dir are reused (flows and
-// counters survive), missing ones are created and pinned.
+// counters survive), missing ones are created and pinned. So a version that adds a map (if_macs)
+// adopts the pins of the one before, and attach has the links run the program using all of them.
 func loadObjects(dir, program string, sizes MapSizes) (*kernelMaps, *ebpf.Program, error) {
 	spec, err := collectionSpec(program, sizes)
 	if err != nil {
@@ -86,11 +119,7 @@ func loadObjects(dir, program string, sizes MapSizes) (*kernelMaps, *ebpf.Progra
 		return nil, nil, fmt.Errorf("loading the BPF program: %w", err)
 	}
 	defer coll.Close()
-	m := &kernelMaps{}
-	if err := coll.Assign(m); err != nil {
-		return nil, nil, err
-	}
-	return m, coll.DetachProgram(program), nil
+	return kernelMapsOf(coll), coll.DetachProgram(program), nil
 }
 
 // openPinned opens the maps pinned under dir without loading anything, whatever their sizes;
@@ -111,6 +140,9 @@ func openPinned(dir string) (*kernelMaps, error) {
 			continue
 		}
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
+		if name == sluiceMapIfMacs && errors.Is(err, os.ErrNotExist) {
+			continue // pins made before if_macs; reading the maps needs none
+		}
 		if err != nil {
 			return nil, fmt.Errorf("opening pinned map %s: %w", name, err)
 		}
@@ -122,8 +154,7 @@ func openPinned(dir string) (*kernelMaps, error) {
 			return nil, fmt.Errorf("pinned map %s: %w", name, err)
 		}
 	}
-	m := &kernelMaps{}
-	return m, coll.Assign(m)
+	return kernelMapsOf(coll), nil
 }
 
 // load loads the program and opens or creates the pinned maps: once, and again when what is
@@ -147,8 +178,28 @@ func (d *Datapath) load() error {
 	if err != nil {
 		return errors.Join(err, prog.Close(), maps.Close())
 	}
-	d.maps, d.prog, d.progTag = maps, prog, info.Tag
+	used, err := pinnedMapsUsed(info, maps)
+	if err != nil {
+		return errors.Join(err, prog.Close(), maps.Close())
+	}
+	d.maps, d.prog, d.progTag, d.progMaps = maps, prog, info.Tag, used
 	return nil
+}
+
+// pinnedMapsUsed are the ids of the pinned maps a loaded program uses.
+func pinnedMapsUsed(info *ebpf.ProgramInfo, m *kernelMaps) ([]ebpf.MapID, error) {
+	used, _ := info.MapIDs()
+	var out []ebpf.MapID
+	for _, x := range m.byName() {
+		mi, err := x.Info()
+		if err != nil {
+			return nil, err
+		}
+		if id, _ := mi.ID(); slices.Contains(used, id) {
+			out = append(out, id)
+		}
+	}
+	return out, nil
 }
 
 // stillPinned tells whether the vips map pinned under the pin path is the one loaded.

@@ -2,6 +2,9 @@ package ebpf
 
 import (
 	"context"
+	"errors"
+	"maps"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -45,5 +48,34 @@ func TestMapSizes(t *testing.T) {
 	}
 	if st, err := r.datapath(Options{}).Status(context.Background()); err != nil || len(st) != 1 {
 		t.Errorf("Status over maps of other sizes: %+v, %v", st, err)
+	}
+}
+
+// TestPinsMadeBeforeIfMACs adopts the pins of a version before if_macs, every map but that one:
+// reading them needs no if_macs, and the next apply makes and pins it, keeps the flows and has
+// the link run a program that reads the new map.
+func TestPinsMadeBeforeIfMACs(t *testing.T) {
+	r := newRig(t)
+	d := r.datapath(Options{Attach: AttachXDP})
+	r.apply(d, planFromYAML(t, oneService))
+	ids := idsOf(t, d)
+	backend := ids.of(t, "web/10.91.2.11")
+	flowAt(t, d.maps, 1, ids.of(t, "web"), backend, monotonicNow())
+	if err := errors.Join(d.Close(), os.Remove(filepath.Join(r.pin, sluiceMapIfMacs))); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := r.datapath(Options{}).Status(context.Background()); err != nil || len(st) != 1 {
+		t.Fatalf("Status over pins without if_macs: %+v, %v", st, err)
+	}
+	restarted := r.datapath(Options{Attach: AttachXDP})
+	r.apply(restarted, planFromYAML(t, oneService))
+	if f, _ := countFlows(t, restarted.maps, backend); f != 1 {
+		t.Errorf("the restart left %d flows, want the 1 there was", f)
+	}
+	if got, want := r.pinnedMACs(), macsOf(t, "veth0"); !maps.Equal(got, want) {
+		t.Errorf("if_macs %v, want %v", got, want)
+	}
+	if info := r.linkInfo("veth0-xdp"); info.Program != progIDOf(t, restarted.prog) {
+		t.Errorf("the link runs program %d, want the loaded %d, which reads the new if_macs", info.Program, progIDOf(t, restarted.prog))
 	}
 }

@@ -101,13 +101,3 @@ func (d *Datapath) inspect() (what string, checked bool) {
 	}
 	return strings.Join(changes, ", "), true
 }
-
-// byName returns the maps by their pin name.
-func (m *kernelMaps) byName() map[string]*ebpf.Map {
-	return map[string]*ebpf.Map{
-		sluiceMapVips: m.Vips, sluiceMapBackends: m.Backends, sluiceMapMaglev: m.Maglev,
-		sluiceMapFlows: m.Flows, sluiceMapReplies: m.Replies, sluiceMapServiceStats: m.ServiceStats,
-		sluiceMapBackendStats: m.BackendStats, sluiceMapConfig: m.Config,
-		serviceMetaName: m.ServiceMeta, backendMetaName: m.BackendMeta,
-	}
-}
