@@ -229,7 +229,10 @@ func (l *trafficLab) balance(t *testing.T, h hook) {
 				t.Fatal(err)
 			}
 			var lk link.Link
-			if h == hookXDP {
+			if h == hookXDP { // with its MAC recorded, as Apply does
+				if err := objs.IfMacs.Put(uint32(ifc.Index), sluiceIfMac{Addr: [6]byte(ifc.HardwareAddr)}); err != nil {
+					t.Fatal(err)
+				}
 				lk, err = link.AttachXDP(link.XDPOptions{Program: objs.SluiceXdp, Interface: ifc.Index, Flags: link.XDPDriverMode})
 			} else {
 				lk, err = link.AttachTCX(link.TCXOptions{Program: objs.SluiceTc, Interface: ifc.Index, Attach: ebpf.AttachTCXIngress})
