@@ -39,10 +39,7 @@ func (e *Env) startServe(ns, config, socket, logPath string, flags ...string) (*
 // stop ends the daemon (SIGTERM, then SIGKILL after 10 s); it leaves the datapath as it is.
 func (p *serveProcess) stop() {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
+	kill := time.AfterFunc(10*time.Second, func() { _ = p.cmd.Process.Kill() })
+	<-p.exited
+	kill.Stop()
 }
