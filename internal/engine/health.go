@@ -19,6 +19,8 @@ type HealthView struct {
 	State    string         `json:"state"` // "up" or "down"
 	Since    time.Time      `json:"since"`
 	Checks   uint64         `json:"checks"`
+	// FailedChecks counts the checks that failed, in all.
+	FailedChecks uint64 `json:"failed_checks"`
 	// Streak is the current run of consecutive successes (up) or failures (down, or up but failing).
 	Successes int           `json:"successes"`
 	Failures  int           `json:"failures"`
@@ -141,7 +143,7 @@ func (e *Engine) Health() []HealthView {
 		}
 		out = append(out, HealthView{
 			Services: users[st.Key], Type: st.Type, Target: st.Target, State: state, Since: st.Since,
-			Checks: st.Checks, Successes: st.Successes, Failures: st.Failures,
+			Checks: st.Checks, FailedChecks: st.FailedChecks, Successes: st.Successes, Failures: st.Failures,
 			Latency: st.Last.Latency, Message: st.Last.Message,
 		})
 	}

@@ -37,6 +37,8 @@ type Status struct {
 	Up     bool
 	Since  time.Time // when Up last changed, or when the probe started
 	Checks uint64    // probes run
+	// FailedChecks counts the probes that failed, in all.
+	FailedChecks uint64
 	// Successes and Failures count the current streak of consecutive results; one is always 0.
 	Successes, Failures int
 	Last                Result
@@ -52,6 +54,7 @@ func (s *Status) record(r Result, rise, fall int) (flipped bool) {
 		s.Failures = 0
 		flipped = !s.Up && s.Successes >= rise
 	} else {
+		s.FailedChecks++
 		s.Failures++
 		s.Successes = 0
 		flipped = s.Up && s.Failures >= fall

@@ -70,12 +70,16 @@ func TestStatusRecord(t *testing.T) {
 	}
 	start := time.Now()
 	s := Status{Up: true, Since: start}
+	var failed uint64
 	for i, step := range steps {
+		if !step.ok {
+			failed++
+		}
 		at := start.Add(time.Duration(i+1) * time.Second)
 		since := s.Since
 		flipped := s.record(Result{OK: step.ok, At: at}, rise, fall)
 		if flipped != step.flipped || s.Up != step.up || s.Successes != step.successes ||
-			s.Failures != step.failures || s.Checks != uint64(i+1) || s.Last.At != at {
+			s.Failures != step.failures || s.Checks != uint64(i+1) || s.FailedChecks != failed || s.Last.At != at {
 			t.Fatalf("step %d (ok=%v): flipped=%v %+v, want flipped=%v up=%v successes=%d failures=%d",
 				i, step.ok, flipped, s, step.flipped, step.up, step.successes, step.failures)
 		}

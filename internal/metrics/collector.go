@@ -52,6 +52,8 @@ var probeFamilies = []family[engine.HealthView]{
 		func(h engine.HealthView) float64 { return h.Latency.Seconds() }),
 	newFamily("health_checks_total", "Checks the probe has run.", probeLabels, prometheus.CounterValue,
 		func(h engine.HealthView) float64 { return float64(h.Checks) }),
+	newFamily("health_check_failures_total", "Checks of the probe that failed.", probeLabels, prometheus.CounterValue,
+		func(h engine.HealthView) float64 { return float64(h.FailedChecks) }),
 }
 
 var serviceFamilies = []family[engine.ServiceView]{
@@ -74,7 +76,7 @@ var backendFamilies = []family[engine.BackendView]{
 		func(b engine.BackendView) float64 { return float64(b.Weight) }),
 	newFamily("backend_programmed_weight", "Weight the datapath holds for the backend, after health.", backendLabels, prometheus.GaugeValue,
 		func(b engine.BackendView) float64 { return float64(b.ProgrammedWeight) }),
-	newFamily("backend_share", "Fraction of the service's slot table held by the backend.", backendLabels, prometheus.GaugeValue,
+	newFamily("backend_share_ratio", "Fraction of the service's slot table held by the backend.", backendLabels, prometheus.GaugeValue,
 		func(b engine.BackendView) float64 { return b.Share }),
 	newFamily("backend_up", "Whether the backend's health is up or unchecked (1) or down (0).", backendLabels, prometheus.GaugeValue,
 		func(b engine.BackendView) float64 { return boolValue(b.Health != "down") }),

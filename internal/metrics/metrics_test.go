@@ -77,7 +77,8 @@ func (p *prober) All() []health.Status {
 	for _, pr := range p.probes {
 		out = append(out, health.Status{
 			Key: pr.Key(), Type: pr.Check.Type, Target: pr.Target, Up: !p.down[pr.Target], Checks: 3,
-			Last: health.Result{Latency: 1500 * time.Microsecond},
+			FailedChecks: map[bool]uint64{true: 3}[p.down[pr.Target]],
+			Last:         health.Result{Latency: 1500 * time.Microsecond},
 		})
 	}
 	return out
@@ -198,7 +199,7 @@ func TestScrape(t *testing.T) {
 		`sluice_backend_bytes_total{backend="10.0.0.1",service="web"} 13`,
 		`sluice_backend_weight{backend="10.0.0.2:8080",service="web"} 2`,
 		`sluice_backend_programmed_weight{backend="10.0.0.2:8080",service="web"} 0`,
-		`sluice_backend_share{backend="10.0.0.1",service="web"} 1`,
+		`sluice_backend_share_ratio{backend="10.0.0.1",service="web"} 1`,
 		`sluice_backend_up{backend="10.0.0.1",service="web"} 1`,
 		`sluice_backend_up{backend="10.0.0.2:8080",service="web"} 0`,
 		`sluice_backend_up{backend="10.0.0.3",service="dns"} 1`,
@@ -209,6 +210,7 @@ func TestScrape(t *testing.T) {
 		`sluice_health_up{service="web",target="10.0.0.2:8080",type="tcp"} 0`,
 		`sluice_health_check_latency_seconds{service="web",target="10.0.0.1:80",type="tcp"} 0.0015`,
 		`sluice_health_checks_total{service="web",target="10.0.0.2:8080",type="tcp"} 3`,
+		`sluice_health_check_failures_total{service="web",target="10.0.0.2:8080",type="tcp"} 3`,
 	)
 	for _, prefix := range []string{
 		`sluice_datapath_applies_total `, `sluice_datapath_apply_duration_seconds_count{result="ok"} `,
