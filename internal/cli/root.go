@@ -46,6 +46,7 @@ func rootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "sluice",
 		Short:         "Layer-4 load balancer on kernel datapaths",
+		Version:       currentBuild().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -61,13 +62,14 @@ func rootCmd() *cobra.Command {
 			return g.enterNetns()
 		},
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.PersistentFlags().StringVar(&g.netns, "netns", "", "run inside this named network namespace, like ip netns exec NAME sluice ...")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "", "log level: debug, info, warn, error (default: info for serve, warn otherwise)")
 	root.PersistentFlags().StringVar(&g.socket, "socket", envOr("SLUICE_SOCKET", api.DefaultSocket), "the daemon's API socket (with --netns NAME: "+api.NetnsSocket("NAME")+")")
 	root.PersistentFlags().StringVar(&g.apiURL, "api", os.Getenv("SLUICE_API"), "talk to the daemon's TCP API at this URL instead of the socket")
 	root.PersistentFlags().StringVar(&g.apiToken, "token", os.Getenv("SLUICE_TOKEN"), "bearer token for --api")
 	root.AddCommand(validateCmd(), applyCmd(g), listCmd(g), flushCmd(g), labCmd(), serveCmd(g),
-		serviceCmd(g), backendCmd(g), healthCmd(g), eventsCmd(g), planCmd(g), reloadCmd(g), whichCmd(g), bgpCmd(g), nodeCmd(g), benchCmd())
+		serviceCmd(g), backendCmd(g), healthCmd(g), eventsCmd(g), planCmd(g), reloadCmd(g), whichCmd(g), bgpCmd(g), nodeCmd(g), benchCmd(), versionCmd())
 	return root
 }
 

@@ -55,7 +55,7 @@ not validate is rejected and the running state stays. On exit the datapath keeps
 	f.StringVarP(&o.file, "config", "c", "/etc/sluice/sluice.yaml", "config file")
 	f.StringVar(&o.listen, "listen", "", "also serve the API on this TCP address (needs --token-file)")
 	f.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token the TCP API requires")
-	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics on this address (e.g. :9120)")
+	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics (/metrics) and the /healthz and /readyz probes on this address (e.g. :9120); with --netns, inside that namespace")
 	f.BoolVar(&o.flushOnExit, "flush-on-exit", false, "remove the datapath's rules on exit (default: keep forwarding)")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.DurationVar(&o.resync, "resync", 30*time.Second, "how often the datapath is checked against the kernel and repaired even without a change")
@@ -110,6 +110,8 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 	handler := api.NewHandler(e, api.Info{Version: Version, Datapath: cfg.Datapath, ConfigFile: o.file, Source: string(store.Start().Source), Started: time.Now()})
 	metricsMux := http.NewServeMux()
 	metricsMux.Handle("GET /metrics", m.Handler())
+	metricsMux.Handle("GET /healthz", metrics.Healthz())
+	metricsMux.Handle("GET /readyz", metrics.Readyz(e))
 	servers, err := listen(g.socket, o, token, handler, metricsMux, log)
 	if err != nil {
 		return err
@@ -125,7 +127,7 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 	}
 	go reloadOnHangup(ctx, e, log)
 
-	log.Info("sluice started", "config", o.file, "source", store.Start().Source, "services", len(cfg.Services), "datapath", cfg.Datapath, "version", Version)
+	log.Info("sluice started", "config", o.file, "source", store.Start().Source, "services", len(cfg.Services), "datapath", cfg.Datapath, "version", Version, "commit", Commit)
 	runErr := e.Run(ctx)
 	stop()
 	withdrawBefore(e, log)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,8 +50,8 @@ func New(version string, log *slog.Logger) *Metrics {
 	}
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "sluice_build_info",
-		Help:        "Always 1; the version label is the running Sluice's.",
-		ConstLabels: prometheus.Labels{"version": version},
+		Help:        "Always 1; the labels are the running Sluice's version (git describe) and Go's.",
+		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()},
 	})
 	build.Set(1)
 	for _, result := range []string{"ok", "error"} {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -177,7 +178,7 @@ func TestScrape(t *testing.T) {
 
 	got := scrape(t, m)
 	wantLines(t, got,
-		`sluice_build_info{version="test"} 1`,
+		`sluice_build_info{goversion="`+runtime.Version()+`",version="test"} 1`,
 		`sluice_datapath_up 1`,
 		`sluice_datapath_apply_failures_total 0`,
 		`sluice_datapath_apply_duration_seconds_count{result="error"} 1`,
@@ -328,5 +329,36 @@ func TestConntrack(t *testing.T) {
 	wantLines(t, got, `sluice_datapath_up 1`)
 	if !strings.Contains(logged.String(), "permission denied") {
 		t.Errorf("the conntrack error was not logged: %s", logged.String())
+	}
+}
+
+func TestProbes(t *testing.T) {
+	_, e, dp := start(t)
+	get := func(h http.Handler) (int, string) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		return rec.Code, rec.Body.String()
+	}
+	if code, body := get(Healthz()); code != http.StatusOK || body != "ok\n" {
+		t.Errorf("healthz: %d %q", code, body)
+	}
+	if code, body := get(Readyz(e)); code != http.StatusOK || body != "ready\n" {
+		t.Errorf("readyz after the first apply: %d %q", code, body)
+	}
+	dp.FailWith(errors.New("nft: no such table"))
+	t.Cleanup(func() { dp.FailWith(nil) })
+	// A weight change makes the engine apply again; the apply fails, whatever Update reports.
+	_, _ = e.Update(false, "test", func(cfg *config.Config) error {
+		weight := 5
+		cfg.Services[1].Backends[0].Weight = &weight
+		return nil
+	})
+	for deadline := time.Now().Add(10 * time.Second); e.Stats().LastError == ""; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the failing apply never ran")
+		}
+	}
+	if code, body := get(Readyz(e)); code != http.StatusServiceUnavailable || !strings.Contains(body, "nft: no such table") {
+		t.Errorf("readyz after a failed apply: %d %q", code, body)
 	}
 }
