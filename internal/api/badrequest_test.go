@@ -89,7 +89,7 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 		{"patch of a malformed reference", http.MethodPatch, "/v1/services/web/backends/not-an-ip", mediaJSON, `{"weight": 2}`, 400, "backend", 0},
 
 		{"yaml invalid weight", http.MethodPut, "/v1/config", yaml, badWeightYAML, 400, "services[0].backends[1].weight", 9},
-		{"yaml unknown key", http.MethodPut, "/v1/config", yaml, baseConfig + "colour: red\n", 400, "", 0},
+		{"yaml unknown key", http.MethodPut, "/v1/config", yaml, baseConfig + "colour: red\n", 400, "colour", 18},
 		{"yaml two documents", http.MethodPut, "/v1/config", yaml, baseConfig + "---\n" + baseConfig, 400, "", 0},
 		{"yaml {}", http.MethodPut, "/v1/config", yaml, "{}\n", 400, "services", 0},
 		{"yaml null", http.MethodPut, "/v1/config", yaml, "null\n", 400, "services", 0},

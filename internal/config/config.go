@@ -181,17 +181,29 @@ func Parse(name string, data []byte) (*Config, error) {
 		return nil, fmt.Errorf("%s:%d: a second YAML document: a config is one document (remove this ---)", name, next.Line)
 	}
 	var cfg Config
-	strict := yaml.NewDecoder(bytes.NewReader(data))
-	strict.KnownFields(true)
-	if err := strict.Decode(&cfg); err != nil {
-		return nil, prefixYAMLError(name, err)
+	decodeErr := root.Decode(&cfg)
+	var typeErr *yaml.TypeError
+	if decodeErr != nil && !errors.As(decodeErr, &typeErr) {
+		return nil, prefixYAMLError(name, decodeErr)
 	}
-	if errs := append(cfg.Missing(), cfg.Validate()...); len(errs) > 0 {
-		lines := indexLines(&root)
+	shape := checkShape(&root)
+	errs := shape.errs
+	if typeErr != nil && len(shape.broken) == 0 {
+		// The decoder saw what the shape check did not: report it by line.
+		errs = append(errs, lineErrors(typeErr)...)
+	}
+	lines := indexLines(&root)
+	for _, e := range append(cfg.Missing(), cfg.Validate()...) {
+		if !covers(shape.broken, e.Path) {
+			e.Line = lines.lookup(e.Path)
+			errs = append(errs, e)
+		}
+	}
+	if len(errs) > 0 {
 		for i := range errs {
 			errs[i].File = name
-			errs[i].Line = lines.lookup(errs[i].Path)
 		}
+		slices.SortStableFunc(errs, func(a, b FieldError) int { return a.Line - b.Line })
 		return nil, errs
 	}
 	return &cfg, nil
@@ -208,17 +220,22 @@ func (c *Config) Missing() Errors {
 
 // prefixYAMLError turns yaml's "yaml: line 3: ..." into "config.yaml:3: ...".
 func prefixYAMLError(name string, err error) error {
-	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		msgs := make([]string, len(te.Errors))
-		for i, m := range te.Errors {
-			msgs[i] = name + ":" + strings.TrimPrefix(m, "line ")
-		}
-		return errors.New(strings.Join(msgs, "\n"))
-	}
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	if strings.HasPrefix(msg, "line ") {
 		return fmt.Errorf("%s:%s", name, strings.TrimPrefix(msg, "line "))
 	}
 	return fmt.Errorf("%s: %s", name, msg)
+}
+
+// lineErrors turns the decoder's "line 3: cannot unmarshal ..." messages into errors at their lines.
+func lineErrors(te *yaml.TypeError) Errors {
+	errs := make(Errors, len(te.Errors))
+	for i, m := range te.Errors {
+		var line int
+		if n, _ := fmt.Sscanf(m, "line %d:", &line); n == 1 {
+			m = strings.TrimSpace(m[strings.Index(m, ":")+1:])
+		}
+		errs[i] = FieldError{Line: line, Msg: m}
+	}
+	return errs
 }

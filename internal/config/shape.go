@@ -1,0 +1,228 @@
+package config
+
+import (
+	"cmp"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// field is one key a YAML mapping may hold: its name and the Go type its value decodes into.
+type field struct {
+	name string
+	typ  reflect.Type
+}
+
+// fieldsOf lists the keys of a mapping decoded into the struct type t, those of inline structs
+// (bgp.peers[] path attributes) in place.
+func fieldsOf(t reflect.Type) []field {
+	var out []field
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		switch {
+		case !f.IsExported() || name == "-":
+		case slices.Contains(strings.Split(opts, ","), "inline"):
+			out = append(out, fieldsOf(f.Type)...)
+		default:
+			out = append(out, field{cmp.Or(name, strings.ToLower(f.Name)), f.Type})
+		}
+	}
+	return out
+}
+
+var unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
+
+// isScalar tells whether values of t are written as one YAML scalar (Range decodes itself from one).
+func isScalar(t reflect.Type) bool {
+	return reflect.PointerTo(t).Implements(unmarshalerType) || t.Kind() != reflect.Struct && t.Kind() != reflect.Slice
+}
+
+// shapeChecker walks a YAML document against the model and reports what decoding could not take
+// as written: unknown keys, keys given twice, and values of the wrong type, each with its path.
+type shapeChecker struct {
+	errs Errors
+	// broken are the paths whose value did not decode: validating them would only repeat it.
+	broken []string
+}
+
+// checkShape reports every unknown key, repeated key and value of the wrong type of the document.
+func checkShape(doc *yaml.Node) shapeChecker {
+	var c shapeChecker
+	c.check(doc, reflect.TypeFor[Config](), "")
+	return c
+}
+
+func (c *shapeChecker) fail(path string, line int, broken bool, format string, args ...any) {
+	c.errs = append(c.errs, FieldError{Path: path, Line: line, Msg: fmt.Sprintf(format, args...)})
+	if broken {
+		c.broken = append(c.broken, path)
+	}
+}
+
+func (c *shapeChecker) check(n *yaml.Node, t reflect.Type, path string) {
+	for n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n.Kind == yaml.DocumentNode {
+		if len(n.Content) == 0 {
+			return
+		}
+		n = n.Content[0]
+	}
+	if n.ShortTag() == "!!null" {
+		return
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case isScalar(t):
+		if n.Kind != yaml.ScalarNode || isInteger(t) && n.ShortTag() != "!!int" || n.Decode(reflect.New(t).Interface()) != nil {
+			c.fail(path, n.Line, true, "expected %s, found %s", describeType(t), describeNode(n))
+		}
+	case t.Kind() == reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			c.fail(path, n.Line, true, "expected a list, found %s", describeNode(n))
+			return
+		}
+		for i, item := range n.Content {
+			c.check(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i))
+		}
+	default:
+		if n.Kind != yaml.MappingNode {
+			c.fail(path, n.Line, true, "expected a mapping, found %s", describeNode(n))
+			return
+		}
+		c.mapping(n, t, path, map[string]int{})
+	}
+}
+
+// mapping checks the keys of a mapping decoded into the struct type t; seen holds the line of
+// every key already given.
+func (c *shapeChecker) mapping(n *yaml.Node, t reflect.Type, path string, seen map[string]int) {
+	fields := fieldsOf(t)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, value := n.Content[i], n.Content[i+1]
+		if key.ShortTag() == "!!merge" {
+			c.merge(value, t, path)
+			continue
+		}
+		at := key.Value
+		if path != "" {
+			at = path + "." + key.Value
+		}
+		j := slices.IndexFunc(fields, func(f field) bool { return f.name == key.Value })
+		if j < 0 {
+			c.fail(at, key.Line, false, "unknown field (%s)", suggest(key.Value, fields))
+			continue
+		}
+		if line, dup := seen[key.Value]; dup {
+			c.fail(at, key.Line, true, "already set at line %d: give a key once", line)
+			continue
+		}
+		seen[key.Value] = key.Line
+		c.check(value, fields[j].typ, at)
+	}
+}
+
+// merge checks the mappings a merge key (<<: *defaults) brings into a mapping of type t; the
+// mapping's own keys override theirs.
+func (c *shapeChecker) merge(n *yaml.Node, t reflect.Type, path string) {
+	for n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		c.mapping(n, t, path, map[string]int{})
+	case yaml.SequenceNode:
+		for _, m := range n.Content {
+			c.merge(m, t, path)
+		}
+	}
+}
+
+// suggest names the allowed key closest to key, or lists them all when none is close.
+func suggest(key string, fields []field) string {
+	best, bestDist := "", len(key)
+	names := make([]string, len(fields))
+	for i, f := range fields {
+		names[i] = f.name
+		if d := editDistance(strings.ToLower(key), f.name); d < bestDist {
+			best, bestDist = f.name, d
+		}
+	}
+	if best != "" && (bestDist <= 2 || bestDist <= len(key)/3) {
+		return "did you mean " + best + "?"
+	}
+	return "expected one of " + strings.Join(names, ", ")
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := range len(a) {
+		cur := make([]int, len(b)+1)
+		cur[0] = i + 1
+		for j := range len(b) {
+			cost := 1
+			if a[i] == b[j] {
+				cost = 0
+			}
+			cur[j+1] = min(prev[j+1]+1, cur[j]+1, prev[j]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
+func isInteger(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return true
+	}
+	return false
+}
+
+// describeType says what a value of t is written as.
+func describeType(t reflect.Type) string {
+	switch {
+	case t == reflect.TypeFor[Range]():
+		return "a number or a range like 8000-8010"
+	case isInteger(t) && t.Kind() >= reflect.Uint:
+		return fmt.Sprintf("a whole number from 0 to %d", uint64(1)<<t.Bits()-1)
+	case isInteger(t):
+		return "a whole number"
+	case t.Kind() == reflect.Bool:
+		return "true or false"
+	}
+	return "a text value"
+}
+
+// describeNode says what a YAML node holds, for an error.
+func describeNode(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	}
+	return fmt.Sprintf("%q", n.Value)
+}
+
+// covers tells whether path is one of paths or inside one of them.
+func covers(paths []string, path string) bool {
+	for _, p := range paths {
+		if p == "" || path == p || strings.HasPrefix(path, p+".") || strings.HasPrefix(path, p+"[") {
+			return true
+		}
+	}
+	return false
+}
