@@ -290,12 +290,19 @@ static __always_inline int flow_select(const struct packet *p, const struct serv
 	return flow_create(k, svc, g, t, now);
 }
 
+/* Set in the copy of the program that `sluice which` runs on its synthetic packet, so that the
+ * packet is counted nowhere; the verifier removes the test from the program traffic runs. */
+const volatile __u8 count_nothing = 0;
+
 /* Counts a packet of l3_len bytes, and a new flow, for a service and a backend. */
 static __always_inline void count_packet(__u32 svc_id, __u32 backend_id, __u32 l3_len,
 					 __u8 new_flow)
 {
-	struct stats *s = bpf_map_lookup_elem(&service_stats, &svc_id);
+	struct stats *s;
 
+	if (count_nothing)
+		return;
+	s = bpf_map_lookup_elem(&service_stats, &svc_id);
 	if (s) {
 		s->packets++;
 		s->bytes += l3_len;

@@ -22,8 +22,8 @@ func whichCmd(g *globals) *cobra.Command {
 		Short: "Show the backend the datapath gives a flow",
 		Long: `Prints the backend the datapath programmed here gives a flow from SRC:SPORT to VIP:PORT: the
 one a tracked flow keeps, or the Maglev (or hash) choice for a new one. Nothing is changed.
-  ebpf: runs the attached program on a synthetic packet (a TCP ACK or a UDP datagram); a flow
-        it did not track before is forgotten again.
+  ebpf: runs a copy of the attached program that counts nothing on a synthetic packet (a TCP
+        ACK or a UDP datagram); a flow it did not track before is forgotten again.
   nft:  reads the tables back and computes the kernel's jhash of the flow; a tracked flow is its
         conntrack entry (nat, fullnat) or its element of the service's flow map (dsr).
 The datapath is the one the namespace holds (ebpf when its pins exist, nft otherwise), or

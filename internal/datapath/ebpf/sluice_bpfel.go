@@ -110,6 +110,7 @@ const (
 	sluiceMapVips         = "vips"
 	sluiceProgSluiceTc    = "sluice_tc"
 	sluiceProgSluiceXdp   = "sluice_xdp"
+	sluiceVarCountNothing = "count_nothing"
 )
 
 // loadSluice returns the embedded CollectionSpec for sluice.
@@ -178,6 +179,7 @@ type sluiceMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sluiceVariableSpecs struct {
+	CountNothing *ebpf.VariableSpec `ebpf:"count_nothing"`
 }
 
 // sluiceObjects contains all objects after they have been loaded into the kernel.
@@ -231,6 +233,7 @@ func (m *sluiceMaps) Close() error {
 //
 // It can be passed to loadSluiceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sluiceVariables struct {
+	CountNothing *ebpf.Variable `ebpf:"count_nothing"`
 }
 
 // sluicePrograms contains all programs after they have been loaded into the kernel.

@@ -18,8 +18,9 @@ import (
 
 // Which runs the program attached here on a synthetic packet from src to the service at vip (a
 // TCP ACK, so that a tracked flow is looked up, never rebalanced as a SYN would be) and reports
-// the backend it picks, Katran's simulator idea on the real program and maps. A flow the program
-// did not track before is forgotten again; the counters count the packet.
+// the backend it picks, Katran's simulator idea on the real maps. It runs a copy of the program
+// that counts nothing (see whichProgram), and a flow the program did not track before is
+// forgotten again, so nothing the program keeps changes.
 func (d *Datapath) Which(protocol string, vip, src netip.AddrPort) (datapath.Choice, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -38,7 +39,7 @@ func (d *Datapath) Which(protocol string, vip, src netip.AddrPort) (datapath.Cho
 	if err := m.Vips.Lookup(vipKeyOf(vip.Addr(), vip.Port(), proto), &svc); err != nil {
 		return datapath.Choice{}, fmt.Errorf("%s/%s is not a service here", vip, protocol)
 	}
-	prog, err := d.attachedProgram()
+	prog, err := d.whichProgram(m)
 	if err != nil {
 		return datapath.Choice{}, err
 	}
@@ -62,6 +63,40 @@ func (d *Datapath) Which(protocol string, vip, src netip.AddrPort) (datapath.Cho
 		err = forget(m, key, flow, c, src)
 	}
 	return c, err
+}
+
+// whichProgram loads this version's copy of the program the pinned links run (tc or XDP) over
+// the pinned maps, with count_nothing set: it decides as the attached one does and counts the
+// synthetic packet nowhere.
+func (d *Datapath) whichProgram(m *kernelMaps) (*ebpf.Program, error) {
+	attached, err := d.attachedProgram()
+	if err != nil {
+		return nil, err
+	}
+	name := attachPrograms[AttachTC]
+	if attached.Type() == ebpf.XDP {
+		name = attachPrograms[AttachXDP]
+	}
+	attached.Close()
+	spec, err := collectionSpec(name, MapSizes{Flows: m.Flows.MaxEntries(), MaglevSlots: m.Maglev.MaxEntries()})
+	if err != nil {
+		return nil, err
+	}
+	if err := spec.Variables[sluiceVarCountNothing].Set(uint8(1)); err != nil {
+		return nil, err
+	}
+	pinned := map[string]*ebpf.Map{}
+	for pin, x := range m.byName() {
+		if x != nil {
+			pinned[pin] = x
+		}
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: pinned})
+	if err != nil {
+		return nil, fmt.Errorf("loading the program's copy for which: %w", err)
+	}
+	defer coll.Close()
+	return coll.DetachProgram(name), nil
 }
 
 // attachedProgram opens the program one of the pinned links runs.
