@@ -20,9 +20,11 @@ import (
 
 // Client calls the API of a running daemon; the CLI uses it. A non-2xx answer is an *Error.
 type Client struct {
-	base  string
-	token string
-	http  *http.Client
+	// NoWait makes changes return before the datapath applied them (?wait=false).
+	NoWait bool
+	base   string
+	token  string
+	http   *http.Client
 }
 
 // NewUnixClient talks to the daemon over its unix socket (DefaultSocket).
@@ -216,6 +218,9 @@ func (c *Client) call(ctx context.Context, method, path string, body *requestBod
 	var reader io.Reader
 	if body != nil {
 		reader = bytes.NewReader(body.data)
+	}
+	if c.NoWait && method != http.MethodGet {
+		path += map[bool]string{true: "&", false: "?"}[strings.Contains(path, "?")] + "wait=false"
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, reader)
 	if err != nil {

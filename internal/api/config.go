@@ -73,15 +73,18 @@ func (s *server) replaceConfig(r *http.Request, dryRun bool, why string) (plan.C
 }
 
 // reload reads the config file again, like SIGHUP.
-func (s *server) reload(w http.ResponseWriter, _ *http.Request) error {
+func (s *server) reload(w http.ResponseWriter, r *http.Request) error {
 	if s.info.ConfigFile == "" {
 		return &Error{Status: http.StatusConflict, Message: "the daemon was started without a config file: there is nothing to reload"}
 	}
-	change, err := s.engine.Reload()
+	result, err := s.engine.Reload()
 	if err != nil {
 		return err
 	}
-	return respondChange(w, change)
+	if err := s.waitApplied(r, result.Generation); err != nil {
+		return err
+	}
+	return respondChange(w, result.Change)
 }
 
 // readConfig reads a whole config from the body: YAML, whose errors carry lines, or strict JSON.

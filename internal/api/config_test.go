@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -121,6 +122,15 @@ func TestReload(t *testing.T) {
 	}
 	if !reflect.DeepEqual(before, f.engine.Config()) {
 		t.Fatal("a failed reload changed the running config")
+	}
+	events, err := f.client.Events(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(events, func(ev engine.Event) bool {
+		return ev.Type == engine.EventReloadFailed && strings.Contains(ev.Message, fmt.Sprintf("sluice.yaml:%d: services[2].backends[0].address", line))
+	}) {
+		t.Fatalf("no reload_failed event naming the file and line: %+v", events)
 	}
 
 	withoutFile := httptest.NewServer(NewHandler(f.engine, Info{}))

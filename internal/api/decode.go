@@ -185,14 +185,4 @@ func jsonKind(t reflect.Type) string {
 }
 
 // dryRun reads ?dry_run=true: report what the change would do, change nothing.
-func dryRun(r *http.Request) (bool, error) {
-	text := r.URL.Query().Get("dry_run")
-	if text == "" {
-		return false, nil
-	}
-	dry, err := strconv.ParseBool(text)
-	if err != nil {
-		return false, invalid("dry_run", "%q is not true or false", text)
-	}
-	return dry, nil
-}
+func dryRun(r *http.Request) (bool, error) { return boolParam(r, "dry_run", false) }

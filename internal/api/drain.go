@@ -40,6 +40,9 @@ func (s *server) drain(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.waitApplied(r, s.engine.Generation()); err != nil {
+		return err
+	}
 	return respond(w, http.StatusAccepted, view)
 }
 

@@ -13,10 +13,19 @@ import (
 // fromRoot) may not make the changes config.APIGuard refuses: they are answered with 403 and
 // change nothing.
 func (s *server) update(r *http.Request, dryRun bool, why string, mutate engine.Mutation) (plan.Change, error) {
-	if fromRoot(r) {
-		return s.engine.Update(dryRun, why, mutate)
+	if !fromRoot(r) {
+		mutate = guarded(mutate)
 	}
-	return s.engine.Update(dryRun, why, func(cfg *config.Config) error {
+	result, err := s.engine.Update(dryRun, why, mutate)
+	if err != nil || dryRun {
+		return result.Change, err
+	}
+	return result.Change, s.waitApplied(r, result.Generation)
+}
+
+// guarded is mutate refused (forbiddenChange) when it makes a change config.APIGuard refuses.
+func guarded(mutate engine.Mutation) engine.Mutation {
+	return func(cfg *config.Config) error {
 		guard := config.NewAPIGuard(cfg)
 		if err := mutate(cfg); err != nil {
 			return err
@@ -25,7 +34,7 @@ func (s *server) update(r *http.Request, dryRun bool, why string, mutate engine.
 			return forbiddenChange{errs}
 		}
 		return nil
-	})
+	}
 }
 
 // fromRoot tells whether r came over the daemon's unix socket, which only root can open

@@ -36,11 +36,12 @@ func validateCmd() *cobra.Command {
 
 func applyCmd(g *globals) *cobra.Command {
 	var file string
+	var flags changeFlags
 	cmd := &cobra.Command{
 		Use:   "apply -f FILE",
 		Short: "Make a config file the running state (through the daemon when one runs)",
 		Long: `Apply validates the file here, then hands it to the running daemon, which replaces its running
-config and reconciles. Without a daemon it programs the datapath directly and exits. Either way only
+config and reconciles; it returns once the datapath applied the file (--no-wait: at once). Without a daemon it programs the datapath directly and exits. Either way only
 the difference is changed: applying the same file again changes nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -55,6 +56,7 @@ the difference is changed: applying the same file again changes nothing.`,
 				return err
 			}
 			if c != nil {
+				c.NoWait = flags.noWait
 				change, err := c.PutConfig(ctx, data, false)
 				if err != nil {
 					return err
@@ -85,6 +87,7 @@ the difference is changed: applying the same file again changes nothing.`,
 		},
 	}
 	fileFlag(cmd, &file)
+	flags.register(cmd, false)
 	return cmd
 }
 

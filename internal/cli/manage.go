@@ -22,7 +22,7 @@ func serviceCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "service", Short: "Add or remove services on the running daemon"}
 	var s config.Service
 	var backends []string
-	var dryRun bool
+	var addFlags, rmFlags changeFlags
 	add := &cobra.Command{
 		Use:   "add NAME VIP:PORT [--backend ADDR[:PORT][@WEIGHT]]...",
 		Short: "Add a service (like ipvsadm -A)",
@@ -43,8 +43,8 @@ func serviceCmd(g *globals) *cobra.Command {
 				}
 				s.Backends = append(s.Backends, b)
 			}
-			return g.change(cmd, dryRun, func(ctx context.Context, c *api.Client) (plan.Change, error) {
-				res, err := c.AddService(ctx, s, dryRun)
+			return g.change(cmd, addFlags, func(ctx context.Context, c *api.Client) (plan.Change, error) {
+				res, err := c.AddService(ctx, s, addFlags.dryRun)
 				return res.Change, err
 			})
 		},
@@ -55,33 +55,32 @@ func serviceCmd(g *globals) *cobra.Command {
 	f.StringVar(&s.Scheduler, "scheduler", "", "maglev (default), rr, wrr, hash or random")
 	f.StringVar(&s.Fallback, "fallback", "", "drop (default) or reject when no backend takes new flows")
 	f.StringArrayVar(&backends, "backend", nil, "a backend ADDR[:PORT][@WEIGHT]; repeat for more")
-	dryRunFlag(add, &dryRun)
+	addFlags.register(add, true)
 	completeEnum(add, "protocol", config.Protocols)
 	completeEnum(add, "mode", config.Modes)
 	completeEnum(add, "scheduler", config.Schedulers)
 	completeEnum(add, "fallback", config.Fallbacks[:2])
 
-	var rmDryRun bool
 	rm := &cobra.Command{
 		Use:               "rm NAME",
 		Short:             "Remove a service (like ipvsadm -D)",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: g.completeServices,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.change(cmd, rmDryRun, func(ctx context.Context, c *api.Client) (plan.Change, error) {
-				return c.RemoveService(ctx, args[0], rmDryRun)
+			return g.change(cmd, rmFlags, func(ctx context.Context, c *api.Client) (plan.Change, error) {
+				return c.RemoveService(ctx, args[0], rmFlags.dryRun)
 			})
 		},
 	}
-	dryRunFlag(rm, &rmDryRun)
-	cmd.AddCommand(add, rm)
+	rmFlags.register(rm, true)
+	cmd.AddCommand(add, rm, serviceListCmd(g))
 	return cmd
 }
 
 func backendCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "backend", Short: "Add, remove, weight or drain backends on the running daemon"}
 	var weight int
-	var addDryRun, rmDryRun, weightDryRun bool
+	var addFlags, rmFlags, weightFlags changeFlags
 	add := &cobra.Command{
 		Use:               "add SERVICE ADDR[:PORT]",
 		Short:             "Add a backend to a service (like ipvsadm -a)",
@@ -95,14 +94,14 @@ func backendCmd(g *globals) *cobra.Command {
 			if cmd.Flags().Changed("weight") {
 				b.Weight = &weight
 			}
-			return g.change(cmd, addDryRun, func(ctx context.Context, c *api.Client) (plan.Change, error) {
-				res, err := c.AddBackend(ctx, args[0], b, addDryRun)
+			return g.change(cmd, addFlags, func(ctx context.Context, c *api.Client) (plan.Change, error) {
+				res, err := c.AddBackend(ctx, args[0], b, addFlags.dryRun)
 				return res.Change, err
 			})
 		},
 	}
 	add.Flags().IntVarP(&weight, "weight", "w", 1, "weight (0-1000)")
-	dryRunFlag(add, &addDryRun)
+	addFlags.register(add, true)
 
 	rm := &cobra.Command{
 		Use:               "rm SERVICE ADDR[:PORT]",
@@ -110,12 +109,12 @@ func backendCmd(g *globals) *cobra.Command {
 		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: g.completeBackends,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.change(cmd, rmDryRun, func(ctx context.Context, c *api.Client) (plan.Change, error) {
-				return c.RemoveBackend(ctx, args[0], args[1], rmDryRun)
+			return g.change(cmd, rmFlags, func(ctx context.Context, c *api.Client) (plan.Change, error) {
+				return c.RemoveBackend(ctx, args[0], args[1], rmFlags.dryRun)
 			})
 		},
 	}
-	dryRunFlag(rm, &rmDryRun)
+	rmFlags.register(rm, true)
 
 	setWeight := &cobra.Command{
 		Use:               "weight SERVICE ADDR[:PORT] WEIGHT",
@@ -127,14 +126,14 @@ func backendCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("WEIGHT: %q is not a number", args[2])
 			}
-			return g.change(cmd, weightDryRun, func(ctx context.Context, c *api.Client) (plan.Change, error) {
-				res, err := c.SetWeight(ctx, args[0], args[1], w, weightDryRun)
+			return g.change(cmd, weightFlags, func(ctx context.Context, c *api.Client) (plan.Change, error) {
+				res, err := c.SetWeight(ctx, args[0], args[1], w, weightFlags.dryRun)
 				return res.Change, err
 			})
 		},
 	}
-	dryRunFlag(setWeight, &weightDryRun)
-	cmd.AddCommand(add, rm, setWeight, drainCmd(g))
+	weightFlags.register(setWeight, true)
+	cmd.AddCommand(add, rm, setWeight, drainCmd(g), backendListCmd(g))
 	return cmd
 }
 
@@ -146,7 +145,8 @@ func drainCmd(g *globals) *cobra.Command {
 		Short: "Take a backend out of new flows and follow its active flows down to drained",
 		Long: `Drain sets the backend's weight to 0: it takes no new flows and keeps its established ones.
 The command then follows the backend's active flows until none is left or the timeout passes, when
-the daemon emits a "drained" event. With --no-wait it returns at once (see sluice events).`,
+the daemon emits a "drained" event. With --no-wait it returns at once, before the datapath applied
+weight 0 (see sluice events).`,
 		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: g.completeBackends,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -157,6 +157,7 @@ the daemon emits a "drained" event. With --no-wait it returns at once (see sluic
 			if err != nil {
 				return err
 			}
+			c.NoWait = noWait
 			out := cmd.OutOrStdout()
 			ctx := cmd.Context()
 			d, _, err := c.Drain(ctx, args[0], args[1], timeout, false)
@@ -239,21 +240,33 @@ func parseBackendSpec(spec string) (config.Backend, error) {
 	return b, nil
 }
 
-// change runs a change on the daemon and prints what it did (or, with dryRun, would do).
-func (g *globals) change(cmd *cobra.Command, dryRun bool, do func(ctx context.Context, c *api.Client) (plan.Change, error)) error {
+// changeFlags are the flags of a command that changes the daemon's running config.
+type changeFlags struct {
+	dryRun bool // show what would change, change nothing
+	noWait bool // return before the datapath applied the change
+}
+
+// register adds --no-wait to cmd, and --dry-run when dryRun.
+func (f *changeFlags) register(cmd *cobra.Command, dryRun bool) {
+	if dryRun {
+		cmd.Flags().BoolVar(&f.dryRun, "dry-run", false, "show what would change (and the share of flows that would move) without changing it")
+	}
+	cmd.Flags().BoolVar(&f.noWait, "no-wait", false, "return once the daemon took the change, before the datapath applied it")
+}
+
+// change runs a change on the daemon and prints what it did (or, with --dry-run, would do). It
+// returns once the datapath applied the change, unless --no-wait.
+func (g *globals) change(cmd *cobra.Command, f changeFlags, do func(ctx context.Context, c *api.Client) (plan.Change, error)) error {
 	c, err := g.requireDaemon(cmd.Context())
 	if err != nil {
 		return err
 	}
+	c.NoWait = f.noWait
 	change, err := do(cmd.Context(), c)
 	if err != nil {
 		return err
 	}
-	return printChange(cmd.OutOrStdout(), change, dryRun)
-}
-
-func dryRunFlag(cmd *cobra.Command, dryRun *bool) {
-	cmd.Flags().BoolVar(dryRun, "dry-run", false, "show what would change (and the share of flows that would move) without changing it")
+	return printChange(cmd.OutOrStdout(), change, f.dryRun)
 }
 
 func completeEnum(cmd *cobra.Command, flag string, values []string) {

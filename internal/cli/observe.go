@@ -65,7 +65,7 @@ func planCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return g.change(cmd, true, func(ctx context.Context, c *api.Client) (plan.Change, error) {
+			return g.change(cmd, changeFlags{dryRun: true}, func(ctx context.Context, c *api.Client) (plan.Change, error) {
 				return c.Plan(ctx, data)
 			})
 		},
@@ -75,16 +75,22 @@ func planCmd(g *globals) *cobra.Command {
 }
 
 func reloadCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var flags changeFlags
+	cmd := &cobra.Command{
 		Use:   "reload",
 		Short: "Make the daemon re-read its config file (like SIGHUP); a bad file is rejected",
-		Args:  cobra.NoArgs,
+		Long: `Reload makes the daemon read its config file again and waits until the datapath applied it.
+A file that does not load or validate is rejected with its file:line errors (exit status 1), the
+running config stays, and the daemon publishes a reload_failed event. systemctl reload runs it.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return g.change(cmd, false, func(ctx context.Context, c *api.Client) (plan.Change, error) {
+			return g.change(cmd, flags, func(ctx context.Context, c *api.Client) (plan.Change, error) {
 				return c.Reload(ctx)
 			})
 		},
 	}
+	flags.register(cmd, false)
+	return cmd
 }
 
 // loadFile reads a config file and validates it here first, so that errors name the file and line.

@@ -75,6 +75,7 @@ type Engine struct {
 	prober  Prober
 	planner *plan.Builder // keeps the slot tables of unchanged services from plan to plan
 	events  *eventLog
+	gens    *generations  // which config the datapath holds, for Wait
 	dirty   chan struct{} // one pending reconcile
 	outside chan string   // changes others made to the datapath (datapath.Watcher), to repair at once
 
@@ -110,7 +111,7 @@ func New(cfg *config.Config, opts Options) *Engine {
 		opts.RouterID = firstIPv4Address
 	}
 	e := &Engine{
-		opts: opts, log: opts.Log, dp: opts.Datapath, planner: plan.NewBuilder(), events: newEventLog(),
+		opts: opts, log: opts.Log, dp: opts.Datapath, planner: plan.NewBuilder(), events: newEventLog(), gens: newGenerations(),
 		dirty: make(chan struct{}, 1), outside: make(chan string, 16), cfg: cfg, resets: map[string]bool{}, drains: map[string]*drain{},
 		node: nodeDrain{NodeView: NodeView{State: NodeActive}},
 	}
@@ -217,13 +218,16 @@ func (e *Engine) trigger() {
 // backends whose service asks for it.
 func (e *Engine) reconcile(ctx context.Context, force bool) error {
 	e.mu.Lock()
+	gen := e.gens.last()
 	p, err := e.planner.Build(e.cfg, e.available(e.cfg))
 	unchanged := e.applied != nil && e.applied.Equal(p)
 	e.mu.Unlock()
 	if err != nil {
+		e.gens.done(gen, err)
 		return e.applyFailed(err)
 	}
 	if unchanged && !force {
+		e.gens.done(gen, nil)
 		return e.resetFlows(ctx, p)
 	}
 	if force {
@@ -236,6 +240,7 @@ func (e *Engine) reconcile(ctx context.Context, force bool) error {
 		e.opts.OnApply(took, err)
 	}
 	if err != nil {
+		e.gens.done(gen, err)
 		return e.applyFailed(err)
 	}
 	e.mu.Lock()
@@ -243,6 +248,7 @@ func (e *Engine) reconcile(ctx context.Context, force bool) error {
 	e.stats.Applies++
 	e.stats.LastDuration, e.stats.LastApplied, e.stats.LastError = took, time.Now(), ""
 	e.mu.Unlock()
+	e.gens.done(gen, nil)
 	e.log.Debug("datapath applied", "services", len(p.Services), "took", took)
 	if force {
 		e.dropStaleOfFallen(ctx, p)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -326,6 +327,11 @@ func TestReloadRejectsBadFileAndKeepsRunning(t *testing.T) {
 	}
 	if !reflect.DeepEqual(before, h.Config()) {
 		t.Fatal("a bad file changed the running config")
+	}
+	if !slices.ContainsFunc(h.Events(0), func(ev Event) bool {
+		return ev.Type == EventReloadFailed && strings.Contains(ev.Message, "sluice.yaml:13: services[1].port")
+	}) {
+		t.Fatalf("no reload_failed event with the file's error: %+v", h.Events(0))
 	}
 	good := strings.Replace(twoServices, "port: 8080", "port: 8081", 1)
 	if err := os.WriteFile(path, []byte(good), 0o644); err != nil {

@@ -30,6 +30,9 @@ const (
 	// (config.Warnings); published at start and when a change brings it.
 	EventConfigWarning = "config_warning"
 	EventApplyFailed   = "apply_failed"
+	// EventReloadFailed: a reload (SIGHUP, sluice reload) found a file that does not load or
+	// validate; the running config stays. The message has the file:line errors.
+	EventReloadFailed = "reload_failed"
 	// EventConntrackHigh: the datapath's conntrack table passed 80% of its maximum;
 	// EventConntrackNormal: it fell back under 70%.
 	EventConntrackHigh   = "conntrack_high"

@@ -31,53 +31,55 @@ func (e *Engine) Config() *config.Config {
 
 // Update applies a mutation to the running config: the result is validated as a whole and, unless
 // dryRun, becomes the running config and is reconciled. It returns what the change does to the plan
-// (which services change and the share of each one's new flows that moves). On any error nothing
-// changes.
+// (which services change and the share of each one's new flows that moves) and the generation of
+// the running config it made, to Wait for. On any error nothing changes.
 // A change that takes effect is saved (Options.State) before Update returns.
-func (e *Engine) Update(dryRun bool, why string, mutate Mutation) (plan.Change, error) {
+func (e *Engine) Update(dryRun bool, why string, mutate Mutation) (Result, error) {
 	return e.update(dryRun, why, nil, mutate)
 }
 
 // update is Update; from is the config file's version when the change is a reload of that file.
-func (e *Engine) update(dryRun bool, why string, from *state.Origin, mutate Mutation) (plan.Change, error) {
-	change, saved, err := e.apply(dryRun, why, from, mutate)
+func (e *Engine) update(dryRun bool, why string, from *state.Origin, mutate Mutation) (Result, error) {
+	result, saved, err := e.apply(dryRun, why, from, mutate)
 	if err == nil && !dryRun {
 		e.save(saved)
 	}
-	return change, err
+	return result, err
 }
 
 // apply makes the change of update, and returns what to save.
-func (e *Engine) apply(dryRun bool, why string, from *state.Origin, mutate Mutation) (plan.Change, snapshot, error) {
+func (e *Engine) apply(dryRun bool, why string, from *state.Origin, mutate Mutation) (Result, snapshot, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	refused := Result{Generation: e.gens.last()}
 	next := e.cfg.Clone()
 	if err := mutate(next); err != nil {
-		return plan.Change{}, snapshot{}, err
+		return refused, snapshot{}, err
 	}
 	if errs := next.Validate(); len(errs) > 0 {
-		return plan.Change{}, snapshot{}, errs
+		return refused, snapshot{}, errs
 	}
 	if errs := sameDatapath(e.cfg, next); len(errs) > 0 {
-		return plan.Change{}, snapshot{}, errs
+		return refused, snapshot{}, errs
 	}
 	before, err := e.planner.Build(e.cfg, e.available(e.cfg))
 	if err != nil {
-		return plan.Change{}, snapshot{}, err
+		return refused, snapshot{}, err
 	}
 	after, err := e.planner.Build(next, e.available(next))
 	if err != nil {
-		return plan.Change{}, snapshot{}, err
+		return refused, snapshot{}, err
 	}
 	if err := e.budget(after); err != nil {
-		return plan.Change{}, snapshot{}, err
+		return refused, snapshot{}, err
 	}
 	change := plan.Diff(before, after)
 	if dryRun {
-		return change, snapshot{}, nil
+		return Result{Change: change, Generation: refused.Generation}, snapshot{}, nil
 	}
 	warned := e.cfg.Warnings()
 	e.cfg = next
+	gen := e.gens.next()
 	for _, w := range next.Warnings() {
 		if !slices.Contains(warned, w) {
 			e.publish(Event{Type: EventConfigWarning, Message: w})
@@ -89,12 +91,12 @@ func (e *Engine) apply(dryRun bool, why string, from *state.Origin, mutate Mutat
 		e.publish(Event{Type: EventConfigChanged, Message: describe(why, change)})
 	}
 	e.trigger()
-	return change, e.changed(next, from), nil
+	return Result{Change: change, Generation: gen}, e.changed(next, from), nil
 }
 
 // Replace makes cfg, a whole config sent through the API, the running config; see Update. Its
 // state section must be the running one, or absent.
-func (e *Engine) Replace(dryRun bool, why string, cfg *config.Config) (plan.Change, error) {
+func (e *Engine) Replace(dryRun bool, why string, cfg *config.Config) (Result, error) {
 	return e.Update(dryRun, why, func(running *config.Config) error {
 		next := cfg.Clone()
 		if err := keepState(running, next); err != nil {
@@ -106,15 +108,24 @@ func (e *Engine) Replace(dryRun bool, why string, cfg *config.Config) (plan.Chan
 }
 
 // Reload reads the config file again and makes it the running config, replacing what the state
-// file held; a file that does not load or validate is rejected with its errors and the running
-// config stays.
-func (e *Engine) Reload() (plan.Change, error) {
+// file held; a file that does not load or validate is rejected with its errors, published as a
+// reload_failed event, and the running config stays.
+func (e *Engine) Reload() (Result, error) {
 	if e.opts.ConfigPath == "" {
-		return plan.Change{}, errors.New("reload: the daemon was started without a config file")
+		return Result{Generation: e.gens.last()}, errors.New("reload: the daemon was started without a config file")
 	}
+	result, err := e.reload()
+	if err != nil {
+		e.publish(Event{Type: EventReloadFailed, Message: "reload of " + e.opts.ConfigPath + " rejected, the running config stays: " + err.Error()})
+	}
+	return result, err
+}
+
+// reload is Reload of the config file, which exists.
+func (e *Engine) reload() (Result, error) {
 	cfg, origin, err := state.ReadConfigFile(e.opts.ConfigPath)
 	if err != nil {
-		return plan.Change{}, err
+		return Result{Generation: e.gens.last()}, err
 	}
 	return e.update(false, "reload of "+e.opts.ConfigPath, &origin, func(running *config.Config) error {
 		*running = *cfg

@@ -332,6 +332,9 @@ func (s *Service) Share() []float64 {
 		count[b]++
 	}
 	share := make([]float64, len(s.Backends))
+	if len(s.Slots) == 0 {
+		return share // no backend takes new flows
+	}
 	for i, n := range count {
 		share[i] = float64(n) / float64(len(s.Slots))
 	}

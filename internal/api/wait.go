@@ -1,0 +1,49 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// MaxApplyWait bounds how long a change waits for the datapath to apply it; past it the change
+// is answered with 504 (it stays the running config and is applied when the datapath can).
+const MaxApplyWait = 30 * time.Second
+
+// waitApplied returns once the datapath holds the running config of generation gen or a later
+// one, unless the request asks ?wait=false. A failed apply is answered with 500 and its error,
+// no apply within MaxApplyWait with 504: either way the change is the running config.
+func (s *server) waitApplied(r *http.Request, gen uint64) error {
+	wait, err := boolParam(r, "wait", true)
+	if err != nil || !wait {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), MaxApplyWait)
+	defer cancel()
+	err = s.engine.Wait(ctx, gen)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.DeadlineExceeded):
+		return &Error{Status: http.StatusGatewayTimeout, Message: fmt.Sprintf("the change is the running config, but the datapath has not applied it within %s; it keeps trying (see sluice events)", MaxApplyWait)}
+	case r.Context().Err() != nil:
+		return err
+	}
+	return &Error{Status: http.StatusInternalServerError, Message: "the change is the running config, but " + err.Error() + "; it is retried (see sluice events)"}
+}
+
+// boolParam reads the query parameter name as a boolean; absent, it is def.
+func boolParam(r *http.Request, name string, def bool) (bool, error) {
+	text := r.URL.Query().Get(name)
+	if text == "" {
+		return def, nil
+	}
+	v, err := strconv.ParseBool(text)
+	if err != nil {
+		return false, invalid(name, "%q is not true or false", text)
+	}
+	return v, nil
+}
