@@ -2,9 +2,11 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -12,36 +14,115 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/engine"
 )
 
 func listCmd(g *globals) *cobra.Command {
-	var numeric bool
-	var output string
+	var opts listOptions
 	cmd := &cobra.Command{
-		Use:   "list [-n] [-o table|json|yaml]",
+		Use:   "list [SERVICE|VIP:PORT] [-n] [-o table|wide|json|yaml]",
 		Short: "List services and backends with state and counters (like ipvsadm -L)",
-		Long: `List services and backends. With a daemon running, the listing adds configured weights,
-health and drains to what the kernel holds; without one, it is read from the kernel alone.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			services, err := listServices(cmd.Context(), g)
-			if err != nil {
-				return err
-			}
-			return emit(cmd.OutOrStdout(), output, services, func(w io.Writer) error {
-				names := map[string]string{}
-				if !numeric {
-					names = serviceNames("/etc/services")
-				}
-				return printTable(w, services, names)
-			})
+		Long: `List services and backends, or the one service named or listening on VIP:PORT. With a daemon
+running, the listing adds configured weights, health and drains to what the kernel holds;
+without one, it is read from the kernel alone. -o wide adds the fallback, the programmed weight
+and the health.`,
+		Example: `  sluice list
+  sluice list web -o wide
+  sluice list 10.91.9.100:80`,
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: g.completeServices,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runList(cmd, g, args, opts)
 		},
 	}
-	cmd.Flags().BoolVarP(&numeric, "numeric", "n", false, "numeric ports (no /etc/services names)")
-	outputFlag(cmd, &output)
+	opts.flags(cmd)
 	return cmd
+}
+
+// serviceListCmd is `sluice service list`, the listing under the service command.
+func serviceListCmd(g *globals) *cobra.Command {
+	cmd := listCmd(g)
+	cmd.Use = "list [SERVICE|VIP:PORT] [-n] [-o table|wide|json|yaml]"
+	cmd.Short = "List services and backends (as sluice list)"
+	return cmd
+}
+
+// backendListCmd is `sluice backend list SERVICE`: that service and its backends.
+func backendListCmd(g *globals) *cobra.Command {
+	var opts listOptions
+	cmd := &cobra.Command{
+		Use:               "list SERVICE [-n] [-o table|wide|json|yaml]",
+		Short:             "List a service's backends (as sluice list SERVICE)",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: g.completeServices,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runList(cmd, g, args, opts)
+		},
+	}
+	opts.flags(cmd)
+	return cmd
+}
+
+// listOptions are the flags of the listing commands.
+type listOptions struct {
+	numeric bool
+	output  string
+}
+
+func (o *listOptions) flags(cmd *cobra.Command) {
+	cmd.Flags().BoolVarP(&o.numeric, "numeric", "n", false, "numeric ports (no /etc/services names)")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table, wide, json, yaml")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "wide", "json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
+}
+
+// runList prints the services, or the one args names.
+func runList(cmd *cobra.Command, g *globals, args []string, o listOptions) error {
+	services, err := listServices(cmd.Context(), g)
+	if err != nil {
+		return err
+	}
+	if len(args) == 1 {
+		if services, err = filterServices(services, args[0]); err != nil {
+			return err
+		}
+	}
+	names := map[string]string{}
+	if !o.numeric && (o.output == "table" || o.output == "wide") {
+		names = serviceNames("/etc/services")
+	}
+	if o.output == "wide" {
+		return printTable(cmd.OutOrStdout(), services, names, true)
+	}
+	return emit(cmd.OutOrStdout(), o.output, services, func(w io.Writer) error {
+		return printTable(w, services, names, false)
+	})
+}
+
+// filterServices keeps the service named by, or listening on, what (a name or VIP:PORT).
+func filterServices(services []engine.ServiceView, what string) ([]engine.ServiceView, error) {
+	at, atErr := netip.ParseAddrPort(what)
+	out := []engine.ServiceView{}
+	for _, s := range services {
+		if s.Name == what || atErr == nil && listensOn(s, at) {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no service is named %q or listens on it", what)
+	}
+	return out, nil
+}
+
+// listensOn tells whether a service's VIP and ports take at.
+func listensOn(s engine.ServiceView, at netip.AddrPort) bool {
+	vip, err := netip.ParseAddr(s.VIP)
+	if err != nil || vip.Unmap() != at.Addr().Unmap() {
+		return false
+	}
+	ports, err := config.ParseRange(s.Ports)
+	return err == nil && ports.Contains(int(at.Port()))
 }
 
 // listServices asks the daemon, or reads the kernel when no daemon runs.
@@ -79,26 +160,59 @@ func kernelViews(kernel []datapath.ServiceStatus) []engine.ServiceView {
 	return out
 }
 
-// printTable writes the ipvsadm -L layout: a line per service, an indented line per backend.
-func printTable(w io.Writer, services []engine.ServiceView, portNames map[string]string) error {
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "Prot LocalAddress:Port\tScheduler\tMode\tSlots\t\t\t\t\t")
-	fmt.Fprintln(tw, "  -> RemoteAddress:Port\tWeight\tState\tShare\tActiveConn\tConns\tInPkts\tInBytes\t")
+// printTable writes the ipvsadm -L layout: a line per service, an indented line per backend; wide
+// adds the fallback, the programmed weight and the health. No line ends in a space.
+func printTable(w io.Writer, services []engine.ServiceView, portNames map[string]string, wide bool) error {
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 8, 2, ' ', 0)
+	row := func(cells ...string) { fmt.Fprintln(tw, strings.Join(cells, "\t")) }
+	if wide {
+		row("Prot LocalAddress:Port", "Name", "Scheduler", "Mode", "Fallback", "Slots", "", "", "", "", "")
+		row("  -> RemoteAddress:Port", "Weight", "Programmed", "Health", "State", "Share", "ActiveConn", "Conns", "InPkts", "InBytes", "")
+	} else {
+		row("Prot LocalAddress:Port", "Name", "Scheduler", "Mode", "Slots", "", "", "", "")
+		row("  -> RemoteAddress:Port", "Weight", "State", "Share", "ActiveConn", "Conns", "InPkts", "InBytes", "")
+	}
 	for _, s := range services {
-		fmt.Fprintf(tw, "%s  %s\t%s\t%s\t%d\t\t\t\t\t\n", strings.ToUpper(s.Protocol), hostPort(s.VIP, portName(s.Ports, s.Protocol, portNames)), s.Scheduler, s.Mode, s.Slots)
+		addr := strings.ToUpper(s.Protocol) + "  " + hostPort(s.VIP, portName(s.Ports, s.Protocol, portNames))
+		if wide {
+			row(addr, s.Name, s.Scheduler, s.Mode, orDash(s.Fallback), strconv.Itoa(s.Slots), "", "", "", "", "")
+		} else {
+			row(addr, s.Name, s.Scheduler, s.Mode, strconv.Itoa(s.Slots), "", "", "", "")
+		}
 		for _, b := range s.Backends {
 			port := portName(s.Ports, s.Protocol, portNames) // the port the client used
 			if b.Port != 0 {
 				port = portName(strconv.Itoa(b.Port), s.Protocol, portNames)
 			}
-			state := b.State
-			if state == "" {
-				state = "-"
+			addr := "  -> " + hostPort(b.Address, port)
+			share := fmt.Sprintf("%.1f%%", 100*b.Share)
+			counters := []string{strconv.FormatUint(b.ActiveFlows, 10), strconv.FormatUint(b.Flows, 10), strconv.FormatUint(b.Packets, 10), strconv.FormatUint(b.Bytes, 10), ""}
+			if wide {
+				row(append([]string{addr, strconv.Itoa(b.Weight), strconv.Itoa(b.ProgrammedWeight), orDash(b.Health), orDash(b.State), share}, counters...)...)
+			} else {
+				row(append([]string{addr, strconv.Itoa(b.Weight), orDash(b.State), share}, counters...)...)
 			}
-			fmt.Fprintf(tw, "  -> %s\t%d\t%s\t%.1f%%\t%d\t%d\t%d\t%d\t\n", hostPort(b.Address, port), b.Weight, state, 100*b.Share, b.ActiveFlows, b.Flows, b.Packets, b.Bytes)
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeTrimmed(w, buf.String())
+}
+
+// writeTrimmed writes text with the spaces tabwriter pads empty last cells with cut from each line.
+func writeTrimmed(w io.Writer, text string) error {
+	var out strings.Builder
+	for _, line := range strings.SplitAfter(text, "\n") {
+		body, nl := strings.CutSuffix(line, "\n")
+		out.WriteString(strings.TrimRight(body, " "))
+		if nl {
+			out.WriteString("\n")
+		}
+	}
+	_, err := io.WriteString(w, out.String())
+	return err
 }
 
 func hostPort(host, port string) string {
