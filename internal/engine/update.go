@@ -74,6 +74,7 @@ func (e *Engine) apply(dryRun bool, why string, from *state.Origin, mutate Mutat
 		return refused, snapshot{}, err
 	}
 	change := plan.Diff(before, after)
+	change.NoteHealthChecks(e.cfg, next, after)
 	if dryRun {
 		return Result{Change: change, Generation: refused.Generation}, snapshot{}, nil
 	}

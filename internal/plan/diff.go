@@ -1,5 +1,13 @@
 package plan
 
+import (
+	"encoding/json"
+	"reflect"
+	"slices"
+
+	"github.com/sluicelb/sluice/internal/config"
+)
+
 // Change is the difference between two plans as an operator wants to see it.
 type Change struct {
 	Added   []string `json:"added"`
@@ -8,6 +16,45 @@ type Change struct {
 	// Moved is, per changed service, the share of slots (and so of new flows' hash space) whose
 	// backend differs.
 	Moved map[string]float64 `json:"moved"`
+	// Services tells what differs in each service added, removed or changed, by name.
+	Services []ServiceChange `json:"services"`
+}
+
+// The ops of a ServiceChange and of a BackendChange.
+const (
+	OpAdd    = "add"
+	OpRemove = "remove"
+	OpChange = "change"
+)
+
+// ServiceChange is what differs in one service.
+type ServiceChange struct {
+	Name string `json:"name"`
+	Op   string `json:"op"` // OpAdd, OpRemove or OpChange
+	// Listener is the service's "tcp 10.0.0.1:80", as the new plan has it (the old one's when removed).
+	Listener string        `json:"listener"`
+	Fields   []FieldChange `json:"fields,omitempty"`
+	// Backends added, removed or re-weighted (every backend of a service added or removed).
+	Backends []BackendChange `json:"backends,omitempty"`
+	// Moved is the share of new flows sent to another backend than before (changed services).
+	Moved float64 `json:"moved,omitempty"`
+}
+
+// FieldChange is a setting of a service that differs: listener, mode, scheduler, fallback,
+// flow_timeout or health_check.
+type FieldChange struct {
+	Field string `json:"field"`
+	From  string `json:"from"`
+	To    string `json:"to"`
+}
+
+// BackendChange is a backend added, removed or re-weighted (OpChange); weights as programmed,
+// after health.
+type BackendChange struct {
+	Backend string `json:"backend"`
+	Op      string `json:"op"`
+	From    int    `json:"from_weight"`
+	To      int    `json:"to_weight"`
 }
 
 // Empty tells whether nothing differs.
@@ -29,19 +76,104 @@ func Diff(old, new *Plan) Change {
 		switch {
 		case !ok:
 			c.Added = append(c.Added, n.Name)
+			c.Services = append(c.Services, ServiceChange{Name: n.Name, Op: OpAdd, Listener: n.Listener(), Backends: diffBackends(nil, n.Backends)})
 		case !o.Equal(n):
 			c.Changed = append(c.Changed, n.Name)
 			c.Moved[n.Name] = moved(o, n)
+			c.Services = append(c.Services, ServiceChange{Name: n.Name, Op: OpChange, Listener: n.Listener(),
+				Fields: diffFields(o, n), Backends: diffBackends(o.Backends, n.Backends), Moved: c.Moved[n.Name]})
 		}
 	}
 	if old != nil {
 		for _, o := range old.Services {
 			if _, gone := before[o.Name]; gone {
 				c.Removed = append(c.Removed, o.Name)
+				c.Services = append(c.Services, ServiceChange{Name: o.Name, Op: OpRemove, Listener: o.Listener(), Backends: diffBackends(o.Backends, nil)})
 			}
 		}
 	}
 	return c
+}
+
+// NoteHealthChecks adds to c the services of p whose health check differs between the configs
+// p was built from (new) and before it (old), which plans do not hold.
+func (c *Change) NoteHealthChecks(old, new *config.Config, p *Plan) {
+	checks := map[string]*config.HealthCheck{}
+	for _, s := range old.Services {
+		checks[s.Name] = s.HealthCheck
+	}
+	for _, s := range new.Services {
+		was, ok := checks[s.Name]
+		if !ok || reflect.DeepEqual(was, s.HealthCheck) {
+			continue
+		}
+		field := FieldChange{Field: "health_check", From: describeCheck(was), To: describeCheck(s.HealthCheck)}
+		if i := slices.IndexFunc(c.Services, func(x ServiceChange) bool { return x.Name == s.Name }); i >= 0 {
+			c.Services[i].Fields = append(c.Services[i].Fields, field)
+			continue
+		}
+		listener := ""
+		if i := slices.IndexFunc(p.Services, func(x Service) bool { return x.Name == s.Name }); i >= 0 {
+			listener = p.Services[i].Listener()
+		}
+		c.Changed = append(c.Changed, s.Name)
+		c.Moved[s.Name] = 0
+		c.Services = append(c.Services, ServiceChange{Name: s.Name, Op: OpChange, Listener: listener, Fields: []FieldChange{field}})
+	}
+}
+
+// describeCheck renders a health check as its JSON, "none" when there is none.
+func describeCheck(h *config.HealthCheck) string {
+	if h == nil {
+		return "none"
+	}
+	data, err := json.Marshal(h)
+	if err != nil {
+		return h.Type
+	}
+	return string(data)
+}
+
+// diffFields lists the settings of a service that differ, besides its backends.
+func diffFields(o, n *Service) []FieldChange {
+	var out []FieldChange
+	for _, f := range []struct{ field, from, to string }{
+		{"listener", o.Listener(), n.Listener()},
+		{"mode", o.Mode, n.Mode},
+		{"scheduler", o.Scheduler, n.Scheduler},
+		{"fallback", o.Fallback, n.Fallback},
+		{"flow_timeout", o.FlowTimeout.String(), n.FlowTimeout.String()},
+	} {
+		if f.from != f.to {
+			out = append(out, FieldChange{Field: f.field, From: f.from, To: f.to})
+		}
+	}
+	return out
+}
+
+// diffBackends lists the backends added, removed or re-weighted, in the order of their IDs.
+func diffBackends(old, new []Backend) []BackendChange {
+	was := map[string]int{}
+	for _, b := range old {
+		was[b.ID()] = b.Weight
+	}
+	var out []BackendChange
+	for _, b := range new {
+		w, ok := was[b.ID()]
+		delete(was, b.ID())
+		switch {
+		case !ok:
+			out = append(out, BackendChange{Backend: b.ID(), Op: OpAdd, To: b.Weight})
+		case w != b.Weight:
+			out = append(out, BackendChange{Backend: b.ID(), Op: OpChange, From: w, To: b.Weight})
+		}
+	}
+	for _, b := range old {
+		if w, gone := was[b.ID()]; gone {
+			out = append(out, BackendChange{Backend: b.ID(), Op: OpRemove, From: w})
+		}
+	}
+	return out
 }
 
 // moved is the share of new flows that the new table sends to another backend than the old one
