@@ -1,16 +1,62 @@
 # Sluice: `make demo` shows it working, `make test` proves it. Both install what they need.
 GO ?= go
-BIN := bin/sluice
+BIN ?= bin/sluice
 
-.PHONY: all build deps generate check-generated test unit e2e demo lint clean
+# The build stamps the version (git describe), commit and date into the binary; a plain go build
+# says "dev". SOURCE_DATE_EPOCH, when set, fixes the date for reproducible builds.
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+BUILD_DATE ?= $(shell date -u -d @$${SOURCE_DATE_EPOCH:-$$(date +%s)} +%Y-%m-%dT%H:%M:%SZ)
+CLI := github.com/sluicelb/sluice/internal/cli
+LDFLAGS := -X $(CLI).Version=$(VERSION) -X $(CLI).Commit=$(COMMIT) -X $(CLI).BuildDate=$(BUILD_DATE)
+
+# make install puts the binary, unit, defaults, man pages, completions and docs under these.
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR ?= $(PREFIX)/bin
+SYSCONFDIR ?= /etc
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+MANDIR ?= $(PREFIX)/share/man
+DOCDIR ?= $(PREFIX)/share/doc/sluice
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
+FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
+
+.PHONY: all build version install deb deps generate check-generated test unit e2e demo lint clean
 
 all: build
 
 deps:
 	./scripts/deps.sh
 
+# A static binary: no cgo, so it runs on any Linux of the architecture without its libc.
 build:
-	$(GO) build -o $(BIN) ./cmd/sluice
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/sluice
+
+version:
+	@echo $(VERSION)
+
+# Files under SYSCONFDIR are installed only when absent: an operator's edits stay.
+install: build
+	install -D -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/sluice
+	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(DOCDIR)/examples \
+		$(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
+	sed -e 's|/usr/local/bin/sluice|$(BINDIR)/sluice|g' -e 's|/usr/share/doc/sluice|$(DOCDIR)|g' \
+		packaging/sluice.service > $(DESTDIR)$(UNITDIR)/sluice.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/sluice.service
+	test -e $(DESTDIR)$(SYSCONFDIR)/default/sluice || install -D -m 0644 packaging/sluice.default $(DESTDIR)$(SYSCONFDIR)/default/sluice
+	test -e $(DESTDIR)$(SYSCONFDIR)/sluice/sluice.yaml || install -D -m 0644 packaging/sluice.yaml $(DESTDIR)$(SYSCONFDIR)/sluice/sluice.yaml
+	$(GO) run -ldflags '$(LDFLAGS)' ./packaging/gendocs $(DESTDIR)$(MANDIR)/man1
+	$(BIN) completion bash > $(DESTDIR)$(BASHCOMPDIR)/sluice
+	$(BIN) completion zsh > $(DESTDIR)$(ZSHCOMPDIR)/_sluice
+	$(BIN) completion fish > $(DESTDIR)$(FISHCOMPDIR)/sluice.fish
+	install -m 0644 README.md docs/*.md $(DESTDIR)$(DOCDIR)/
+	install -m 0644 examples/*.yaml $(DESTDIR)$(DOCDIR)/examples/
+
+# DEBDIR/sluice_VERSION_ARCH.deb, built with dpkg-deb from a make install into a scratch tree.
+DEBDIR ?= bin
+deb:
+	MAKE='$(MAKE)' BIN='$(BIN)' ./packaging/deb.sh $(DEBDIR)
 
 # The BPF objects and their Go bindings are committed; this rebuilds them from bpf/ with clang.
 generate:

@@ -40,6 +40,9 @@ func Execute() int {
 	return 0
 }
 
+// Command is the whole command line, for tools that document it (packaging/gendocs).
+func Command() *cobra.Command { return rootCmd() }
+
 // rootCmd is the whole command line.
 func rootCmd() *cobra.Command {
 	g := &globals{}
@@ -70,6 +73,7 @@ func rootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.apiToken, "token", os.Getenv("SLUICE_TOKEN"), "bearer token for --api")
 	root.AddCommand(validateCmd(), applyCmd(g), listCmd(g), flushCmd(g), labCmd(), serveCmd(g),
 		serviceCmd(g), backendCmd(g), healthCmd(g), eventsCmd(g), planCmd(g), reloadCmd(g), whichCmd(g), bgpCmd(g), nodeCmd(g), benchCmd(), versionCmd())
+	root.AddCommand(schemaCmd())
 	return root
 }
 
