@@ -112,8 +112,8 @@ func (c *Config) validateBGP(fail func(path, format string, args ...any)) {
 			fail("bgp.router_id", "%q is not an IPv4 address (a BGP identifier is one)", b.RouterID)
 		}
 	}
-	if p := b.ListenPort; p != nil && *p != NoListen && (*p < 1 || *p > 65535) {
-		fail("bgp.listen_port", "%d is not a port in 1-65535, or -1 to only dial the peers", *p)
+	if p := b.ListenPort; p != nil && *p != NoListen && !portBounds.has(*p) {
+		fail("bgp.listen_port", "%d is not a port in %s, or %d to only dial the peers", *p, portBounds, NoListen)
 	}
 	if b.ShutdownGrace != "" {
 		if d, err := time.ParseDuration(b.ShutdownGrace); err != nil || d < 0 || d > MaxShutdownGrace {
@@ -142,8 +142,8 @@ func (c *Config) validateBGP(fail func(path, format string, args ...any)) {
 			}
 			seen[key] = i
 		}
-		if p.Port < 0 || p.Port > 65535 {
-			fail(at+".port", "%d is not a port in 1-65535", p.Port)
+		if !anyPortBounds.has(p.Port) {
+			fail(at+".port", "%d is not a port in %s", p.Port, portBounds)
 		}
 		if !validASN(p.ASN) {
 			fail(at+".asn", "%s", asnRule(p.ASN))

@@ -82,8 +82,8 @@ func durationOr(s string, def time.Duration) time.Duration {
 func (h *HealthCheck) validate(at string, fail func(path, format string, args ...any)) {
 	h.Type = oneOf(h.Type, CheckTypes, at+".type", fail)
 	h.OnFailure = oneOf(h.OnFailure, OnFailures, at+".on_failure", fail)
-	if h.Port < 0 || h.Port > 65535 {
-		fail(at+".port", "%d is not a port in 1-65535", h.Port)
+	if !anyPortBounds.has(h.Port) {
+		fail(at+".port", "%d is not a port in %s", h.Port, portBounds)
 	}
 	interval, timeout := DefaultCheckInterval, DefaultCheckTimeout
 	for _, d := range []struct {
@@ -113,11 +113,11 @@ func (h *HealthCheck) validate(at string, fail func(path, format string, args ..
 	if h.Fall == 0 {
 		h.Fall = DefaultFall
 	}
-	if h.Rise < 1 || h.Rise > 100 {
-		fail(at+".rise", "%d is out of range 1-100", h.Rise)
+	if !riseFallBounds.has(h.Rise) {
+		fail(at+".rise", "%d is out of range %s", h.Rise, riseFallBounds)
 	}
-	if h.Fall < 1 || h.Fall > 100 {
-		fail(at+".fall", "%d is out of range 1-100", h.Fall)
+	if !riseFallBounds.has(h.Fall) {
+		fail(at+".fall", "%d is out of range %s", h.Fall, riseFallBounds)
 	}
 	isHTTP := h.Type == "http" || h.Type == "https"
 	onlyFor := func(field string, set bool, ok bool, types string) {
@@ -148,8 +148,8 @@ func (h *HealthCheck) validate(at string, fail func(path, format string, args ..
 		for i, r := range h.ExpectStatus {
 			if err := r.Err(); err != nil {
 				fail(fmt.Sprintf("%s.expect_status[%d]", at, i), "%v", err)
-			} else if r.First < 100 || r.Last > 599 || r.First > r.Last {
-				fail(fmt.Sprintf("%s.expect_status[%d]", at, i), "%s is not a status code or range within 100-599", r)
+			} else if !statusBounds.has(r.First) || !statusBounds.has(r.Last) || r.First > r.Last {
+				fail(fmt.Sprintf("%s.expect_status[%d]", at, i), "%s is not a status code or range within %s", r, statusBounds)
 			}
 		}
 	}

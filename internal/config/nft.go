@@ -33,7 +33,7 @@ func (c *Config) validateNFT(fail func(path, format string, args ...any)) {
 	if c.Datapath == "ebpf" {
 		fail("nft", "only applies to datapath nft, not %s", c.Datapath)
 	}
-	if n := c.NFT.MaxElements; n != 0 && (n < MinNFTMaxElements || n > MaxNFTMaxElements) {
-		fail("nft.max_elements", "%d is out of range %d-%d", n, MinNFTMaxElements, MaxNFTMaxElements)
+	if n := c.NFT.MaxElements; n != 0 && !nftElementsBounds.has(n) {
+		fail("nft.max_elements", "%d is out of range %s", n, nftElementsBounds)
 	}
 }

@@ -10,10 +10,12 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// field is one key a YAML mapping may hold: its name and the Go type its value decodes into.
+// field is one key a YAML mapping may hold: its name, the Go type its value decodes into, and
+// the struct type that holds it (an inline struct's own).
 type field struct {
-	name string
-	typ  reflect.Type
+	name  string
+	typ   reflect.Type
+	owner reflect.Type
 }
 
 // fieldsOf lists the keys of a mapping decoded into the struct type t, those of inline structs
@@ -28,7 +30,7 @@ func fieldsOf(t reflect.Type) []field {
 		case slices.Contains(strings.Split(opts, ","), "inline"):
 			out = append(out, fieldsOf(f.Type)...)
 		default:
-			out = append(out, field{cmp.Or(name, strings.ToLower(f.Name)), f.Type})
+			out = append(out, field{cmp.Or(name, strings.ToLower(f.Name)), f.Type, t})
 		}
 	}
 	return out

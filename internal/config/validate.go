@@ -44,11 +44,11 @@ func (c *Config) Validate() Errors {
 		if c.Datapath != "ebpf" {
 			fail("ebpf", "only applies to datapath ebpf, not %s", c.Datapath)
 		}
-		if n := c.EBPF.MaxFlows; n != 0 && (n < MinMaxFlows || n > MaxMaxFlows) {
-			fail("ebpf.max_flows", "%d is out of range %d-%d", n, MinMaxFlows, MaxMaxFlows)
+		if n := c.EBPF.MaxFlows; n != 0 && !maxFlowsBounds.has(n) {
+			fail("ebpf.max_flows", "%d is out of range %s", n, maxFlowsBounds)
 		}
-		if n := c.EBPF.MaglevSlots; n != 0 && (n < MinMaglevSlots || n > MaxMaglevSlots) {
-			fail("ebpf.maglev_slots", "%d is out of range %d-%d", n, MinMaglevSlots, MaxMaglevSlots)
+		if n := c.EBPF.MaglevSlots; n != 0 && !maglevSlotsBounds.has(n) {
+			fail("ebpf.maglev_slots", "%d is out of range %s", n, maglevSlotsBounds)
 		}
 	}
 	c.State.validate(fail)
@@ -103,8 +103,8 @@ func (s *Service) validate(at string, vips vipOwners, fail func(path, format str
 	}
 	if err := s.Port.Err(); err != nil {
 		fail(at+".port", "%v", err)
-	} else if s.Port.First < 1 || s.Port.Last > 65535 || s.Port.First > s.Port.Last {
-		fail(at+".port", "%q is not a port in 1-65535 or a range first-last", s.Port)
+	} else if !portBounds.has(s.Port.First) || !portBounds.has(s.Port.Last) || s.Port.First > s.Port.Last {
+		fail(at+".port", "%q is not a port in %s or a range first-last", s.Port, portBounds)
 	}
 	s.Protocol = oneOf(s.Protocol, Protocols, at+".protocol", fail)
 	s.Mode = oneOf(s.Mode, Modes, at+".mode", fail)
@@ -150,8 +150,8 @@ func (s *Service) validateTableSize(at string, fail func(path, format string, ar
 	switch {
 	case s.Scheduler != "maglev":
 		fail(at, "only applies to scheduler maglev, not %s", s.Scheduler)
-	case m < need || m > maglev.MaxSize:
-		fail(at, "%d is out of range %d-%d (a prime, no smaller than the number of backends and sorry servers)", m, need, maglev.MaxSize)
+	case m < need || m > int(tableSizeBounds.max):
+		fail(at, "%d is out of range %s (a prime, no smaller than the number of backends and sorry servers)", m, bounds{int64(need), tableSizeBounds.max})
 	case !maglev.IsPrime(m) && maglev.NextPrime(m) <= maglev.MaxSize:
 		fail(at, "%d is not a prime (the next prime is %d)", m, maglev.NextPrime(m))
 	case !maglev.IsPrime(m):
@@ -187,16 +187,16 @@ func (s *Service) validateBackends(at string, backends []Backend, vip netip.Addr
 		if err == nil {
 			canonicalize(&b.Address, addr)
 		}
-		if b.Port < 0 || b.Port > 65535 {
-			fail(bat()+".port", "%d is not a port in 1-65535", b.Port)
+		if !anyPortBounds.has(b.Port) {
+			fail(bat()+".port", "%d is not a port in %s", b.Port, portBounds)
 		}
 		if s.Mode == "dsr" && b.Port != 0 && (s.Port.IsRange() || b.Port != s.Port.First) {
 			fail(bat()+".port", "dsr cannot remap ports (backend port %d, service port %s): the packet keeps its destination", b.Port, s.Port)
 		}
-		if w := b.WeightOrDefault(); w < 0 || w > MaxWeight {
-			fail(bat()+".weight", "%d is out of range 0-%d", w, MaxWeight)
+		if w := b.WeightOrDefault(); !weightBounds.has(w) {
+			fail(bat()+".weight", "%d is out of range %s", w, weightBounds)
 		}
-		if err != nil || b.Port < 0 || b.Port > 65535 {
+		if err != nil || !anyPortBounds.has(b.Port) {
 			continue
 		}
 		key := netip.AddrPortFrom(addr, uint16(b.Port))

@@ -1,0 +1,118 @@
+package config
+
+import (
+	"fmt"
+	"reflect"
+	"regexp"
+
+	"github.com/sluicelb/sluice/internal/maglev"
+)
+
+// bounds is the inclusive range of whole numbers a field may hold.
+type bounds struct{ min, max int64 }
+
+func (b bounds) has(n int) bool { return b.min <= int64(n) && int64(n) <= b.max }
+
+func (b bounds) String() string { return fmt.Sprintf("%d-%d", b.min, b.max) }
+
+// The ranges the validator enforces and the schema states.
+var (
+	portBounds        = bounds{1, 65535}
+	anyPortBounds     = bounds{0, 65535} // 0: the service's (or the client's) port
+	weightBounds      = bounds{0, MaxWeight}
+	riseFallBounds    = bounds{1, 100}
+	statusBounds      = bounds{100, 599}
+	maxFlowsBounds    = bounds{MinMaxFlows, MaxMaxFlows}
+	maglevSlotsBounds = bounds{MinMaglevSlots, MaxMaglevSlots}
+	nftElementsBounds = bounds{MinNFTMaxElements, MaxNFTMaxElements}
+	tableSizeBounds   = bounds{2, maglev.MaxSize}
+	asnBounds         = bounds{1, 4294967294}
+)
+
+// Patterns of text values the schema states; the validator parses these fields.
+var (
+	durationPattern  = regexp.MustCompile(`^(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`)
+	communityPattern = regexp.MustCompile(`^` + uint16Text + `:` + uint16Text + `$`)
+	rangePattern     = regexp.MustCompile(`^\s*[0-9]+\s*(-\s*[0-9]+\s*)?$`)
+)
+
+// uint16Text matches a number from 0 to 65535.
+const uint16Text = `(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4})`
+
+// rule is what the validator requires of one key, as the JSON Schema states it. Enum, bounds,
+// pattern and maxLength apply to each item of a list.
+type rule struct {
+	enum []string // the allowed values, the first the default unless noDefault
+	// noDefault: an unset value means none of enum (fallback).
+	noDefault bool
+	bounds    *bounds
+	// also is one more value taken outside bounds: 0 keeps a default, -1 turns listening off.
+	also               *int64
+	pattern            *regexp.Regexp
+	maxLength          int
+	required           bool
+	minItems, maxItems int
+}
+
+func zeroOr(b bounds) rule { return rule{bounds: &b, also: new(int64)} }
+
+func within(b bounds) rule { return rule{bounds: &b} }
+
+// rules are the rules of the keys, by the struct type that holds them.
+var rules = map[reflect.Type]map[string]rule{
+	reflect.TypeFor[Config](): {
+		"datapath":   {enum: Datapaths},
+		"attach":     {enum: Attaches},
+		"interfaces": {pattern: interfaceName},
+		"services":   {required: true},
+	},
+	reflect.TypeFor[EBPFSizes](): {
+		"max_flows":    zeroOr(maxFlowsBounds),
+		"maglev_slots": zeroOr(maglevSlotsBounds),
+	},
+	reflect.TypeFor[NFTLimits](): {"max_elements": zeroOr(nftElementsBounds)},
+	reflect.TypeFor[State]():     {"persist": {enum: Persists}},
+	reflect.TypeFor[Service](): {
+		"name":         {pattern: serviceName, required: true},
+		"vip":          {required: true},
+		"port":         {bounds: &portBounds, required: true},
+		"protocol":     {enum: Protocols},
+		"mode":         {enum: Modes},
+		"scheduler":    {enum: Schedulers},
+		"fallback":     {enum: Fallbacks, noDefault: true},
+		"table_size":   zeroOr(tableSizeBounds),
+		"flow_timeout": {pattern: durationPattern},
+	},
+	reflect.TypeFor[Backend](): {
+		"address": {required: true},
+		"port":    within(anyPortBounds),
+		"weight":  within(weightBounds),
+	},
+	reflect.TypeFor[HealthCheck](): {
+		"type":          {enum: CheckTypes},
+		"port":          within(anyPortBounds),
+		"interval":      {pattern: durationPattern},
+		"timeout":       {pattern: durationPattern},
+		"rise":          zeroOr(riseFallBounds),
+		"fall":          zeroOr(riseFallBounds),
+		"on_failure":    {enum: OnFailures},
+		"method":        {enum: CheckMethods},
+		"expect_status": within(statusBounds),
+	},
+	reflect.TypeFor[BGP](): {
+		"asn":            {bounds: &asnBounds, required: true},
+		"listen_port":    {bounds: &portBounds, also: &[]int64{NoListen}[0]},
+		"shutdown_grace": {pattern: durationPattern},
+		"peers":          {required: true, minItems: 1, maxItems: MaxBGPPeers},
+	},
+	reflect.TypeFor[BGPPeer](): {
+		"address":   {required: true},
+		"port":      within(anyPortBounds),
+		"asn":       {bounds: &asnBounds, required: true},
+		"hold_time": {pattern: durationPattern},
+		"password":  {maxLength: maxMD5KeyLen},
+	},
+	reflect.TypeFor[PathAttributes](): {
+		"communities": {pattern: communityPattern, maxItems: maxCommunities},
+	},
+}
