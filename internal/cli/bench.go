@@ -19,6 +19,7 @@ type benchFlags struct {
 	prefix   string
 	backends int
 	jsonPath string
+	reuseLab bool
 }
 
 func benchCmd() *cobra.Command {
@@ -28,6 +29,7 @@ func benchCmd() *cobra.Command {
 		Short: "Measure balancers, the network and scaling in a network-namespace lab (needs root)",
 	}
 	cmd.PersistentFlags().StringVar(&f.prefix, "prefix", "sluice-bench", "namespace name prefix of the benchmark's lab")
+	cmd.PersistentFlags().BoolVar(&f.reuseLab, "reuse-lab", false, "with --prefix, take (and at the end tear down) a lab of that prefix that exists; without, the benchmark refuses it")
 	cmd.PersistentFlags().IntVar(&f.backends, "backends", 3, "number of nginx backends in the lab")
 	cmd.PersistentFlags().StringVar(&f.jsonPath, "json", "", "also write the results as JSON to this file (- for stdout, replacing the table)")
 	cmd.AddCommand(benchLBCmd(f), benchNetCmd(f), benchScaleCmd(f), benchFleetCmd(f))
@@ -46,7 +48,13 @@ func (f *benchFlags) env(cmd *cobra.Command) (*bench.Env, context.Context, error
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	cobra.OnFinalize(stop)
-	return bench.NewEnv(f.prefix, f.backends, self, bench.NewProgress(cmd.ErrOrStderr())), ctx, nil
+	env := bench.NewEnv(f.prefix, f.backends, self, bench.NewProgress(cmd.ErrOrStderr()))
+	if cmd.Flags().Changed("prefix") && !f.reuseLab {
+		if err := env.RefuseExistingLab(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
+	return env, ctx, nil
 }
 
 // report prints table (unless JSON goes to stdout) and writes the JSON report if asked.
