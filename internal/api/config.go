@@ -78,6 +78,10 @@ func (s *server) reload(w http.ResponseWriter, r *http.Request) error {
 		return &Error{Status: http.StatusConflict, Message: "the daemon was started without a config file: there is nothing to reload"}
 	}
 	result, err := s.engine.Reload()
+	if answer, ok := fieldAnswer(err, ""); ok {
+		answer.Message = err.Error() // file:line: field: message, naming the daemon's file
+		return answer
+	}
 	if err != nil {
 		return err
 	}

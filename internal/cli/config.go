@@ -1,12 +1,17 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/datapath"
+	"github.com/sluicelb/sluice/internal/engine"
 	"github.com/sluicelb/sluice/internal/plan"
 )
 
@@ -17,7 +22,7 @@ func validateCmd() *cobra.Command {
 		Short: "Check a config file without touching the kernel",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := config.Load(file)
+			_, cfg, err := loadFile(cmd, file)
 			if err != nil {
 				return err
 			}
@@ -26,7 +31,7 @@ func validateCmd() *cobra.Command {
 				return err
 			}
 			warn(cmd.ErrOrStderr(), file, cfg)
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok, %d services\n", file, len(p.Services))
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok, %d services\n", fileName(file), len(p.Services))
 			return nil
 		},
 	}
@@ -41,16 +46,18 @@ func applyCmd(g *globals) *cobra.Command {
 		Use:   "apply -f FILE",
 		Short: "Make a config file the running state (through the daemon when one runs)",
 		Long: `Apply validates the file here, then hands it to the running daemon, which replaces its running
-config and reconciles; it returns once the datapath applied the file (--no-wait: at once). Without a daemon it programs the datapath directly and exits. Either way only
-the difference is changed: applying the same file again changes nothing.`,
+config and reconciles; it returns once the datapath applied the file (--no-wait: at once). Without a daemon
+it programs the datapath directly and exits. Either way only the difference is changed, and printed
+as a diff (see sluice plan; -o json): applying the same file again prints "no changes". -f - reads
+the file from standard input.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			data, cfg, err := loadFile(file)
+			data, cfg, err := loadFile(cmd, file)
 			if err != nil {
 				return err
 			}
-			warn(cmd.ErrOrStderr(), file, cfg)
+			warn(cmd.ErrOrStderr(), fileName(file), cfg)
 			c, err := g.daemon(ctx)
 			if err != nil {
 				return err
@@ -61,17 +68,17 @@ the difference is changed: applying the same file again changes nothing.`,
 				if err != nil {
 					return err
 				}
-				return printChange(cmd.OutOrStdout(), change, false)
-			}
-			p, err := plan.Build(cfg, nil)
-			if err != nil {
-				return err
+				return reportChange(cmd.OutOrStdout(), flags, change)
 			}
 			lock, err := lockNetns("sluice apply -f "+file, "a daemon takes the file through its API (give its --socket or --api)")
 			if err != nil {
 				return err
 			}
 			defer lock.Release()
+			change, p, err := kernelChange(ctx, cfg, g.logger())
+			if err != nil {
+				return err
+			}
 			dp, err := datapathFor(cfg, g.logger())
 			if err != nil {
 				return err
@@ -82,8 +89,7 @@ the difference is changed: applying the same file again changes nothing.`,
 			if err := flushOthers(ctx, cfg, g.logger()); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "applied %s: %d services\n", file, len(p.Services))
-			return nil
+			return reportChange(cmd.OutOrStdout(), flags, change)
 		},
 	}
 	fileFlag(cmd, &file)
@@ -113,6 +119,82 @@ daemon runs here (it would program the rules again): stop it, with --flush-on-ex
 	return cmd
 }
 
+// kernelChange builds the plan of cfg and compares it with what the kernel holds (every
+// datapath's Status, as sluice list reads it without a daemon): listeners, modes, schedulers,
+// backends and their weights. Fallback, flow timeout and health checks are not read back: they
+// are taken from cfg, so they never show as changed.
+func kernelChange(ctx context.Context, cfg *config.Config, log *slog.Logger) (plan.Change, *plan.Plan, error) {
+	p, err := plan.Build(cfg, nil)
+	if err != nil {
+		return plan.Change{}, nil, err
+	}
+	status, err := everyStatus(ctx, log)
+	if err != nil {
+		return plan.Change{}, nil, err
+	}
+	held, err := kernelConfig(cfg, status)
+	if err != nil {
+		return plan.Change{}, nil, err
+	}
+	before, err := plan.Build(held, nil)
+	if err != nil {
+		return plan.Change{}, nil, fmt.Errorf("reading what the kernel holds: %w", err)
+	}
+	return plan.Diff(before, p), p, nil
+}
+
+// kernelConfig is cfg with the services the kernel holds instead of its own (see kernelChange).
+func kernelConfig(cfg *config.Config, status []datapath.ServiceStatus) (*config.Config, error) {
+	held := cfg.Clone()
+	held.Services = nil
+	for _, st := range status {
+		ports, err := config.ParseRange(st.Ports)
+		if err != nil {
+			return nil, fmt.Errorf("the kernel's service %s: port %q: %w", st.Name, st.Ports, err)
+		}
+		s := config.Service{Name: st.Name, VIP: st.VIP, Port: ports, Protocol: st.Protocol, Mode: st.Mode, Scheduler: st.Scheduler}
+		if file, _, err := engine.FindService(cfg, st.Name); err == nil {
+			s.TableSize, s.Fallback, s.FlowTimeout = file.TableSize, file.Fallback, file.FlowTimeout
+			if s.Fallback == "sorry" {
+				s.Fallback = "" // the kernel's sorry servers are among its backends
+			}
+		}
+		if st.Scheduler == "maglev" && st.Slots > 0 {
+			s.TableSize = st.Slots
+		}
+		for _, b := range st.Backends {
+			s.Backends = append(s.Backends, config.Backend{Address: b.Address, Port: b.Port, Weight: &b.Weight})
+		}
+		held.Services = append(held.Services, s)
+	}
+	return held, nil
+}
+
+// loadFile reads a config file ("-": standard input) and validates it here first, so that errors
+// name the file and line.
+func loadFile(cmd *cobra.Command, file string) ([]byte, *config.Config, error) {
+	var data []byte
+	var err error
+	if file == "-" {
+		data, err = io.ReadAll(cmd.InOrStdin())
+	} else {
+		data, err = os.ReadFile(file)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := config.Parse(fileName(file), data)
+	return data, cfg, err
+}
+
+// fileName names a -f argument in messages: "-" is standard input.
+func fileName(file string) string {
+	if file == "-" {
+		return "stdin"
+	}
+	return file
+}
+
 // warn prints the config's warnings (config.Warnings).
 func warn(w io.Writer, file string, cfg *config.Config) {
 	for _, msg := range cfg.Warnings() {
@@ -122,6 +204,6 @@ func warn(w io.Writer, file string, cfg *config.Config) {
 
 // fileFlag adds the required -f FILE flag.
 func fileFlag(cmd *cobra.Command, file *string) {
-	cmd.Flags().StringVarP(file, "file", "f", "", "config file")
+	cmd.Flags().StringVarP(file, "file", "f", "", "config file (- reads standard input)")
 	_ = cmd.MarkFlagRequired("file")
 }

@@ -3,9 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/netip"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -140,13 +138,14 @@ func backendCmd(g *globals) *cobra.Command {
 func drainCmd(g *globals) *cobra.Command {
 	var timeout time.Duration
 	var noWait bool
+	dry := changeFlags{output: "table"}
 	cmd := &cobra.Command{
 		Use:   "drain SERVICE ADDR[:PORT] [--timeout 5m]",
 		Short: "Take a backend out of new flows and follow its active flows down to drained",
 		Long: `Drain sets the backend's weight to 0: it takes no new flows and keeps its established ones.
 The command then follows the backend's active flows until none is left or the timeout passes, when
 the daemon emits a "drained" event. With --no-wait it returns at once, before the datapath applied
-weight 0 (see sluice events).`,
+weight 0 (see sluice events). --dry-run shows what weight 0 would change, changing nothing.`,
 		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: g.completeBackends,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -160,6 +159,13 @@ weight 0 (see sluice events).`,
 			c.NoWait = noWait
 			out := cmd.OutOrStdout()
 			ctx := cmd.Context()
+			if dry.dryRun {
+				_, change, err := c.Drain(ctx, args[0], args[1], timeout, true)
+				if err != nil {
+					return err
+				}
+				return reportChange(out, dry, change)
+			}
 			d, _, err := c.Drain(ctx, args[0], args[1], timeout, false)
 			if err != nil {
 				return err
@@ -190,6 +196,7 @@ weight 0 (see sluice events).`,
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", engine.DefaultDrainTimeout, "give up waiting for flows to end after this long")
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the drain has started")
+	cmd.Flags().BoolVar(&dry.dryRun, "dry-run", false, "show what weight 0 would change (and the share of flows that would move) without changing it; exit status 2 when something would")
 	return cmd
 }
 
@@ -240,61 +247,6 @@ func parseBackendSpec(spec string) (config.Backend, error) {
 	return b, nil
 }
 
-// changeFlags are the flags of a command that changes the daemon's running config.
-type changeFlags struct {
-	dryRun bool // show what would change, change nothing
-	noWait bool // return before the datapath applied the change
-}
-
-// register adds --no-wait to cmd, and --dry-run when dryRun.
-func (f *changeFlags) register(cmd *cobra.Command, dryRun bool) {
-	if dryRun {
-		cmd.Flags().BoolVar(&f.dryRun, "dry-run", false, "show what would change (and the share of flows that would move) without changing it")
-	}
-	cmd.Flags().BoolVar(&f.noWait, "no-wait", false, "return once the daemon took the change, before the datapath applied it")
-}
-
-// change runs a change on the daemon and prints what it did (or, with --dry-run, would do). It
-// returns once the datapath applied the change, unless --no-wait.
-func (g *globals) change(cmd *cobra.Command, f changeFlags, do func(ctx context.Context, c *api.Client) (plan.Change, error)) error {
-	c, err := g.requireDaemon(cmd.Context())
-	if err != nil {
-		return err
-	}
-	c.NoWait = f.noWait
-	change, err := do(cmd.Context(), c)
-	if err != nil {
-		return err
-	}
-	return printChange(cmd.OutOrStdout(), change, f.dryRun)
-}
-
 func completeEnum(cmd *cobra.Command, flag string, values []string) {
 	_ = cmd.RegisterFlagCompletionFunc(flag, cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
-}
-
-// printChange tells what a change did, or would do in a dry run.
-func printChange(w io.Writer, c plan.Change, dryRun bool) error {
-	prefix := ""
-	if dryRun {
-		prefix = "would have "
-	}
-	if c.Empty() {
-		_, err := fmt.Fprintln(w, "nothing to change")
-		return err
-	}
-	for _, x := range []struct {
-		verb  string
-		names []string
-	}{{"added", c.Added}, {"removed", c.Removed}} {
-		for _, name := range x.names {
-			fmt.Fprintf(w, "%s%s service %s\n", prefix, x.verb, name)
-		}
-	}
-	changed := append([]string(nil), c.Changed...)
-	sort.Strings(changed)
-	for _, name := range changed {
-		fmt.Fprintf(w, "%schanged service %s: %.1f%% of new flows' slots move to another backend\n", prefix, name, 100*c.Moved[name])
-	}
-	return nil
 }

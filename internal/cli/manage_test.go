@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/sluicelb/sluice/internal/plan"
 )
 
 func TestParseBackendSpec(t *testing.T) {
@@ -46,19 +44,6 @@ func TestSplitListener(t *testing.T) {
 	}
 	if _, _, err := splitListener("10.0.0.1"); err == nil {
 		t.Fatal("a listener without a port was accepted")
-	}
-}
-
-func TestPrintChange(t *testing.T) {
-	var b strings.Builder
-	_ = printChange(&b, plan.Change{Changed: []string{"web"}, Moved: map[string]float64{"web": 0.25}}, true)
-	if got := b.String(); got != "would have changed service web: 25.0% of new flows' slots move to another backend\n" {
-		t.Fatalf("got %q", got)
-	}
-	b.Reset()
-	_ = printChange(&b, plan.Change{}, true)
-	if b.String() != "nothing to change\n" {
-		t.Fatalf("got %q", b.String())
 	}
 }
 

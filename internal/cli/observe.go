@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicelb/sluice/internal/api"
-	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/engine"
 	"github.com/sluicelb/sluice/internal/plan"
 )
@@ -56,21 +54,44 @@ func printHealth(w io.Writer, probes []engine.HealthView) error {
 
 func planCmd(g *globals) *cobra.Command {
 	var file string
+	flags := changeFlags{dryRun: true}
 	cmd := &cobra.Command{
 		Use:   "plan -f FILE",
-		Short: "Show what applying a config file to the daemon would change, and the share of flows that would move",
-		Args:  cobra.NoArgs,
+		Short: "Show what applying a config file would change, and the share of flows that would move",
+		Long: `Plan shows what applying the file would change, changing nothing: services added (+), removed
+(-) and changed (~), under each its settings and backends that differ and the share of its new
+flows that would move to another backend; -o json or yaml for scripts. With a daemon it compares
+with the daemon's running config; without one, with what the kernel holds, read back as
+sluice list reads it (listeners, modes, schedulers, backends and weights: fallback and health
+checks are not read back). -f - reads the file from standard input.
+
+Exit status: 0 when nothing would change, 2 when something would, 1 on an error (like
+terraform plan -detailed-exitcode).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			data, _, err := loadFile(file)
+			ctx := cmd.Context()
+			data, cfg, err := loadFile(cmd, file)
 			if err != nil {
 				return err
 			}
-			return g.change(cmd, changeFlags{dryRun: true}, func(ctx context.Context, c *api.Client) (plan.Change, error) {
-				return c.Plan(ctx, data)
-			})
+			c, err := g.daemon(ctx)
+			if err != nil {
+				return err
+			}
+			var change plan.Change
+			if c != nil {
+				change, err = c.Plan(ctx, data)
+			} else {
+				change, _, err = kernelChange(ctx, cfg, g.logger())
+			}
+			if err != nil {
+				return err
+			}
+			return reportChange(cmd.OutOrStdout(), flags, change)
 		},
 	}
 	fileFlag(cmd, &file)
+	outputFlag(cmd, &flags.output)
 	return cmd
 }
 
@@ -91,16 +112,6 @@ running config stays, and the daemon publishes a reload_failed event. systemctl 
 	}
 	flags.register(cmd, false)
 	return cmd
-}
-
-// loadFile reads a config file and validates it here first, so that errors name the file and line.
-func loadFile(file string) ([]byte, *config.Config, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return nil, nil, err
-	}
-	cfg, err := config.Parse(file, data)
-	return data, cfg, err
 }
 
 // completeServices completes service names from the daemon.

@@ -3,6 +3,7 @@ package cli
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -34,6 +35,10 @@ type globals struct {
 // Execute runs the command line and returns the process exit status.
 func Execute() int {
 	if err := rootCmd().Execute(); err != nil {
+		var status exitStatus
+		if errors.As(err, &status) {
+			return int(status) // what it reports is printed already
+		}
 		fmt.Fprintln(os.Stderr, "sluice:", err)
 		return 1
 	}

@@ -637,7 +637,7 @@ func TestOneWriterAndCrashRecovery(t *testing.T) {
 	if after := maskVolatile(kernelState(t, f)); after != before {
 		t.Fatalf("the refused commands changed the kernel state:\n%s", lineDiff(before, after))
 	}
-	if r := sluice(t, "--socket", d.socket, "apply", "-f", file); r.Err != nil || !strings.Contains(r.Stdout, "nothing to change") {
+	if r := sluice(t, "--socket", d.socket, "apply", "-f", file); r.Err != nil || !strings.Contains(r.Stdout, "no changes") {
 		t.Fatalf("apply through the daemon's socket: %v\n%s%s", r.Err, r.Stdout, r.Stderr)
 	}
 
