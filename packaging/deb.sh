@@ -23,6 +23,8 @@ $make -s install BIN="$bin" DESTDIR="$root" PREFIX=/usr ZSHCOMPDIR=/usr/share/zs
 gzip -9n "$root"/usr/share/man/man1/*.1
 
 install -d "$root/DEBIAN"
+# Depends: what sluice runs (nft) or an operator needs beside it (ip, conntrack). nsenter, which
+# --netns runs, is in util-linux: Essential on Debian, so policy forbids listing it.
 cat >"$root/DEBIAN/control" <<CONTROL
 Package: sluice
 Version: $debver

@@ -29,12 +29,24 @@ func TestDeb(t *testing.T) {
 	}
 	deb := debs[0]
 
-	if out := run(t, "file", filepath.Join(dir, "sluice")); !strings.Contains(out, "statically linked") {
-		t.Errorf("the binary is not static: %s", out)
+	if out := run(t, "file", filepath.Join(dir, "sluice")); !strings.Contains(out, "statically linked") || !strings.Contains(out, ", stripped") {
+		t.Errorf("the binary is not static and stripped: %s", out)
 	}
-	for field, want := range map[string]string{"Package": "sluice", "Depends": "nftables, iproute2, conntrack", "Architecture": run(t, "dpkg", "--print-architecture")} {
+	// Depends names what apt-get install must pull on Debian 12; util-linux (nsenter) is Essential.
+	for field, want := range map[string]string{"Package": "sluice", "Depends": "nftables, iproute2, conntrack",
+		"Architecture": run(t, "dpkg", "--print-architecture"), "Section": "net", "Priority": "optional"} {
 		if got := run(t, "dpkg-deb", "-f", deb, field); strings.TrimSpace(got) != strings.TrimSpace(want) {
 			t.Errorf("control %s: %q, want %q", field, got, want)
+		}
+	}
+	debver := strings.TrimSpace(run(t, "dpkg-deb", "-f", deb, "Version"))
+	run(t, "dpkg", "--validate-version", debver)
+	if want := "sluice_" + debver + "_"; !strings.HasPrefix(filepath.Base(deb), want) {
+		t.Errorf("the package file %s does not start with %s", filepath.Base(deb), want)
+	}
+	for _, field := range []string{"Maintainer", "Installed-Size", "Description"} {
+		if strings.TrimSpace(run(t, "dpkg-deb", "-f", deb, field)) == "" {
+			t.Errorf("control %s is empty", field)
 		}
 	}
 	if got := run(t, "dpkg-deb", "-I", deb, "conffiles"); got != "/etc/default/sluice\n/etc/sluice/sluice.yaml\n" {
