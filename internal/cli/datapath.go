@@ -90,7 +90,7 @@ func flushEvery(ctx context.Context, log *slog.Logger) error {
 // namespace, a directory per namespace for one entered with --netns, so that balancers in
 // several namespaces (the lab's, say) never share maps.
 func pinPath() string {
-	if ns := os.Getenv(netnsEnv); ns != "" {
+	if ns := os.Getenv(enteredEnv); ns != "" {
 		return ebpf.NetnsPinPath(ns)
 	}
 	return ebpf.DefaultPinPath
@@ -99,7 +99,7 @@ func pinPath() string {
 // statePath is the default state file (state.path): one per namespace entered with --netns, like
 // pinPath, as each namespace has its own daemon.
 func statePath() string {
-	if ns := os.Getenv(netnsEnv); ns != "" {
+	if ns := os.Getenv(enteredEnv); ns != "" {
 		return state.NetnsPath(ns)
 	}
 	return state.DefaultPath
@@ -138,7 +138,7 @@ func lockNetns(command, hint string) (*netnslock.Lock, error) {
 	if !errors.As(err, &held) {
 		return l, err
 	}
-	if ns := os.Getenv(netnsEnv); ns != "" {
+	if ns := os.Getenv(enteredEnv); ns != "" {
 		held.Namespace = ns + " " + held.Namespace
 	}
 	return nil, fmt.Errorf("%w: %s", held, hint)

@@ -18,8 +18,12 @@ import (
 	"github.com/sluicelb/sluice/internal/api"
 )
 
-// netnsEnv marks a process already re-executed inside the namespace --netns named.
+// netnsEnv names the network namespace commands run in when --netns is not given, so that a shell
+// can point every command at one balancer (the lab's: export SLUICE_NETNS=sluice-lb).
 const netnsEnv = "SLUICE_NETNS"
+
+// enteredEnv marks a process already re-executed inside the namespace it names.
+const enteredEnv = "SLUICE_NETNS_ENTERED"
 
 type globals struct {
 	netns    string
@@ -50,6 +54,12 @@ func Command() *cobra.Command { return rootCmd() }
 
 // rootCmd is the whole command line.
 func rootCmd() *cobra.Command {
+	root, _ := rootCmdWith()
+	return root
+}
+
+// rootCmdWith is the whole command line and the globals its flags fill.
+func rootCmdWith() (*cobra.Command, *globals) {
 	g := &globals{}
 	root := &cobra.Command{
 		Use:           "sluice",
@@ -61,17 +71,12 @@ func rootCmd() *cobra.Command {
 			if err := checkLogFlags(cmd); err != nil {
 				return err
 			}
-			g.socketGiven = cmd.Flags().Changed("socket") || os.Getenv("SLUICE_SOCKET") != ""
-			if !g.socketGiven && g.netns != "" {
-				// A daemon of another namespace (the host's, on the default socket) must never
-				// take a command meant for this one.
-				g.socket = api.NetnsSocket(g.netns)
-			}
+			g.chooseNamespace(cmd)
 			return g.enterNetns()
 		},
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.PersistentFlags().StringVar(&g.netns, "netns", "", "run inside this named network namespace, like ip netns exec NAME sluice ...")
+	root.PersistentFlags().StringVar(&g.netns, "netns", os.Getenv(netnsEnv), "run inside this named network namespace, like ip netns exec NAME sluice ... (default $"+netnsEnv+")")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "", "log level: debug, info, warn, error (default: info for serve, warn otherwise)")
 	root.PersistentFlags().StringVar(&g.socket, "socket", envOr("SLUICE_SOCKET", api.DefaultSocket), "the daemon's API socket (with --netns NAME: "+api.NetnsSocket("NAME")+")")
 	root.PersistentFlags().StringVar(&g.apiURL, "api", os.Getenv("SLUICE_API"), "talk to the daemon's TCP API at this URL instead of the socket")
@@ -79,7 +84,33 @@ func rootCmd() *cobra.Command {
 	root.AddCommand(validateCmd(), applyCmd(g), listCmd(g), flushCmd(g), labCmd(), serveCmd(g),
 		serviceCmd(g), backendCmd(g), healthCmd(g), eventsCmd(g), planCmd(g), reloadCmd(g), whichCmd(g), bgpCmd(g), nodeCmd(g), benchCmd(), versionCmd())
 	root.AddCommand(schemaCmd())
-	return root
+	return root, g
+}
+
+// chooseNamespace settles the namespace cmd acts on (--netns, else $SLUICE_NETNS) and the socket
+// of its daemon.
+func (g *globals) chooseNamespace(cmd *cobra.Command) {
+	if !cmd.Flags().Changed("netns") && !actsOnNetns(cmd) {
+		g.netns = "" // $SLUICE_NETNS points the balancer's commands, not the lab's or bench's
+	}
+	g.socketGiven = cmd.Flags().Changed("socket") || os.Getenv("SLUICE_SOCKET") != ""
+	if !g.socketGiven && g.netns != "" {
+		// A daemon of another namespace (the host's, on the default socket) must never take a
+		// command meant for this one.
+		g.socket = api.NetnsSocket(g.netns)
+	}
+}
+
+// ownNamespaceCommands are the top-level commands that build their own namespaces (lab, bench) or
+// touch none (the rest): $SLUICE_NETNS does not apply to them.
+var ownNamespaceCommands = []string{"lab", "bench", "validate", "schema", "version", "completion", "help"}
+
+// actsOnNetns tells whether cmd reads or writes the balancer of a network namespace.
+func actsOnNetns(cmd *cobra.Command) bool {
+	for cmd.HasParent() && cmd.Parent().HasParent() {
+		cmd = cmd.Parent()
+	}
+	return !slices.Contains(ownNamespaceCommands, cmd.Name())
 }
 
 func (g *globals) logger() *slog.Logger { return g.loggerAs("text", "") }
@@ -135,7 +166,7 @@ func envOr(name, fallback string) string {
 // `ip netns exec` it keeps the mount namespace, so the BPF filesystem, where the ebpf datapath
 // pins what must outlive the process, stays the host's.
 func (g *globals) enterNetns() error {
-	if g.netns == "" || os.Getenv(netnsEnv) == g.netns {
+	if g.netns == "" || os.Getenv(enteredEnv) == g.netns {
 		return nil
 	}
 	path := filepath.Join(netnsDir, g.netns)
@@ -152,7 +183,8 @@ func (g *globals) enterNetns() error {
 	}
 	args := []string{"nsenter", "--net=" + path, "--", self}
 	args = append(args, withoutNetnsFlag(os.Args[1:])...)
-	env := append(slices.Clone(os.Environ()), netnsEnv+"="+g.netns)
+	// The re-executed process finds its namespace in the environment, as its --netns is gone.
+	env := append(slices.Clone(os.Environ()), netnsEnv+"="+g.netns, enteredEnv+"="+g.netns)
 	return syscall.Exec(nsenter, args, env)
 }
 

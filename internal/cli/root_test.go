@@ -1,0 +1,44 @@
+package cli
+
+import (
+	"testing"
+
+	"github.com/sluicelb/sluice/internal/api"
+)
+
+// TestNamespaceFromEnvironment checks that $SLUICE_NETNS points the balancer's commands at a
+// namespace and its daemon's socket, in the process that re-executed inside it too (its --netns
+// is gone then), and leaves the commands that build their own namespaces alone.
+func TestNamespaceFromEnvironment(t *testing.T) {
+	for _, tc := range []struct {
+		name, env, entered string
+		args               []string
+		netns, socket      string
+	}{
+		{name: "flag", args: []string{"--netns", "lb1", "list"}, netns: "lb1", socket: api.NetnsSocket("lb1")},
+		{name: "environment", env: "lb2", args: []string{"list"}, netns: "lb2", socket: api.NetnsSocket("lb2")},
+		{name: "re-executed", env: "lb2", entered: "lb2", args: []string{"backend", "list", "web"}, netns: "lb2", socket: api.NetnsSocket("lb2")},
+		{name: "flag over environment", env: "lb2", args: []string{"--netns", "lb3", "health"}, netns: "lb3", socket: api.NetnsSocket("lb3")},
+		{name: "lab ignores the environment", env: "lb2", args: []string{"lab", "status"}, socket: api.DefaultSocket},
+		{name: "bench ignores the environment", env: "lb2", args: []string{"bench", "net"}, socket: api.DefaultSocket},
+		{name: "no namespace", args: []string{"list"}, socket: api.DefaultSocket},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(netnsEnv, tc.env)
+			t.Setenv(enteredEnv, tc.entered)
+			t.Setenv("SLUICE_SOCKET", "")
+			root, g := rootCmdWith()
+			cmd, rest, err := root.Find(tc.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.ParseFlags(rest); err != nil {
+				t.Fatal(err)
+			}
+			g.chooseNamespace(cmd)
+			if g.netns != tc.netns || g.socket != tc.socket {
+				t.Errorf("netns %q socket %q, want %q and %q", g.netns, g.socket, tc.netns, tc.socket)
+			}
+		})
+	}
+}
