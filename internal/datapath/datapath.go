@@ -3,6 +3,7 @@ package datapath
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 
@@ -124,6 +125,56 @@ type Choice struct {
 	Backend netip.AddrPort `json:"backend"`
 	// Tracked: the datapath already tracks the flow, so this is the backend it keeps.
 	Tracked bool `json:"tracked"`
+	// NATPort is the balancer-side source port of a fullnat flow, when known.
+	NATPort uint16 `json:"nat_port,omitempty"`
+}
+
+// FlowLister is a Datapath that can list the flows it tracks for a service (sluice flows).
+type FlowLister interface {
+	// Flows lists the flows of the named service that filter selects, at most filter.Limit of
+	// them; it reads the table as a stream, so that a table of millions costs no more memory
+	// than the limit. A service the datapath does not hold is an error wrapping ErrNoService.
+	Flows(ctx context.Context, service string, filter FlowFilter) (FlowList, error)
+}
+
+// ErrNoService is the error of a service the datapath does not hold.
+var ErrNoService = errors.New("the datapath holds no such service")
+
+// FlowFilter selects the flows Flows lists.
+type FlowFilter struct {
+	// Backend keeps the flows to this address (zero: every backend) and, when BackendPort is not
+	// 0, this port.
+	Backend     netip.Addr
+	BackendPort uint16
+	// Limit is the most flows listed (at least 1).
+	Limit int
+}
+
+// Keeps tells whether the filter selects a flow to backend.
+func (f FlowFilter) Keeps(backend netip.AddrPort) bool {
+	return (!f.Backend.IsValid() || f.Backend == backend.Addr()) && (f.BackendPort == 0 || f.BackendPort == backend.Port())
+}
+
+// FlowList is what Flows found: up to the limit's flows, and how many it selected in all.
+type FlowList struct {
+	Flows []Flow `json:"flows"`
+	// Total counts the flows the filter selected; those past the limit are not listed.
+	Total int `json:"total"`
+}
+
+// Flow is one flow a datapath tracks for a service.
+type Flow struct {
+	Protocol string         `json:"protocol"`
+	Client   netip.AddrPort `json:"client"`
+	VIP      netip.AddrPort `json:"vip"`
+	Backend  netip.AddrPort `json:"backend"`
+	// State is what the flow entry tells: conntrack's TCP state (ESTABLISHED, SYN_RECV,
+	// TIME_WAIT, ...) or, for UDP, REPLIED or UNREPLIED; on ebpf ACTIVE, CLOSING (its client sent
+	// a FIN or RST) or IDLE (past its flow timeout); empty when the entry holds none (nft dsr).
+	State string `json:"state,omitempty"`
+	// ExpiresIn is the seconds until the entry times out if no packet comes (on ebpf: until it
+	// stops counting as active; the LRU keeps it until its space is needed).
+	ExpiresIn uint32 `json:"expires_in"`
 	// NATPort is the balancer-side source port of a fullnat flow, when known.
 	NATPort uint16 `json:"nat_port,omitempty"`
 }

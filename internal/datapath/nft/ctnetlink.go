@@ -25,6 +25,9 @@ type ctEntry struct {
 	tcpState  uint8
 	seenReply bool
 	attrs     []byte
+	// orig and reply are the entry's two directions; timeout the seconds until it expires.
+	orig, reply ctTuple
+	timeout     uint32
 }
 
 // active tells whether the entry is an active flow: an established TCP connection (IPVS's
@@ -96,13 +99,16 @@ func parseCTEntry(msg []byte) (ctEntry, bool) {
 	if err != nil {
 		return ctEntry{}, false
 	}
-	var orig, reply ctTuple
 	for _, a := range attrs {
 		switch a.Attr.Type & nl.NLA_TYPE_MASK {
 		case nl.CTA_TUPLE_ORIG:
-			orig = parseCTTuple(a.Value)
+			e.orig = parseCTTuple(a.Value)
 		case nl.CTA_TUPLE_REPLY:
-			reply = parseCTTuple(a.Value)
+			e.reply = parseCTTuple(a.Value)
+		case nl.CTA_TIMEOUT:
+			if len(a.Value) == 4 {
+				e.timeout = binary.BigEndian.Uint32(a.Value)
+			}
 		case nl.CTA_STATUS:
 			if len(a.Value) == 4 {
 				e.seenReply = binary.BigEndian.Uint32(a.Value)&ipsSeenReply != 0
@@ -111,8 +117,8 @@ func parseCTEntry(msg []byte) (ctEntry, bool) {
 			e.tcpState = parseTCPState(a.Value)
 		}
 	}
-	e.flow = natFlow{proto: orig.proto, vip: orig.dst.Addr(), vport: orig.dst.Port(), backend: reply.src}
-	return e, orig.dst.IsValid() && reply.src.IsValid()
+	e.flow = natFlow{proto: e.orig.proto, vip: e.orig.dst.Addr(), vport: e.orig.dst.Port(), backend: e.reply.src}
+	return e, e.orig.dst.IsValid() && e.reply.src.IsValid()
 }
 
 // ctTuple is one direction of a conntrack entry.
