@@ -35,5 +35,19 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
+	defer untilShutdown(r, cancel)()
 	return respond(w, http.StatusOK, orEmpty(s.engine.WaitEvents(ctx, since)))
+}
+
+// shutdownKey keys, in a request's context, the context NewServer cancels when it shuts down.
+type shutdownKey struct{}
+
+// untilShutdown calls cancel when the server that received r shuts down, so that a long poll
+// answers what it has then instead of holding the shutdown up; the function it returns stops that.
+func untilShutdown(r *http.Request, cancel context.CancelFunc) (stop func() bool) {
+	stopping, ok := r.Context().Value(shutdownKey{}).(context.Context)
+	if !ok {
+		return func() bool { return false } // served by a server NewServer did not make
+	}
+	return context.AfterFunc(stopping, cancel)
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -54,4 +55,65 @@ func TestEventsRejectsBadQueries(t *testing.T) {
 			t.Errorf("GET /v1/events?%s = %d %s, want 400 on %s", query, code, body, field)
 		}
 	}
+}
+
+// A server shutting down ends a follower's long poll with a clean empty answer rather than
+// waiting it out, and the follower reaches the server that takes its place.
+func TestShutdownEndsEventsLongPoll(t *testing.T) {
+	f := newFixture(t)
+	polling := make(chan struct{}, 1)
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/events" {
+			polling <- struct{}{}
+		}
+		f.handler.ServeHTTP(w, r)
+	})
+	serve := func(addr string) (*http.Server, string) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := NewServer(handler)
+		go func() { _ = srv.Serve(ln) }()
+		t.Cleanup(func() { _ = srv.Close() })
+		return srv, ln.Addr().String()
+	}
+	srv, addr := serve("127.0.0.1:0")
+	client := NewTCPClient("http://"+addr, "")
+	events, err := client.Events(context.Background(), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-polling
+	var last uint64
+	if len(events) > 0 {
+		last = events[len(events)-1].ID
+	}
+
+	// The follower's context stays live throughout: only the shutdown can end its poll before
+	// its wait (MaxEventWait) runs out.
+	type answer struct {
+		events []engine.Event
+		err    error
+	}
+	polled := make(chan answer, 1)
+	go func() {
+		events, err := client.Events(context.Background(), last, MaxEventWait)
+		polled <- answer{events, err}
+	}()
+	<-polling
+	shutdown, cancel := context.WithTimeout(context.Background(), MaxEventWait/2)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil {
+		t.Fatalf("Shutdown with a follower connected: %v, want it to end the follower's poll", err)
+	}
+	if got := <-polled; got.err != nil || len(got.events) != 0 {
+		t.Fatalf("the follower's poll across the shutdown = %+v, %v; want a clean []", got.events, got.err)
+	}
+
+	serve(addr)
+	if _, err := client.Events(context.Background(), last, time.Millisecond); err != nil {
+		t.Fatalf("the follower on the next server: %v", err)
+	}
+	<-polling
 }

@@ -5,6 +5,8 @@
 package api
 
 import (
+	"context"
+	"net"
 	"net/http"
 	"time"
 
@@ -41,16 +43,23 @@ const (
 )
 
 // NewServer returns an HTTP server of h with the daemon's timeouts and header limit; the API
-// listeners and the metrics listener use it.
+// listeners and the metrics listener use it. Its Shutdown ends the long polls of /v1/events
+// (untilShutdown) rather than waiting them out.
 func NewServer(h http.Handler) *http.Server {
-	return &http.Server{
+	stopping, stop := context.WithCancel(context.Background())
+	s := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: ReadHeaderTimeout,
 		ReadTimeout:       ReadTimeout,
 		WriteTimeout:      WriteTimeout,
 		IdleTimeout:       IdleTimeout,
 		MaxHeaderBytes:    MaxHeaderBytes,
+		BaseContext: func(net.Listener) context.Context {
+			return context.WithValue(context.Background(), shutdownKey{}, stopping)
+		},
 	}
+	s.RegisterOnShutdown(stop)
+	return s
 }
 
 // NewHandler serves the API of e.
