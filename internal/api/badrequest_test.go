@@ -47,6 +47,8 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 		{"two values", http.MethodPost, services, mediaJSON, validService + validService, 400, "", 0},
 		{"truncated", http.MethodPost, services, mediaJSON, validService[:20], 400, "", 0},
 		{"empty body", http.MethodPost, services, mediaJSON, ``, 400, "", 0},
+		{"flows limit", http.MethodGet, "/v1/services/web/flows?limit=0", "", "", 400, "limit", 0},
+		{"flows backend", http.MethodGet, "/v1/services/web/flows?backend=10.0.0", "", "", 400, "backend", 0},
 		{"wrong content type", http.MethodPost, services, "text/plain", validService, 415, "", 0},
 		{"form", http.MethodPost, services, "application/x-www-form-urlencoded", `name=api`, 415, "", 0},
 		{"bad dry_run", http.MethodPost, services + "?dry_run=maybe", mediaJSON, validService, 400, "dry_run", 0},

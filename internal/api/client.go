@@ -8,12 +8,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/engine"
 	"github.com/sluicelb/sluice/internal/plan"
 )
@@ -60,6 +62,19 @@ func (c *Client) Services(ctx context.Context) ([]engine.ServiceView, error) {
 func (c *Client) Service(ctx context.Context, name string) (engine.ServiceView, error) {
 	var out engine.ServiceView
 	return out, c.call(ctx, http.MethodGet, serviceURL(name), nil, &out)
+}
+
+// Flows lists the flows the datapath tracks for a service, within filter.
+func (c *Client) Flows(ctx context.Context, name string, filter datapath.FlowFilter) (datapath.FlowList, error) {
+	q := url.Values{"limit": {strconv.Itoa(filter.Limit)}}
+	if filter.Backend.IsValid() {
+		q.Set("backend", filter.Backend.String())
+		if filter.BackendPort != 0 {
+			q.Set("backend", netip.AddrPortFrom(filter.Backend, filter.BackendPort).String())
+		}
+	}
+	var out datapath.FlowList
+	return out, c.call(ctx, http.MethodGet, serviceURL(name)+"/flows?"+q.Encode(), nil, &out)
 }
 
 // AddService creates a service; on a dry run only the result's Change is set.

@@ -101,6 +101,7 @@ func (s *server) routes() []route {
 		{"PATCH /v1/services/{name}/backends/{backend}", s.patchBackend},
 		{"DELETE /v1/services/{name}/backends/{backend}", s.removeBackend},
 		{"POST /v1/services/{name}/backends/{backend}/drain", s.drain},
+		{"GET /v1/services/{name}/flows", s.flows},
 		{"GET /v1/drains", s.listDrains},
 		{"GET /v1/health", s.health},
 		{"GET /v1/config", s.getConfig},

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 
 	"github.com/sluicelb/sluice/internal/plan"
 )
@@ -178,3 +179,36 @@ type Flow struct {
 	// NATPort is the balancer-side source port of a fullnat flow, when known.
 	NATPort uint16 `json:"nat_port,omitempty"`
 }
+
+// The limits of a flow listing: the default, and the most one may ask for.
+const (
+	DefaultFlowLimit = 1000
+	MaxFlowLimit     = 100000
+)
+
+// ParseFlowFilter reads a flow listing's backend (ADDR, ADDR:PORT or [ADDR6]:PORT; "" for every
+// backend) and limit; an error names the field at fault.
+func ParseFlowFilter(backend string, limit int) (FlowFilter, error) {
+	f := FlowFilter{Limit: limit}
+	if limit < 1 || limit > MaxFlowLimit {
+		return f, &FlowFilterError{Field: "limit", Msg: fmt.Sprintf("%d is not within 1..%d", limit, MaxFlowLimit)}
+	}
+	if backend == "" {
+		return f, nil
+	}
+	if at, err := netip.ParseAddrPort(backend); err == nil {
+		f.Backend, f.BackendPort = at.Addr().Unmap(), at.Port()
+		return f, nil
+	}
+	addr, err := netip.ParseAddr(strings.Trim(backend, "[]"))
+	if err != nil {
+		return f, &FlowFilterError{Field: "backend", Msg: fmt.Sprintf("%q is not ADDR or ADDR:PORT", backend)}
+	}
+	f.Backend = addr.Unmap()
+	return f, nil
+}
+
+// FlowFilterError is a flow listing's backend or limit that ParseFlowFilter refuses.
+type FlowFilterError struct{ Field, Msg string }
+
+func (e *FlowFilterError) Error() string { return e.Field + ": " + e.Msg }

@@ -45,7 +45,7 @@ func (d *Datapath) Flows(ctx context.Context, service string, filter datapath.Fl
 	protocol := wireName(wireProtocols, svc.rec.Proto)
 	timeout := uint64(svc.rec.FlowTimeout) * uint64(time.Second)
 	now := monotonicNow()
-	var out datapath.FlowList
+	out := datapath.FlowList{Flows: []datapath.Flow{}}
 	err = readAll(m.Flows, func(k sluiceFlowKey, f sluiceFlow) bool {
 		b, ok := backends[f.BackendId]
 		if f.ServiceId != svc.id || !ok {

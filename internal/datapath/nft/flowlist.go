@@ -30,7 +30,7 @@ func (d *Datapath) Flows(ctx context.Context, service string, filter datapath.Fl
 	if err != nil {
 		return datapath.FlowList{}, err
 	}
-	list := flowCollector{filter: filter}
+	list := flowCollector{filter: filter, flows: []datapath.Flow{}}
 	if svc.mode == "dsr" {
 		err = list.addFlowMap(st, svc)
 	} else {
