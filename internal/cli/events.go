@@ -55,6 +55,7 @@ func followEvents(ctx context.Context, c *api.Client, follow bool, output string
 		return err
 	}
 	var since uint64
+	var last engine.Event // the last event printed, to tell a restarted daemon by
 	backoff, lost := eventsBackoffMin, false
 	header := output == "table"
 	for {
@@ -88,7 +89,7 @@ func followEvents(ctx context.Context, c *api.Client, follow bool, output string
 		}
 		if lost {
 			fmt.Fprintln(errOut, "sluice events: the daemon answers again")
-			if len(events) == 0 || events[len(events)-1].ID < since {
+			if !holds(events, last) {
 				since = 0 // a new daemon, whose ids begin again
 			}
 			lost, backoff = false, eventsBackoffMin
@@ -103,7 +104,7 @@ func followEvents(ctx context.Context, c *api.Client, follow bool, output string
 			if e.ID <= since {
 				continue
 			}
-			since = e.ID
+			since, last = e.ID, e
 			if err := write(out, e); err != nil {
 				return err
 			}
@@ -113,6 +114,17 @@ func followEvents(ctx context.Context, c *api.Client, follow bool, output string
 		}
 		since = max(since, 1) // wait for the next event even when none was kept
 	}
+}
+
+// holds tells whether a daemon's events include e, the last one printed: a daemon that restarted
+// numbers its events from 1 again, so an event of the same ID may be another one.
+func holds(events []engine.Event, e engine.Event) bool {
+	for _, got := range events {
+		if got.ID == e.ID {
+			return got.Time.Equal(e.Time) && got.Type == e.Type && got.Message == e.Message
+		}
+	}
+	return false
 }
 
 // eventWriter writes one event in the output format.

@@ -91,7 +91,7 @@ func TestEventsJSONOnePerLine(t *testing.T) {
 }
 
 // A followed daemon that stops and comes back with its ids begun again has its new events
-// printed, with notes on stderr and no error.
+// printed, with notes on stderr and no error, even those whose ids the old daemon had used.
 func TestEventsFollowAcrossRestart(t *testing.T) {
 	d := &eventDaemon{events: []engine.Event{testEvent(1, engine.EventBackendUp, "web", "first"), testEvent(2, engine.EventBackendUp, "web", "second")}, asked: make(chan uint64)}
 	srv := httptest.NewServer(d)
@@ -108,10 +108,10 @@ func TestEventsFollowAcrossRestart(t *testing.T) {
 	d.mu.Unlock()
 	<-d.asked // fails: lost
 	d.mu.Lock()
-	d.down, d.events = false, []engine.Event{testEvent(1, engine.EventConfigChanged, "", "restarted")}
+	d.down, d.events = false, []engine.Event{testEvent(1, engine.EventConfigChanged, "", "restarted"), testEvent(2, engine.EventBackendUp, "web", "again")}
 	d.mu.Unlock()
 	for since := range d.asked {
-		if since == 1 { // waiting after the new daemon's event 1
+		if since == 2 { // waiting after the new daemon's event 2 (while lost it asks from 0)
 			break
 		}
 	}
@@ -124,8 +124,8 @@ func TestEventsFollowAcrossRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(d.asked)
-	if got := strings.Count(out.String(), "\n"); got != 3 || !strings.Contains(out.String(), "restarted") {
-		t.Fatalf("want the 2 events and the restarted daemon's 1, got %q", out.String())
+	if got := strings.Count(out.String(), "\n"); got != 4 || !strings.Contains(out.String(), "restarted") {
+		t.Fatalf("want the 2 events and the restarted daemon's 2, got %q", out.String())
 	}
 	if !strings.Contains(errOut.String(), "lost the daemon") || !strings.Contains(errOut.String(), "answers again") {
 		t.Fatalf("stderr: %q", errOut.String())
