@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -67,18 +68,25 @@ func backendListCmd(g *globals) *cobra.Command {
 
 // listOptions are the flags of the listing commands.
 type listOptions struct {
-	numeric bool
-	output  string
+	numeric  bool
+	output   string
+	rate     bool          // --rate: per-second rates instead of the counters
+	interval time.Duration // between the two readings of --rate
 }
 
 func (o *listOptions) flags(cmd *cobra.Command) {
 	cmd.Flags().BoolVarP(&o.numeric, "numeric", "n", false, "numeric ports (no /etc/services names)")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table, wide, json, yaml")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "wide", "json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.Flags().BoolVar(&o.rate, "rate", false, "per-second rates of new connections, packets and bytes (like ipvsadm --rate)")
+	cmd.Flags().DurationVar(&o.interval, "interval", time.Second, "--rate: the time between the two readings (100ms..1m)")
 }
 
 // runList prints the services, or the one args names.
 func runList(cmd *cobra.Command, g *globals, args []string, o listOptions) error {
+	if o.rate {
+		return runRate(cmd, g, args, o)
+	}
 	services, err := listServices(cmd.Context(), g)
 	if err != nil {
 		return err
