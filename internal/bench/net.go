@@ -64,21 +64,43 @@ type NetResults struct {
 	Paths           []NetPath `json:"paths"`
 }
 
-// NetPath is one path's medians over the rounds, its ratios to the baseline and its samples.
+// NetPath is one path's medians over the rounds, their ratios to the baseline's, the spread of
+// the per-round ratios and its samples.
 type NetPath struct {
 	Name          string  `json:"name"`
 	Description   string  `json:"description"`
 	Target        string  `json:"target"`
 	BandwidthGbps float64 `json:"bandwidth_gbps"`
-	// BandwidthRatio is the median over rounds of this path's bandwidth / the baseline's in the same round.
+	// BandwidthRatio is this path's median bandwidth / the baseline's.
 	BandwidthRatio float64 `json:"bandwidth_ratio"`
+	// BandwidthRoundRatios spans this path's bandwidth / the baseline's in the same round.
+	BandwidthRoundRatios NetRange `json:"bandwidth_round_ratios"`
 	// LatencyUs is one-way latency, the mean round trip / 2 (like qperf's tcp_lat).
 	LatencyUs float64 `json:"latency_us"`
 	P99RTTUs  float64 `json:"p99_rtt_us"`
-	// LatencyRatio is the median over rounds of this path's latency / the baseline's in the same round.
-	LatencyRatio float64     `json:"latency_ratio"`
-	Samples      []NetSample `json:"samples"`
+	// LatencyRatio is this path's median latency / the baseline's.
+	LatencyRatio float64 `json:"latency_ratio"`
+	// LatencyRoundRatios spans this path's latency / the baseline's in the same round.
+	LatencyRoundRatios NetRange    `json:"latency_round_ratios"`
+	Samples            []NetSample `json:"samples"`
 }
+
+// NetRange is the smallest and the largest of some values.
+type NetRange struct {
+	Min float64 `json:"min"`
+	Max float64 `json:"max"`
+}
+
+// netRangeOf spans vs; the zero NetRange when vs is empty.
+func netRangeOf(vs []float64) NetRange {
+	if len(vs) == 0 {
+		return NetRange{}
+	}
+	return NetRange{Min: slices.Min(vs), Max: slices.Max(vs)}
+}
+
+// String shows the range as MIN-MAX with two decimals.
+func (r NetRange) String() string { return fmt.Sprintf("%.2f-%.2f", r.Min, r.Max) }
 
 // NetSample is one round's measurement of one path.
 type NetSample struct {
@@ -257,9 +279,11 @@ func netSampleOf(n int64, elapsed time.Duration, rtts []time.Duration) NetSample
 }
 
 // netSummarize turns the samples of each path (indexed by round alike for every path) into
-// medians and ratios to the baseline paths[0].
+// medians, their ratios to the baseline paths[0]'s and the spread of the per-round ratios.
 func netSummarize(paths []netPath, samples map[string][]NetSample) []NetPath {
 	base := samples[paths[0].name]
+	baseBW := Median(pluck(base, func(s NetSample) float64 { return s.BandwidthGbps }))
+	baseLat := Median(pluck(base, func(s NetSample) float64 { return s.LatencyUs }))
 	var out []NetPath
 	for _, p := range paths {
 		ss := samples[p.name]
@@ -273,8 +297,8 @@ func netSummarize(paths []netPath, samples map[string][]NetSample) []NetPath {
 		}
 		out = append(out, NetPath{
 			Name: p.name, Description: p.desc, Target: p.target.String(),
-			BandwidthGbps: Median(bw), BandwidthRatio: Median(bwRatio),
-			LatencyUs: Median(lat), P99RTTUs: Median(p99), LatencyRatio: Median(latRatio),
+			BandwidthGbps: Median(bw), BandwidthRatio: netRatio(Median(bw), baseBW), BandwidthRoundRatios: netRangeOf(bwRatio),
+			LatencyUs: Median(lat), P99RTTUs: Median(p99), LatencyRatio: netRatio(Median(lat), baseLat), LatencyRoundRatios: netRangeOf(latRatio),
 			Samples: ss,
 		})
 	}
@@ -293,14 +317,15 @@ func netRatio(a, b float64) float64 {
 func (r *NetResults) Table() string {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "path\tbandwidth Gbit/s\tratio\tlatency µs\tp99 RTT µs\tratio")
+	fmt.Fprintln(tw, "path\tbandwidth Gbit/s\tratio\tper round\tlatency µs\tp99 RTT µs\tratio\tper round")
 	for _, p := range r.Paths {
-		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.1f\t%.1f\t%.2f\n",
-			p.Name, p.BandwidthGbps, p.BandwidthRatio, p.LatencyUs, p.P99RTTUs, p.LatencyRatio)
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%s\t%.1f\t%.1f\t%.2f\t%s\n", p.Name, p.BandwidthGbps, p.BandwidthRatio, p.BandwidthRoundRatios,
+			p.LatencyUs, p.P99RTTUs, p.LatencyRatio, p.LatencyRoundRatios)
 	}
 	tw.Flush()
-	fmt.Fprintf(&b, "\n%d interleaved round(s), %gs per measurement; figures are medians over the rounds, ratios the median of path / %s in the same round\n",
-		r.Rounds, r.DurationSeconds, r.Baseline)
+	fmt.Fprintf(&b, "\n%d interleaved round(s), %gs per measurement. bandwidth, latency, p99 RTT: medians over the rounds;\n", r.Rounds, r.DurationSeconds)
+	fmt.Fprintf(&b, "ratio: the path's median / %s's median; per round: the lowest-highest of path / %s within one round\n",
+		r.Baseline, r.Baseline)
 	fmt.Fprintf(&b, "bandwidth: one TCP stream of %d KiB writes; latency: one-way, mean of 1-byte round trips / 2 (like qperf tcp_lat)\n",
 		r.MessageBytes>>10)
 	for _, p := range r.Paths {

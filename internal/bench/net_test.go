@@ -39,24 +39,31 @@ func TestNetSummarize(t *testing.T) {
 	sample := func(bw, lat float64) NetSample {
 		return NetSample{BandwidthGbps: bw, LatencyUs: lat, P99RTTUs: 2 * lat}
 	}
-	// The network slows down over the rounds; the per-round ratio stays 0.5 and 2.
+	// The median of the per-round ratios (bandwidth 0.83, latency 1.25) differs from the ratio of
+	// the medians (10/11, 30/20): the table shows the latter, which agrees with its figures.
 	samples := map[string][]NetSample{
-		"direct": {sample(10, 10), sample(8, 20), sample(6, 40)},
-		"other":  {sample(5, 20), sample(4, 40), sample(3, 80)},
+		"direct": {sample(10, 10), sample(12, 20), sample(11, 40)},
+		"other":  {sample(11, 30), sample(10, 20), sample(9, 50)},
 	}
 	got := netSummarize(paths, samples)
 	if len(got) != 2 || got[0].Name != "direct" || got[1].Name != "other" {
 		t.Fatalf("summary %+v, want direct then other", got)
 	}
 	d, o := got[0], got[1]
-	if !near(d.BandwidthRatio, 1) || !near(d.LatencyRatio, 1) {
-		t.Errorf("baseline ratios %v and %v, want 1", d.BandwidthRatio, d.LatencyRatio)
+	if !near(d.BandwidthRatio, 1) || !near(d.LatencyRatio, 1) || d.BandwidthRoundRatios != (NetRange{1, 1}) || d.LatencyRoundRatios != (NetRange{1, 1}) {
+		t.Errorf("baseline ratios %+v, want 1 throughout", d)
 	}
-	if !near(o.BandwidthGbps, 4) || !near(o.LatencyUs, 40) || !near(o.P99RTTUs, 80) {
-		t.Errorf("other's medians %v Gbit/s, %v µs, p99 %v µs, want 4, 40, 80", o.BandwidthGbps, o.LatencyUs, o.P99RTTUs)
+	if !near(o.BandwidthGbps, 10) || !near(o.LatencyUs, 30) || !near(o.P99RTTUs, 60) {
+		t.Errorf("other's medians %v Gbit/s, %v µs, p99 %v µs, want 10, 30, 60", o.BandwidthGbps, o.LatencyUs, o.P99RTTUs)
 	}
-	if !near(o.BandwidthRatio, 0.5) || !near(o.LatencyRatio, 2) {
-		t.Errorf("other's ratios %v and %v, want 0.5 and 2 (per round)", o.BandwidthRatio, o.LatencyRatio)
+	if !near(o.BandwidthRatio, 10.0/11) || !near(o.LatencyRatio, 1.5) {
+		t.Errorf("other's ratios %v and %v, want 10/11 and 30/20 (of the medians)", o.BandwidthRatio, o.LatencyRatio)
+	}
+	if r := o.BandwidthRoundRatios; !near(r.Min, 9.0/11) || !near(r.Max, 1.1) {
+		t.Errorf("other's bandwidth per round %+v, want 9/11 to 11/10", r)
+	}
+	if r := o.LatencyRoundRatios; !near(r.Min, 1) || !near(r.Max, 3) {
+		t.Errorf("other's latency per round %+v, want 1 to 3", r)
 	}
 	if len(o.Samples) != 3 {
 		t.Errorf("other keeps %d samples, want 3", len(o.Samples))
@@ -87,20 +94,23 @@ func TestNetOrder(t *testing.T) {
 
 func TestNetTable(t *testing.T) {
 	res := &NetResults{DurationSeconds: 5, Rounds: 3, MessageBytes: netMsgSize, Baseline: "direct", Paths: []NetPath{
-		{Name: "direct", Description: "d", Target: "10.0.0.1:1", BandwidthGbps: 12.345, BandwidthRatio: 1, LatencyUs: 10.04, P99RTTUs: 30, LatencyRatio: 1},
-		{Name: "vxlan", Description: "v", Target: "10.0.0.2:1", BandwidthGbps: 6.1, BandwidthRatio: 0.494, LatencyUs: 15, P99RTTUs: 45.55, LatencyRatio: 1.5},
+		{Name: "direct", Description: "d", Target: "10.0.0.1:1", BandwidthGbps: 12.345, BandwidthRatio: 1, BandwidthRoundRatios: NetRange{1, 1},
+			LatencyUs: 10.04, P99RTTUs: 30, LatencyRatio: 1, LatencyRoundRatios: NetRange{1, 1}},
+		{Name: "vxlan", Description: "v", Target: "10.0.0.2:1", BandwidthGbps: 6.1, BandwidthRatio: 0.494, BandwidthRoundRatios: NetRange{0.45, 0.52},
+			LatencyUs: 15, P99RTTUs: 45.55, LatencyRatio: 1.5, LatencyRoundRatios: NetRange{1.2, 1.666}},
 	}}
 	lines := strings.Split(res.Table(), "\n")
 	for i, want := range [][]string{
-		{"path", "bandwidth", "Gbit/s", "ratio", "latency", "µs", "p99", "RTT", "µs", "ratio"},
-		{"direct", "12.35", "1.00", "10.0", "30.0", "1.00"},
-		{"vxlan", "6.10", "0.49", "15.0", "45.5", "1.50"},
+		{"path", "bandwidth", "Gbit/s", "ratio", "per", "round", "latency", "µs", "p99", "RTT", "µs", "ratio", "per", "round"},
+		{"direct", "12.35", "1.00", "1.00-1.00", "10.0", "30.0", "1.00", "1.00-1.00"},
+		{"vxlan", "6.10", "0.49", "0.45-0.52", "15.0", "45.5", "1.50", "1.20-1.67"},
 	} {
 		if got := strings.Fields(lines[i]); strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Errorf("table line %d: %q, want fields %q", i, lines[i], want)
 		}
 	}
-	if tab := res.Table(); !strings.Contains(tab, "3 interleaved round(s), 5s per measurement") || !strings.Contains(tab, "vxlan:    v (10.0.0.2:1)") {
+	if tab := res.Table(); !strings.Contains(tab, "3 interleaved round(s), 5s per measurement") ||
+		!strings.Contains(tab, "ratio: the path's median / direct's median; per round: the lowest-highest of path / direct within one round") || !strings.Contains(tab, "vxlan:    v (10.0.0.2:1)") {
 		t.Errorf("table lacks its legend:\n%s", tab)
 	}
 }
