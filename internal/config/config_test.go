@@ -2,6 +2,7 @@ package config
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -138,13 +139,17 @@ func TestNATWithBGPWarns(t *testing.T) {
 	}
 }
 
-// TestExamples: every example config loads, with no warning.
+// TestExamples: every example config loads, with no warning, and opens with a comment saying
+// what it shows.
 func TestExamples(t *testing.T) {
 	files, _ := filepath.Glob("../../examples/*.yaml")
 	if len(files) == 0 {
 		t.Fatal("no examples")
 	}
 	for _, f := range files {
+		if text, err := os.ReadFile(f); err != nil || !bytes.HasPrefix(text, []byte("# ")) {
+			t.Errorf("%s: want a header comment saying what it shows (%v)", f, err)
+		}
 		cfg, err := Load(f)
 		if err != nil {
 			t.Errorf("%s: %v", f, err)
