@@ -199,9 +199,15 @@ func (s *Service) validateBackends(at string, backends []Backend, vip netip.Addr
 		if err != nil || !anyPortBounds.has(b.Port) {
 			continue
 		}
-		key := netip.AddrPortFrom(addr, uint16(b.Port))
+		// A backend without a port takes the client's, which for a single port is the service's:
+		// 10.0.0.1 and 10.0.0.1:80 of a service on port 80 are one destination.
+		port := b.Port
+		if port == 0 && !s.Port.IsRange() {
+			port = int(s.Port.First)
+		}
+		key := netip.AddrPortFrom(addr, uint16(port))
 		if other, dup := seen[key]; dup {
-			fail(bat(), "%s port %d is already %s", addr, b.Port, other)
+			fail(bat(), "%s port %d is already %s (a backend without a port takes the service's)", addr, port, other)
 		} else {
 			seen[key] = backendPath{at, j}
 		}
