@@ -184,7 +184,11 @@ func (g *globals) enterNetns() error {
 	args := []string{"nsenter", "--net=" + path, "--", self}
 	args = append(args, withoutNetnsFlag(os.Args[1:])...)
 	// The re-executed process finds its namespace in the environment, as its --netns is gone.
-	env := append(slices.Clone(os.Environ()), netnsEnv+"="+g.netns, enteredEnv+"="+g.netns)
+	// A variable set twice is read by its first entry, so the old ones go.
+	env := slices.DeleteFunc(slices.Clone(os.Environ()), func(kv string) bool {
+		return strings.HasPrefix(kv, netnsEnv+"=") || strings.HasPrefix(kv, enteredEnv+"=")
+	})
+	env = append(env, netnsEnv+"="+g.netns, enteredEnv+"="+g.netns)
 	return syscall.Exec(nsenter, args, env)
 }
 

@@ -6,4 +6,8 @@
 // The soak (churn, API changes and a flapping backend on both datapaths) runs only when asked:
 // SLUICE_SOAK=3m go test -count=1 -v -timeout 15m -run TestSoak ./test/e2e/
 // Without root, nft, nginx or ip every test skips with the reason.
+//
+// TestDocsRunInTheLab runs every command of the sh blocks of README.md and docs/*.md as written,
+// in the lab those commands build (prefix "sluice"); internal/cli's TestDocsNameRealCommands checks
+// every sluice command the docs mention against the command line.
 package e2e

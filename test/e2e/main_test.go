@@ -126,10 +126,16 @@ func supervise() (code int) {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
+	built := []*lab.Lab{l, newFleetLab(bin)} // the fleet lab, if a test built it
+	for _, prefix := range docsLabPrefixes {
+		if !labExists(prefix) { // one the docs test builds, and may leave when it is killed
+			built = append(built, lab.New(prefix, labBackends))
+		}
+	}
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		for _, built := range []*lab.Lab{l, newFleetLab(bin)} { // the fleet lab, if a test built it
+		for _, built := range built {
 			if err := built.Down(ctx); err != nil {
 				logf("lab %s down: %v", built.Prefix, err)
 				code = 1

@@ -1,0 +1,302 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicelb/sluice/internal/lab"
+	"github.com/sluicelb/sluice/internal/mdsh"
+)
+
+// The docs run as written: every command of a fenced sh block of README.md and docs/*.md runs, in
+// the document's order, in one bash session per document, from a copy of the checkout, against
+// the lab the README builds (prefix "sluice", the default). A command must exit 0 (sluice plan and
+// --dry-run: 0 or 2, their "changes" status). What cannot run here is listed in notRun with the
+// reason; production paths the lab keeps elsewhere are translated by labPaths.
+
+// docsLabPrefix is the lab the docs name (sluice-lb, sluice-client): `sluice lab up`'s default.
+const docsLabPrefix = "sluice"
+
+// docsInOrder are the documents with sh blocks, in the order an operator meets them; each needs
+// what the ones before it left (the lab torn down by the README is rebuilt by a later setup).
+var docsInOrder = []string{
+	"README.md", "docs/config.md", "docs/api.md", "docs/operations.md", "docs/scale-out.md",
+	"docs/BENCHMARKS.md",
+}
+
+// docSetup is what a document assumes has been done before its first command (from the README).
+var docSetup = map[string][]string{
+	"docs/api.md": {
+		"sluice lab up",
+		"sluice --netns sluice-lb serve -c examples/lab-nat.yaml --metrics-listen 127.0.0.1:9120 &",
+		"ip netns exec sluice-lb curl -sf --retry 30 --retry-all-errors --retry-delay 1 http://127.0.0.1:9120/readyz",
+	},
+}
+
+// notRun are commands of the docs that this test does not run, by their first words, and why.
+var notRun = map[string]string{
+	"make test":                   "the suite this test is part of",
+	"apt-get install":             "installs into the host's packages; packaging/TestDeb installs the .deb into a scratch root",
+	"make install":                "installs into the host; packaging/TestDeb runs make install into a scratch DESTDIR",
+	"systemctl":                   "the host's systemd",
+	"curl -s -H \"Authorization":  "needs a daemon with --listen and a token file; internal/cli's listener tests cover the TCP API",
+	"sudo bin/sluice bench lb":    "19 minutes with every peer; TestBenchLB runs it short",
+	"sudo bin/sluice bench scale": "6 to 8 minutes; TestBenchScale runs it short",
+	"sudo bin/sluice bench fleet": "5 minutes; TestBenchFleet runs it short",
+	"sudo bin/sluice bench net":   "sluice bench net runs as written in README.md",
+}
+
+// labPaths translate the production paths of the docs to the lab's: the daemon of sluice-lb listens
+// on that namespace's socket, and /etc belongs to the host.
+func labPaths(work string) *strings.Replacer {
+	return strings.NewReplacer(
+		"/run/sluice/sluice.sock", "/run/sluice/netns/"+docsLabPrefix+"-lb/sluice.sock",
+		"/etc/sluice/", filepath.Join(work, "etc/sluice")+"/",
+	)
+}
+
+func TestDocsRunInTheLab(t *testing.T) {
+	requireLab(t)
+	docsLab := lab.New(docsLabPrefix, labBackends)
+	for _, prefix := range docsLabPrefixes {
+		if labExists(prefix) {
+			t.Skipf("a lab %q exists on this host: the docs build labs of that name; take it down (sluice lab down --prefix %s) to run this test", prefix, prefix)
+		}
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := copyCheckout(t, root)
+	if err := os.MkdirAll(filepath.Join(work, "etc/sluice"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	statesBefore := netnsStateDirs()
+	// The daemons' state and sockets of the lab's namespaces go after each document, so that one
+	// document's API changes never meet the next one's daemon.
+	removeStates := func() {
+		for dir := range netnsStateDirs() {
+			if !statesBefore[dir] {
+				_ = os.RemoveAll(dir)
+			}
+		}
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := docsLab.Down(ctx); err != nil {
+			t.Errorf("lab %s down: %v", docsLabPrefix, err)
+		}
+		removeStates()
+	})
+	var checked []string
+	for _, doc := range docsInOrder {
+		t.Run(strings.ReplaceAll(doc, "/", "_"), func(t *testing.T) {
+			cmds := readBlocks(t, filepath.Join(root, doc))
+			script := docScript(doc, docSetup[doc], cmds, labPaths(work))
+			defer removeStates()
+			runDocScript(t, doc, work, script)
+		})
+		checked = append(checked, doc)
+	}
+	// A new document with sh blocks must join the run.
+	all, _ := filepath.Glob(filepath.Join(root, "docs/*.md"))
+	for _, path := range append(all, filepath.Join(root, "README.md")) {
+		rel, _ := filepath.Rel(root, path)
+		if len(readBlocks(t, path)) > 0 && !slices.Contains(checked, rel) {
+			t.Errorf("%s has sh blocks but is not in docsInOrder", rel)
+		}
+	}
+}
+
+func readBlocks(t *testing.T, path string) []mdsh.Command {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmds, err := mdsh.Blocks(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return cmds
+}
+
+// docScript is the bash script that runs a document's commands one by one and stops at the first
+// that fails, naming its line.
+func docScript(doc string, setup []string, cmds []mdsh.Command, paths *strings.Replacer) string {
+	var b strings.Builder
+	b.WriteString("set -o pipefail\n")
+	for _, line := range setup {
+		fmt.Fprintf(&b, "echo '## setup: %s'\n%s\n", quoteless(line), line)
+		fmt.Fprintf(&b, "rc=$?; [ $rc -eq 0 ] || { echo \"## %s setup failed (exit $rc): %s\"; exit 1; }\n", doc, quoteless(line))
+	}
+	for _, c := range cmds {
+		if reason, skip := skipped(c.Text); skip {
+			fmt.Fprintf(&b, "echo '## %s:%d not run (%s): %s'\n", doc, c.Line, quoteless(reason), quoteless(firstLine(c.Text)))
+			continue
+		}
+		fmt.Fprintf(&b, "echo '## %s:%d: %s'\n%s\n", doc, c.Line, quoteless(firstLine(c.Text)), paths.Replace(c.Text))
+		allowed := "[ $rc -eq 0 ]"
+		if changesStatus(c.Text) {
+			allowed = "[ $rc -eq 0 ] || [ $rc -eq 2 ]"
+		}
+		fmt.Fprintf(&b, "rc=$?; %s || { echo \"## FAILED %s:%d (exit $rc)\"; exit 1; }\n", allowed, doc, c.Line)
+	}
+	b.WriteString("echo '## done'\n")
+	return b.String()
+}
+
+func skipped(cmd string) (string, bool) {
+	for prefix, reason := range notRun {
+		if strings.HasPrefix(cmd, prefix) {
+			return reason, true
+		}
+	}
+	return "", false
+}
+
+// changesStatus tells whether the command exits 2 when it finds changes (plan, --dry-run).
+func changesStatus(cmd string) bool {
+	return strings.HasPrefix(cmd, "sluice plan") || strings.Contains(cmd, "--dry-run")
+}
+
+func firstLine(s string) string { return strings.SplitN(s, "\n", 2)[0] }
+
+// quoteless makes s safe inside single quotes of the generated script.
+func quoteless(s string) string { return strings.ReplaceAll(s, "'", "") }
+
+// docsTimeout bounds one document's run: the README's includes make demo and bench net.
+const docsTimeout = 8 * time.Minute
+
+// runDocScript runs script with bash in work, in a process group of its own, which is killed
+// afterwards with whatever the document left running (daemons started with &).
+func runDocScript(t *testing.T, doc, work, script string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), docsTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "--noprofile", "--norc", "-c", script)
+	cmd.Dir = work
+	binDir := filepath.Join(work, "bin")
+	if doc != "README.md" { // the README builds bin/sluice and puts it on PATH itself
+		ensureSluiceIn(t, binDir)
+		cmd.Env = append(os.Environ(), "PATH="+binDir+":"+os.Getenv("PATH"), "SLUICE_NETNS=")
+	} else {
+		cmd.Env = append(os.Environ(), "SLUICE_NETNS=")
+	}
+	// A file, not a pipe: daemons the document left running hold it open past the shell's exit.
+	out, err := os.CreateTemp(t.TempDir(), "output")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	err = cmd.Start()
+	if err == nil {
+		err = cmd.Wait()
+	}
+	stopGroup(cmd)
+	text, _ := os.ReadFile(out.Name())
+	t.Logf("%s:\n%s", doc, text)
+	if err != nil {
+		t.Fatalf("%s: %v (output above)", doc, err)
+	}
+}
+
+// stopGroup ends what a document's shell left running: SIGTERM, then SIGKILL after 10 s.
+func stopGroup(cmd *exec.Cmd) {
+	if cmd.Process == nil {
+		return
+	}
+	pgid := cmd.Process.Pid
+	if syscall.Kill(-pgid, syscall.SIGTERM) != nil {
+		return // nothing left
+	}
+	for range 100 {
+		if syscall.Kill(-pgid, 0) != nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+}
+
+// ensureSluiceIn puts the suite's binary in dir when the README's make build did not.
+func ensureSluiceIn(t *testing.T, dir string) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(dir, "sluice")); err == nil {
+		return
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", sluiceBin, filepath.Join(dir, "sluice")).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v: %s", err, out)
+	}
+}
+
+// copyCheckout copies the checkout's files (tracked, and untracked ones git does not ignore) to a
+// temporary directory, so that what the docs write (bin/, sluice.schema.json) stays out of it.
+func copyCheckout(t *testing.T, root string) string {
+	t.Helper()
+	work := t.TempDir()
+	files, err := exec.Command("git", "-C", root, "ls-files", "-z", "--cached", "--others", "--exclude-standard").Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
+	for _, name := range strings.Split(strings.TrimRight(string(files), "\x00"), "\x00") {
+		src := filepath.Join(root, name)
+		info, err := os.Lstat(src)
+		if err != nil || !info.Mode().IsRegular() {
+			continue // deleted in the working tree, or not a file
+		}
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(work, name)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, b, info.Mode().Perm()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return work
+}
+
+// netnsStateDirs are the per-namespace state and socket directories of the docs lab's namespaces.
+func netnsStateDirs() map[string]bool {
+	dirs := map[string]bool{}
+	for _, parent := range []string{"/var/lib/sluice/netns", "/run/sluice/netns"} {
+		entries, _ := os.ReadDir(parent)
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), docsLabPrefix+"-") && !strings.HasPrefix(e.Name(), docsLabPrefix+"-bench") {
+				dirs[filepath.Join(parent, e.Name())] = true
+			}
+		}
+	}
+	return dirs
+}
+
+// docsLabPrefixes are the labs the docs' commands build: the README's, make demo's and bench's
+// defaults. The suite tears down those it finds at its end that were not there at its start.
+var docsLabPrefixes = []string{docsLabPrefix, "sluice-demo", "sluice-bench"}
+
+// labExists tells whether a namespace of the lab with this prefix exists.
+func labExists(prefix string) bool {
+	re := regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `-(client|lb|lb[0-9]+|router|sw|b[0-9]+)$`)
+	return slices.ContainsFunc(namespacesWithPrefix(prefix), re.MatchString)
+}
