@@ -28,14 +28,7 @@ func TestKernelListsNATFlows(t *testing.T) {
 	for _, mode := range []string{"nat", "fullnat"} {
 		t.Run(mode, func(t *testing.T) {
 			inFreshNetns(t, func() {
-				client, backends := natTopology(t)
-				in(t, backends, func() {
-					serveTCPEcho(t)
-					serveUDPEcho(t)
-				})
-				d := newTestDatapath(t)
-				dns, web := service("dns", "udp", "10.91.9.100", 53, 53), service("web", "tcp", "10.91.9.100", 80, 80)
-				apply(t, d, twoBackendPlan(mode, 0, dns, web))
+				client, d, _, _ := natRig(t, mode)
 				held := echoFrom(t, client, "tcp4", "10.91.9.100:80")
 				echoFrom(t, client, "tcp4", "10.91.9.100:80").Close()
 				echoFrom(t, client, "udp4", "10.91.9.100:53")

@@ -422,6 +422,21 @@ func echoFrom(t *testing.T, ns netns.NsHandle, network, addr string) net.Conn {
 // natTopology routes between a client namespace (10.91.1.2, behind the test's 10.91.1.1) and a
 // backends namespace (10.91.2.11 and 10.91.2.12 on veth1, behind the test's 10.91.2.1); the
 // test's namespace forwards between them.
+// natRig builds natTopology with TCP and UDP echo servers on the backends and applies a dns
+// (udp/53) and a web (tcp/80) service in mode over both backends, all flows to the first.
+func natRig(t *testing.T, mode string) (client netns.NsHandle, d *Datapath, dns, web plan.Service) {
+	t.Helper()
+	client, backends := natTopology(t)
+	in(t, backends, func() {
+		serveTCPEcho(t)
+		serveUDPEcho(t)
+	})
+	d = newTestDatapath(t)
+	dns, web = service("dns", "udp", "10.91.9.100", 53, 53), service("web", "tcp", "10.91.9.100", 80, 80)
+	apply(t, d, twoBackendPlan(mode, 0, dns, web))
+	return client, d, dns, web
+}
+
 func natTopology(t *testing.T) (client, backends netns.NsHandle) {
 	t.Helper()
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
@@ -451,14 +466,7 @@ func TestKernelNATFlows(t *testing.T) {
 	for _, mode := range []string{"nat", "fullnat"} {
 		t.Run(mode, func(t *testing.T) {
 			inFreshNetns(t, func() {
-				client, backends := natTopology(t)
-				in(t, backends, func() {
-					serveTCPEcho(t)
-					serveUDPEcho(t)
-				})
-				d := newTestDatapath(t)
-				dns, web := service("dns", "udp", "10.91.9.100", 53, 53), service("web", "tcp", "10.91.9.100", 80, 80)
-				apply(t, d, twoBackendPlan(mode, 0, dns, web))
+				client, d, dns, web := natRig(t, mode)
 
 				echoFrom(t, client, "tcp4", "10.91.2.11:80")
 				if got := backendsOf(t, d, "web")["10.91.2.11"]; got != (datapath.BackendStatus{Address: "10.91.2.11", Weight: 1, Share: 1}) {
