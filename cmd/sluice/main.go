@@ -1,5 +1,5 @@
-// Command sluice is a Layer-4 load balancer driving kernel datapaths (nftables) from one
-// declarative config.
+// Command sluice is a Layer-4 load balancer that drives a kernel datapath (nftables, or an eBPF
+// program at tc or XDP) from one declarative config.
 package main
 
 import (

@@ -159,7 +159,7 @@ func kernelViews(kernel []datapath.ServiceStatus) []engine.ServiceView {
 		}
 		for _, b := range k.Backends {
 			v.Backends = append(v.Backends, engine.BackendView{
-				ID: b.Address, Address: b.Address, Port: b.Port, Weight: b.Weight, ProgrammedWeight: b.Weight,
+				ID: engine.BackendID(b.Address, b.Port), Address: b.Address, Port: b.Port, Weight: b.Weight, ProgrammedWeight: b.Weight,
 				Share: b.Share, Flows: b.Flows, ActiveFlows: b.ActiveFlows, Packets: b.Packets, Bytes: b.Bytes,
 			})
 		}

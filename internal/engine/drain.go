@@ -179,7 +179,7 @@ func (e *Engine) activeFlows(ctx context.Context, service, id string) (uint64, e
 			continue
 		}
 		for _, b := range s.Backends {
-			if backendID(b.Address, b.Port) == id {
+			if BackendID(b.Address, b.Port) == id {
 				return b.ActiveFlows, nil
 			}
 		}
@@ -193,5 +193,5 @@ func configBackendID(s *config.Service, b config.Backend) string {
 	if s.Mode == "dsr" {
 		port = 0
 	}
-	return backendID(b.Address, port)
+	return BackendID(b.Address, port)
 }

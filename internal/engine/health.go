@@ -21,7 +21,8 @@ type HealthView struct {
 	Checks   uint64         `json:"checks"`
 	// FailedChecks counts the checks that failed, in all.
 	FailedChecks uint64 `json:"failed_checks"`
-	// Streak is the current run of consecutive successes (up) or failures (down, or up but failing).
+	// Successes and Failures are the current streak: consecutive checks that passed, or failed
+	// (down, or up but failing); one of them is 0.
 	Successes int           `json:"successes"`
 	Failures  int           `json:"failures"`
 	Latency   time.Duration `json:"last_latency_ns"`

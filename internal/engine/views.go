@@ -117,7 +117,7 @@ func (e *Engine) serviceView(s *config.Service, k *datapath.ServiceStatus, avail
 	if k != nil {
 		v.Slots = k.Slots
 		for _, b := range k.Backends {
-			counters[backendID(b.Address, b.Port)] = b
+			counters[BackendID(b.Address, b.Port)] = b
 		}
 	}
 	anyUp := false
@@ -164,8 +164,8 @@ func (e *Engine) backendView(s *config.Service, b config.Backend, counters map[s
 	return v
 }
 
-// backendID is plan.Backend.ID for an address and port as the datapath reports them.
-func backendID(addr string, port int) string {
+// BackendID is plan.Backend.ID for an address and port as the datapath reports them.
+func BackendID(addr string, port int) string {
 	a, err := netip.ParseAddr(addr)
 	if err != nil {
 		return addr + ":" + strconv.Itoa(port)

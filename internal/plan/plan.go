@@ -56,9 +56,6 @@ func (b Backend) ID() string {
 	return netip.AddrPortFrom(b.Addr, b.Port).String()
 }
 
-// IsIPv6 tells the service's address family.
-func (s *Service) IsIPv6() bool { return s.VIP.Is6() }
-
 // Listener renders "tcp 10.0.0.1:80" as an operator reads it.
 func (s *Service) Listener() string {
 	host := s.VIP.String()

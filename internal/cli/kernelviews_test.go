@@ -1,0 +1,27 @@
+package cli
+
+import (
+	"testing"
+
+	"github.com/sluicelb/sluice/internal/datapath"
+)
+
+// TestKernelViewsNameBackendsAsTheDaemon: a listing without a daemon gives each backend the id the
+// daemon gives it (address, or address:port when the backend has a port of its own), so scripts
+// reading `sluice list -o json` see one id either way.
+func TestKernelViewsNameBackendsAsTheDaemon(t *testing.T) {
+	views := kernelViews([]datapath.ServiceStatus{{Name: "web", Backends: []datapath.BackendStatus{
+		{Address: "10.91.2.11"}, {Address: "10.91.2.12", Port: 8080}, {Address: "fd00::1", Port: 80},
+	}}})
+	var ids []string
+	for _, b := range views[0].Backends {
+		ids = append(ids, b.ID)
+	}
+	want := []string{"10.91.2.11", "10.91.2.12:8080", "[fd00::1]:80"}
+	for i := range want {
+		if ids[i] != want[i] {
+			t.Errorf("ids %q, want %q", ids, want)
+			break
+		}
+	}
+}
