@@ -148,6 +148,8 @@ func eventWriter(output string) (func(io.Writer, engine.Event) error, error) {
 // eventRow lays an event out in fixed columns, so that rows printed as events come align; a
 // value longer than its column pushes the rest of its row along.
 func eventRow(when, typ, service, backend, message string) string {
+	// A message of several lines (a reload's errors, one per line) stays on its row.
+	message = strings.ReplaceAll(message, "\n", " | ")
 	row := fmt.Sprintf("%-25s  %-18s  %-16s  %-21s  %s", when, typ, orDash(service), orDash(backend), message)
 	return strings.TrimRight(row, " ")
 }

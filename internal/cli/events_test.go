@@ -140,3 +140,12 @@ func assertNoTrailingSpace(t *testing.T, s string) {
 		}
 	}
 }
+
+// TestEventRowKeepsAMessageOnItsRow: a reload_failed message holds one error per line; the table
+// keeps it on the event's row.
+func TestEventRowKeepsAMessageOnItsRow(t *testing.T) {
+	row := eventRow("2026-11-24T05:39:49Z", "reload_failed", "", "", "f.yaml:6: a\nf.yaml:11: b")
+	if strings.Contains(row, "\n") || !strings.HasSuffix(row, "f.yaml:6: a | f.yaml:11: b") {
+		t.Errorf("row %q", row)
+	}
+}
