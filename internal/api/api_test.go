@@ -20,6 +20,7 @@ import (
 	"github.com/sluicelb/sluice/internal/engine"
 	"github.com/sluicelb/sluice/internal/health"
 	"github.com/sluicelb/sluice/internal/plan"
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 // baseConfig is the config every test starts from; it is also the daemon's config file.
@@ -102,7 +103,7 @@ func newFixture(t testing.TB) *fixture {
 // settle waits until the datapath holds the plan of the running config.
 func (f *fixture) settle(t testing.TB) {
 	t.Helper()
-	eventually(t, "the datapath holds the running config", func() bool {
+	testutil.Eventually(t, "the datapath holds the running config", func() bool {
 		want, err := plan.Build(f.engine.Config(), nil)
 		return err == nil && reflect.DeepEqual(f.dp.Plan(), want)
 	})
@@ -128,18 +129,6 @@ func (f *fixture) do(t testing.TB, method, path, contentType string, body []byte
 		t.Fatal(err)
 	}
 	return resp.StatusCode, data
-}
-
-// eventually polls cond with a generous deadline; tests never assert timings.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 // fakeProber reports every probe the engine asks for as up.

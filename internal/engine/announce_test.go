@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicelb/sluice/internal/bgp"
 	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 // fakeSpeaker records what the engine asks a BGP speaker to do.
@@ -119,7 +120,7 @@ func announces(t *testing.T, s *fakeSpeaker, want ...string) {
 	if want == nil {
 		want = []string{}
 	}
-	eventually(t, "announcing "+strings.Join(want, " "), func() bool { return slices.Equal(s.prefixes(), want) })
+	testutil.Eventually(t, "announcing "+strings.Join(want, " "), func() bool { return slices.Equal(s.prefixes(), want) })
 }
 
 // TestAnnouncesWhatCanTakeNewFlows: a VIP is announced once a service on it can take new flows,
@@ -160,7 +161,7 @@ func TestAnnouncesWhatCanTakeNewFlows(t *testing.T) {
 	h.prober.flip("[fd00:1::1]:80", true)
 	announces(t, speaker, "10.0.0.2/32", "fd00::1/128")
 	h.prober.flip("[fd00:1::1]:80", false)
-	eventually(t, "web6 on its sorry server", func() bool { return h.weights("web6")["fd00:1::1"] == 0 })
+	testutil.Eventually(t, "web6 on its sorry server", func() bool { return h.weights("web6")["fd00:1::1"] == 0 })
 	time.Sleep(20 * time.Millisecond)
 	announces(t, speaker, "10.0.0.2/32", "fd00::1/128")
 	if !hasEventType(h, EventVIPWithdrawn, "10.0.0.1") || !hasEventType(h, EventVIPAnnounced, "10.0.0.1") {
@@ -201,7 +202,7 @@ func TestNodeDrainWithdrawsEverythingAndFollowsFlows(t *testing.T) {
 		t.Fatalf("drained with flows left: %+v", h.Node())
 	}
 	h.dp.SetActiveFlows("dns", "10.0.1.1", 0)
-	eventually(t, "node drained", func() bool { return h.Node().State == NodeDrained })
+	testutil.Eventually(t, "node drained", func() bool { return h.Node().State == NodeDrained })
 	if !hasEventType(h, EventNodeDrained, "no active flows left") {
 		t.Fatalf("events: %+v", h.Events(0))
 	}
@@ -233,7 +234,7 @@ func TestBGPSectionChangesReconfigureOnlyWhenChanged(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "reconfigured", func() bool { c := speaker.configured(); return len(c) == 2 && len(c[1].Peers) == 2 })
+	testutil.Eventually(t, "reconfigured", func() bool { c := speaker.configured(); return len(c) == 2 && len(c[1].Peers) == 2 })
 	if _, err := h.Update(false, "test", func(c *config.Config) error {
 		c.BGP = nil
 		for i := range c.Services {
@@ -243,7 +244,7 @@ func TestBGPSectionChangesReconfigureOnlyWhenChanged(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "closed", func() bool { speaker.mu.Lock(); defer speaker.mu.Unlock(); return speaker.closed })
+	testutil.Eventually(t, "closed", func() bool { speaker.mu.Lock(); defer speaker.mu.Unlock(); return speaker.closed })
 }
 
 // TestShutdownWithdrawsThenCloses: on shutdown every VIP is withdrawn before the speaker closes.

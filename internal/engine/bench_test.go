@@ -2,10 +2,10 @@ package engine
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 // BenchmarkUpdateOneBackend measures what the engine does for one added backend (copy, mutate,
@@ -14,7 +14,7 @@ import (
 func BenchmarkUpdateOneBackend(b *testing.B) {
 	for _, n := range []int{1, 1000, 10000} {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
-			h := start(b, manyServices(n, 10), Options{})
+			h := start(b, testutil.ManyServices(n, 10), Options{})
 			add := func(cfg *config.Config) error {
 				s := &cfg.Services[len(cfg.Services)-1]
 				s.Backends = append(s.Backends, config.Backend{Address: "10.200.0.1"})
@@ -28,17 +28,4 @@ func BenchmarkUpdateOneBackend(b *testing.B) {
 			}
 		})
 	}
-}
-
-// manyServices is a config of n services on VIPs of their own, each over its own backends.
-func manyServices(n, backends int) string {
-	var y strings.Builder
-	y.WriteString("services:\n")
-	for i := range n {
-		fmt.Fprintf(&y, "  - name: s%d\n    vip: 10.100.%d.%d\n    port: 80\n    backends:\n", i, i>>8, i&255)
-		for j := range backends {
-			fmt.Fprintf(&y, "      - address: 10.%d.%d.%d\n", 101+j, i>>8, i&255)
-		}
-	}
-	return y.String()
 }

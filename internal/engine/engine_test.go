@@ -15,6 +15,7 @@ import (
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/datapath/fake"
 	"github.com/sluicelb/sluice/internal/health"
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 const twoServices = `
@@ -119,19 +120,8 @@ func start(t testing.TB, yaml string, opts Options) *harness {
 		cancel()
 		<-done
 	})
-	eventually(t, "first apply", func() bool { return h.dp.Applies() == 1 })
+	testutil.Eventually(t, "first apply", func() bool { return h.dp.Applies() == 1 })
 	return h
-}
-
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 // weights returns the programmed weight of every backend of a service, by ID.
@@ -177,7 +167,7 @@ func TestReconcileIsIdempotent(t *testing.T) {
 
 func TestResyncAppliesAgainComparedWithTheKernel(t *testing.T) {
 	h := start(t, twoServices, Options{Resync: 10 * time.Millisecond})
-	eventually(t, "resync applies", func() bool { return h.dp.Applies() >= 3 })
+	testutil.Eventually(t, "resync applies", func() bool { return h.dp.Applies() >= 3 })
 	applies := h.dp.Applies() // before the resyncs: each resync comes before its apply
 	if resyncs := h.dp.Resyncs(); resyncs < applies-1 {
 		t.Fatalf("%d applies but %d resyncs: every apply after the first was a resync", applies, resyncs)
@@ -192,7 +182,7 @@ func TestHealthFlapBurstIsFoldedIntoFewApplies(t *testing.T) {
 		h.prober.flip("10.0.1.3:80", i%2 == 1) // ends down
 	}
 	elapsed := time.Since(began)
-	eventually(t, "the last state applied", func() bool { return h.weights("web")["10.0.1.3"] == 0 })
+	testutil.Eventually(t, "the last state applied", func() bool { return h.weights("web")["10.0.1.3"] == 0 })
 	// One apply per MinApplyInterval at most, plus the first and the final one.
 	if n, bound := h.dp.Applies(), 3+int(elapsed/interval); n > bound {
 		t.Fatalf("501 flaps in %s caused %d applies, want at most %d", elapsed, n, bound)
@@ -203,8 +193,8 @@ func TestFallenBackendLeavesTableAndItsFlowsAreResetWhenAsked(t *testing.T) {
 	h := start(t, twoServices, Options{})
 	h.dp.SetActiveFlows("web", "10.0.1.1", 7)
 	h.prober.flip("10.0.1.1:80", false)
-	eventually(t, "backend out of web", func() bool { return h.weights("web")["10.0.1.1"] == 0 })
-	eventually(t, "flows reset", func() bool { return len(h.dp.Resets()) == 1 })
+	testutil.Eventually(t, "backend out of web", func() bool { return h.weights("web")["10.0.1.1"] == 0 })
+	testutil.Eventually(t, "flows reset", func() bool { return len(h.dp.Resets()) == 1 })
 	if got := h.dp.Resets(); !reflect.DeepEqual(got, []string{"web/10.0.1.1"}) {
 		t.Fatalf("resets %v: api (on_failure: inhibit) must keep its flows", got)
 	}
@@ -215,7 +205,7 @@ func TestFallenBackendLeavesTableAndItsFlowsAreResetWhenAsked(t *testing.T) {
 		t.Fatalf("events %+v", h.Events(0))
 	}
 	h.prober.flip("10.0.1.1:80", true)
-	eventually(t, "backend back", func() bool { return h.weights("web")["10.0.1.1"] == 1 })
+	testutil.Eventually(t, "backend back", func() bool { return h.weights("web")["10.0.1.1"] == 1 })
 }
 
 func TestInvalidMutationChangesNothing(t *testing.T) {
@@ -274,12 +264,12 @@ func TestDrainFollowsFlowsToZero(t *testing.T) {
 	if d.State != DrainDraining || d.InitialFlows != 3 || d.PreviousWeight != 1 || d.Backend != "10.0.1.2:80" {
 		t.Fatalf("drain %+v", d)
 	}
-	eventually(t, "weight 0 applied", func() bool { return h.weights("api")["10.0.1.2:80"] == 0 })
+	testutil.Eventually(t, "weight 0 applied", func() bool { return h.weights("api")["10.0.1.2:80"] == 0 })
 	if h.hasEvent(EventDrained, "10.0.1.2:80") {
 		t.Fatal("drained with flows left")
 	}
 	h.dp.SetActiveFlows("api", "10.0.1.2:80", 0)
-	eventually(t, "drained event", func() bool { return h.hasEvent(EventDrained, "10.0.1.2:80") })
+	testutil.Eventually(t, "drained event", func() bool { return h.hasEvent(EventDrained, "10.0.1.2:80") })
 	// Weighting it again ends the drain record.
 	if _, err := h.Update(false, "test", func(cfg *config.Config) error {
 		s, _, _ := FindService(cfg, "api")
@@ -301,7 +291,7 @@ func TestDrainTimesOut(t *testing.T) {
 	if _, err := h.Drain(context.Background(), "web", "10.0.1.3", 20*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "drained by timeout", func() bool { return h.hasEvent(EventDrained, "10.0.1.3") })
+	testutil.Eventually(t, "drained by timeout", func() bool { return h.hasEvent(EventDrained, "10.0.1.3") })
 	d := h.Drains()[0]
 	if d.State != DrainDrained || !strings.Contains(d.Reason, "timeout with 2 flows") {
 		t.Fatalf("drain %+v", d)
@@ -341,14 +331,14 @@ func TestReloadRejectsBadFileAndKeepsRunning(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(change.Changed, []string{"api"}) {
 		t.Fatalf("reload: %+v %v", change, err)
 	}
-	eventually(t, "reload applied", func() bool { return h.dp.Plan().Services[0].Ports.First == 8081 })
+	testutil.Eventually(t, "reload applied", func() bool { return h.dp.Plan().Services[0].Ports.First == 8081 })
 }
 
 func TestServicesViewMergesConfigHealthAndKernel(t *testing.T) {
 	h := start(t, twoServices+"    fallback: sorry\n    sorry_servers: [{address: 10.0.2.1, port: 80}]\n", Options{})
 	h.dp.SetActiveFlows("api", "10.0.1.1:80", 4)
 	h.prober.flip("10.0.1.2:80", false)
-	eventually(t, "down applied", func() bool { return h.weights("api")["10.0.1.2:80"] == 0 })
+	testutil.Eventually(t, "down applied", func() bool { return h.weights("api")["10.0.1.2:80"] == 0 })
 	views, err := h.Services(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -403,7 +393,7 @@ func TestResizingTheEBPFMapsTakesARestart(t *testing.T) {
 
 func TestServiceIsOneOfServices(t *testing.T) {
 	h := start(t, twoServices, Options{})
-	eventually(t, "applied", func() bool { return h.dp.Plan() != nil })
+	testutil.Eventually(t, "applied", func() bool { return h.dp.Plan() != nil })
 	all, err := h.Services(context.Background())
 	if err != nil {
 		t.Fatal(err)

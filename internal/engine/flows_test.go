@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 // TestFallenBackendLosesItsStaleFlowsWhateverOnFailure: a fall drops every flow of the backend
@@ -18,7 +20,7 @@ func TestFallenBackendLosesItsStaleFlowsWhateverOnFailure(t *testing.T) {
 	h.dp.SetActiveFlows("api", "10.0.1.1:80", 5)
 	h.dp.SetStaleFlows("api", "10.0.1.1:80", 4)
 	h.prober.flip("10.0.1.1:80", false)
-	eventually(t, "flows dropped", func() bool { return len(h.dp.Resets()) == 1 && len(h.dp.StaleDrops()) == 1 })
+	testutil.Eventually(t, "flows dropped", func() bool { return len(h.dp.Resets()) == 1 && len(h.dp.StaleDrops()) == 1 })
 	if got := h.dp.Resets(); !reflect.DeepEqual(got, []string{"web/10.0.1.1"}) {
 		t.Fatalf("resets %v, want web's only (api is on_failure: inhibit)", got)
 	}
@@ -39,12 +41,12 @@ func TestFallenBackendLosesItsStaleFlowsWhateverOnFailure(t *testing.T) {
 // keeps every flow.
 func TestRisenBackendKeepsItsFlows(t *testing.T) {
 	h := start(t, twoServices, Options{})
-	eventually(t, "the first apply", func() bool { return h.dp.Applies() > 0 })
+	testutil.Eventually(t, "the first apply", func() bool { return h.dp.Applies() > 0 })
 	h.mu.Lock() // the fall and the rise land between two reconciles
 	h.resets["api/10.0.1.2:80"] = false
 	h.mu.Unlock()
 	h.trigger()
-	eventually(t, "the pending reset consumed", func() bool {
+	testutil.Eventually(t, "the pending reset consumed", func() bool {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		return len(h.resets) == 0
@@ -70,9 +72,9 @@ func (h *harness) flowsReset(backend string) string {
 func TestResyncDropsStaleFlowsOfBackendsStillDown(t *testing.T) {
 	h := start(t, twoServices, Options{Resync: 20 * time.Millisecond})
 	h.prober.flip("10.0.1.1:80", false)
-	eventually(t, "the fall's stale flows dropped", func() bool { return len(h.dp.StaleDrops()) >= 1 })
+	testutil.Eventually(t, "the fall's stale flows dropped", func() bool { return len(h.dp.StaleDrops()) >= 1 })
 	h.dp.SetStaleFlows("api", "10.0.1.1:80", 2) // an inhibited connection was reset meanwhile
-	eventually(t, "a resync drops them", func() bool {
+	testutil.Eventually(t, "a resync drops them", func() bool {
 		return slices.ContainsFunc(h.Events(0), func(e Event) bool {
 			return e.Type == EventFlowsReset && e.Backend == "10.0.1.1:80" && e.Message == "2 flows not established dropped (the backend is still down)"
 		})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/state"
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 // startSaving starts an engine on a config file whose running config is saved to a state file in
@@ -89,7 +90,7 @@ func TestAFailedSaveKeepsTheChangeAndIsReported(t *testing.T) {
 	if !hasBackend(h.Config(), "10.0.1.9") {
 		t.Fatal("the change is not in the running config")
 	}
-	eventually(t, "the new backend programmed", func() bool { _, ok := h.weights("web")["10.0.1.9"]; return ok })
+	testutil.Eventually(t, "the new backend programmed", func() bool { _, ok := h.weights("web")["10.0.1.9"]; return ok })
 	if !h.hasEvent(EventStateNotSaved, "") {
 		t.Fatal("no state_not_saved event")
 	}
@@ -97,7 +98,7 @@ func TestAFailedSaveKeepsTheChangeAndIsReported(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(dir, "running.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the retried save", func() bool {
+	testutil.Eventually(t, "the retried save", func() bool {
 		start, cfg := reopen(t, file, dir)
 		return start.Source == state.FromStateFile && hasBackend(cfg, "10.0.1.9")
 	})

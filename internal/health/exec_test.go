@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 // shell is an exec check running script with /bin/sh.
@@ -67,7 +68,7 @@ func TestExecTimeoutKillsProcessGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the background sleep to die", func() bool { return !running(pid) })
+	testutil.Eventually(t, "the background sleep to die", func() bool { return !running(pid) })
 }
 
 // running tells whether process pid exists and is not a zombie.

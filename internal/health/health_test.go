@@ -74,18 +74,6 @@ func closedPort(t *testing.T, network string, loopback netip.Addr) netip.AddrPor
 	return netip.MustParseAddrPort(addr.String())
 }
 
-// eventually polls cond until it holds, failing the test after a generous deadline.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestNewCheckerRejectsNonsense(t *testing.T) {
 	for _, tc := range []struct {
 		name string

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 // scripted is a fake network for monitor tests: its checkers probe targets whose behaviour the
@@ -125,7 +126,7 @@ func TestMonitorRiseAndFall(t *testing.T) {
 	if s, ok := m.Status(p.Key()); !ok || !s.Up || s.Key != p.Key() || s.Type != "tcp" || s.Target != p.Target {
 		t.Fatalf("Status after Set = %+v, %v; want the probe, up", s, ok)
 	}
-	eventually(t, "two probes", func() bool { return target.live.Load() >= 2 })
+	testutil.Eventually(t, "two probes", func() bool { return target.live.Load() >= 2 })
 
 	target.ok.Store(false)
 	down := changed.next(t)
@@ -153,7 +154,7 @@ func TestMonitorSharesEqualProbes(t *testing.T) {
 	if all := m.All(); len(all) != 1 || fake.built.Load() != 1 {
 		t.Fatalf("All = %+v with %d checkers built, want one shared probe", all, fake.built.Load())
 	}
-	eventually(t, "probes", func() bool { return target.live.Load() >= 2 })
+	testutil.Eventually(t, "probes", func() bool { return target.live.Load() >= 2 })
 	before, _ := m.Status(a.Key())
 
 	m.Set([]Probe{b}) // the same key again: nothing restarts
@@ -170,7 +171,7 @@ func TestMonitorSetStopsRemovedProbes(t *testing.T) {
 	m := newTestMonitor(t, fake, nil)
 	keep, remove := probe("tcp", "192.0.2.1:80", 2, 3), probe("tcp", "192.0.2.2:80", 2, 3)
 	m.Set([]Probe{keep, remove})
-	eventually(t, "both probed", func() bool { return kept.live.Load() > 0 && removed.live.Load() > 0 })
+	testutil.Eventually(t, "both probed", func() bool { return kept.live.Load() > 0 && removed.live.Load() > 0 })
 
 	m.Set([]Probe{keep})
 	if _, ok := m.Status(remove.Key()); ok {
@@ -179,9 +180,9 @@ func TestMonitorSetStopsRemovedProbes(t *testing.T) {
 	if all := m.All(); len(all) != 1 || all[0].Key != keep.Key() {
 		t.Errorf("All = %+v, want only the kept probe", all)
 	}
-	eventually(t, "the removed probe to finish", func() bool { return removed.active.Load() == 0 })
+	testutil.Eventually(t, "the removed probe to finish", func() bool { return removed.active.Load() == 0 })
 	stoppedAt, keptAt := removed.live.Load(), kept.live.Load()
-	eventually(t, "the kept probe to go on", func() bool { return kept.live.Load() >= keptAt+3 })
+	testutil.Eventually(t, "the kept probe to go on", func() bool { return kept.live.Load() >= keptAt+3 })
 	if n := removed.live.Load(); n != stoppedAt {
 		t.Errorf("the removed probe ran %d more times", n-stoppedAt)
 	}
@@ -195,13 +196,13 @@ func TestMonitorSlowProbeBlocksNothing(t *testing.T) {
 	slowProbe, fastProbe := probe("tcp", "192.0.2.1:80", 2, 3), probe("tcp", "192.0.2.2:80", 2, 3)
 	slowProbe.Check.Timeout, slowProbe.Check.Interval = "1h", "1h"
 	m.Set([]Probe{slowProbe, fastProbe})
-	eventually(t, "the slow probe to start", func() bool { return slow.active.Load() == 1 })
-	eventually(t, "the fast probe to run 3 times", func() bool { return fast.live.Load() >= 3 })
+	testutil.Eventually(t, "the slow probe to start", func() bool { return slow.active.Load() == 1 })
+	testutil.Eventually(t, "the fast probe to run 3 times", func() bool { return fast.live.Load() >= 3 })
 	if s, ok := m.Status(slowProbe.Key()); !ok || s.Checks != 0 || !s.Up {
 		t.Errorf("slow probe status = %+v, %v; want up with no check finished", s, ok)
 	}
 	m.Set([]Probe{fastProbe}) // stops the slow probe mid-check
-	eventually(t, "the slow probe to be canceled", func() bool { return slow.active.Load() == 0 })
+	testutil.Eventually(t, "the slow probe to be canceled", func() bool { return slow.active.Load() == 0 })
 }
 
 func TestMonitorTimeoutEndsProbe(t *testing.T) {
@@ -225,7 +226,7 @@ func TestMonitorCloseWaits(t *testing.T) {
 	p := probe("tcp", "192.0.2.1:80", 2, 3)
 	p.Check.Timeout, p.Check.Interval = "1h", "1h"
 	m.Set([]Probe{p})
-	eventually(t, "the probe to start", func() bool { return target.active.Load() == 1 })
+	testutil.Eventually(t, "the probe to start", func() bool { return target.active.Load() == 1 })
 
 	m.Close()
 	if n := target.active.Load(); n != 0 {
@@ -257,7 +258,7 @@ func TestMonitorTCPBackendGoesAndComes(t *testing.T) {
 	m := newTestMonitor(t, nil, changed.record)
 	p := probe("tcp", addr, 1, 1)
 	m.Set([]Probe{p})
-	eventually(t, "a successful probe", func() bool {
+	testutil.Eventually(t, "a successful probe", func() bool {
 		s, _ := m.Status(p.Key())
 		return s.Last.OK
 	})

@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,25 +13,8 @@ import (
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/datapath/fake"
 	"github.com/sluicelb/sluice/internal/engine"
+	"github.com/sluicelb/sluice/internal/testutil"
 )
-
-// scaleConfig is services × backends on the fake datapath, without health checks.
-func scaleConfig(tb testing.TB, services, backends int) *config.Config {
-	tb.Helper()
-	var text strings.Builder
-	text.WriteString("services:\n")
-	for i := range services {
-		fmt.Fprintf(&text, "  - name: s%d\n    vip: 10.%d.%d.%d\n    port: 80\n    backends:\n", i, 100+i/65536, i/256%256, i%256)
-		for j := range backends {
-			fmt.Fprintf(&text, "      - address: 172.%d.%d.%d\n", 16+j, i/256%256, i%256)
-		}
-	}
-	cfg, err := config.Parse("scale.yaml", []byte(text.String()))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return cfg
-}
 
 // startScale runs an engine over the fake datapath with cfg until it has applied it, watched by m.
 func startScale(tb testing.TB, cfg *config.Config, m *Metrics, opts WatchOptions) {
@@ -73,7 +55,7 @@ func scrapeSize(tb testing.TB, url string) (bytes, series int) {
 // BenchmarkScrape10kServices scrapes 10,000 services × 10 backends on the fake datapath, with
 // every backend's series and with the default limit, which leaves them out at that size.
 func BenchmarkScrape10kServices(b *testing.B) {
-	cfg := scaleConfig(b, 10_000, 10)
+	cfg := testutil.Config(b, testutil.ManyServices(10_000, 10))
 	for _, bc := range []struct {
 		name        string
 		maxBackends int
