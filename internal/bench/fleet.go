@@ -21,7 +21,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/lab"
 )
 
@@ -59,25 +58,18 @@ const (
 
 // Check reports the first option out of range, naming its flag.
 func (o FleetOptions) Check() error {
-	switch {
-	case o.Nodes < 2 || o.Nodes > lab.MaxBalancers:
+	if o.Nodes < 2 || o.Nodes > lab.MaxBalancers {
 		return fmt.Errorf("--nodes: %d is not 2..%d", o.Nodes, lab.MaxBalancers)
-	case o.Duration < time.Second:
-		return fmt.Errorf("--duration: %s is less than 1s", o.Duration)
-	case o.Rounds < 1:
-		return fmt.Errorf("--rounds: %d is less than 1", o.Rounds)
-	case o.Failover < minFailover:
-		return fmt.Errorf("--failover: %s is less than %s (the router needs up to the %s hold time after the cut)", o.Failover, minFailover, fleetHoldTime)
-	case len(o.Datapaths) == 0:
-		return fmt.Errorf("--datapath: none given; known: %s", strings.Join(config.Datapaths, ", "))
 	}
-	for i, dp := range o.Datapaths {
-		if !slices.Contains(config.Datapaths, dp) {
-			return fmt.Errorf("--datapath: unknown datapath %q; known: %s", dp, strings.Join(config.Datapaths, ", "))
-		}
-		if slices.Contains(o.Datapaths[:i], dp) {
-			return fmt.Errorf("--datapath: %s given twice", dp)
-		}
+	if o.Failover < minFailover {
+		return fmt.Errorf("--failover: %s is less than %s (the router needs up to the %s hold time after the cut)", o.Failover, minFailover, fleetHoldTime)
+	}
+	if err := firstError(
+		checkDuration("duration", o.Duration, time.Second),
+		checkCount("rounds", o.Rounds, 1),
+		checkDatapaths("datapath", o.Datapaths),
+	); err != nil {
+		return err
 	}
 	_, err := o.workloads()
 	return err
@@ -165,38 +157,29 @@ func fleetNote(cores int) string {
 
 // RunFleet brings up a fleet lab of o.Nodes nodes and, for each datapath, runs Sluice on every
 // node, measures every workload through 1..Nodes active nodes and the direct baseline
-// (interleaved, the order rotating per round), then cuts a node under load.
+// (interleaved, the order rotating per round), then cuts a node under load. o must pass Check.
 func RunFleet(ctx context.Context, e *Env, o FleetOptions) (res *FleetResults, err error) {
-	if err := o.Check(); err != nil {
-		return nil, err
-	}
 	if err := wrkPath(); err != nil {
-		return nil, fmt.Errorf("bench fleet: wrk not found (Debian package wrk): %w", err)
+		return nil, fmt.Errorf("wrk not found (Debian package wrk): %w", err)
 	}
 	workloads, err := o.workloads()
 	if err != nil {
 		return nil, err
 	}
 	e.Lab.Balancers = o.Nodes
-	e.Progress.Step("bringing up fleet lab %s: %d nodes behind a BIRD router", e.Lab.Prefix, o.Nodes)
-	if err := e.Lab.Up(ctx); err != nil {
-		return nil, err
-	}
-	if !o.KeepLab {
-		defer func() {
-			down, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-			defer cancel()
-			e.Progress.Step("tearing down lab %s", e.Lab.Prefix)
-			err = errors.Join(err, e.Lab.Down(down))
-		}()
-	}
-	defer e.Progress.Done()
+	e.Progress.Step("fleet lab %s: %d nodes behind a BIRD router", e.Lab.Prefix, o.Nodes)
 	res = &FleetResults{Options: o, Backends: e.Lab.Backends, Cores: runtime.NumCPU(), Workloads: workloads, Note: fleetNote(runtime.NumCPU())}
-	ports := &portRanges{}
-	for _, dp := range o.Datapaths {
-		if err := e.benchFleet(ctx, dp, workloads, o, ports, res); err != nil {
-			return nil, fmt.Errorf("bench fleet: %s: %w", dp, err)
+	err = e.InLab(ctx, o.KeepLab, func() error {
+		ports := &portRanges{}
+		for _, dp := range o.Datapaths {
+			if err := e.benchFleet(ctx, dp, workloads, o, ports, res); err != nil {
+				return fmt.Errorf("%s: %w", dp, err)
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return res, nil
 }
@@ -209,25 +192,27 @@ func (e *Env) benchFleet(ctx context.Context, dp string, workloads []Workload, o
 	}
 	defer func() { err = errors.Join(err, f.stop(context.WithoutCancel(ctx))) }()
 	samples := map[fleetKey][]LBSample{}
-	for round := range o.Rounds {
-		for i := range o.Nodes + 1 {
-			nodes := (i + round) % (o.Nodes + 1)
-			if nodes > 0 {
-				e.Progress.Step("%s round %d/%d: routing the VIP over %d node(s)", dp, round+1, o.Rounds, nodes)
-				if err := f.activate(ctx, nodes); err != nil {
-					return err
-				}
-			}
-			for _, w := range workloads {
-				e.Progress.Step("%s round %d/%d: %s, %s (%s)", dp, round+1, o.Rounds, through(nodes), w.Name, o.Duration)
-				s, err := e.runWorkload(ctx, w, fleetTargets(e, nodes), LBOptions{Duration: o.Duration}, ports)
-				if err != nil {
-					return fmt.Errorf("%s, %s: %w", through(nodes), w.Name, err)
-				}
-				k := fleetKey{w.Name, nodes}
-				samples[k] = append(samples[k], s)
+	err = interleave(o.Rounds, o.Nodes+1, func(round, nodes int) error {
+		label := fmt.Sprintf("%s %s", dp, roundLabel(round, o.Rounds))
+		if nodes > 0 {
+			e.Progress.Step("%s: routing the VIP over %d node(s)", label, nodes)
+			if err := f.activate(ctx, nodes); err != nil {
+				return err
 			}
 		}
+		for _, w := range workloads {
+			e.Progress.Step("%s: %s, %s (%s)", label, through(nodes), w.Name, o.Duration)
+			s, err := e.runWorkload(ctx, w, fleetTargets(e, nodes), LBOptions{Duration: o.Duration}, ports)
+			if err != nil {
+				return fmt.Errorf("%s, %s: %w", through(nodes), w.Name, err)
+			}
+			k := fleetKey{w.Name, nodes}
+			samples[k] = append(samples[k], s)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	res.Cells = append(res.Cells, fleetCells(dp, o.Nodes, workloads, samples)...)
 	if err := f.activate(ctx, o.Nodes); err != nil {

@@ -7,8 +7,9 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/sluicelb/sluice/internal/config"
 	"time"
+
+	"github.com/sluicelb/sluice/internal/config"
 )
 
 // LBOptions configure `sluice bench lb`.
@@ -74,14 +75,20 @@ func (r *LBResults) Cell(candidate, workload string) (LBCell, bool) {
 	return LBCell{}, false
 }
 
+// Check reports the first option out of range, naming its flag.
+func (o LBOptions) Check() error {
+	return firstError(
+		checkDuration("duration", o.Duration, 0),
+		checkCount("rounds", o.Rounds, 1),
+		checkCount("rate", o.Rate, 1),
+	)
+}
+
 // RunLB brings up the lab and gives every candidate every workload, candidates interleaved
-// within each round (the order rotates per round), then reports medians.
+// within each round (the order rotates per round), then reports medians. o must pass Check.
 func RunLB(ctx context.Context, e *Env, o LBOptions) (res *LBResults, err error) {
-	if o.Duration <= 0 || o.Rounds < 1 || o.Rate < 1 {
-		return nil, fmt.Errorf("bench lb: --duration, --rounds and --rate must be positive")
-	}
 	if err := wrkPath(); err != nil {
-		return nil, fmt.Errorf("bench lb: wrk not found (Debian package wrk): %w", err)
+		return nil, fmt.Errorf("wrk not found (Debian package wrk): %w", err)
 	}
 	workloads, err := selectWorkloads(o.Workloads)
 	if err != nil {
@@ -91,46 +98,34 @@ func RunLB(ctx context.Context, e *Env, o LBOptions) (res *LBResults, err error)
 	if err != nil {
 		return nil, err
 	}
-	if err := e.up(ctx); err != nil {
-		return nil, err
-	}
-	if !o.KeepLab {
-		defer func() { err = errors.Join(err, e.Lab.Down(context.WithoutCancel(ctx))) }()
-	}
-	defer e.Progress.Done()
 	samples := map[[2]string][]LBSample{}
 	ports := portRanges{}
-	for round := range o.Rounds {
-		for i := range candidates {
-			c := candidates[(i+round)%len(candidates)]
-			if err := e.measure(ctx, c, workloads, o, &ports, func(w string, s LBSample) {
-				samples[[2]string{c.Name(), w}] = append(samples[[2]string{c.Name(), w}], s)
-			}, fmt.Sprintf("round %d/%d", round+1, o.Rounds)); err != nil {
-				return nil, err
-			}
+	err = e.InLab(ctx, o.KeepLab, func() error {
+		if err := errors.Join(e.ResetBalancer(ctx), (&nftlbPeer{}).stop(ctx, e)); err != nil {
+			return err
 		}
+		return interleave(o.Rounds, len(candidates), func(round, i int) error {
+			c := candidates[i]
+			return e.measure(ctx, c, workloads, o, &ports, func(w string, s LBSample) {
+				samples[[2]string{c.Name(), w}] = append(samples[[2]string{c.Name(), w}], s)
+			}, roundLabel(round, o.Rounds))
+		})
+	})
+	if err != nil {
+		return nil, err
 	}
 	return summarize(o, e.Lab.Backends, workloads, candidates, missing, samples), nil
-}
-
-// up brings up the lab and clears anything a previous run left in the balancer.
-func (e *Env) up(ctx context.Context) error {
-	e.Progress.Step("bringing up lab %s", e.Lab.Prefix)
-	if err := e.Lab.Up(ctx); err != nil {
-		return err
-	}
-	return errors.Join(e.ResetBalancer(ctx), (&nftlbPeer{}).stop(ctx, e))
 }
 
 // measure sets candidate c up, runs every workload against it and tears it down.
 func (e *Env) measure(ctx context.Context, c candidate, workloads []Workload, o LBOptions, ports *portRanges, record func(string, LBSample), round string) (err error) {
 	e.Progress.Step("%s: setting up %s", round, c.Name())
 	if err := c.start(ctx, e); err != nil {
-		return fmt.Errorf("bench lb: start %s: %w", c.Name(), err)
+		return fmt.Errorf("start %s: %w", c.Name(), err)
 	}
 	defer func() {
 		if serr := c.stop(context.WithoutCancel(ctx), e); serr != nil {
-			err = errors.Join(err, fmt.Errorf("bench lb: stop %s: %w", c.Name(), serr))
+			err = errors.Join(err, fmt.Errorf("stop %s: %w", c.Name(), serr))
 		}
 	}()
 	for _, w := range workloads {
@@ -138,7 +133,7 @@ func (e *Env) measure(ctx context.Context, c candidate, workloads []Workload, o 
 		cpu := startCPUClock(c.pids())
 		s, err := e.runWorkload(ctx, w, c.targets(e), o, ports)
 		if err != nil {
-			return fmt.Errorf("bench lb: %s, %s: %w", c.Name(), w.Name, err)
+			return fmt.Errorf("%s, %s: %w", c.Name(), w.Name, err)
 		}
 		s.CPU = cpu.cores()
 		record(w.Name, s)
@@ -242,22 +237,6 @@ func medians(ss []LBSample) LBSample {
 		m.Errors += s.Errors
 	}
 	return m
-}
-
-// ratio is rps over base, 0 when there is no base.
-func ratio(rps, base float64) float64 {
-	if base <= 0 {
-		return 0
-	}
-	return rps / base
-}
-
-func pluck[T any](xs []T, f func(T) float64) []float64 {
-	out := make([]float64, len(xs))
-	for i, x := range xs {
-		out[i] = f(x)
-	}
-	return out
 }
 
 // portRanges hands out client port ranges: connection-per-request workloads rotate through

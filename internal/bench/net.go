@@ -21,16 +21,15 @@ import (
 
 // Fixed parameters of `sluice bench net`.
 const (
-	netPort           = 5201      // TCP port of the measurement server on b1
-	netMsgSize        = 64 << 10  // bytes per write of the bandwidth test (qperf's tcp_bw default)
-	netSinkBufSize    = 256 << 10 // bytes per read of the sink
-	netWarmup         = 200 * time.Millisecond
-	netDialTimeout    = 5 * time.Second
-	netGrace          = 10 * time.Second // how long a measurement may overrun its duration (draining) before it fails
-	netCleanupTimeout = time.Minute
-	netVXLANDev       = "vxbench0"
-	netVXLANID        = 91
-	netVXLANPort      = 4789
+	netPort        = 5201      // TCP port of the measurement server on b1
+	netMsgSize     = 64 << 10  // bytes per write of the bandwidth test (qperf's tcp_bw default)
+	netSinkBufSize = 256 << 10 // bytes per read of the sink
+	netWarmup      = 200 * time.Millisecond
+	netDialTimeout = 5 * time.Second
+	netGrace       = 10 * time.Second // how long a measurement may overrun its duration (draining) before it fails
+	netVXLANDev    = "vxbench0"
+	netVXLANID     = 91
+	netVXLANPort   = 4789
 )
 
 // The VXLAN overlay's addresses: the client's end and b1's end.
@@ -121,21 +120,28 @@ type netPath struct {
 	enter, leave func(context.Context) error
 }
 
+// Check reports the first option out of range, naming its flag.
+func (o NetOptions) Check() error {
+	return firstError(checkDuration("duration", o.Duration, 0), checkCount("rounds", o.Rounds, 1))
+}
+
 // RunNet measures TCP bandwidth and latency from the lab's client to backend b1 over each path
 // (direct, through Sluice, over VXLAN): in each of Rounds rounds every path once, in an order
 // rotated per round, bandwidth then latency for Duration each. It brings the lab up and, unless
-// KeepLab, down again, also when it fails or ctx ends.
+// KeepLab, down again, also when it fails or ctx ends. opt must pass Check.
 func RunNet(ctx context.Context, e *Env, opt NetOptions) (res *NetResults, err error) {
-	if opt.Duration <= 0 || opt.Rounds < 1 {
-		return nil, fmt.Errorf("duration must be positive and rounds at least 1, got %v and %d", opt.Duration, opt.Rounds)
-	}
-	e.Progress.Step("bringing lab %s up", e.Lab.Prefix)
-	if err := e.Lab.Up(ctx); err != nil {
+	err = e.InLab(ctx, opt.KeepLab, func() (err error) {
+		res, err = e.runNet(ctx, opt)
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
-	if !opt.KeepLab {
-		defer netCleanup(ctx, &err, "lab down", e.Lab.Down)
-	}
+	return res, nil
+}
+
+// runNet is RunNet in the lab: the server on b1, the overlay, a warm-up, then the rounds.
+func (e *Env) runNet(ctx context.Context, opt NetOptions) (res *NetResults, err error) {
 	if err := e.ResetBalancer(ctx); err != nil {
 		return nil, fmt.Errorf("resetting the balancer: %w", err)
 	}
@@ -144,7 +150,7 @@ func RunNet(ctx context.Context, e *Env, opt NetOptions) (res *NetResults, err e
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, srv.Close()) }()
-	defer netCleanup(ctx, &err, "removing the vxlan overlay", e.netOverlayDown)
+	defer cleanup(ctx, &err, "removing the vxlan overlay", e.netOverlayDown)
 	if err := e.netOverlayUp(); err != nil {
 		return nil, err
 	}
@@ -156,30 +162,22 @@ func RunNet(ctx context.Context, e *Env, opt NetOptions) (res *NetResults, err e
 		}
 	}
 	samples := make(map[string][]NetSample)
-	for r := range opt.Rounds {
-		for _, p := range netOrder(paths, r) {
-			s, err := e.netSample(ctx, p, fmt.Sprintf("round %d/%d", r+1, opt.Rounds), opt.Duration)
-			if err != nil {
-				return nil, err
-			}
-			s.Round = r + 1
-			samples[p.name] = append(samples[p.name], s)
+	err = interleave(opt.Rounds, len(paths), func(r, i int) error {
+		s, err := e.netSample(ctx, paths[i], roundLabel(r, opt.Rounds), opt.Duration)
+		if err != nil {
+			return err
 		}
+		s.Round = r + 1
+		samples[paths[i].name] = append(samples[paths[i].name], s)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return &NetResults{
 		DurationSeconds: opt.Duration.Seconds(), Rounds: opt.Rounds, MessageBytes: netMsgSize,
 		Baseline: paths[0].name, Paths: netSummarize(paths, samples),
 	}, nil
-}
-
-// netCleanup runs fn with a context that survives ctx's end (bounded by netCleanupTimeout) and
-// joins its error, named by what, into *err.
-func netCleanup(ctx context.Context, err *error, what string, fn func(context.Context) error) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), netCleanupTimeout)
-	defer cancel()
-	if cerr := fn(cctx); cerr != nil {
-		*err = errors.Join(*err, fmt.Errorf("%s: %w", what, cerr))
-	}
 }
 
 // netPaths lists the measured paths, the baseline (direct) first.
@@ -222,13 +220,6 @@ services:
 `, lab.VIP4, netPort, backend)
 }
 
-// netOrder is the order of the paths in round r (0-based): rotated by r, so that no path is
-// always measured first.
-func netOrder(paths []netPath, r int) []netPath {
-	k := r % len(paths)
-	return append(slices.Clone(paths[k:]), paths[:k]...)
-}
-
 // netSample measures path p once, bandwidth then latency for d each, on fresh connections,
 // reporting progress under label.
 func (e *Env) netSample(ctx context.Context, p netPath, label string, d time.Duration) (s NetSample, err error) {
@@ -240,7 +231,7 @@ func (e *Env) netSample(ctx context.Context, p netPath, label string, d time.Dur
 		}
 	}()
 	if p.enter != nil {
-		defer netCleanup(ctx, &err, "cleaning up", p.leave) // also after a partial enter
+		defer cleanup(ctx, &err, "cleaning up", p.leave) // also after a partial enter
 		if err := p.enter(ctx); err != nil {
 			return s, err
 		}
@@ -291,26 +282,18 @@ func netSummarize(paths []netPath, samples map[string][]NetSample) []NetPath {
 		for i, s := range ss {
 			bw, lat, p99 = append(bw, s.BandwidthGbps), append(lat, s.LatencyUs), append(p99, s.P99RTTUs)
 			if i < len(base) {
-				bwRatio = append(bwRatio, netRatio(s.BandwidthGbps, base[i].BandwidthGbps))
-				latRatio = append(latRatio, netRatio(s.LatencyUs, base[i].LatencyUs))
+				bwRatio = append(bwRatio, ratio(s.BandwidthGbps, base[i].BandwidthGbps))
+				latRatio = append(latRatio, ratio(s.LatencyUs, base[i].LatencyUs))
 			}
 		}
 		out = append(out, NetPath{
 			Name: p.name, Description: p.desc, Target: p.target.String(),
-			BandwidthGbps: Median(bw), BandwidthRatio: netRatio(Median(bw), baseBW), BandwidthRoundRatios: netRangeOf(bwRatio),
-			LatencyUs: Median(lat), P99RTTUs: Median(p99), LatencyRatio: netRatio(Median(lat), baseLat), LatencyRoundRatios: netRangeOf(latRatio),
+			BandwidthGbps: Median(bw), BandwidthRatio: ratio(Median(bw), baseBW), BandwidthRoundRatios: netRangeOf(bwRatio),
+			LatencyUs: Median(lat), P99RTTUs: Median(p99), LatencyRatio: ratio(Median(lat), baseLat), LatencyRoundRatios: netRangeOf(latRatio),
 			Samples: ss,
 		})
 	}
 	return out
-}
-
-// netRatio is a/b, 0 when b is 0 (JSON has no infinity).
-func netRatio(a, b float64) float64 {
-	if b == 0 {
-		return 0
-	}
-	return a / b
 }
 
 // Table renders the results for a terminal: one line per path, then how to read them.

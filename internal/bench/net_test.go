@@ -70,28 +70,6 @@ func TestNetSummarize(t *testing.T) {
 	}
 }
 
-func TestNetRatioOfZero(t *testing.T) {
-	if r := netRatio(1, 0); r != 0 {
-		t.Errorf("netRatio(1, 0) = %v, want 0", r)
-	}
-}
-
-func TestNetOrder(t *testing.T) {
-	paths := []netPath{{name: "a"}, {name: "b"}, {name: "c"}}
-	for r, want := range []string{"abc", "bca", "cab", "abc"} {
-		var got string
-		for _, p := range netOrder(paths, r) {
-			got += p.name
-		}
-		if got != want {
-			t.Errorf("round %d: order %s, want %s", r, got, want)
-		}
-	}
-	if paths[0].name != "a" {
-		t.Errorf("netOrder changed its input: %v", paths)
-	}
-}
-
 func TestNetTable(t *testing.T) {
 	res := &NetResults{DurationSeconds: 5, Rounds: 3, MessageBytes: netMsgSize, Baseline: "direct", Paths: []NetPath{
 		{Name: "direct", Description: "d", Target: "10.0.0.1:1", BandwidthGbps: 12.345, BandwidthRatio: 1, BandwidthRoundRatios: NetRange{1, 1},

@@ -47,21 +47,27 @@ type ScaleOptions struct {
 // MaxScaleServices is the largest size: services past the first listen on 10.92.0.0/16.
 const MaxScaleServices = 1 << 16
 
-// Check rejects options the benchmark cannot run.
+// Check reports the first option out of range, naming its flag.
 func (o ScaleOptions) Check() error {
-	switch {
-	case len(o.Datapaths) == 0 || len(o.Services) == 0:
-		return errors.New("bench scale: no datapath or no size to measure")
-	case o.BackendsPerService < 1:
-		return errors.New("bench scale: --backends-per-service must be at least 1")
-	case o.Reps < 1 || o.Rounds < 1 || o.Limit <= 0 || o.Load <= 0:
-		return errors.New("bench scale: --reps, --rounds, --limit and --duration must be positive")
-	case o.Load+time.Second >= o.Limit:
-		return errors.New("bench scale: --limit must leave room for the --duration of wrk")
+	if err := firstError(
+		checkDatapaths("datapath", o.Datapaths),
+		checkCount("backends-per-service", o.BackendsPerService, 1),
+		checkCount("reps", o.Reps, 1),
+		checkCount("rounds", o.Rounds, 1),
+		checkDuration("limit", o.Limit, 0),
+		checkDuration("duration", o.Load, 0),
+	); err != nil {
+		return err
+	}
+	if o.Load+time.Second >= o.Limit {
+		return fmt.Errorf("--limit: %s leaves no room for the --duration %s of wrk", o.Limit, o.Load)
+	}
+	if len(o.Services) == 0 {
+		return errors.New("--services: no size given")
 	}
 	for _, n := range o.Services {
 		if n < 1 || n > MaxScaleServices {
-			return fmt.Errorf("bench scale: %d services is not in 1-%d", n, MaxScaleServices)
+			return fmt.Errorf("--services: %d is not in 1-%d", n, MaxScaleServices)
 		}
 	}
 	return nil
@@ -110,34 +116,24 @@ type ScaleReport struct {
 // errNotReached marks a step that ran past the limit or failed, ending the size's measurement.
 var errNotReached = errors.New("not reached")
 
-// RunScale brings the lab up, measures every datapath at every size and tears the lab down.
+// RunScale brings the lab up, measures every datapath at every size and tears the lab down;
+// opts must pass Check. On failure the report holds what was measured.
 func RunScale(ctx context.Context, env *Env, opts ScaleOptions) (ScaleReport, error) {
 	report := ScaleReport{Options: opts}
-	if err := opts.Check(); err != nil {
-		return report, err
-	}
-	env.Progress.Step("bringing lab %s up", env.Lab.Prefix)
-	if err := env.Lab.Up(ctx); err != nil {
-		return report, err
-	}
-	defer env.Progress.Done()
-	defer func() {
-		down, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		env.Progress.Step("tearing lab %s down", env.Lab.Prefix)
-		_ = env.Lab.Down(down)
-	}()
-	if err := os.MkdirAll(env.Dir(), 0o755); err != nil {
-		return report, err
-	}
-	for _, dp := range opts.Datapaths {
-		results, err := scaleDatapath(ctx, env, opts, dp)
-		report.Results = append(report.Results, results...)
-		if err != nil {
-			return report, err
+	err := env.InLab(ctx, false, func() error {
+		if err := os.MkdirAll(env.Dir(), 0o755); err != nil {
+			return err
 		}
-	}
-	return report, nil
+		for _, dp := range opts.Datapaths {
+			results, err := scaleDatapath(ctx, env, opts, dp)
+			report.Results = append(report.Results, results...)
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return report, err
 }
 
 // scaleDatapath measures one datapath at every size, smallest first; once a size is not

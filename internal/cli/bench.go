@@ -36,15 +36,41 @@ func benchCmd() *cobra.Command {
 	return cmd
 }
 
+// run runs benchmark name, the shape every bench subcommand shares: it checks o first (so a bad
+// flag needs neither root nor a lab), then gives measure the environment (the lab named by the
+// flags, refused if it exists unless --reuse-lab) and a context that an interrupt or SIGTERM
+// cancels, so that the benchmark tears its lab down; then it prints the result's table and
+// writes its JSON report as asked. Errors name the benchmark.
+func (f *benchFlags) run(cmd *cobra.Command, name string, o bench.Options, measure func(context.Context, *bench.Env) (bench.Result, error)) (err error) {
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("bench %s: %w", name, err)
+		}
+	}()
+	if err := o.Check(); err != nil {
+		return err
+	}
+	env, ctx, err := f.env(cmd)
+	if err != nil {
+		return err
+	}
+	res, err := measure(ctx, env)
+	env.Progress.Done()
+	if err != nil {
+		return err
+	}
+	return f.report(cmd, res)
+}
+
 // env returns the benchmark environment (the lab named by the flags, programmed by this binary)
-// and a context that an interrupt or SIGTERM cancels, so that the benchmark tears its lab down.
+// and a context that an interrupt or SIGTERM cancels.
 func (f *benchFlags) env(cmd *cobra.Command) (*bench.Env, context.Context, error) {
 	if os.Geteuid() != 0 {
-		return nil, nil, fmt.Errorf("bench: needs root (it builds network namespaces)")
+		return nil, nil, fmt.Errorf("needs root (it builds network namespaces)")
 	}
 	self, err := os.Executable()
 	if err != nil {
-		return nil, nil, fmt.Errorf("bench: finding the sluice binary: %w", err)
+		return nil, nil, fmt.Errorf("finding the sluice binary: %w", err)
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	cobra.OnFinalize(stop)
@@ -57,16 +83,16 @@ func (f *benchFlags) env(cmd *cobra.Command) (*bench.Env, context.Context, error
 	return env, ctx, nil
 }
 
-// report prints table (unless JSON goes to stdout) and writes the JSON report if asked.
-func (f *benchFlags) report(cmd *cobra.Command, table string, results any) error {
+// report prints the result's table (unless JSON goes to stdout) and writes the JSON report if asked.
+func (f *benchFlags) report(cmd *cobra.Command, res bench.Result) error {
 	if f.jsonPath != "-" {
-		fmt.Fprint(cmd.OutOrStdout(), table)
+		fmt.Fprint(cmd.OutOrStdout(), res.Table())
 	}
 	if f.jsonPath == "" {
 		return nil
 	}
 	data, err := json.MarshalIndent(bench.Report{
-		Command: strings.Join(os.Args, " "), Machine: bench.ThisMachine(), Results: results,
+		Command: strings.Join(os.Args, " "), Machine: bench.ThisMachine(), Results: res,
 	}, "", "  ")
 	if err != nil {
 		return err

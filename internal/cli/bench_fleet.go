@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -38,28 +39,19 @@ show ECMP spreading and the cost of the balancer hop, not scaling. The lab (--pr
 sbf<pid>) is torn down at the end, also on failure or interrupt, unless --keep-lab.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Check(); err != nil {
-				return err
-			}
 			switch output {
 			case "table":
 			case "json":
 				f.jsonPath = "-"
 			default:
-				return fmt.Errorf("-o: %q is not table or json", output)
+				return fmt.Errorf("bench fleet: -o: %q is not table or json", output)
 			}
 			if !cmd.Flags().Changed("prefix") {
 				f.prefix = lab.RunPrefix(benchFleetKind, os.Getpid())
 			}
-			env, ctx, err := f.env(cmd)
-			if err != nil {
-				return err
-			}
-			res, err := bench.RunFleet(ctx, env, o)
-			if err != nil {
-				return err
-			}
-			return f.report(cmd, res.Table(), res)
+			return f.run(cmd, "fleet", o, func(ctx context.Context, env *bench.Env) (bench.Result, error) {
+				return bench.RunFleet(ctx, env, o)
+			})
 		},
 	}
 	fl := cmd.Flags()

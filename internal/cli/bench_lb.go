@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"time"
@@ -25,26 +26,24 @@ Workloads: ` + workloadList() + `.
 It brings up its own lab (--prefix) and tears it down at the end, also on failure or interrupt.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			env, ctx, err := f.env(cmd)
-			if err != nil {
-				return err
-			}
-			if installPeers {
-				env.Progress.Step("installing peers: %v", bench.PeerPackages)
-				if err := bench.InstallPeers(ctx); err != nil {
-					return err
+			return f.run(cmd, "lb", o, func(ctx context.Context, env *bench.Env) (bench.Result, error) {
+				if installPeers {
+					env.Progress.Step("installing peers: %v", bench.PeerPackages)
+					if err := bench.InstallPeers(ctx); err != nil {
+						return nil, err
+					}
 				}
-			}
-			res, err := bench.RunLB(ctx, env, o)
-			if err != nil {
-				return err
-			}
-			if svgPath != "" {
-				if err := os.WriteFile(svgPath, []byte(res.SVG()), 0o644); err != nil {
-					return err
+				res, err := bench.RunLB(ctx, env, o)
+				if err != nil {
+					return nil, err
 				}
-			}
-			return f.report(cmd, res.Table(), res)
+				if svgPath != "" {
+					if err := os.WriteFile(svgPath, []byte(res.SVG()), 0o644); err != nil {
+						return nil, err
+					}
+				}
+				return res, nil
+			})
 		},
 	}
 	cmd.Flags().DurationVar(&o.Duration, "duration", 5*time.Second, "length of each load run (whole seconds, at least 1s)")

@@ -1,7 +1,7 @@
 package cli
 
 import (
-	"fmt"
+	"context"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -26,16 +26,9 @@ path's median over direct's (ratio), and the lowest and highest of path / direct
 It brings up its own lab (--prefix) and tears it down at the end, also on failure or interrupt.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			env, ctx, err := f.env(cmd)
-			if err != nil {
-				return err
-			}
-			res, err := bench.RunNet(ctx, env, opt)
-			env.Progress.Done()
-			if err != nil {
-				return fmt.Errorf("bench net: %w", err)
-			}
-			return f.report(cmd, res.Table(), res)
+			return f.run(cmd, "net", opt, func(ctx context.Context, env *bench.Env) (bench.Result, error) {
+				return bench.RunNet(ctx, env, opt)
+			})
 		},
 	}
 	cmd.Flags().DurationVar(&opt.Duration, "duration", 5*time.Second, "length of each bandwidth and of each latency measurement")

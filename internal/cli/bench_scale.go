@@ -1,7 +1,7 @@
 package cli
 
 import (
-	"fmt"
+	"context"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -29,18 +29,9 @@ quarter: the size is then reported as not reached, and the larger sizes are skip
 also on failure or interrupt.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Check(); err != nil {
-				return err
-			}
-			env, ctx, err := f.env(cmd)
-			if err != nil {
-				return err
-			}
-			res, err := bench.RunScale(ctx, env, o)
-			if err != nil {
-				return fmt.Errorf("bench scale: %w", err)
-			}
-			return f.report(cmd, res.Table(), res)
+			return f.run(cmd, "scale", o, func(ctx context.Context, env *bench.Env) (bench.Result, error) {
+				return bench.RunScale(ctx, env, o)
+			})
 		},
 	}
 	fl := cmd.Flags()
