@@ -16,6 +16,8 @@ import (
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/datapath/nft"
 	"github.com/sluicelb/sluice/internal/health"
+	"github.com/sluicelb/sluice/internal/netnstest"
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 // TestTableDeletedByOthersIsRepairedAtOnce: with the periodic resync an hour away, a table of the
@@ -27,7 +29,7 @@ func TestTableDeletedByOthersIsRepairedAtOnce(t *testing.T) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		t.Skip("needs nft: ", err)
 	}
-	ns := enterFreshNetns(t)
+	ns := netnstest.EnterNew(t)
 	cfg, err := config.Parse("test.yaml", []byte(`
 datapath: nft
 services:
@@ -60,11 +62,11 @@ services:
 		cancel()
 		<-done
 	})
-	eventually(t, "first apply", func() bool { return e.Stats().Applies == 1 })
+	testutil.Eventually(t, "first apply", func() bool { return e.Stats().Applies == 1 })
 
 	nftCommand(t, "delete", "table", "inet", "sluice")
-	eventually(t, "the table back", func() bool { return exec.Command("nft", "list", "table", "inet", "sluice").Run() == nil })
-	eventually(t, "the repair reported", func() bool {
+	testutil.Eventually(t, "the table back", func() bool { return exec.Command("nft", "list", "table", "inet", "sluice").Run() == nil })
+	testutil.Eventually(t, "the repair reported", func() bool {
 		for _, ev := range e.Events(0) {
 			if ev.Type == EventDatapathRepaired && strings.Contains(ev.Message, "table inet sluice deleted") {
 				return true
@@ -75,29 +77,6 @@ services:
 	if n := e.Stats().Applies; n != 2 {
 		t.Errorf("%d applies, want 2: the first and the repair", n)
 	}
-}
-
-// enterFreshNetns moves the test's goroutine, locked to its thread, into a new network namespace
-// for the rest of the test and returns it; both are closed when the test ends.
-func enterFreshNetns(t *testing.T) netns.NsHandle {
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, err := netns.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := netns.Set(orig); err != nil {
-			panic(err) // never leave the thread in the test namespace
-		}
-		runtime.UnlockOSThread()
-		ns.Close()
-		orig.Close()
-	})
-	return ns
 }
 
 func nftCommand(t *testing.T, args ...string) {

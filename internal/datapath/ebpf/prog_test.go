@@ -6,13 +6,14 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/sluicelb/sluice/internal/netnstest"
 )
 
 // The program under BPF_PROG_TEST_RUN: loaded unpinned with maps of its own, and run inside a
@@ -156,28 +157,8 @@ type fxNet struct {
 // ends. Goroutines enter it with enter.
 func newFxNet(tb testing.TB) *fxNet {
 	tb.Helper()
-	if os.Geteuid() != 0 {
-		tb.Skip("needs root: creates a network namespace")
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer orig.Close()
-	ns, err := netns.New()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer func() {
-		if err := netns.Set(orig); err != nil {
-			panic(err) // never leave the thread in the test namespace
-		}
-	}()
-	tb.Cleanup(func() { ns.Close() })
-	n := &fxNet{ns: ns}
-	n.build(tb)
+	n := &fxNet{ns: netnstest.New(tb)}
+	netnstest.In(tb, n.ns, func() { n.build(tb) })
 	return n
 }
 
@@ -217,24 +198,7 @@ func (n *fxNet) build(tb testing.TB) {
 // test ends: BPF_PROG_TEST_RUN finds devices and routes in the caller's namespace.
 func (n *fxNet) enter(tb testing.TB) {
 	tb.Helper()
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		tb.Fatal(err)
-	}
-	if err := netns.Set(n.ns); err != nil {
-		orig.Close()
-		runtime.UnlockOSThread()
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if err := netns.Set(orig); err != nil {
-			panic(err) // never leave the thread in the test namespace
-		}
-		runtime.UnlockOSThread()
-		orig.Close()
-	})
+	netnstest.Enter(tb, n.ns)
 }
 
 // fxVeth adds a veth pair, up, whose end name has mac and the addresses; it returns its index.

@@ -6,15 +6,15 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/netnstest"
 	"github.com/sluicelb/sluice/internal/plan"
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 // rig is a throwaway place for kernel tests: a private BPF filesystem for the pins and a fresh
@@ -42,7 +42,7 @@ func newRig(t *testing.T) *rig {
 			t.Errorf("unmounting %s: %v", fs, err)
 		}
 	})
-	enterFreshNetns(t)
+	netnstest.EnterNew(t)
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "veth0"}, PeerName: "veth1"}
 	if err := netlink.LinkAdd(veth); err != nil {
 		t.Fatal(err)
@@ -64,31 +64,6 @@ func newRig(t *testing.T) *rig {
 		}
 	}
 	return &rig{t: t, pin: filepath.Join(fs, "sluice")}
-}
-
-// enterFreshNetns moves the test's goroutine, locked to its thread, into a new network namespace
-// and back when the test ends.
-func enterFreshNetns(t *testing.T) {
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		t.Fatal(err)
-	}
-	ns, err := netns.New()
-	if err != nil {
-		orig.Close()
-		runtime.UnlockOSThread()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := netns.Set(orig); err != nil {
-			panic(err) // never leave the thread in the test namespace
-		}
-		runtime.UnlockOSThread()
-		ns.Close()
-		orig.Close()
-	})
 }
 
 // datapath returns a Datapath over the rig's pin path, attaching to veth0, closed when the test
@@ -120,14 +95,7 @@ func (r *rig) apply(d *Datapath, p *plan.Plan) int {
 // planFromYAML builds the plan of a YAML config.
 func planFromYAML(t *testing.T, yaml string) *plan.Plan {
 	t.Helper()
-	cfg, err := config.Parse("test.yaml", []byte(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := plan.Build(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := testutil.Plan(t, yaml)
 	for i := range p.Services {
 		if p.Services[i].FlowTimeout == config.DefaultFlowTimeout {
 			p.Services[i].FlowTimeout = testFlowTimeout

@@ -20,6 +20,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicelb/sluice/internal/netnstest"
 )
 
 // Real traffic through the attached program: a client, a balancer and a backend namespace joined
@@ -166,26 +168,6 @@ func trafficLinkUp(t testing.TB, name string, addrs ...string) int {
 	return link.Attrs().Index
 }
 
-// in runs f with the calling goroutine in namespace ns.
-func (l *trafficLab) in(t *testing.T, ns netns.NsHandle, f func()) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	if err := netns.Set(ns); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := netns.Set(orig); err != nil {
-			panic(err) // never leave the thread in a test namespace
-		}
-	}()
-	f()
-}
-
 // balance loads the program, fills its maps with the lab's services and attaches it to the
 // balancer's interfaces on hook.
 func (l *trafficLab) balance(t *testing.T, h hook) {
@@ -222,7 +204,7 @@ func (l *trafficLab) balance(t *testing.T, h hook) {
 	if err := objs.Config.Put(uint32(0), g); err != nil {
 		t.Fatal(err)
 	}
-	l.in(t, l.lb, func() {
+	netnstest.In(t, l.lb, func() {
 		for _, name := range []string{"cli0", "srv0"} {
 			ifc, err := net.InterfaceByName(name)
 			if err != nil {
@@ -260,7 +242,7 @@ func (l *trafficLab) xdpPeers(t *testing.T) {
 	}
 	t.Cleanup(func() { pass.Close() })
 	for ns, name := range map[netns.NsHandle]string{l.client: "cli0p", l.backend: "srv0p"} {
-		l.in(t, ns, func() {
+		netnstest.In(t, ns, func() {
 			ifc, err := net.InterfaceByName(name)
 			if err != nil {
 				t.Fatal(err)
@@ -282,7 +264,7 @@ func (l *trafficLab) serve(t *testing.T) {
 			addrs = append(addrs, netip.AddrPortFrom(vip, 80).String())
 		}
 	}
-	l.in(t, l.backend, func() {
+	netnstest.In(t, l.backend, func() {
 		for _, a := range append(addrs, ":8080") {
 			ln, err := net.Listen("tcp", a)
 			if err != nil {
@@ -333,8 +315,8 @@ func TestTrafficThroughTheBalancer(t *testing.T) {
 		t.Run(c.scenario, func(t *testing.T) {
 			l := newTrafficLab(t)
 			if !c.offload {
-				l.in(t, l.client, func() { setTxChecksumming(t, "cli0p", false) })
-				l.in(t, l.backend, func() { setTxChecksumming(t, "srv0p", false) })
+				netnstest.In(t, l.client, func() { setTxChecksumming(t, "cli0p", false) })
+				netnstest.In(t, l.backend, func() { setTxChecksumming(t, "srv0p", false) })
 			}
 			l.serve(t)
 			l.balance(t, c.hook)
@@ -377,7 +359,7 @@ func setTxChecksumming(t *testing.T, name string, on bool) {
 func (l *trafficLab) echoTCP(t *testing.T, vip netip.AddrPort) {
 	var c net.Conn
 	var err error
-	l.in(t, l.client, func() { c, err = net.DialTimeout("tcp", vip.String(), 5*time.Second) })
+	netnstest.In(t, l.client, func() { c, err = net.DialTimeout("tcp", vip.String(), 5*time.Second) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +381,7 @@ func (l *trafficLab) echoTCP(t *testing.T, vip netip.AddrPort) {
 func (l *trafficLab) echoUDP(t *testing.T, vip netip.AddrPort) {
 	var c net.Conn
 	var err error
-	l.in(t, l.client, func() { c, err = net.Dial("udp", vip.String()) })
+	netnstest.In(t, l.client, func() { c, err = net.Dial("udp", vip.String()) })
 	if err != nil {
 		t.Fatal(err)
 	}
