@@ -260,65 +260,16 @@ func (s *state) union(other *state) *state {
 	return out
 }
 
-// serviceKinds are the name prefixes of the objects rendered for one service, each followed by
-// the service's name and a hash: "svc-web-8c2c44ca", "be-web-8c2c44ca-1a2b" (a dsr backend chain
-// with its device's hash).
-var serviceKinds = []string{"svc-", "slots-", "members-", "flows-", "backends-", "newflows-", "be-",
-	chainCounter + "-", packetCounter + "-", newFlowCounter + "-"}
-
-// serviceOf is the service an object of that name was rendered for, "" for a shared object.
-func serviceOf(name string) string {
-	for _, kind := range serviceKinds {
-		rest, ok := strings.CutPrefix(name, kind)
-		if !ok {
-			continue
-		}
-		rest, last, ok := cutLast(rest)
-		if !ok || !isHex(last) {
-			return ""
-		}
-		if kind == "be-" && len(last) == 4 {
-			if r, h, ok := cutLast(rest); ok && len(h) == 8 && isHex(h) {
-				return r
-			}
-			return ""
-		}
-		if len(last) != 8 {
-			return ""
-		}
-		return rest
-	}
-	return ""
-}
-
 // elementOwner is the service an element of a shared set belongs to: dispatch and full-NAT
 // elements name it first in their comment, forwarded ones point to its packet counter.
 func elementOwner(e *knftables.Element) string {
-	if strings.HasPrefix(e.Map, "forwarded-") && len(e.Value) == 1 {
+	if isShared(e.Map, forwardedKind) && len(e.Value) == 1 {
 		return serviceOf(e.Value[0])
 	}
 	if e.Comment != nil {
-		if f := strings.Fields(*e.Comment); len(f) > 0 && (strings.HasPrefix(e.Map, "dispatch") || strings.HasPrefix(e.Set, "fullnat-")) {
+		if f := strings.Fields(*e.Comment); len(f) > 0 && (isShared(e.Map, dispatchKind) || isShared(e.Set, fullNATKind)) {
 			return f[0]
 		}
 	}
 	return ""
-}
-
-// cutLast cuts s at its last '-'.
-func cutLast(s string) (before, after string, ok bool) {
-	i := strings.LastIndexByte(s, '-')
-	if i <= 0 {
-		return "", "", false
-	}
-	return s[:i], s[i+1:], true
-}
-
-func isHex(s string) bool {
-	for _, c := range s {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return s != ""
 }

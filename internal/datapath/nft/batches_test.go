@@ -73,30 +73,6 @@ func TestSmallChangeIsOneBatch(t *testing.T) {
 	}
 }
 
-func TestServiceOf(t *testing.T) {
-	for name, want := range map[string]string{
-		"svc-web-8c2c44ca":            "web",
-		"slots-web-api-8c2c44ca":      "web-api",
-		"be-web-8c2c44ca":             "web",
-		"be-web-8c2c44ca-1a2b":        "web",
-		"be-x-12345678-abcd-0badf00":  "",
-		"be-x-12345678-abcd-0badf00d": "x-12345678-abcd",
-		"c-web-0011aabb":              "web",
-		"p-a-b-0011aabb":              "a-b",
-		"dispatch-port4":              "",
-		"prerouting-1a2b3c4d":         "",
-		"forwarded-range-tcp4":        "",
-		"fullnat-udp6":                "",
-		"prerouting":                  "",
-		"ingress-eth0":                "",
-		"svc-web":                     "",
-	} {
-		if got := serviceOf(name); got != want {
-			t.Errorf("serviceOf(%q) = %q, want %q", name, got, want)
-		}
-	}
-}
-
 // contentOf lists every object and element of st, one line each, sorted.
 func contentOf(st *state) []string {
 	var out []string

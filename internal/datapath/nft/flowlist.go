@@ -126,7 +126,7 @@ func ctState(e ctEntry) string {
 // addFlowMap adds the elements of a dsr service's flow map: each keys a flow by the client's
 // address and port and the VIP's port (see flowMapMark), and holds its backend's mark.
 func (c *flowCollector) addFlowMap(st *state, svc dispatchedService) error {
-	set := "flows-" + svc.suffix
+	set := svc.names().flows
 	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETSETELEM, unix.NLM_F_DUMP)
 	req.AddData(&nl.Nfgenmsg{NfgenFamily: nfproto[knftables.NetDevFamily], Version: unix.NFNETLINK_V0})
 	req.AddData(nl.NewRtAttr(unix.NFTA_SET_ELEM_LIST_TABLE, nl.ZeroTerminated(TableName)))

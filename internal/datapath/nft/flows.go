@@ -80,7 +80,7 @@ func liveSourcesOf(st *state) liveSources {
 		}
 	}
 	for _, k := range sortedKeys(st.sets) {
-		if strings.HasPrefix(k.name, "flows-") {
+		if isServiceObject(k.name, flowsMap) {
 			src.flowMaps = append(src.flowMaps, k.name)
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
-	"strings"
 	"syscall"
 
 	"github.com/vishvananda/netlink/nl"
@@ -54,7 +53,7 @@ func readTable(st *state, f knftables.Family) error {
 			obj = &knftables.Map{Name: name}
 		}
 		def := st.addSet(f, obj)
-		if strings.HasPrefix(name, "flows-") {
+		if isServiceObject(name, flowsMap) {
 			continue // the packet path owns the dsr flow maps' elements: never reconciled
 		}
 		if err := readElements(def, f, name); err != nil {
@@ -166,7 +165,7 @@ func elementOf(set string, b []byte) (*knftables.Element, bool, error) {
 func (n *netlinkElement) renderedValue() ([]string, error) {
 	switch {
 	case n.chain != "" && n.verdict == unix.NFT_GOTO:
-		return []string{"goto " + n.chain}, nil
+		return []string{gotoVerdict(n.chain)}, nil
 	case n.chain != "" && n.verdict == unix.NFT_JUMP:
 		return []string{"jump " + n.chain}, nil
 	case n.objref != "":
@@ -183,9 +182,9 @@ func (n *netlinkElement) renderedValue() ([]string, error) {
 // or a mark as a number, a members key as its address and port.
 func renderedKey(set string, key []byte) ([]string, error) {
 	switch {
-	case len(key) == 4 && !strings.HasPrefix(set, "members-"):
+	case len(key) == 4 && !isServiceObject(set, membersMap):
 		return []string{strconv.FormatUint(uint64(binary.NativeEndian.Uint32(key)), 10)}, nil
-	case strings.HasPrefix(set, "members-") && (len(key) == 8 || len(key) == 20):
+	case isServiceObject(set, membersMap) && (len(key) == 8 || len(key) == 20):
 		addr, ok := netip.AddrFromSlice(key[:len(key)-4])
 		if !ok {
 			return nil, fmt.Errorf("bad address in key %x", key)

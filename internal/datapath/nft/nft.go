@@ -371,7 +371,7 @@ func (d *Datapath) readStatus(ctx context.Context) ([]datapath.ServiceStatus, er
 	}
 	var out []datapath.ServiceStatus
 	for _, k := range sortedKeys(st.sets) {
-		if !strings.HasPrefix(k.name, "dispatch") {
+		if !isShared(k.name, dispatchKind) {
 			continue
 		}
 		for _, id := range sortedIDs(st.sets[k].elems) {
@@ -391,22 +391,22 @@ func serviceStatus(st *state, live *liveFlows, f knftables.Family, dispatch *knf
 	if !ok {
 		return datapath.ServiceStatus{}, false
 	}
-	chain, vip, ports := d.suffix, d.vip, d.ports
+	n, vip, ports := d.names(), d.vip, d.ports
 	s := datapath.ServiceStatus{Name: d.name, Protocol: d.protocol, VIP: vip.String(), Ports: ports.String(), Mode: d.mode, Scheduler: d.scheduler}
 	// Slots and dsr flows per backend chain (dsr ones hold marks, resolved via the marks map).
-	toChain := backendChainOf(st, f, chain)
+	toChain := backendChainOf(st, f, n.marks)
 	owners := map[string]int{}
-	if slots := st.sets[objKey{f, "slots-" + chain}]; slots != nil {
+	if slots := st.sets[objKey{f, n.slots}]; slots != nil {
 		for _, e := range slots.elems {
 			owners[toChain(strings.Join(e.Value, ""))]++
 			s.Slots++
 		}
 	}
 	dsrActive := map[string]uint64{}
-	for mark, n := range live.dsr["flows-"+chain] {
-		dsrActive[toChain(mark)] += n
+	for mark, flows := range live.dsr[n.flows] {
+		dsrActive[toChain(mark)] += flows
 	}
-	members := st.sets[objKey{f, "members-" + chain}]
+	members := st.sets[objKey{f, n.members}]
 	if members == nil {
 		return s, true
 	}
@@ -438,21 +438,23 @@ func serviceStatus(st *state, live *liveFlows, f knftables.Family, dispatch *knf
 	return s, true
 }
 
-// backendChainOf resolves what a service's slots hold (a goto, or under dsr a backend mark) to
-// the device-less name of the backend chain.
-func backendChainOf(st *state, f knftables.Family, chain string) func(string) string {
+// backendChainOf resolves what a service's slots hold (a goto, or under dsr a backend mark
+// looked up in its marks map) to the device-less name of the backend chain.
+func backendChainOf(st *state, f knftables.Family, marksMap string) func(string) string {
 	marks := map[string]string{}
-	if m := st.sets[objKey{f, "backends-" + chain}]; m != nil {
+	if m := st.sets[objKey{f, marksMap}]; m != nil {
 		for _, e := range m.elems {
-			target := strings.Join(e.Value, "")
-			marks[strings.Join(e.Key, "")] = target[:strings.LastIndex(target, "-")] // drop the device part
+			marks[strings.Join(e.Key, "")] = strings.Join(e.Value, "")
 		}
 	}
 	return func(value string) string {
 		if target, ok := marks[value]; ok {
 			value = target
 		}
-		return strings.TrimPrefix(value, "goto ")
+		if chain, ok := parseGoto(value); ok {
+			return withoutDevice(chain)
+		}
+		return value
 	}
 }
 

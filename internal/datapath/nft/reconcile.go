@@ -105,9 +105,9 @@ func deletable(e *knftables.Element) *knftables.Element {
 func keyFromComment(e *knftables.Element) []string {
 	f := strings.Fields(*e.Comment)
 	switch {
-	case strings.HasPrefix(e.Map, "dispatch") && len(f) >= 4:
+	case isShared(e.Map, dispatchKind) && len(f) >= 4:
 		return f[1:4]
-	case strings.HasPrefix(e.Set, "fullnat-") && len(f) >= 4:
+	case isShared(e.Set, fullNATKind) && len(f) >= 4:
 		return f[2:4]
 	default:
 		return strings.Split(*e.Comment, " . ")

@@ -1,8 +1,6 @@
 package nft
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"hash/fnv"
 	"net/netip"
@@ -27,15 +25,6 @@ const dsrPriority = "-500"
 
 // forwardedPriority counts nat and fullnat packets after both nat hooks, once they are leaving.
 const forwardedPriority = knftables.SNATPriority + " + 10"
-
-// Each backend has two named counters, told apart by prefix. The backend chain's own counter
-// sees the first packet of each flow under nat and fullnat (the nat hooks see nothing else) and
-// every packet under dsr; the second counts what the first cannot see.
-const (
-	chainCounter   = "c" // in the backend chain
-	packetCounter  = "p" // nat, fullnat: every packet sent to the backend, from the forwarded chain
-	newFlowCounter = "n" // dsr: the first packet of each flow, from the service chain
-)
 
 // Environment is what rendering needs to know about the machine.
 type Environment struct {
@@ -120,9 +109,9 @@ func renderInetBase(st *state) {
 			}
 		}
 	}
-	st.addChain(baseChain(f, "prerouting", knftables.NATType, knftables.PreroutingHook, knftables.DNATPriority), pre...)
-	st.addChain(baseChain(f, "output", knftables.NATType, knftables.OutputHook, knftables.DNATPriority), pre...)
-	st.addChain(baseChain(f, "postrouting", knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority), post...)
+	st.addChain(baseChain(f, preroutingChain, knftables.NATType, knftables.PreroutingHook, knftables.DNATPriority), pre...)
+	st.addChain(baseChain(f, outputChain, knftables.NATType, knftables.OutputHook, knftables.DNATPriority), pre...)
+	st.addChain(baseChain(f, postroutingChain, knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority), post...)
 }
 
 // fullNATSets hold the vip . ports of the full-NAT services of one protocol and IP version: a
@@ -130,8 +119,8 @@ func renderInetBase(st *state) {
 func fullNATSets(proto string, v ipv) [2]*knftables.Set {
 	typ := v.addrType + " . inet_service"
 	return [2]*knftables.Set{
-		{Name: "fullnat-port-" + proto + v.suffix, Type: typ},
-		{Name: "fullnat-range-" + proto + v.suffix, Type: typ, Flags: []knftables.SetFlag{knftables.IntervalFlag}},
+		{Name: sharedObject{fullNATKind, proto, v, false}.String(), Type: typ},
+		{Name: sharedObject{fullNATKind, proto, v, true}.String(), Type: typ, Flags: []knftables.SetFlag{knftables.IntervalFlag}},
 	}
 }
 
@@ -153,7 +142,7 @@ func renderForwarded(st *state) {
 			}
 		}
 	}
-	st.addChain(baseChain(f, "forwarded", knftables.FilterType, knftables.PostroutingHook, forwardedPriority), rules...)
+	st.addChain(baseChain(f, forwardedChain, knftables.FilterType, knftables.PostroutingHook, forwardedPriority), rules...)
 }
 
 // forwardedMaps map the conntrack tuple parts of one protocol and IP version's flows to the
@@ -162,8 +151,8 @@ func renderForwarded(st *state) {
 func forwardedMaps(proto string, v ipv) [2]*knftables.Map {
 	typ := fmt.Sprintf("%[1]s . inet_service . %[1]s . inet_service : counter", v.addrType)
 	return [2]*knftables.Map{
-		{Name: "forwarded-port-" + proto + v.suffix, Type: typ},
-		{Name: "forwarded-range-" + proto + v.suffix, Type: typ, Flags: []knftables.SetFlag{knftables.IntervalFlag}},
+		{Name: sharedObject{forwardedKind, proto, v, false}.String(), Type: typ},
+		{Name: sharedObject{forwardedKind, proto, v, true}.String(), Type: typ, Flags: []knftables.SetFlag{knftables.IntervalFlag}},
 	}
 }
 
@@ -191,7 +180,7 @@ func renderNetdevBase(st *state, devices []string) error {
 		}
 	}
 	for _, dev := range devices {
-		c := baseChain(f, "ingress-"+dev, knftables.FilterType, knftables.IngressHook, dsrPriority)
+		c := baseChain(f, ingressChain(dev), knftables.FilterType, knftables.IngressHook, dsrPriority)
 		c.Device = ptr(dev)
 		st.addChain(c, rules...)
 	}
@@ -205,8 +194,8 @@ func renderNetdevBase(st *state, devices []string) error {
 func dispatchMaps(v ipv) [2]*knftables.Map {
 	typ := "inet_proto . " + v.addrType + " . inet_service : verdict"
 	return [2]*knftables.Map{
-		{Name: "dispatch-port" + v.suffix, Type: typ},
-		{Name: "dispatch-range" + v.suffix, Type: typ, Flags: []knftables.SetFlag{knftables.IntervalFlag}},
+		{Name: sharedObject{kind: dispatchKind, v: v}.String(), Type: typ},
+		{Name: sharedObject{kind: dispatchKind, v: v, ranged: true}.String(), Type: typ, Flags: []knftables.SetFlag{knftables.IntervalFlag}},
 	}
 }
 
@@ -228,21 +217,6 @@ func rangeIndex(s *plan.Service) int {
 // old one in the same transaction.
 func baseChain(f knftables.Family, name string, t knftables.BaseChainType, hook knftables.BaseChainHook, prio knftables.BaseChainPriority) *knftables.Chain {
 	return &knftables.Chain{Family: f, Name: name, Type: &t, Hook: &hook, Priority: &prio, Policy: ptr(knftables.AcceptPolicy)}
-}
-
-// names of one service's objects; the hash covers everything the service chain's rules depend on.
-type serviceNames struct {
-	desc, chain, slots, members, flows, marks, newFlows string
-}
-
-func namesOf(s *plan.Service) serviceNames {
-	desc := describe(s)
-	h := hash8(desc, strconv.Itoa(len(s.Slots)), s.Fallback, s.FlowTimeout.String())
-	sfx := s.Name + "-" + h
-	return serviceNames{
-		desc: desc, chain: "svc-" + sfx, slots: "slots-" + sfx, members: "members-" + sfx,
-		flows: "flows-" + sfx, marks: "backends-" + sfx, newFlows: "newflows-" + sfx,
-	}
 }
 
 // describe is the service as recorded in the kernel (the dispatch element's comment), enough for
@@ -270,7 +244,7 @@ func selector(s *plan.Service) string {
 func commonService(st *state, f knftables.Family, s *plan.Service, n serviceNames) {
 	v := ipvOf(s.VIP)
 	st.shared(f, dispatchMap(s)).add(&knftables.Element{
-		Key: []string{s.Protocol, s.VIP.String(), s.Ports.String()}, Value: []string{"goto " + n.chain}, Comment: ptr(n.desc),
+		Key: []string{s.Protocol, s.VIP.String(), s.Ports.String()}, Value: []string{gotoVerdict(n.chain)}, Comment: ptr(describe(s)),
 	})
 	members := st.addSet(f, &knftables.Map{Name: n.members, Type: v.addrType + " . inet_service : mark"})
 	for _, b := range s.Backends {
@@ -286,7 +260,7 @@ func renderNATService(st *state, s *plan.Service) {
 	commonService(st, f, s, n)
 	if s.Mode == "fullnat" {
 		st.shared(f, fullNATSets(s.Protocol, v)[rangeIndex(s)]).add(&knftables.Element{
-			Key: []string{s.VIP.String(), s.Ports.String()}, Comment: ptr(n.desc),
+			Key: []string{s.VIP.String(), s.Ports.String()}, Comment: ptr(describe(s)),
 		})
 	}
 	forwarded := st.shared(f, forwardedMap(s))
@@ -294,7 +268,7 @@ func renderNATService(st *state, s *plan.Service) {
 	if len(s.Slots) > 0 {
 		slots := st.addSet(f, &knftables.Map{Name: n.slots, TypeOf: "numgen inc mod 2 : verdict"})
 		for slot, bi := range s.Slots {
-			slots.add(&knftables.Element{Key: []string{strconv.Itoa(slot)}, Value: []string{"goto " + backendChain(s.Name, s.Protocol, s.Backends[bi].ID(), "")}})
+			slots.add(&knftables.Element{Key: []string{strconv.Itoa(slot)}, Value: []string{gotoVerdict(backendChain(s.Name, s.Protocol, s.Backends[bi].ID(), ""))}})
 		}
 		rules = append(rules, fmt.Sprintf("meta l4proto %s %s vmap @%s", s.Protocol, selector(s), n.slots))
 	}
@@ -387,7 +361,7 @@ func renderDSRService(st *state, s *plan.Service, env Environment) error {
 		}
 		chain := backendChain(s.Name, s.Protocol, b.ID(), dev)
 		mark := strconv.FormatUint(uint64(marks[i]), 10)
-		backends.add(&knftables.Element{Key: []string{mark}, Value: []string{"goto " + chain}})
+		backends.add(&knftables.Element{Key: []string{mark}, Value: []string{gotoVerdict(chain)}})
 		newFlowsCounter := counterName(newFlowCounter, s.Name, b.ID())
 		st.addCounter(f, newFlowsCounter)
 		if takesNew[i] {
@@ -430,26 +404,6 @@ func backendMarks(backends []plan.Backend) []uint32 {
 		marks[i] = m
 	}
 	return marks
-}
-
-// backendChain names the chain that sends flows to one backend; a DSR chain also depends on the
-// device it forwards out of, but every backend's slots are counted under the device-less name.
-func backendChain(service, proto, backendID, device string) string {
-	name := "be-" + service + "-" + hash8(proto, backendID)
-	if device != "" {
-		name += "-" + hash8(device)[:4]
-	}
-	return name
-}
-
-// counterName names one of a backend's counters ("c-web-<hash of the backend ID>").
-func counterName(prefix, service, backendID string) string {
-	return prefix + "-" + service + "-" + hash8(backendID)
-}
-
-func hash8(parts ...string) string {
-	sum := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
-	return hex.EncodeToString(sum[:4])
 }
 
 func ptr[T any](v T) *T { return &v }

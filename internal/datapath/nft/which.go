@@ -81,9 +81,12 @@ func readSet(st *state, f knftables.Family, obj knftables.Object) error {
 type programmedService struct {
 	name, protocol, mode, scheduler string
 	family                          knftables.Family
-	// suffix names the service's chain (svc-<suffix>) and sets (slots-<suffix>, ...).
-	suffix string
+	// hash names the service's chain and sets with its name (see serviceNamesOf).
+	hash string
 }
+
+// names are the names of the service's chain and sets.
+func (s programmedService) names() serviceNames { return serviceNamesOf(s.name, s.hash) }
 
 // lookupService finds the service a packet of protocol to vip is dispatched to, looking where
 // the kernel looks, in its order: the netdev table before the inet table, and in each the hash
@@ -122,8 +125,12 @@ func dispatchedBy(f knftables.Family, e *knftables.Element) (dispatchedService, 
 		return dispatchedService{}, false
 	}
 	desc := strings.Fields(*e.Comment)
-	suffix, ok := strings.CutPrefix(e.Value[0], "goto svc-")
-	if len(desc) != 6 || !ok {
+	chain, ok := parseGoto(e.Value[0])
+	if !ok || len(desc) != 6 {
+		return dispatchedService{}, false
+	}
+	o, ok := parseServiceObject(chain)
+	if !ok || o.kind != serviceChain || o.service != desc[0] {
 		return dispatchedService{}, false
 	}
 	vip, err1 := netip.ParseAddr(desc[2])
@@ -132,7 +139,7 @@ func dispatchedBy(f knftables.Family, e *knftables.Element) (dispatchedService, 
 		return dispatchedService{}, false
 	}
 	return dispatchedService{
-		programmedService: programmedService{name: desc[0], protocol: desc[1], mode: desc[4], scheduler: desc[5], family: f, suffix: suffix},
+		programmedService: programmedService{name: desc[0], protocol: desc[1], mode: desc[4], scheduler: desc[5], family: f, hash: o.hash},
 		vip:               vip, ports: ports,
 	}, true
 }
@@ -140,9 +147,10 @@ func dispatchedBy(f knftables.Family, e *knftables.Element) (dispatchedService, 
 // sets are the service's sets Which reads: its slots, its members and, under dsr, the map of
 // backend marks.
 func (s programmedService) sets() []knftables.Object {
-	objs := []knftables.Object{&knftables.Map{Name: "slots-" + s.suffix}, &knftables.Map{Name: "members-" + s.suffix}}
+	n := s.names()
+	objs := []knftables.Object{&knftables.Map{Name: n.slots}, &knftables.Map{Name: n.members}}
 	if s.mode == "dsr" {
-		objs = append(objs, &knftables.Map{Name: "backends-" + s.suffix})
+		objs = append(objs, &knftables.Map{Name: n.marks})
 	}
 	return objs
 }
@@ -152,7 +160,7 @@ func (s programmedService) newFlowBackend(st *state, src, vip netip.AddrPort) (n
 	if s.scheduler != "maglev" && s.scheduler != "hash" {
 		return netip.AddrPort{}, fmt.Errorf("service %s picks a new flow's backend by %s scheduling, not by a hash of the flow: it cannot be told in advance", s.name, s.scheduler)
 	}
-	slots := st.sets[objKey{s.family, "slots-" + s.suffix}]
+	slots := st.sets[objKey{s.family, s.names().slots}]
 	if slots == nil || len(slots.elems) == 0 {
 		return netip.AddrPort{}, fmt.Errorf("service %s has no backend for new flows", s.name)
 	}
@@ -169,8 +177,9 @@ func (s programmedService) newFlowBackend(st *state, src, vip netip.AddrPort) (n
 // dsr a backend mark) to the member whose chain it is; a member without a port takes the one
 // the client asked for.
 func (s programmedService) backend(st *state, value string, vport uint16) (netip.AddrPort, error) {
-	chain := backendChainOf(st, s.family, s.suffix)(value)
-	if members := st.sets[objKey{s.family, "members-" + s.suffix}]; members != nil {
+	n := s.names()
+	chain := backendChainOf(st, s.family, n.marks)(value)
+	if members := st.sets[objKey{s.family, n.members}]; members != nil {
 		for _, e := range members.elems {
 			if len(e.Key) != 2 {
 				continue
@@ -248,7 +257,7 @@ func conntrackReply(proto uint8, src, dst netip.AddrPort) (reply ctTuple, found 
 // rememberedBackend looks the flow up in the dsr service's flow map: tracked when it holds the
 // flow, with the backend of its mark.
 func (s programmedService) rememberedBackend(st *state, src, vip netip.AddrPort) (netip.AddrPort, bool, error) {
-	mark, found, err := flowMapMark("flows-"+s.suffix, src, vip)
+	mark, found, err := flowMapMark(s.names().flows, src, vip)
 	if err != nil || !found {
 		return netip.AddrPort{}, false, err
 	}

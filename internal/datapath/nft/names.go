@@ -1,0 +1,255 @@
+package nft
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"strings"
+
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+// The names of Sluice's objects in its tables, formatted and parsed here only: listing, Which,
+// Flows and reconciling read the kernel's tables back without the config, by these names.
+
+// The base chains, one per hook; addChain ends each name with a hash of its rules.
+const (
+	preroutingChain  = "prerouting"
+	outputChain      = "output"
+	postroutingChain = "postrouting"
+	forwardedChain   = "forwarded"
+	ingressPrefix    = "ingress-" // netdev: one per DSR device, "ingress-eth0"
+)
+
+// ingressChain is the name of the DSR ingress chain of a device.
+func ingressChain(device string) string { return ingressPrefix + device }
+
+// sharedKind is the kind of a set or map that every service of one IP version adds elements to.
+type sharedKind string
+
+// The kinds of shared sets and maps.
+const (
+	dispatchKind  sharedKind = "dispatch"  // proto . vip . port : goto the service chain
+	fullNATKind   sharedKind = "fullnat"   // vip . port of the full-NAT services of a protocol
+	forwardedKind sharedKind = "forwarded" // conntrack tuple parts of a protocol : packet counter
+)
+
+// sharedObject names a shared set or map: "dispatch-port4", "fullnat-range-udp6",
+// "forwarded-port-tcp4". Each kind has a hash set or map for single-port services and an interval
+// one for port ranges.
+type sharedObject struct {
+	kind   sharedKind
+	proto  string // "tcp" or "udp"; none for dispatch maps, which hold both
+	v      ipv
+	ranged bool
+}
+
+func (o sharedObject) String() string {
+	ports := "port"
+	if o.ranged {
+		ports = "range"
+	}
+	if o.kind == dispatchKind {
+		return string(o.kind) + "-" + ports + o.v.suffix
+	}
+	return string(o.kind) + "-" + ports + "-" + o.proto + o.v.suffix
+}
+
+// parseSharedObject takes a shared set's or map's name apart; ok is false for any other name.
+func parseSharedObject(name string) (o sharedObject, ok bool) {
+	kind, rest, ok := strings.Cut(name, "-")
+	if !ok {
+		return sharedObject{}, false
+	}
+	o.kind = sharedKind(kind)
+	switch {
+	case strings.HasPrefix(rest, "port"):
+		rest = rest[len("port"):]
+	case strings.HasPrefix(rest, "range"):
+		rest, o.ranged = rest[len("range"):], true
+	default:
+		return sharedObject{}, false
+	}
+	switch o.kind {
+	case dispatchKind:
+	case fullNATKind, forwardedKind:
+		if rest, ok = strings.CutPrefix(rest, "-"); !ok || len(rest) != len("tcp4") {
+			return sharedObject{}, false
+		}
+		if o.proto, rest = rest[:3], rest[3:]; o.proto != "tcp" && o.proto != "udp" {
+			return sharedObject{}, false
+		}
+	default:
+		return sharedObject{}, false
+	}
+	switch rest {
+	case ipv4.suffix:
+		o.v = ipv4
+	case ipv6.suffix:
+		o.v = ipv6
+	default:
+		return sharedObject{}, false
+	}
+	return o, true
+}
+
+// isShared tells whether name is a shared set or map of that kind.
+func isShared(name string, kind sharedKind) bool {
+	o, ok := parseSharedObject(name)
+	return ok && o.kind == kind
+}
+
+// serviceKind is the kind of an object rendered for one service.
+type serviceKind string
+
+// The kinds of a service's objects.
+const (
+	serviceChain  serviceKind = "svc"      // the service chain, where the dispatch map goes
+	slotsMap      serviceKind = "slots"    // slot : backend chain (dsr: backend mark)
+	membersMap    serviceKind = "members"  // backend . port : weight, so a listing needs no config
+	flowsMap      serviceKind = "flows"    // dsr: flow : backend mark, written by the packet path
+	marksMap      serviceKind = "backends" // dsr: backend mark : backend chain
+	newFlowsMap   serviceKind = "newflows" // dsr: backend mark : new-flow counter
+	backendChains serviceKind = "be"       // one backend's chain; hash of protocol and backend
+
+	// Each backend has two named counters (hash of the backend), told apart by kind. The backend
+	// chain's own counter sees the first packet of each flow under nat and fullnat (the nat hooks
+	// see nothing else) and every packet under dsr; the second counts what the first cannot see.
+	chainCounter   serviceKind = "c" // in the backend chain
+	packetCounter  serviceKind = "p" // nat, fullnat: every packet sent to the backend, from the forwarded chain
+	newFlowCounter serviceKind = "n" // dsr: the first packet of each flow, from the service chain
+)
+
+var serviceKinds = []serviceKind{serviceChain, slotsMap, membersMap, flowsMap, marksMap, newFlowsMap,
+	backendChains, chainCounter, packetCounter, newFlowCounter}
+
+// serviceObject names an object of one service: "<kind>-<service>-<hash>", and a DSR backend
+// chain also "-<hash of its device>": "svc-web-8c2c44ca", "be-web-8c2c44ca-1a2b".
+type serviceObject struct {
+	kind    serviceKind
+	service string
+	hash    string // 8 hex digits
+	device  string // 4 hex digits, dsr backend chains only
+}
+
+func (o serviceObject) String() string {
+	name := string(o.kind) + "-" + o.service + "-" + o.hash
+	if o.device != "" {
+		name += "-" + o.device
+	}
+	return name
+}
+
+// parseServiceObject takes the name of a service's object apart; ok is false for a shared object
+// and any name Sluice does not render.
+func parseServiceObject(name string) (o serviceObject, ok bool) {
+	for _, kind := range serviceKinds {
+		rest, ok := strings.CutPrefix(name, string(kind)+"-")
+		if !ok {
+			continue
+		}
+		rest, last, ok := cutLast(rest)
+		if !ok || !isHex(last) {
+			return serviceObject{}, false
+		}
+		if kind == backendChains && len(last) == 4 {
+			r, h, ok := cutLast(rest)
+			if !ok || len(h) != 8 || !isHex(h) {
+				return serviceObject{}, false
+			}
+			return serviceObject{kind: kind, service: r, hash: h, device: last}, true
+		}
+		if len(last) != 8 {
+			return serviceObject{}, false
+		}
+		return serviceObject{kind: kind, service: rest, hash: last}, true
+	}
+	return serviceObject{}, false
+}
+
+// isServiceObject tells whether name is an object of that kind of some service.
+func isServiceObject(name string, kind serviceKind) bool {
+	o, ok := parseServiceObject(name)
+	return ok && o.kind == kind
+}
+
+// serviceOf is the service an object of that name was rendered for, "" for a shared object.
+func serviceOf(name string) string {
+	o, _ := parseServiceObject(name)
+	return o.service
+}
+
+// serviceNames are the names of one service's chain and sets. Their hash covers everything the
+// service chain's rules depend on, so a change of those makes new objects.
+type serviceNames struct {
+	chain, slots, members, flows, marks, newFlows string
+}
+
+// namesOf names the objects rendered for a service.
+func namesOf(s *plan.Service) serviceNames {
+	return serviceNamesOf(s.Name, hash8(describe(s), strconv.Itoa(len(s.Slots)), string(s.Fallback), s.FlowTimeout.String()))
+}
+
+// serviceNamesOf names the objects of a service whose chain is "svc-<service>-<hash>".
+func serviceNamesOf(service, hash string) serviceNames {
+	name := func(k serviceKind) string { return serviceObject{kind: k, service: service, hash: hash}.String() }
+	return serviceNames{
+		chain: name(serviceChain), slots: name(slotsMap), members: name(membersMap),
+		flows: name(flowsMap), marks: name(marksMap), newFlows: name(newFlowsMap),
+	}
+}
+
+// backendChain names the chain that sends flows to one backend; a DSR chain also depends on the
+// device it forwards out of, but every backend's slots are counted under the device-less name.
+func backendChain(service, proto, backendID, device string) string {
+	o := serviceObject{kind: backendChains, service: service, hash: hash8(proto, backendID)}
+	if device != "" {
+		o.device = hash8(device)[:4]
+	}
+	return o.String()
+}
+
+// withoutDevice is the device-less name of a backend chain (see backendChain); other names are
+// returned as they are.
+func withoutDevice(chain string) string {
+	o, ok := parseServiceObject(chain)
+	if !ok || o.kind != backendChains {
+		return chain
+	}
+	o.device = ""
+	return o.String()
+}
+
+// counterName names one of a backend's counters ("c-web-<hash of the backend ID>").
+func counterName(kind serviceKind, service, backendID string) string {
+	return serviceObject{kind: kind, service: service, hash: hash8(backendID)}.String()
+}
+
+// gotoVerdict is the verdict of a map element that sends a packet to chain.
+func gotoVerdict(chain string) string { return "goto " + chain }
+
+// parseGoto is the chain a goto verdict sends to.
+func parseGoto(verdict string) (chain string, ok bool) { return strings.CutPrefix(verdict, "goto ") }
+
+// cutLast cuts s at its last '-'.
+func cutLast(s string) (before, after string, ok bool) {
+	i := strings.LastIndexByte(s, '-')
+	if i <= 0 {
+		return "", "", false
+	}
+	return s[:i], s[i+1:], true
+}
+
+func isHex(s string) bool {
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func hash8(parts ...string) string {
+	sum := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
+	return hex.EncodeToString(sum[:4])
+}
