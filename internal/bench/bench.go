@@ -29,9 +29,7 @@ type Env struct {
 // UDP responders and balancer programming use the sluice binary at path sluice.
 func NewEnv(prefix string, backends int, sluice string, progress *Progress) *Env {
 	l := lab.New(prefix, backends)
-	l.UDPResponderCmd = func(reply string) []string {
-		return []string{sluice, "lab", "udp-responder", "--listen", ":5353", "--reply", reply}
-	}
+	l.UDPResponderCmd = lab.SluiceUDPResponder(sluice)
 	return &Env{Lab: l, Sluice: sluice, Progress: progress}
 }
 

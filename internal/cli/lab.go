@@ -16,9 +16,7 @@ func labCmd() *cobra.Command {
 		l := lab.New(prefix, backends)
 		l.Balancers = balancers
 		if self, err := os.Executable(); err == nil {
-			l.UDPResponderCmd = func(reply string) []string {
-				return []string{self, "lab", "udp-responder", "--listen", ":5353", "--reply", reply}
-			}
+			l.UDPResponderCmd = lab.SluiceUDPResponder(self)
 		}
 		return l
 	}

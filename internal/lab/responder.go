@@ -8,6 +8,14 @@ import (
 	"strings"
 )
 
+// SluiceUDPResponder is a UDPResponderCmd that runs the hidden `lab udp-responder` command of the
+// sluice binary at path sluice, on port 5353, answering with the backend's name.
+func SluiceUDPResponder(sluice string) func(reply string) []string {
+	return func(reply string) []string {
+		return []string{sluice, "lab", "udp-responder", "--listen", ":5353", "--reply", reply}
+	}
+}
+
 func (l *Lab) udpPidPath(i int) string { return filepath.Join(l.backendDir(i), "udp.pid") }
 func (l *Lab) udpLogPath(i int) string { return filepath.Join(l.backendDir(i), "udp.log") }
 

@@ -28,9 +28,7 @@ const (
 func newFleetLab(sluice string) *lab.Lab {
 	l := lab.New(runPrefix(fleetKind), labBackends)
 	l.Balancers = fleetNodes
-	l.UDPResponderCmd = func(reply string) []string {
-		return []string{sluice, "lab", "udp-responder", "--listen", ":5353", "--reply", reply}
-	}
+	l.UDPResponderCmd = lab.SluiceUDPResponder(sluice)
 	return l
 }
 

@@ -98,9 +98,7 @@ func missingPrerequisite() string {
 func newLab(sluice string) *lab.Lab {
 	l := lab.New(runPrefix(labKind), labBackends)
 	// The same hidden responder `sluice lab up` starts (internal/cli/lab.go).
-	l.UDPResponderCmd = func(reply string) []string {
-		return []string{sluice, "lab", "udp-responder", "--listen", ":5353", "--reply", reply}
-	}
+	l.UDPResponderCmd = lab.SluiceUDPResponder(sluice)
 	return l
 }
 
