@@ -103,7 +103,7 @@ func TestFleetConfig(t *testing.T) {
 	l := lab.New("sbf-test", 3)
 	l.Balancers = 3
 	for _, dp := range config.Datapaths {
-		text := fleetConfig(l, dp)
+		text := fleetConfig(l, string(dp))
 		c, err := config.Parse("fleet.yaml", []byte(text))
 		if err != nil {
 			t.Fatalf("%s: the nodes' config does not parse: %v\n%s", dp, err, text)

@@ -166,7 +166,7 @@ func selectCandidates(names []string) (out []candidate, missing []string, err er
 	all := slices.Clone(baselines)
 	for _, dp := range config.Datapaths {
 		for _, m := range config.Modes {
-			all = append(all, sluiceCandidate{datapath: dp, mode: m})
+			all = append(all, sluiceCandidate{datapath: string(dp), mode: string(m)})
 		}
 	}
 	for _, p := range Peers() {

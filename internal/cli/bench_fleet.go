@@ -56,7 +56,7 @@ sbf<pid>) is torn down at the end, also on failure or interrupt, unless --keep-l
 	}
 	fl := cmd.Flags()
 	fl.IntVar(&o.Nodes, "nodes", 3, fmt.Sprintf("balancer nodes (2..%d); every count from 1 up is measured", lab.MaxBalancers))
-	fl.StringSliceVar(&o.Datapaths, "datapath", config.Datapaths, "datapaths to measure")
+	fl.StringSliceVar(&o.Datapaths, "datapath", config.Names(config.Datapaths), "datapaths to measure")
 	fl.DurationVar(&o.Duration, "duration", 5*time.Second, "length of each wrk run (whole seconds, at least 1s)")
 	fl.IntVar(&o.Rounds, "rounds", 3, "rounds; every node count and direct get every workload once per round")
 	fl.StringSliceVar(&o.Workloads, "workloads", nil, "workloads to run: "+strings.Join(bench.FleetWorkloads, ", ")+" (default both)")

@@ -35,7 +35,7 @@ also on failure or interrupt.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringSliceVar(&o.Datapaths, "datapath", config.Datapaths, "datapaths to measure")
+	fl.StringSliceVar(&o.Datapaths, "datapath", config.Names(config.Datapaths), "datapaths to measure")
 	fl.IntSliceVar(&o.Services, "services", []int{1, 100, 1000, 10000}, "sizes to measure, in services")
 	fl.IntVar(&o.BackendsPerService, "backends-per-service", 10, "backends of every service")
 	fl.IntVar(&o.Reps, "reps", 3, "one-backend changes per size and way (median reported)")

@@ -18,11 +18,11 @@ import (
 )
 
 // newDatapath returns the datapath named like config's datapath field.
-func newDatapath(name string, cfg *config.Config, log *slog.Logger) (datapath.Datapath, error) {
+func newDatapath(name config.Datapath, cfg *config.Config, log *slog.Logger) (datapath.Datapath, error) {
 	switch name {
-	case "nft":
+	case config.DatapathNFT:
 		return nft.New(log)
-	case "ebpf":
+	case config.DatapathEBPF:
 		opts := ebpf.Options{PinPath: pinPath()}
 		if cfg != nil {
 			sizes := cfg.EBPFMapSizes()

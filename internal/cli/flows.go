@@ -83,7 +83,7 @@ func printFlows(w io.Writer, list datapath.FlowList) error {
 		if f.NATPort != 0 {
 			nat = strconv.Itoa(int(f.NATPort))
 		}
-		row(strings.ToUpper(f.Protocol), f.Client.String(), f.VIP.String(), f.Backend.String(), orDash(f.State), minutesSeconds(f.ExpiresIn), nat)
+		row(strings.ToUpper(string(f.Protocol)), f.Client.String(), f.VIP.String(), f.Backend.String(), orDash(f.State), minutesSeconds(f.ExpiresIn), nat)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

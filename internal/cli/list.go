@@ -182,16 +182,16 @@ func printTable(w io.Writer, services []engine.ServiceView, portNames map[string
 		row("  -> RemoteAddress:Port", "Weight", "State", "Share", "ActiveConn", "Conns", "InPkts", "InBytes", "")
 	}
 	for _, s := range services {
-		addr := strings.ToUpper(s.Protocol) + "  " + hostPort(s.VIP, portName(s.Ports, s.Protocol, portNames))
+		addr := strings.ToUpper(string(s.Protocol)) + "  " + hostPort(s.VIP, portName(s.Ports, string(s.Protocol), portNames))
 		if wide {
-			row(addr, s.Name, s.Scheduler, s.Mode, orDash(s.Fallback), strconv.Itoa(s.Slots), "", "", "", "", "")
+			row(addr, s.Name, string(s.Scheduler), string(s.Mode), orDash(string(s.Fallback)), strconv.Itoa(s.Slots), "", "", "", "", "")
 		} else {
-			row(addr, s.Name, s.Scheduler, s.Mode, strconv.Itoa(s.Slots), "", "", "", "")
+			row(addr, s.Name, string(s.Scheduler), string(s.Mode), strconv.Itoa(s.Slots), "", "", "", "")
 		}
 		for _, b := range s.Backends {
-			port := portName(s.Ports, s.Protocol, portNames) // the port the client used
+			port := portName(s.Ports, string(s.Protocol), portNames) // the port the client used
 			if b.Port != 0 {
-				port = portName(strconv.Itoa(b.Port), s.Protocol, portNames)
+				port = portName(strconv.Itoa(b.Port), string(s.Protocol), portNames)
 			}
 			addr := "  -> " + hostPort(b.Address, port)
 			share := fmt.Sprintf("%.1f%%", 100*b.Share)

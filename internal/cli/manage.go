@@ -48,16 +48,16 @@ func serviceCmd(g *globals) *cobra.Command {
 		},
 	}
 	f := add.Flags()
-	f.StringVar(&s.Protocol, "protocol", "", "tcp (default) or udp")
-	f.StringVar(&s.Mode, "mode", "", "nat (default), fullnat or dsr")
-	f.StringVar(&s.Scheduler, "scheduler", "", "maglev (default), rr, wrr, hash or random")
-	f.StringVar(&s.Fallback, "fallback", "", "drop (default) or reject when no backend takes new flows")
+	f.StringVar((*string)(&s.Protocol), "protocol", "", "tcp (default) or udp")
+	f.StringVar((*string)(&s.Mode), "mode", "", "nat (default), fullnat or dsr")
+	f.StringVar((*string)(&s.Scheduler), "scheduler", "", "maglev (default), rr, wrr, hash or random")
+	f.StringVar((*string)(&s.Fallback), "fallback", "", "drop (default) or reject when no backend takes new flows")
 	f.StringArrayVar(&backends, "backend", nil, "a backend ADDR[:PORT][@WEIGHT]; repeat for more")
 	addFlags.register(add, true)
-	completeEnum(add, "protocol", config.Protocols)
-	completeEnum(add, "mode", config.Modes)
-	completeEnum(add, "scheduler", config.Schedulers)
-	completeEnum(add, "fallback", config.Fallbacks[:2])
+	completeEnum(add, "protocol", config.Names(config.Protocols))
+	completeEnum(add, "mode", config.Names(config.Modes))
+	completeEnum(add, "scheduler", config.Names(config.Schedulers))
+	completeEnum(add, "fallback", config.Names([]config.Fallback{config.FallbackDrop, config.FallbackReject}))
 
 	rm := &cobra.Command{
 		Use:               "rm NAME",

@@ -107,7 +107,7 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	handler := api.NewHandler(e, api.Info{Version: Version, Datapath: cfg.Datapath, ConfigFile: o.file, Source: string(store.Start().Source), Started: time.Now()})
+	handler := api.NewHandler(e, api.Info{Version: Version, Datapath: string(cfg.Datapath), ConfigFile: o.file, Source: string(store.Start().Source), Started: time.Now()})
 	metricsMux := http.NewServeMux()
 	metricsMux.Handle("GET /metrics", m.Handler())
 	metricsMux.Handle("GET /healthz", metrics.Healthz())

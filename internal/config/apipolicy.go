@@ -37,7 +37,7 @@ type APIGuard struct {
 func NewAPIGuard(running *Config) APIGuard {
 	g := APIGuard{policy: running.policy(), bgp: running.BGP.Clone(), exec: map[string][]string{}}
 	for _, s := range running.Services {
-		if s.HealthCheck != nil && s.HealthCheck.Type == "exec" {
+		if s.HealthCheck != nil && s.HealthCheck.Type == CheckExec {
 			g.exec[s.Name] = s.HealthCheck.Command
 		}
 	}
@@ -63,7 +63,7 @@ func (g APIGuard) Check(next *Config) Errors {
 	}
 	for i, s := range next.Services {
 		h := s.HealthCheck
-		if h == nil || h.Type != "exec" {
+		if h == nil || h.Type != CheckExec {
 			continue
 		}
 		if running, ok := g.exec[s.Name]; !ok || !slices.Equal(running, h.Command) {

@@ -270,7 +270,7 @@ func (c *Config) Warnings() []string {
 	}
 	var out []string
 	for i, s := range c.Services {
-		if s.Mode == "nat" {
+		if s.Mode == ModeNAT {
 			out = append(out, fmt.Sprintf("services[%d].mode: nat with bgp: the backends must route replies back through the node that translated the request; with several nodes behind ECMP use dsr or fullnat (docs/scale-out.md)", i))
 		}
 	}

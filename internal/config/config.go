@@ -18,9 +18,9 @@ import (
 // Config is the whole desired state of one balancer. The JSON names (REST API) are the YAML names.
 type Config struct {
 	// Datapath selects the kernel datapath: "nft" (default) or "ebpf".
-	Datapath string `yaml:"datapath,omitempty" json:"datapath,omitempty"`
+	Datapath Datapath `yaml:"datapath,omitempty" json:"datapath,omitempty"`
 	// Attach is where the ebpf datapath's program runs: "tc" (default, tcx ingress) or "xdp".
-	Attach string `yaml:"attach,omitempty" json:"attach,omitempty"`
+	Attach Attach `yaml:"attach,omitempty" json:"attach,omitempty"`
 	// State says how the running config outlives the daemon: persist, path (see persist.go).
 	State State `yaml:"state,omitempty" json:"state,omitzero"`
 	// Interfaces lists the devices traffic for the VIPs arrives on (nft: dsr only; ebpf: the
@@ -71,17 +71,17 @@ func (c *Config) EBPFMapSizes() EBPFSizes {
 
 // Service is one virtual service: VIP:port/protocol spread over backends.
 type Service struct {
-	Name      string `yaml:"name" json:"name"`
-	VIP       string `yaml:"vip" json:"vip"`
-	Port      Range  `yaml:"port" json:"port"`
-	Protocol  string `yaml:"protocol,omitempty" json:"protocol,omitempty"`
-	Mode      string `yaml:"mode,omitempty" json:"mode,omitempty"`
-	Scheduler string `yaml:"scheduler,omitempty" json:"scheduler,omitempty"`
+	Name      string    `yaml:"name" json:"name"`
+	VIP       string    `yaml:"vip" json:"vip"`
+	Port      Range     `yaml:"port" json:"port"`
+	Protocol  Protocol  `yaml:"protocol,omitempty" json:"protocol,omitempty"`
+	Mode      Mode      `yaml:"mode,omitempty" json:"mode,omitempty"`
+	Scheduler Scheduler `yaml:"scheduler,omitempty" json:"scheduler,omitempty"`
 	// TableSize is the Maglev table size M (a prime); 0 picks maglev.DefaultSize of the backend count.
 	TableSize int `yaml:"table_size,omitempty" json:"table_size,omitempty"`
 	// Fallback says what happens to new flows when no backend can take them: "drop", "reject", or
 	// "sorry" (send them to SorryServers).
-	Fallback string `yaml:"fallback,omitempty" json:"fallback,omitempty"`
+	Fallback Fallback `yaml:"fallback,omitempty" json:"fallback,omitempty"`
 	// SorryServers take new flows while no backend is up and weighted (fallback: sorry).
 	SorryServers []Backend `yaml:"sorry_servers,omitempty" json:"sorry_servers,omitempty"`
 	// FlowTimeout is how long an idle DSR flow keeps its backend (DSR has no conntrack); default 5m.

@@ -9,13 +9,11 @@ import (
 	"golang.org/x/net/http/httpguts"
 )
 
-// Allowed values of the health-check fields; the first of each list is the default.
-var (
-	CheckTypes = []string{"tcp", "http", "https", "udp", "exec"}
-	OnFailures = []string{"inhibit", "reset"}
-	// CheckMethods are the HTTP methods a check may use.
-	CheckMethods = []string{"GET", "HEAD", "POST", "OPTIONS"}
-)
+// CheckMethods are the HTTP methods a check may use.
+var CheckMethods = []string{"GET", "HEAD", "POST", "OPTIONS"}
+
+// DefaultCheckMethod is the method of an http check that sets none.
+const DefaultCheckMethod = "GET"
 
 // Health-check defaults.
 const (
@@ -29,7 +27,7 @@ const (
 // whose backends are the same share one probe per backend.
 type HealthCheck struct {
 	// Type is tcp (connect), http, https, udp (send, expect) or exec (exit code 0 means up).
-	Type string `yaml:"type" json:"type"`
+	Type CheckType `yaml:"type" json:"type"`
 	// Port is probed instead of the backend's port (or, for a port range or dsr, the service's first port).
 	Port int `yaml:"port,omitempty" json:"port,omitempty"`
 	// Interval between probes (default 2s) and Timeout of one probe (default 1s, at most the interval).
@@ -40,7 +38,7 @@ type HealthCheck struct {
 	Fall int `yaml:"fall,omitempty" json:"fall,omitempty"`
 	// OnFailure is what happens to a fallen backend's established flows: inhibit keeps them
 	// (default), reset drops them so their clients reconnect elsewhere.
-	OnFailure string `yaml:"on_failure,omitempty" json:"on_failure,omitempty"`
+	OnFailure OnFailure `yaml:"on_failure,omitempty" json:"on_failure,omitempty"`
 
 	// HTTP and HTTPS: the request and what the answer must be.
 	Method string `yaml:"method,omitempty" json:"method,omitempty"`
@@ -80,8 +78,8 @@ func durationOr(s string, def time.Duration) time.Duration {
 
 // validate checks the health check and fills in its defaults.
 func (h *HealthCheck) validate(at string, fail func(path, format string, args ...any)) {
-	h.Type = oneOf(h.Type, CheckTypes, at+".type", fail)
-	h.OnFailure = oneOf(h.OnFailure, OnFailures, at+".on_failure", fail)
+	h.Type = oneOf(h.Type, CheckTypes, DefaultCheckType, at+".type", fail)
+	h.OnFailure = oneOf(h.OnFailure, OnFailures, DefaultOnFailure, at+".on_failure", fail)
 	if !anyPortBounds.has(h.Port) {
 		fail(at+".port", "%d is not a port in %s", h.Port, portBounds)
 	}
@@ -119,7 +117,7 @@ func (h *HealthCheck) validate(at string, fail func(path, format string, args ..
 	if !riseFallBounds.has(h.Fall) {
 		fail(at+".fall", "%d is out of range %s", h.Fall, riseFallBounds)
 	}
-	isHTTP := h.Type == "http" || h.Type == "https"
+	isHTTP := h.Type.IsHTTP()
 	onlyFor := func(field string, set bool, ok bool, types string) {
 		if set && !ok {
 			fail(at+"."+field, "only applies to %s checks, not %s", types, h.Type)
@@ -130,12 +128,12 @@ func (h *HealthCheck) validate(at string, fail func(path, format string, args ..
 	onlyFor("host", h.Host != "", isHTTP, "http and https")
 	onlyFor("expect_status", len(h.ExpectStatus) > 0, isHTTP, "http and https")
 	onlyFor("expect_body", h.ExpectBody != "", isHTTP, "http and https")
-	onlyFor("insecure_skip_verify", h.InsecureSkipVerify, h.Type == "https", "https")
-	onlyFor("send", h.Send != "", h.Type == "udp", "udp")
-	onlyFor("expect", h.Expect != "", h.Type == "udp", "udp")
-	onlyFor("command", len(h.Command) > 0, h.Type == "exec", "exec")
+	onlyFor("insecure_skip_verify", h.InsecureSkipVerify, h.Type == CheckHTTPS, "https")
+	onlyFor("send", h.Send != "", h.Type == CheckUDP, "udp")
+	onlyFor("expect", h.Expect != "", h.Type == CheckUDP, "udp")
+	onlyFor("command", len(h.Command) > 0, h.Type == CheckExec, "exec")
 	if isHTTP {
-		h.Method = oneOf(h.Method, CheckMethods, at+".method", fail)
+		h.Method = oneOf(h.Method, CheckMethods, DefaultCheckMethod, at+".method", fail)
 		if h.Path == "" {
 			h.Path = "/"
 		}
@@ -153,10 +151,10 @@ func (h *HealthCheck) validate(at string, fail func(path, format string, args ..
 			}
 		}
 	}
-	if h.Type == "udp" && h.Send == "" {
+	if h.Type == CheckUDP && h.Send == "" {
 		fail(at+".send", "a udp check needs a datagram to send")
 	}
-	if h.Type == "exec" && (len(h.Command) == 0 || h.Command[0] == "") {
+	if h.Type == CheckExec && (len(h.Command) == 0 || h.Command[0] == "") {
 		fail(at+".command", "an exec check needs a command, like [/usr/local/bin/check-db]")
 	}
 }

@@ -30,7 +30,7 @@ func (c *Config) validateNFT(fail func(path, format string, args ...any)) {
 	if c.NFT == nil {
 		return
 	}
-	if c.Datapath == "ebpf" {
+	if c.Datapath == DatapathEBPF {
 		fail("nft", "only applies to datapath nft, not %s", c.Datapath)
 	}
 	if n := c.NFT.MaxElements; n != 0 && !nftElementsBounds.has(n) {

@@ -2,8 +2,11 @@ package config
 
 import "path/filepath"
 
-// Persists are the ways the daemon keeps its running config across restarts; the first is the default.
+// Persists are the ways the daemon keeps its running config across restarts.
 var Persists = []string{"state-file", "config-file", "off"}
+
+// DefaultPersist is the persist of a config that sets none.
+const DefaultPersist = "state-file"
 
 // State says how the daemon keeps the changes made through its API across a restart or a crash.
 // It is read from the config file only: the API keeps it as the file sets it.
@@ -20,13 +23,13 @@ type State struct {
 // Resolved is s with the default filled in, for comparing two settings.
 func (s State) Resolved() State {
 	if s.Persist == "" {
-		s.Persist = Persists[0]
+		s.Persist = DefaultPersist
 	}
 	return s
 }
 
 func (s State) validate(fail func(path, format string, args ...any)) {
-	persist := oneOf(s.Persist, Persists, "state.persist", fail)
+	persist := oneOf(s.Persist, Persists, DefaultPersist, "state.persist", fail)
 	switch {
 	case s.Path == "":
 	case persist != "state-file":

@@ -42,10 +42,10 @@ const uint16Text = `(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5
 // rule is what the validator requires of one key, as the JSON Schema states it. Enum, bounds,
 // pattern and maxLength apply to each item of a list.
 type rule struct {
-	enum []string // the allowed values, the first the default unless noDefault
-	// noDefault: an unset value means none of enum (fallback).
-	noDefault bool
-	bounds    *bounds
+	enum []string // the allowed values
+	// def is the value an unset key takes; empty when unset means none of enum (fallback).
+	def    string
+	bounds *bounds
 	// also is one more value taken outside bounds: 0 keeps a default, -1 turns listening off.
 	also               *int64
 	pattern            *regexp.Regexp
@@ -61,8 +61,8 @@ func within(b bounds) rule { return rule{bounds: &b} }
 // rules are the rules of the keys, by the struct type that holds them.
 var rules = map[reflect.Type]map[string]rule{
 	reflect.TypeFor[Config](): {
-		"datapath":   {enum: Datapaths},
-		"attach":     {enum: Attaches},
+		"datapath":   {enum: Names(Datapaths), def: string(DefaultDatapath)},
+		"attach":     {enum: Names(Attaches), def: string(DefaultAttach)},
 		"interfaces": {pattern: interfaceName},
 		"services":   {required: true},
 	},
@@ -71,15 +71,15 @@ var rules = map[reflect.Type]map[string]rule{
 		"maglev_slots": zeroOr(maglevSlotsBounds),
 	},
 	reflect.TypeFor[NFTLimits](): {"max_elements": zeroOr(nftElementsBounds)},
-	reflect.TypeFor[State]():     {"persist": {enum: Persists}},
+	reflect.TypeFor[State]():     {"persist": {enum: Persists, def: DefaultPersist}},
 	reflect.TypeFor[Service](): {
 		"name":         {pattern: serviceName, required: true},
 		"vip":          {required: true},
 		"port":         {bounds: &portBounds, required: true},
-		"protocol":     {enum: Protocols},
-		"mode":         {enum: Modes},
-		"scheduler":    {enum: Schedulers},
-		"fallback":     {enum: Fallbacks, noDefault: true},
+		"protocol":     {enum: Names(Protocols), def: string(DefaultProtocol)},
+		"mode":         {enum: Names(Modes), def: string(DefaultMode)},
+		"scheduler":    {enum: Names(Schedulers), def: string(DefaultScheduler)},
+		"fallback":     {enum: Names(Fallbacks)},
 		"table_size":   zeroOr(tableSizeBounds),
 		"flow_timeout": {pattern: durationPattern},
 	},
@@ -89,14 +89,14 @@ var rules = map[reflect.Type]map[string]rule{
 		"weight":  within(weightBounds),
 	},
 	reflect.TypeFor[HealthCheck](): {
-		"type":          {enum: CheckTypes},
+		"type":          {enum: Names(CheckTypes), def: string(DefaultCheckType)},
 		"port":          within(anyPortBounds),
 		"interval":      {pattern: durationPattern},
 		"timeout":       {pattern: durationPattern},
 		"rise":          zeroOr(riseFallBounds),
 		"fall":          zeroOr(riseFallBounds),
-		"on_failure":    {enum: OnFailures},
-		"method":        {enum: CheckMethods},
+		"on_failure":    {enum: Names(OnFailures), def: string(DefaultOnFailure)},
+		"method":        {enum: CheckMethods, def: DefaultCheckMethod},
 		"expect_status": within(statusBounds),
 	},
 	reflect.TypeFor[BGP](): {

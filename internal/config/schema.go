@@ -85,8 +85,8 @@ func (g schemaGen) value(t reflect.Type, r rule) *Schema {
 		return &Schema{Type: "boolean"}
 	}
 	s := &Schema{Type: "string", Enum: r.enum, MaxLength: r.maxLength}
-	if len(r.enum) > 0 && !r.noDefault {
-		s.Default = r.enum[0]
+	if r.def != "" {
+		s.Default = r.def
 	}
 	if r.pattern != nil {
 		s.Pattern = r.pattern.String()
@@ -113,5 +113,5 @@ func (r rule) integer(t reflect.Type) *Schema {
 
 // ofItems is the part of r that applies to each item of a list.
 func (r rule) ofItems() rule {
-	return rule{enum: r.enum, noDefault: r.noDefault, bounds: r.bounds, also: r.also, pattern: r.pattern, maxLength: r.maxLength}
+	return rule{enum: r.enum, def: r.def, bounds: r.bounds, also: r.also, pattern: r.pattern, maxLength: r.maxLength}
 }

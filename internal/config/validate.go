@@ -4,19 +4,10 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/sluicelb/sluice/internal/maglev"
-)
-
-// Allowed values of the enumerated fields; the first of each list is the default.
-var (
-	Datapaths  = []string{"nft", "ebpf"}
-	Attaches   = []string{"tc", "xdp"}
-	Protocols  = []string{"tcp", "udp"}
-	Modes      = []string{"nat", "fullnat", "dsr"}
-	Schedulers = []string{"maglev", "rr", "wrr", "hash", "random"}
-	Fallbacks  = []string{"drop", "reject", "sorry"}
 )
 
 // MaxWeight is the largest backend weight.
@@ -33,15 +24,15 @@ func (c *Config) Validate() Errors {
 	fail := func(path, format string, args ...any) {
 		errs = append(errs, FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
 	}
-	c.Datapath = oneOf(c.Datapath, Datapaths, "datapath", fail)
+	c.Datapath = oneOf(c.Datapath, Datapaths, DefaultDatapath, "datapath", fail)
 	switch {
-	case c.Datapath == "ebpf":
-		c.Attach = oneOf(c.Attach, Attaches, "attach", fail)
+	case c.Datapath == DatapathEBPF:
+		c.Attach = oneOf(c.Attach, Attaches, DefaultAttach, "attach", fail)
 	case c.Attach != "":
 		fail("attach", "only applies to datapath ebpf, not %s", c.Datapath)
 	}
 	if c.EBPF != nil {
-		if c.Datapath != "ebpf" {
+		if c.Datapath != DatapathEBPF {
 			fail("ebpf", "only applies to datapath ebpf, not %s", c.Datapath)
 		}
 		if n := c.EBPF.MaxFlows; n != 0 && !maxFlowsBounds.has(n) {
@@ -63,7 +54,7 @@ func (c *Config) Validate() Errors {
 	// Services that could overlap share a VIP and a protocol; only those are compared.
 	type listener struct {
 		vip   netip.Addr
-		proto string
+		proto Protocol
 	}
 	listeners := map[listener][]int{}
 	vips := c.vipOwners()
@@ -106,20 +97,19 @@ func (s *Service) validate(at string, vips vipOwners, fail func(path, format str
 	} else if !portBounds.has(s.Port.First) || !portBounds.has(s.Port.Last) || s.Port.First > s.Port.Last {
 		fail(at+".port", "%q is not a port in %s or a range first-last", s.Port, portBounds)
 	}
-	s.Protocol = oneOf(s.Protocol, Protocols, at+".protocol", fail)
-	s.Mode = oneOf(s.Mode, Modes, at+".mode", fail)
-	s.Scheduler = oneOf(s.Scheduler, Schedulers, at+".scheduler", fail)
-	if s.Fallback != "" {
-		oneOf(s.Fallback, Fallbacks, at+".fallback", fail)
-	}
-	if s.Fallback == "reject" && s.Mode == "dsr" {
+	s.Protocol = oneOf(s.Protocol, Protocols, DefaultProtocol, at+".protocol", fail)
+	s.Mode = oneOf(s.Mode, Modes, DefaultMode, at+".mode", fail)
+	s.Scheduler = oneOf(s.Scheduler, Schedulers, DefaultScheduler, at+".scheduler", fail)
+	// An unset fallback stays unset: it tells a service without backends from one that drops.
+	s.Fallback = oneOf(s.Fallback, Fallbacks, "", at+".fallback", fail)
+	if s.Fallback == FallbackReject && s.Mode == ModeDSR {
 		fail(at+".fallback", "dsr can only drop: its rules run on ingress, before the stack could answer")
 	}
 	if s.TableSize != 0 {
 		s.validateTableSize(at+".table_size", fail)
 	}
 	if s.FlowTimeout != "" {
-		if s.Mode != "dsr" {
+		if s.Mode != ModeDSR {
 			fail(at+".flow_timeout", "only applies to mode dsr (nat and fullnat flows are tracked by conntrack)")
 		} else if d, err := time.ParseDuration(s.FlowTimeout); err != nil || d < time.Second {
 			fail(at+".flow_timeout", "%q is not a duration of at least 1s (like 5m)", s.FlowTimeout)
@@ -128,10 +118,10 @@ func (s *Service) validate(at string, vips vipOwners, fail func(path, format str
 	if len(s.Backends) == 0 && s.Fallback == "" {
 		fail(at+".backends", "no backends and no fallback: add backends or set fallback: drop|reject")
 	}
-	if s.Fallback == "sorry" && len(s.SorryServers) == 0 {
+	if s.Fallback == FallbackSorry && len(s.SorryServers) == 0 {
 		fail(at+".fallback", "sorry needs at least one entry in sorry_servers")
 	}
-	if len(s.SorryServers) > 0 && s.Fallback != "sorry" {
+	if len(s.SorryServers) > 0 && s.Fallback != FallbackSorry {
 		fail(at+".sorry_servers", "only used with fallback: sorry")
 	}
 	if s.HealthCheck != nil {
@@ -148,7 +138,7 @@ func (s *Service) validate(at string, vips vipOwners, fail func(path, format str
 func (s *Service) validateTableSize(at string, fail func(path, format string, args ...any)) {
 	m, need := s.TableSize, max(len(s.Backends)+len(s.SorryServers), 2)
 	switch {
-	case s.Scheduler != "maglev":
+	case s.Scheduler != SchedulerMaglev:
 		fail(at, "only applies to scheduler maglev, not %s", s.Scheduler)
 	case m < need || m > int(tableSizeBounds.max):
 		fail(at, "%d is out of range %s (a prime, no smaller than the number of backends and sorry servers)", m, bounds{int64(need), tableSizeBounds.max})
@@ -190,7 +180,7 @@ func (s *Service) validateBackends(at string, backends []Backend, vip netip.Addr
 		if !anyPortBounds.has(b.Port) {
 			fail(bat()+".port", "%d is not a port in %s", b.Port, portBounds)
 		}
-		if s.Mode == "dsr" && b.Port != 0 && (s.Port.IsRange() || b.Port != s.Port.First) {
+		if s.Mode == ModeDSR && b.Port != 0 && (s.Port.IsRange() || b.Port != s.Port.First) {
 			fail(bat()+".port", "dsr cannot remap ports (backend port %d, service port %s): the packet keeps its destination", b.Port, s.Port)
 		}
 		if w := b.WeightOrDefault(); !weightBounds.has(w) {
@@ -214,16 +204,13 @@ func (s *Service) validateBackends(at string, backends []Backend, vip netip.Addr
 	}
 }
 
-// oneOf returns v or the default (allowed[0]) when v is empty, and reports values outside allowed.
-func oneOf(v string, allowed []string, path string, fail func(path, format string, args ...any)) string {
+// oneOf returns v, or def when v is empty, and reports values outside allowed.
+func oneOf[T ~string](v T, allowed []T, def T, path string, fail func(path, format string, args ...any)) T {
 	if v == "" {
-		return allowed[0]
+		return def
 	}
-	for _, a := range allowed {
-		if v == a {
-			return v
-		}
+	if !slices.Contains(allowed, v) {
+		fail(path, "%q is not one of %v", v, allowed)
 	}
-	fail(path, "%q is not one of %v", v, allowed)
 	return v
 }

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/plan"
 )
 
@@ -62,12 +63,12 @@ type ServiceReader interface {
 
 // ServiceStatus is one programmed service as read from the kernel.
 type ServiceStatus struct {
-	Name      string `json:"name"`
-	Protocol  string `json:"protocol"`
-	VIP       string `json:"vip"`
-	Ports     string `json:"ports"`
-	Mode      string `json:"mode"`
-	Scheduler string `json:"scheduler"`
+	Name      string           `json:"name"`
+	Protocol  config.Protocol  `json:"protocol"`
+	VIP       string           `json:"vip"`
+	Ports     string           `json:"ports"`
+	Mode      config.Mode      `json:"mode"`
+	Scheduler config.Scheduler `json:"scheduler"`
 	// Slots is the size of the slot table new flows are spread over (0: no backend takes new flows).
 	Slots    int             `json:"slots"`
 	Backends []BackendStatus `json:"backends"`
@@ -122,7 +123,7 @@ func (e *BudgetError) Error() string {
 // Choice is the backend a datapath gives one flow (sluice which).
 type Choice struct {
 	Service string         `json:"service"`
-	Mode    string         `json:"mode"`
+	Mode    config.Mode    `json:"mode"`
 	Backend netip.AddrPort `json:"backend"`
 	// Tracked: the datapath already tracks the flow, so this is the backend it keeps.
 	Tracked bool `json:"tracked"`
@@ -165,10 +166,10 @@ type FlowList struct {
 
 // Flow is one flow a datapath tracks for a service.
 type Flow struct {
-	Protocol string         `json:"protocol"`
-	Client   netip.AddrPort `json:"client"`
-	VIP      netip.AddrPort `json:"vip"`
-	Backend  netip.AddrPort `json:"backend"`
+	Protocol config.Protocol `json:"protocol"`
+	Client   netip.AddrPort  `json:"client"`
+	VIP      netip.AddrPort  `json:"vip"`
+	Backend  netip.AddrPort  `json:"backend"`
 	// State is what the flow entry tells: conntrack's TCP state (ESTABLISHED, SYN_RECV,
 	// TIME_WAIT, ...) or, for UDP, REPLIED or UNREPLIED; on ebpf ACTIVE, CLOSING (its client sent
 	// a FIN or RST) or IDLE (past its flow timeout); empty when the entry holds none (nft dsr).

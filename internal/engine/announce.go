@@ -283,7 +283,7 @@ func (e *Engine) serviceReadiness(s *plan.Service) readiness {
 // isSorryServer tells whether b is one of the service's sorry servers.
 func isSorryServer(cs *config.Service, b plan.Backend) bool {
 	for _, sorry := range cs.SorryServers {
-		if sorry.Address == b.Addr.String() && (sorry.Port == int(b.Port) || cs.Mode == "dsr") {
+		if sorry.Address == b.Addr.String() && (sorry.Port == int(b.Port) || cs.Mode == config.ModeDSR) {
 			return true
 		}
 	}

@@ -190,7 +190,7 @@ func (e *Engine) activeFlows(ctx context.Context, service, id string) (uint64, e
 // configBackendID is the ID of a config backend of a service, as the plan and datapath name it.
 func configBackendID(s *config.Service, b config.Backend) string {
 	port := b.Port
-	if s.Mode == "dsr" {
+	if s.Mode == config.ModeDSR {
 		port = 0
 	}
 	return BackendID(b.Address, port)

@@ -13,12 +13,12 @@ import (
 
 // HealthView is one health probe as an operator reads it; services sharing a probe are listed together.
 type HealthView struct {
-	Services []string       `json:"services"`
-	Type     string         `json:"type"`
-	Target   netip.AddrPort `json:"target"`
-	State    string         `json:"state"` // "up" or "down"
-	Since    time.Time      `json:"since"`
-	Checks   uint64         `json:"checks"`
+	Services []string         `json:"services"`
+	Type     config.CheckType `json:"type"`
+	Target   netip.AddrPort   `json:"target"`
+	State    string           `json:"state"` // "up" or "down"
+	Since    time.Time        `json:"since"`
+	Checks   uint64           `json:"checks"`
 	// FailedChecks counts the checks that failed, in all.
 	FailedChecks uint64 `json:"failed_checks"`
 	// Successes and Failures are the current streak: consecutive checks that passed, or failed
@@ -96,7 +96,7 @@ func (e *Engine) HealthChanged(st health.Status) {
 				continue
 			}
 			pb := plan.Backend{Addr: addr.Unmap(), Port: uint16(b.Port)}
-			if s.Mode == "dsr" {
+			if s.Mode == config.ModeDSR {
 				pb.Port = 0
 			}
 			p, ok := probeOf(s, pb.Addr, pb.Port)
@@ -105,7 +105,7 @@ func (e *Engine) HealthChanged(st health.Status) {
 			}
 			affected = append(affected, s.Name+"/"+pb.ID())
 			if key := s.Name + "/" + pb.ID(); !st.Up {
-				e.resets[key] = e.resets[key] || s.HealthCheck.OnFailure == "reset"
+				e.resets[key] = e.resets[key] || s.HealthCheck.OnFailure == config.OnFailureReset
 			}
 		}
 	}

@@ -15,13 +15,13 @@ import (
 // ServiceView is one service as the daemon sees it: what the config asks for, what the kernel
 // holds, and the health of each backend.
 type ServiceView struct {
-	Name      string `json:"name"`
-	Protocol  string `json:"protocol"`
-	VIP       string `json:"vip"`
-	Ports     string `json:"ports"`
-	Mode      string `json:"mode"`
-	Scheduler string `json:"scheduler"`
-	Fallback  string `json:"fallback"`
+	Name      string           `json:"name"`
+	Protocol  config.Protocol  `json:"protocol"`
+	VIP       string           `json:"vip"`
+	Ports     string           `json:"ports"`
+	Mode      config.Mode      `json:"mode"`
+	Scheduler config.Scheduler `json:"scheduler"`
+	Fallback  config.Fallback  `json:"fallback"`
 	// Programmed tells whether the datapath holds the service.
 	Programmed bool `json:"programmed"`
 	// Slots is the size of the programmed slot table (0: new flows meet the fallback).
@@ -108,10 +108,7 @@ func (e *Engine) Service(ctx context.Context, name string) (ServiceView, error) 
 func (e *Engine) serviceView(s *config.Service, k *datapath.ServiceStatus, available plan.Availability) ServiceView {
 	v := ServiceView{
 		Name: s.Name, Protocol: s.Protocol, VIP: s.VIP, Ports: s.Port.String(), Mode: s.Mode,
-		Scheduler: s.Scheduler, Fallback: s.Fallback, Programmed: k != nil,
-	}
-	if v.Fallback == "" {
-		v.Fallback = config.Fallbacks[0]
+		Scheduler: s.Scheduler, Fallback: s.Fallback.OrDefault(), Programmed: k != nil,
 	}
 	counters := map[string]datapath.BackendStatus{}
 	if k != nil {
@@ -140,7 +137,7 @@ func (e *Engine) serviceView(s *config.Service, k *datapath.ServiceStatus, avail
 func (e *Engine) backendView(s *config.Service, b config.Backend, counters map[string]datapath.BackendStatus, available plan.Availability) BackendView {
 	addr, _ := netip.ParseAddr(b.Address)
 	pb := plan.Backend{Addr: addr.Unmap(), Port: uint16(b.Port), Weight: b.WeightOrDefault()}
-	if s.Mode == "dsr" {
+	if s.Mode == config.ModeDSR {
 		pb.Port = 0
 	}
 	k := counters[pb.ID()]

@@ -36,13 +36,13 @@ func NewChecker(hc *config.HealthCheck) (Checker, error) {
 		return nil, errors.New("no health check")
 	}
 	switch hc.Type {
-	case "tcp":
+	case config.CheckTCP:
 		return tcpChecker{}, nil
-	case "http", "https":
+	case config.CheckHTTP, config.CheckHTTPS:
 		return newHTTPChecker(hc)
-	case "udp":
+	case config.CheckUDP:
 		return newUDPChecker(hc)
-	case "exec":
+	case config.CheckExec:
 		return newExecChecker(hc)
 	}
 	return nil, fmt.Errorf("unknown health check type %q", hc.Type)

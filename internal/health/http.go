@@ -42,7 +42,7 @@ func newHTTPChecker(hc *config.HealthCheck) (*httpChecker, error) {
 	if err != nil || !strings.HasPrefix(path, "/") || request.Host != "" {
 		return nil, fmt.Errorf("health check path %q is not a path like /healthz", hc.Path)
 	}
-	request.Scheme = hc.Type
+	request.Scheme = string(hc.Type)
 	method := hc.Method
 	if method == "" {
 		method = http.MethodGet

@@ -87,7 +87,7 @@ func newTestMonitor(t *testing.T, fake *scripted, onChange func(Status)) *Monito
 // probe is a check of target every 10ms with the given thresholds.
 func probe(checkType, target string, rise, fall int) Probe {
 	return Probe{
-		Check:  config.HealthCheck{Type: checkType, Interval: "10ms", Timeout: "1s", Rise: rise, Fall: fall},
+		Check:  config.HealthCheck{Type: config.CheckType(checkType), Interval: "10ms", Timeout: "1s", Rise: rise, Fall: fall},
 		Target: netip.MustParseAddrPort(target),
 	}
 }

@@ -32,7 +32,7 @@ func (p Probe) Key() string {
 // Status is the state of one probe.
 type Status struct {
 	Key    string
-	Type   string // check type
+	Type   config.CheckType
 	Target netip.AddrPort
 	Up     bool
 	Since  time.Time // when Up last changed, or when the probe started

@@ -162,12 +162,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if each {
 		for _, h := range probes {
 			for _, service := range h.Services {
-				emit(ch, probeFamilies, h, service, h.Target.String(), h.Type)
+				emit(ch, probeFamilies, h, service, h.Target.String(), string(h.Type))
 			}
 		}
 	}
 	for _, s := range services {
-		ch <- gauge(serviceInfo, 1, s.Name, s.VIP, s.Ports, s.Protocol, s.Mode, s.Scheduler, s.Fallback)
+		ch <- gauge(serviceInfo, 1, s.Name, s.VIP, s.Ports, string(s.Protocol), string(s.Mode), string(s.Scheduler), string(s.Fallback))
 		emit(ch, serviceFamilies, s, s.Name)
 		emit(ch, totalFamilies, totalsOf(s), s.Name)
 		inState := map[string]int{}

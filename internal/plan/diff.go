@@ -129,7 +129,7 @@ func describeCheck(h *config.HealthCheck) string {
 	}
 	data, err := json.Marshal(h)
 	if err != nil {
-		return h.Type
+		return string(h.Type)
 	}
 	return string(data)
 }
@@ -139,9 +139,9 @@ func diffFields(o, n *Service) []FieldChange {
 	var out []FieldChange
 	for _, f := range []struct{ field, from, to string }{
 		{"listener", o.Listener(), n.Listener()},
-		{"mode", o.Mode, n.Mode},
-		{"scheduler", o.Scheduler, n.Scheduler},
-		{"fallback", o.Fallback, n.Fallback},
+		{"mode", string(o.Mode), string(n.Mode)},
+		{"scheduler", string(o.Scheduler), string(n.Scheduler)},
+		{"fallback", string(o.Fallback), string(n.Fallback)},
 		{"flow_timeout", o.FlowTimeout.String(), n.FlowTimeout.String()},
 	} {
 		if f.from != f.to {

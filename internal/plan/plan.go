@@ -17,7 +17,7 @@ import (
 
 // Plan is the desired datapath state, services sorted by name.
 type Plan struct {
-	Datapath   string
+	Datapath   config.Datapath
 	Interfaces []string
 	// NFTMaxElements is the most elements and objects the nft datapath may program (nft.max_elements).
 	NFTMaxElements int
@@ -29,12 +29,12 @@ type Service struct {
 	Name        string
 	VIP         netip.Addr
 	Ports       config.Range
-	Protocol    string // "tcp" or "udp"
-	Mode        string // "nat", "fullnat" or "dsr"
-	Scheduler   string
-	Fallback    string        // "drop" or "reject"
-	FlowTimeout time.Duration // idle timeout of DSR flow entries
-	Backends    []Backend     // every configured backend, weight 0 included
+	Protocol    config.Protocol
+	Mode        config.Mode
+	Scheduler   config.Scheduler
+	Fallback    config.Fallback // never empty: the default when the config sets none
+	FlowTimeout time.Duration   // idle timeout of DSR flow entries
+	Backends    []Backend       // every configured backend, weight 0 included
 	// Slots maps a slot to an index in Backends; a new flow picks slot hash(5-tuple) mod len(Slots)
 	// (maglev, hash) or counter mod len(Slots) (rr, wrr, random). Empty when no backend takes new flows.
 	// Read-only: the plans of one Builder share it.
@@ -62,7 +62,7 @@ func (s *Service) Listener() string {
 	if s.VIP.Is6() {
 		host = "[" + host + "]"
 	}
-	return s.Protocol + " " + host + ":" + s.Ports.String()
+	return string(s.Protocol) + " " + host + ":" + s.Ports.String()
 }
 
 // Availability tells whether a backend of a service may take new flows (it passes its health
@@ -138,8 +138,8 @@ func (r *recentTables) get(inputs string, build func() ([]int, error)) ([]int, e
 // nftables holds each slot as a map element, which costs about 1 KB while nft loads it and a few
 // hundred bytes in the kernel, so it gets compact tables; the eBPF datapath holds a slot in 4 bytes
 // of an array, so it keeps the paper's size.
-func defaultTableSize(datapath string) func(n int) int {
-	if datapath == "ebpf" {
+func defaultTableSize(datapath config.Datapath) func(n int) int {
+	if datapath == config.DatapathEBPF {
 		return maglev.DefaultSize
 	}
 	return maglev.CompactSize
@@ -152,10 +152,7 @@ func buildService(cs config.Service, available Availability, tables *recentTable
 	}
 	s := Service{
 		Name: cs.Name, VIP: vip.Unmap(), Ports: cs.Port, Protocol: cs.Protocol, Mode: cs.Mode,
-		Scheduler: cs.Scheduler, Fallback: cs.Fallback, FlowTimeout: config.DefaultFlowTimeout,
-	}
-	if s.Fallback == "" {
-		s.Fallback = config.Fallbacks[0]
+		Scheduler: cs.Scheduler, Fallback: cs.Fallback.OrDefault(), FlowTimeout: config.DefaultFlowTimeout,
 	}
 	if cs.FlowTimeout != "" {
 		if s.FlowTimeout, err = time.ParseDuration(cs.FlowTimeout); err != nil {
@@ -199,7 +196,7 @@ func buildService(cs config.Service, available Availability, tables *recentTable
 	}
 	s.Backends = sorted
 	size := cs.TableSize
-	if size == 0 && s.Scheduler == "maglev" {
+	if size == 0 && s.Scheduler == config.SchedulerMaglev {
 		// Every backend counts, drained and fallen ones too: draining or a health change never
 		// resizes the table (which would move almost every flow's slot).
 		size = defaultSize(len(s.Backends))
@@ -211,7 +208,7 @@ func buildService(cs config.Service, available Availability, tables *recentTable
 }
 
 // slotInputs is everything slots depends on, as text.
-func slotInputs(scheduler string, backends []Backend, configured []int, tableSize int) string {
+func slotInputs(scheduler config.Scheduler, backends []Backend, configured []int, tableSize int) string {
 	buf := append([]byte(scheduler), ' ')
 	buf = strconv.AppendInt(buf, int64(tableSize), 10)
 	for i, b := range backends {
@@ -222,13 +219,13 @@ func slotInputs(scheduler string, backends []Backend, configured []int, tableSiz
 	return string(buf)
 }
 
-func backend(cb config.Backend, mode string) (Backend, error) {
+func backend(cb config.Backend, mode config.Mode) (Backend, error) {
 	addr, err := netip.ParseAddr(cb.Address)
 	if err != nil {
 		return Backend{}, err
 	}
 	port := uint16(cb.Port)
-	if mode == "dsr" {
+	if mode == config.ModeDSR {
 		port = 0
 	}
 	return Backend{Addr: addr.Unmap(), Port: port, Weight: cb.WeightOrDefault()}, nil
@@ -238,18 +235,18 @@ func backend(cb config.Backend, mode string) (Backend, error) {
 // built over the configured weights and only the slots of backends whose weight health took away
 // are handed to the others, as a table without them would: no other backend's slot moves, and the
 // slots return to the same backend when it comes back.
-func slots(scheduler string, backends []Backend, configured []int, tableSize int) ([]int, error) {
+func slots(scheduler config.Scheduler, backends []Backend, configured []int, tableSize int) ([]int, error) {
 	weights := make([]int, len(backends))
 	for i, b := range backends {
 		weights[i] = b.Weight
-		if scheduler == "rr" && b.Weight > 0 {
+		if scheduler == config.SchedulerRR && b.Weight > 0 {
 			weights[i] = 1
 		}
 	}
 	if countPositive(weights) == 0 {
 		return nil, nil
 	}
-	if scheduler != "maglev" {
+	if scheduler != config.SchedulerMaglev {
 		return interleave(weights), nil
 	}
 	m := tableSize
@@ -340,7 +337,7 @@ func (s *Service) Share() []float64 {
 
 // String summarises the service for logs.
 func (s *Service) String() string {
-	return s.Name + " " + s.Listener() + " " + s.Mode + "/" + s.Scheduler + " backends=" + strconv.Itoa(len(s.Backends))
+	return s.Name + " " + s.Listener() + " " + string(s.Mode) + "/" + string(s.Scheduler) + " backends=" + strconv.Itoa(len(s.Backends))
 }
 
 // Backend finds a backend by "service/backend ID".

@@ -12,6 +12,8 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicelb/sluice/internal/config"
 )
 
 // Packet fixtures, Katran style: a table of {description, input frame, expected verdict,
@@ -34,12 +36,13 @@ var fxBackends = map[uint32]netip.AddrPort{
 
 // fxService is a service of the fixture world.
 type fxService struct {
-	id             uint32
-	vip            netip.Addr
-	port           uint16
-	proto          uint8
-	mode, fallback string
-	ring           []uint32 // backend ids filling its Maglev table; none: no backend
+	id       uint32
+	vip      netip.Addr
+	port     uint16
+	proto    uint8
+	mode     config.Mode
+	fallback config.Fallback
+	ring     []uint32 // backend ids filling its Maglev table; none: no backend
 }
 
 const (

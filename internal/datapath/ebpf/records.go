@@ -73,7 +73,7 @@ func serviceRecordOf(s *plan.Service) (serviceRecord, error) {
 	if err := setRecordText(r.Name[:], s.Name); err != nil {
 		return r, err
 	}
-	return r, setRecordText(r.Scheduler[:], s.Scheduler)
+	return r, setRecordText(r.Scheduler[:], string(s.Scheduler))
 }
 
 // backendRecordOf records a backend of the plan for service id.
@@ -83,10 +83,12 @@ func backendRecordOf(service uint32, b plan.Backend) backendRecord {
 	return r
 }
 
-func (r *serviceRecord) name() string      { return recordText(r.Name[:]) }
-func (r *serviceRecord) scheduler() string { return recordText(r.Scheduler[:]) }
-func (r *serviceRecord) retired() bool     { return r.Flags&recordRetired != 0 }
-func (r *serviceRecord) vip() netip.Addr   { return addrFromWire(r.VIP, r.Family) }
+func (r *serviceRecord) name() string { return recordText(r.Name[:]) }
+func (r *serviceRecord) scheduler() config.Scheduler {
+	return config.Scheduler(recordText(r.Scheduler[:]))
+}
+func (r *serviceRecord) retired() bool   { return r.Flags&recordRetired != 0 }
+func (r *serviceRecord) vip() netip.Addr { return addrFromWire(r.VIP, r.Family) }
 
 func (r *serviceRecord) ports() config.Range {
 	return config.Range{First: int(r.PortFirst), Last: int(r.PortLast)}

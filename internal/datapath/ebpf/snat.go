@@ -7,6 +7,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/plan"
 )
 
@@ -27,7 +28,7 @@ func globalsFor(p *plan.Plan) (sluiceGlobals, error) {
 	g := sluiceGlobals{PortLow: fullnatPortLow, PortHigh: fullnatPortHigh}
 	var have4, have6 bool
 	for _, s := range p.Services {
-		if s.Mode != "fullnat" || len(s.Backends) == 0 || (s.VIP.Is4() && have4) || (s.VIP.Is6() && have6) {
+		if s.Mode != config.ModeFullNAT || len(s.Backends) == 0 || (s.VIP.Is4() && have4) || (s.VIP.Is6() && have6) {
 			continue
 		}
 		src, err := sourceTowards(s.Backends[0].Addr)
@@ -65,7 +66,7 @@ func (s *syncer) globals(p *plan.Plan) error {
 		return err
 	}
 	for _, svc := range s.st.services {
-		if svc.rec.Mode == wireModes["fullnat"] {
+		if svc.rec.Mode == wireModes[config.ModeFullNAT] {
 			if svc.rec.Family == unix.AF_INET && g.Snat4 == [4]byte{} {
 				g.Snat4 = s.st.globals.Snat4
 			} else if svc.rec.Family == unix.AF_INET6 && g.Snat6 == [16]byte{} {

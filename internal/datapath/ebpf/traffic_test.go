@@ -21,6 +21,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/netnstest"
 )
 
@@ -192,7 +193,7 @@ func (l *trafficLab) balance(t *testing.T, h hook) {
 				if err := objs.Maglev.Put(id, backend); err != nil {
 					t.Fatal(err)
 				}
-				svc := sluiceService{Id: id, RingOffset: id, RingSize: 1, Mode: wireModes[mode]}
+				svc := sluiceService{Id: id, RingOffset: id, RingSize: 1, Mode: wireModes[config.Mode(mode)]}
 				if err := objs.Vips.Put(vipKeyOf(vip, 80, proto), svc); err != nil {
 					t.Fatal(err)
 				}

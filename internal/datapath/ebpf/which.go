@@ -13,6 +13,7 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 
+	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/datapath"
 )
 
@@ -24,7 +25,7 @@ import (
 func (d *Datapath) Which(protocol string, vip, src netip.AddrPort) (datapath.Choice, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	proto, ok := wireProtocols[protocol]
+	proto, ok := wireProtocols[config.Protocol(protocol)]
 	if !ok {
 		return datapath.Choice{}, fmt.Errorf("protocol %q: want tcp or udp", protocol)
 	}
@@ -136,7 +137,7 @@ func syntheticPacket(proto uint8, src, dst netip.AddrPort) ([]byte, error) {
 		gopacket.SerializableLayer
 		SetNetworkLayerForChecksum(gopacket.NetworkLayer) error
 	}
-	if proto == wireProtocols["tcp"] {
+	if proto == wireProtocols[config.ProtocolTCP] {
 		l4 = &layers.TCP{SrcPort: layers.TCPPort(src.Port()), DstPort: layers.TCPPort(dst.Port()), ACK: true, Seq: 1, Ack: 1, Window: 512}
 	} else {
 		l4 = &layers.UDP{SrcPort: layers.UDPPort(src.Port()), DstPort: layers.UDPPort(dst.Port())}
@@ -173,9 +174,9 @@ func forget(m *kernelMaps, key sluiceFlowKey, flow sluiceFlow, c datapath.Choice
 	err := m.Flows.Delete(key)
 	var reply sluiceFlowKey
 	switch c.Mode {
-	case "nat":
+	case config.ModeNAT:
 		reply = flowKeyOf(c.Backend, src, key.Proto)
-	case "fullnat":
+	case config.ModeFullNAT:
 		var g sluiceGlobals
 		if gerr := m.Config.Lookup(uint32(0), &g); gerr != nil {
 			return errors.Join(err, gerr)
@@ -185,7 +186,7 @@ func forget(m *kernelMaps, key sluiceFlowKey, flow sluiceFlow, c datapath.Choice
 			snat = netip.AddrFrom4(g.Snat4)
 		}
 		reply = flowKeyOf(c.Backend, netip.AddrPortFrom(snat, c.NATPort), key.Proto)
-	default:
+	default: // dsr: no reply entry
 		return ignoreMissing(err)
 	}
 	return errors.Join(ignoreMissing(err), ignoreMissing(m.Replies.Delete(reply)))

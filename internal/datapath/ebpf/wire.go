@@ -5,6 +5,8 @@ import (
 	"net/netip"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicelb/sluice/internal/config"
 )
 
 // The encodings the BPF contract (bpf/structs.h, bpf/constants.h) uses for addresses, ports and
@@ -20,14 +22,14 @@ const wireServiceRetired = 1
 const wireFlowClosing = 1
 
 // wireProtocols are the IPPROTO_* numbers of the plan's protocols.
-var wireProtocols = map[string]uint8{"tcp": unix.IPPROTO_TCP, "udp": unix.IPPROTO_UDP}
+var wireProtocols = map[config.Protocol]uint8{config.ProtocolTCP: unix.IPPROTO_TCP, config.ProtocolUDP: unix.IPPROTO_UDP}
 
 // wireModes are enum sluice_mode.
-var wireModes = map[string]uint8{"nat": 1, "fullnat": 2, "dsr": 3}
+var wireModes = map[config.Mode]uint8{config.ModeNAT: 1, config.ModeFullNAT: 2, config.ModeDSR: 3}
 
 // wireFallbacks are enum sluice_fallback. Sorry servers are backends of the plan, so a service
 // whose sorry servers are down too drops.
-var wireFallbacks = map[string]uint8{"drop": 0, "reject": 1, "sorry": 0}
+var wireFallbacks = map[config.Fallback]uint8{config.FallbackDrop: 0, config.FallbackReject: 1, config.FallbackSorry: 0}
 
 // wireAddr lays an address out as the contract does: 16 bytes, IPv4 in the first 4, and its
 // AF_INET or AF_INET6 family.
@@ -56,7 +58,7 @@ func wirePort(p uint16) uint16 {
 }
 
 // wireName finds the name of a value of wireProtocols or wireModes ("" if unknown).
-func wireName(table map[string]uint8, v uint8) string {
+func wireName[T ~string](table map[T]uint8, v uint8) T {
 	for name, w := range table {
 		if w == v {
 			return name

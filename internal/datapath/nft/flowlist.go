@@ -86,7 +86,7 @@ func (c *flowCollector) add(f datapath.Flow) {
 
 // addConntrack adds the translated conntrack entries of a nat or fullnat service's flows.
 func (c *flowCollector) addConntrack(svc dispatchedService) error {
-	proto := protoNumbers[svc.protocol]
+	proto := protoNumbers[string(svc.protocol)]
 	family := conntrackFamily(ipvOf(svc.vip))
 	req := ctRequest(nl.IPCTNL_MSG_CT_GET, unix.NLM_F_DUMP, family, nil)
 	err := req.ExecuteIter(unix.NETLINK_NETFILTER, 0, func(msg []byte) bool {

@@ -161,7 +161,7 @@ func (w flowStates) selects(e ctEntry) bool { return w == everyState || !e.estab
 // client's next packet of a deleted flow is balanced anew, and a TCP segment reaching a backend
 // that does not know its connection is answered with a reset.
 func dropNATFlows(s *plan.Service, b plan.Backend, states flowStates) (int, error) {
-	t := natTargetOf(s.Protocol, s.VIP, s.Ports, b)
+	t := natTargetOf(string(s.Protocol), s.VIP, s.Ports, b)
 	family := conntrackFamily(ipvOf(s.VIP))
 	entries, err := dumpConntrack(family)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 
+	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/plan"
 )
 
@@ -119,7 +120,7 @@ func flowKinds() []flowKind {
 	var kinds []flowKind
 	for _, proto := range []string{"tcp", "udp"} {
 		for _, v := range [][2][]netip.Addr{{v4src, v4dst}, {v6src, v6dst}} {
-			s := plan.Service{Protocol: proto, VIP: v[1][0], Scheduler: "maglev", Slots: make([]int, 7)}
+			s := plan.Service{Protocol: config.Protocol(proto), VIP: v[1][0], Scheduler: "maglev", Slots: make([]int, 7)}
 			kinds = append(kinds, flowKind{proto: proto, service: s, srcs: v[0], dsts: v[1]})
 		}
 	}

@@ -224,7 +224,7 @@ func newTestDatapath(t *testing.T) *Datapath {
 func twoBackendPlan(mode string, to int, services ...plan.Service) *plan.Plan {
 	p := &plan.Plan{Datapath: "nft"}
 	for _, s := range services {
-		s.Mode, s.Scheduler, s.Fallback, s.FlowTimeout = mode, "rr", "drop", config.DefaultFlowTimeout
+		s.Mode, s.Scheduler, s.Fallback, s.FlowTimeout = config.Mode(mode), "rr", "drop", config.DefaultFlowTimeout
 		s.Backends = []plan.Backend{{Addr: backend11}, {Addr: backend12}}
 		s.Backends[to].Weight = 1
 		s.Slots = []int{to}
@@ -234,7 +234,7 @@ func twoBackendPlan(mode string, to int, services ...plan.Service) *plan.Plan {
 }
 
 func service(name, proto, vip string, first, last int) plan.Service {
-	return plan.Service{Name: name, Protocol: proto, VIP: netip.MustParseAddr(vip), Ports: config.Range{First: first, Last: last}}
+	return plan.Service{Name: name, Protocol: config.Protocol(proto), VIP: netip.MustParseAddr(vip), Ports: config.Range{First: first, Last: last}}
 }
 
 func apply(t *testing.T, d *Datapath, p *plan.Plan) {

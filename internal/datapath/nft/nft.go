@@ -322,14 +322,14 @@ func plannedStatus(s *plan.Service, counters *state, live *liveFlows) datapath.S
 	order := make([]string, len(s.Backends)) // the members element of each backend, which orders them
 	for i, b := range s.Backends {
 		bs := datapath.BackendStatus{Address: b.Addr.String(), Port: int(b.Port), Weight: b.Weight}
-		bs.Flows, bs.Packets, bs.Bytes = backendCounters(counters, familyOf(s), s.Mode, s.Name, b.ID())
+		bs.Flows, bs.Packets, bs.Bytes = backendCounters(counters, familyOf(s), string(s.Mode), s.Name, b.ID())
 		if len(s.Slots) > 0 {
 			bs.Share = float64(owned[i]) / float64(len(s.Slots))
 		}
 		if s.Mode == "dsr" {
 			bs.ActiveFlows = dsrActive[uint64(marks[i])]
 		} else {
-			bs.ActiveFlows = live.natActive(natTargetOf(s.Protocol, s.VIP, s.Ports, b))
+			bs.ActiveFlows = live.natActive(natTargetOf(string(s.Protocol), s.VIP, s.Ports, b))
 		}
 		st.Backends = append(st.Backends, bs)
 		order[i] = elementID(&knftables.Element{Key: []string{bs.Address, strconv.Itoa(bs.Port)}, Value: []string{strconv.Itoa(bs.Weight)}})
@@ -423,15 +423,15 @@ func serviceStatus(st *state, live *liveFlows, f knftables.Family, dispatch *knf
 		}
 		pb := plan.Backend{Addr: addr, Port: uint16(port), Weight: weight}
 		b := datapath.BackendStatus{Address: e.Key[0], Port: int(port), Weight: weight}
-		b.Flows, b.Packets, b.Bytes = backendCounters(st, f, s.Mode, s.Name, pb.ID())
-		bchain := backendChain(s.Name, s.Protocol, pb.ID(), "")
+		b.Flows, b.Packets, b.Bytes = backendCounters(st, f, string(s.Mode), s.Name, pb.ID())
+		bchain := backendChain(s.Name, string(s.Protocol), pb.ID(), "")
 		if s.Slots > 0 {
 			b.Share = float64(owners[bchain]) / float64(s.Slots)
 		}
 		if s.Mode == "dsr" {
 			b.ActiveFlows = dsrActive[bchain]
 		} else {
-			b.ActiveFlows = live.natActive(natTargetOf(s.Protocol, vip, ports, pb))
+			b.ActiveFlows = live.natActive(natTargetOf(string(s.Protocol), vip, ports, pb))
 		}
 		s.Backends = append(s.Backends, b)
 	}

@@ -158,7 +158,7 @@ func forwardedMaps(proto string, v ipv) [2]*knftables.Map {
 
 // forwardedMap is the forwarded map of a service's flows.
 func forwardedMap(s *plan.Service) *knftables.Map {
-	return forwardedMaps(s.Protocol, ipvOf(s.VIP))[rangeIndex(s)]
+	return forwardedMaps(string(s.Protocol), ipvOf(s.VIP))[rangeIndex(s)]
 }
 
 // renderNetdevBase lays out the netdev table: an ingress chain per DSR device dispatching by
@@ -222,7 +222,7 @@ func baseChain(f knftables.Family, name string, t knftables.BaseChainType, hook 
 // describe is the service as recorded in the kernel (the dispatch element's comment), enough for
 // `sluice list` to show it without the config: "web tcp 10.91.9.100 80 nat maglev".
 func describe(s *plan.Service) string {
-	return strings.Join([]string{s.Name, s.Protocol, s.VIP.String(), s.Ports.String(), s.Mode, s.Scheduler}, " ")
+	return strings.Join([]string{s.Name, string(s.Protocol), s.VIP.String(), s.Ports.String(), string(s.Mode), string(s.Scheduler)}, " ")
 }
 
 // selector is the expression that picks a slot for a new flow.
@@ -244,7 +244,7 @@ func selector(s *plan.Service) string {
 func commonService(st *state, f knftables.Family, s *plan.Service, n serviceNames) {
 	v := ipvOf(s.VIP)
 	st.shared(f, dispatchMap(s)).add(&knftables.Element{
-		Key: []string{s.Protocol, s.VIP.String(), s.Ports.String()}, Value: []string{gotoVerdict(n.chain)}, Comment: ptr(describe(s)),
+		Key: []string{string(s.Protocol), s.VIP.String(), s.Ports.String()}, Value: []string{gotoVerdict(n.chain)}, Comment: ptr(describe(s)),
 	})
 	members := st.addSet(f, &knftables.Map{Name: n.members, Type: v.addrType + " . inet_service : mark"})
 	for _, b := range s.Backends {
@@ -259,16 +259,16 @@ func renderNATService(st *state, s *plan.Service) {
 	v := ipvOf(s.VIP)
 	commonService(st, f, s, n)
 	if s.Mode == "fullnat" {
-		st.shared(f, fullNATSets(s.Protocol, v)[rangeIndex(s)]).add(&knftables.Element{
+		st.shared(f, fullNATSets(string(s.Protocol), v)[rangeIndex(s)]).add(&knftables.Element{
 			Key: []string{s.VIP.String(), s.Ports.String()}, Comment: ptr(describe(s)),
 		})
 	}
 	forwarded := st.shared(f, forwardedMap(s))
-	rules := []string{ctTimeoutRule(s.Protocol)}
+	rules := []string{ctTimeoutRule(string(s.Protocol))}
 	if len(s.Slots) > 0 {
 		slots := st.addSet(f, &knftables.Map{Name: n.slots, TypeOf: "numgen inc mod 2 : verdict"})
 		for slot, bi := range s.Slots {
-			slots.add(&knftables.Element{Key: []string{strconv.Itoa(slot)}, Value: []string{gotoVerdict(backendChain(s.Name, s.Protocol, s.Backends[bi].ID(), ""))}})
+			slots.add(&knftables.Element{Key: []string{strconv.Itoa(slot)}, Value: []string{gotoVerdict(backendChain(s.Name, string(s.Protocol), s.Backends[bi].ID(), ""))}})
 		}
 		rules = append(rules, fmt.Sprintf("meta l4proto %s %s vmap @%s", s.Protocol, selector(s), n.slots))
 	}
@@ -279,7 +279,7 @@ func renderNATService(st *state, s *plan.Service) {
 		if b.Port != 0 {
 			to = netip.AddrPortFrom(b.Addr, b.Port).String()
 		}
-		st.addChain(&knftables.Chain{Family: f, Name: backendChain(s.Name, s.Protocol, b.ID(), "")},
+		st.addChain(&knftables.Chain{Family: f, Name: backendChain(s.Name, string(s.Protocol), b.ID(), "")},
 			fmt.Sprintf("counter name %q", counterName(chainCounter, s.Name, b.ID())),
 			fmt.Sprintf("meta l4proto %s dnat %s to %s", s.Protocol, v.ip, to))
 		packets := counterName(packetCounter, s.Name, b.ID())
@@ -359,7 +359,7 @@ func renderDSRService(st *state, s *plan.Service, env Environment) error {
 		if err != nil {
 			return fmt.Errorf("backend %s: %w", b.ID(), err)
 		}
-		chain := backendChain(s.Name, s.Protocol, b.ID(), dev)
+		chain := backendChain(s.Name, string(s.Protocol), b.ID(), dev)
 		mark := strconv.FormatUint(uint64(marks[i]), 10)
 		backends.add(&knftables.Element{Key: []string{mark}, Value: []string{gotoVerdict(chain)}})
 		newFlowsCounter := counterName(newFlowCounter, s.Name, b.ID())

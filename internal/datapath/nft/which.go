@@ -39,7 +39,7 @@ func (d *Datapath) Which(protocol string, vip, src netip.AddrPort) (datapath.Cho
 			}
 		}
 	}
-	svc, ok := lookupService(st, protocol, vip)
+	svc, ok := lookupService(st, config.Protocol(protocol), vip)
 	if !ok {
 		return datapath.Choice{}, fmt.Errorf("%s/%s is not a service of the nft datapath here", vip, protocol)
 	}
@@ -79,8 +79,11 @@ func readSet(st *state, f knftables.Family, obj knftables.Object) error {
 
 // programmedService is a service as its dispatch element describes it (see describe).
 type programmedService struct {
-	name, protocol, mode, scheduler string
-	family                          knftables.Family
+	name      string
+	protocol  config.Protocol
+	mode      config.Mode
+	scheduler config.Scheduler
+	family    knftables.Family
 	// hash names the service's chain and sets with its name (see serviceNamesOf).
 	hash string
 }
@@ -91,7 +94,7 @@ func (s programmedService) names() serviceNames { return serviceNamesOf(s.name, 
 // lookupService finds the service a packet of protocol to vip is dispatched to, looking where
 // the kernel looks, in its order: the netdev table before the inet table, and in each the hash
 // map of single-port services before the interval map of port ranges.
-func lookupService(st *state, protocol string, vip netip.AddrPort) (programmedService, bool) {
+func lookupService(st *state, protocol config.Protocol, vip netip.AddrPort) (programmedService, bool) {
 	for _, f := range dispatchOrder {
 		for _, m := range dispatchMaps(ipvOf(vip.Addr())) {
 			def := st.sets[objKey{f, m.Name}]
@@ -115,7 +118,7 @@ type dispatchedService struct {
 	ports config.Range
 }
 
-func (s dispatchedService) serves(protocol string, vip netip.AddrPort) bool {
+func (s dispatchedService) serves(protocol config.Protocol, vip netip.AddrPort) bool {
 	return s.protocol == protocol && s.vip == vip.Addr() && s.ports.Contains(int(vip.Port()))
 }
 
@@ -139,7 +142,7 @@ func dispatchedBy(f knftables.Family, e *knftables.Element) (dispatchedService, 
 		return dispatchedService{}, false
 	}
 	return dispatchedService{
-		programmedService: programmedService{name: desc[0], protocol: desc[1], mode: desc[4], scheduler: desc[5], family: f, hash: o.hash},
+		programmedService: programmedService{name: desc[0], protocol: config.Protocol(desc[1]), mode: config.Mode(desc[4]), scheduler: config.Scheduler(desc[5]), family: f, hash: o.hash},
 		vip:               vip, ports: ports,
 	}, true
 }
@@ -189,7 +192,7 @@ func (s programmedService) backend(st *state, value string, vport uint16) (netip
 			if err1 != nil || err2 != nil {
 				continue
 			}
-			if backendChain(s.name, s.protocol, plan.Backend{Addr: addr, Port: uint16(port)}.ID(), "") != chain {
+			if backendChain(s.name, string(s.protocol), plan.Backend{Addr: addr, Port: uint16(port)}.ID(), "") != chain {
 				continue
 			}
 			if port == 0 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
+	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/plan"
 )
 
@@ -36,7 +37,7 @@ func TestWhichReadsTheRenderedTables(t *testing.T) {
 }
 
 func checkWhichOf(t *testing.T, st *state, s *plan.Service) {
-	other := map[string]string{"tcp": "udp", "udp": "tcp"}[s.Protocol]
+	other := map[config.Protocol]config.Protocol{"tcp": "udp", "udp": "tcp"}[s.Protocol]
 	for _, port := range []int{s.Ports.First, s.Ports.Last} {
 		vip := netip.AddrPortFrom(s.VIP, uint16(port))
 		got, ok := lookupService(st, s.Protocol, vip)
@@ -112,7 +113,7 @@ func TestKernelWhichNamesTheBackendThatAnswers(t *testing.T) {
 					})
 				}
 				web := service("web", "tcp", vip.String(), 80, 80)
-				web.Mode, web.Scheduler, web.Fallback, web.FlowTimeout = mode, "maglev", "drop", time.Minute
+				web.Mode, web.Scheduler, web.Fallback, web.FlowTimeout = config.Mode(mode), "maglev", "drop", time.Minute
 				web.Backends = backends
 				web.Backends[0].Weight, web.Backends[1].Weight = 1, 1
 				web.Slots = []int{0, 1, 1, 0, 1, 0, 0}
@@ -124,7 +125,7 @@ func TestKernelWhichNamesTheBackendThatAnswers(t *testing.T) {
 				for i := range whichFlows {
 					src := netip.AddrPortFrom(netip.MustParseAddr("10.91.1.2"), uint16(41000+i))
 					before, err := d.Which("tcp", to, src)
-					if err != nil || before.Tracked || before.Service != "web" || before.Mode != mode {
+					if err != nil || before.Tracked || before.Service != "web" || before.Mode != config.Mode(mode) {
 						t.Fatalf("Which before %s connects: %+v, %v; want a new flow of web", src, before, err)
 					}
 					c, err := dialFrom(t, client, "tcp4", int(src.Port()), to.String())
