@@ -155,11 +155,11 @@ func kernelConfig(cfg *config.Config, status []datapath.ServiceStatus) (*config.
 		s := config.Service{Name: st.Name, VIP: st.VIP, Port: ports, Protocol: st.Protocol, Mode: st.Mode, Scheduler: st.Scheduler}
 		if file, _, err := engine.FindService(cfg, st.Name); err == nil {
 			s.TableSize, s.Fallback, s.FlowTimeout = file.TableSize, file.Fallback, file.FlowTimeout
-			if s.Fallback == "sorry" {
+			if s.Fallback == config.FallbackSorry {
 				s.Fallback = "" // the kernel's sorry servers are among its backends
 			}
 		}
-		if st.Scheduler == "maglev" && st.Slots > 0 {
+		if st.Scheduler == config.SchedulerMaglev && st.Slots > 0 {
 			s.TableSize = st.Slots
 		}
 		for _, b := range st.Backends {

@@ -26,7 +26,7 @@ func elements(p *plan.Plan) int {
 	for i := range p.Services {
 		s := &p.Services[i]
 		b := len(s.Backends)
-		if s.Mode == "dsr" {
+		if s.Mode == config.ModeDSR {
 			n += 10 + 8*b + len(s.Slots)
 		} else {
 			n += 9 + 7*b + len(s.Slots)

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 
+	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/datapath"
 )
 
@@ -31,7 +32,7 @@ func (d *Datapath) Flows(ctx context.Context, service string, filter datapath.Fl
 		return datapath.FlowList{}, err
 	}
 	list := flowCollector{filter: filter, flows: []datapath.Flow{}}
-	if svc.mode == "dsr" {
+	if svc.mode == config.ModeDSR {
 		err = list.addFlowMap(st, svc)
 	} else {
 		err = list.addConntrack(svc)
@@ -98,7 +99,7 @@ func (c *flowCollector) addConntrack(svc dispatchedService) error {
 			Protocol: svc.protocol, Client: e.orig.src, VIP: e.orig.dst, Backend: e.reply.src,
 			State: ctState(e), ExpiresIn: e.timeout,
 		}
-		if svc.mode == "fullnat" {
+		if svc.mode == config.ModeFullNAT {
 			f.NATPort = e.reply.dst.Port()
 		}
 		c.add(f)

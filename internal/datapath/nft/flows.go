@@ -199,7 +199,7 @@ func resetNATFlows(s *plan.Service, b plan.Backend) (int, error) {
 // new connection reusing their tuple would follow to the backend. A dsr flow map element holds no
 // state to tell them apart: dsr flows are left alone.
 func (d *Datapath) DropStaleFlows(_ context.Context, s *plan.Service, b plan.Backend) (int, error) {
-	if s.Mode == "dsr" {
+	if s.Mode == config.ModeDSR {
 		return 0, nil
 	}
 	return dropNATFlows(s, b, unestablished)

@@ -19,6 +19,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/plan"
 )
@@ -269,7 +270,7 @@ func (d *Datapath) statusOf(ctx context.Context, plans []plan.Service) ([]datapa
 	for i := range plans {
 		s := &plans[i]
 		needed[familyOf(s)] = true
-		if s.Mode == "dsr" {
+		if s.Mode == config.ModeDSR {
 			src.flowMaps = append(src.flowMaps, namesOf(s).flows)
 		} else {
 			src.conntrack[ipvOf(s.VIP)] = true
@@ -311,7 +312,7 @@ func plannedStatus(s *plan.Service, counters *state, live *liveFlows) datapath.S
 		owned[b]++
 	}
 	dsrActive := map[uint64]uint64{}
-	if s.Mode == "dsr" {
+	if s.Mode == config.ModeDSR {
 		for mark, n := range live.dsr[namesOf(s).flows] {
 			if m, err := strconv.ParseUint(mark, 0, 32); err == nil {
 				dsrActive[m] += n
@@ -326,7 +327,7 @@ func plannedStatus(s *plan.Service, counters *state, live *liveFlows) datapath.S
 		if len(s.Slots) > 0 {
 			bs.Share = float64(owned[i]) / float64(len(s.Slots))
 		}
-		if s.Mode == "dsr" {
+		if s.Mode == config.ModeDSR {
 			bs.ActiveFlows = dsrActive[uint64(marks[i])]
 		} else {
 			bs.ActiveFlows = live.natActive(natTargetOf(string(s.Protocol), s.VIP, s.Ports, b))
@@ -353,7 +354,7 @@ func (b byKeys) Swap(i, j int) {
 
 // familyOf is the table family a service is rendered in.
 func familyOf(s *plan.Service) knftables.Family {
-	if s.Mode == "dsr" {
+	if s.Mode == config.ModeDSR {
 		return knftables.NetDevFamily
 	}
 	return knftables.InetFamily
@@ -428,7 +429,7 @@ func serviceStatus(st *state, live *liveFlows, f knftables.Family, dispatch *knf
 		if s.Slots > 0 {
 			b.Share = float64(owners[bchain]) / float64(s.Slots)
 		}
-		if s.Mode == "dsr" {
+		if s.Mode == config.ModeDSR {
 			b.ActiveFlows = dsrActive[bchain]
 		} else {
 			b.ActiveFlows = live.natActive(natTargetOf(string(s.Protocol), vip, ports, pb))
@@ -485,7 +486,7 @@ func deref(v *uint64) uint64 {
 // ResetFlows drops the flows from a service's clients to one of its backends: conntrack entries
 // in every state under nat and fullnat, flow map elements under dsr. It returns how many it dropped.
 func (d *Datapath) ResetFlows(ctx context.Context, s *plan.Service, b plan.Backend) (int, error) {
-	if s.Mode == "dsr" {
+	if s.Mode == config.ModeDSR {
 		return d.resetDSRFlows(ctx, s, b)
 	}
 	return resetNATFlows(s, b)

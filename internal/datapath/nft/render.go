@@ -10,6 +10,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/plan"
 )
 
@@ -67,10 +68,10 @@ func render(p *plan.Plan, env Environment) (*state, error) {
 func renderBase(p *plan.Plan, env Environment) (*state, error) {
 	st := newState()
 	renderInetBase(st)
-	if slices.ContainsFunc(p.Services, func(s plan.Service) bool { return s.Mode != "dsr" }) {
+	if slices.ContainsFunc(p.Services, func(s plan.Service) bool { return s.Mode != config.ModeDSR }) {
 		renderForwarded(st)
 	}
-	if slices.ContainsFunc(p.Services, func(s plan.Service) bool { return s.Mode == "dsr" }) {
+	if slices.ContainsFunc(p.Services, func(s plan.Service) bool { return s.Mode == config.ModeDSR }) {
 		if err := renderNetdevBase(st, env.DSRDevices); err != nil {
 			return nil, err
 		}
@@ -81,7 +82,7 @@ func renderBase(p *plan.Plan, env Environment) (*state, error) {
 // renderService renders one service's objects, and its elements of the base's sets.
 func renderService(s *plan.Service, env Environment) (*state, error) {
 	st := newState()
-	if s.Mode != "dsr" {
+	if s.Mode != config.ModeDSR {
 		renderNATService(st, s)
 		return st, nil
 	}
@@ -230,9 +231,9 @@ func selector(s *plan.Service) string {
 	v := ipvOf(s.VIP)
 	n := len(s.Slots)
 	switch s.Scheduler {
-	case "rr", "wrr":
+	case config.SchedulerRR, config.SchedulerWRR:
 		return fmt.Sprintf("numgen inc mod %d", n)
-	case "random":
+	case config.SchedulerRandom:
 		return fmt.Sprintf("numgen random mod %d", n)
 	default: // maglev, hash: the 5-tuple, so a reused source port lands where its old flow did
 		return fmt.Sprintf("jhash %s saddr . %s sport . %s daddr . %s dport mod %d seed %s", v.ip, s.Protocol, v.ip, s.Protocol, n, hashSeed)
@@ -258,7 +259,7 @@ func renderNATService(st *state, s *plan.Service) {
 	n := namesOf(s)
 	v := ipvOf(s.VIP)
 	commonService(st, f, s, n)
-	if s.Mode == "fullnat" {
+	if s.Mode == config.ModeFullNAT {
 		st.shared(f, fullNATSets(string(s.Protocol), v)[rangeIndex(s)]).add(&knftables.Element{
 			Key: []string{s.VIP.String(), s.Ports.String()}, Comment: ptr(describe(s)),
 		})
@@ -303,9 +304,9 @@ func forwardedElement(s *plan.Service, b plan.Backend, counter string) *knftable
 
 func fallbackRule(s *plan.Service) string {
 	switch {
-	case s.Fallback == "reject" && s.Protocol == "tcp":
+	case s.Fallback == config.FallbackReject && s.Protocol == config.ProtocolTCP:
 		return "reject with tcp reset"
-	case s.Fallback == "reject":
+	case s.Fallback == config.FallbackReject:
 		return "reject"
 	default:
 		return "drop"
@@ -338,7 +339,7 @@ func renderDSRService(st *state, s *plan.Service, env Environment) error {
 		takesNew[bi] = true
 	}
 	var rules []string
-	if s.Protocol == "tcp" {
+	if s.Protocol == config.ProtocolTCP {
 		// A SYN whose flow is remembered for a backend that takes no new flow (fallen, removed)
 		// forgets it, so that a reused source port is balanced anew, as on the ebpf datapath: an
 		// update from the packet path never changes a known value. Only then: every element

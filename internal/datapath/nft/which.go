@@ -50,7 +50,7 @@ func (d *Datapath) Which(protocol string, vip, src netip.AddrPort) (datapath.Cho
 	}
 	c := datapath.Choice{Service: svc.name, Mode: svc.mode}
 	var err error
-	if svc.mode == "dsr" {
+	if svc.mode == config.ModeDSR {
 		c.Backend, c.Tracked, err = svc.rememberedBackend(st, src, vip)
 	} else {
 		c.Backend, c.NATPort, c.Tracked, err = svc.conntrackBackend(proto, src, vip)
@@ -152,7 +152,7 @@ func dispatchedBy(f knftables.Family, e *knftables.Element) (dispatchedService, 
 func (s programmedService) sets() []knftables.Object {
 	n := s.names()
 	objs := []knftables.Object{&knftables.Map{Name: n.slots}, &knftables.Map{Name: n.members}}
-	if s.mode == "dsr" {
+	if s.mode == config.ModeDSR {
 		objs = append(objs, &knftables.Map{Name: n.marks})
 	}
 	return objs
@@ -160,7 +160,7 @@ func (s programmedService) sets() []knftables.Object {
 
 // newFlowBackend is the backend of the slot the service's selector gives a new flow.
 func (s programmedService) newFlowBackend(st *state, src, vip netip.AddrPort) (netip.AddrPort, error) {
-	if s.scheduler != "maglev" && s.scheduler != "hash" {
+	if s.scheduler != config.SchedulerMaglev && s.scheduler != config.SchedulerHash {
 		return netip.AddrPort{}, fmt.Errorf("service %s picks a new flow's backend by %s scheduling, not by a hash of the flow: it cannot be told in advance", s.name, s.scheduler)
 	}
 	slots := st.sets[objKey{s.family, s.names().slots}]
@@ -214,7 +214,7 @@ func (s programmedService) conntrackBackend(proto uint8, src, vip netip.AddrPort
 	if reply.src == vip {
 		return netip.AddrPort{}, 0, false, fmt.Errorf("conntrack tracks %s -> %s untranslated (it began before service %s could balance it): it reaches no backend until it ends", src, vip, s.name)
 	}
-	if s.mode == "fullnat" {
+	if s.mode == config.ModeFullNAT {
 		natPort = reply.dst.Port()
 	}
 	return reply.src, natPort, true, nil
