@@ -3,7 +3,9 @@ package bench
 // The shape every benchmark shares: options checked before anything runs, each error naming its
 // flag; the lab brought up and torn down whatever happens; interleaved rounds in an order rotated
 // per round; medians and ratios; a result that is both a table and JSON. A new benchmark is its
-// options with a Check, a Run function that measures inside Env.InLab, and a result with a Table.
+// options with a Check, a Run function that measures inside Env.InLab (interleave for rounds),
+// and a result with a Table; its command in internal/cli declares the flags and calls
+// benchFlags.run, which checks, prints progress, and writes the table and the JSON report.
 
 import (
 	"context"
@@ -33,9 +35,8 @@ const teardownTimeout = time.Minute
 
 // InLab brings the lab up, runs fn in it and, unless keep, tears the lab down, also when fn or
 // the bring-up fails or ctx ends (an interrupt): the teardown gets a context of its own, bounded
-// by teardownTimeout, and its error joins fn's. The progress line ends with it.
+// by teardownTimeout, and its error joins fn's.
 func (e *Env) InLab(ctx context.Context, keep bool, fn func() error) (err error) {
-	defer e.Progress.Done()
 	if !keep {
 		defer func() {
 			e.Progress.Step("tearing down lab %s", e.Lab.Prefix)
