@@ -1,5 +1,8 @@
 package ebpf
 
 // The BPF objects and their Go bindings are generated from bpf/ and committed; `make generate`
-// rebuilds them and CI fails when they are stale.
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel -type vip_key -type service -type backend -type flow_key -type flow -type reverse -type stats -type globals -type if_mac sluice ../../../bpf/sluice.bpf.c -- -I/usr/include/x86_64-linux-gnu -I../../../bpf
+// rebuilds them and CI fails when they are stale. The compiler is pinned (clang-14, Debian 12's,
+// installed by scripts/deps.sh) so that the committed objects are reproducible byte for byte, and
+// the libbpf and asm headers come from bpf/include, not the host.
+//go:generate sh -c "command -v clang-14 >/dev/null || { echo 'make generate: clang-14 not found; scripts/deps.sh installs it' >&2; exit 1; }"
+//go:generate go tool bpf2go -cc clang-14 -cflags "-O2 -g -Wall -Werror" -target bpfel -type vip_key -type service -type backend -type flow_key -type flow -type reverse -type stats -type globals -type if_mac sluice ../../../bpf/sluice.bpf.c -- -I../../../bpf/include -I../../../bpf
