@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 make=${MAKE:-make}
 bin=${BIN:-bin/sluice}
 
-version=$($make -s version)
+version=$($make -s --no-print-directory version)
 # A Debian version starts with a digit: v1.2.3-4-gHASH-dirty becomes 1.2.3+4.gHASH.dirty, an
 # untagged HASH-dirty 0~gHASH.dirty.
 case $version in

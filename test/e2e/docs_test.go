@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -67,11 +68,7 @@ func labPaths(work string) *strings.Replacer {
 func TestDocsRunInTheLab(t *testing.T) {
 	requireLab(t)
 	docsLab := lab.New(docsLabPrefix, labBackends)
-	for _, prefix := range docsLabPrefixes {
-		if labExists(prefix) {
-			t.Skipf("a lab %q exists on this host: the docs build labs of that name; take it down (sluice lab down --prefix %s) to run this test", prefix, prefix)
-		}
-	}
+	claimDocsLabs(t)
 	root, err := moduleRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -187,12 +184,15 @@ func runDocScript(t *testing.T, doc, work, script string) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "--noprofile", "--norc", "-c", script)
 	cmd.Dir = work
-	binDir := filepath.Join(work, "bin")
+	// An operator's shell: no namespace chosen, not inside the make that runs the suite.
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return slices.Contains([]string{"SLUICE_NETNS", "SLUICE_SOCKET", "MAKEFLAGS", "MAKELEVEL", "MFLAGS"}, name)
+	})
 	if doc != "README.md" { // the README builds bin/sluice and puts it on PATH itself
+		binDir := filepath.Join(work, "bin")
 		ensureSluiceIn(t, binDir)
-		cmd.Env = append(os.Environ(), "PATH="+binDir+":"+os.Getenv("PATH"), "SLUICE_NETNS=")
-	} else {
-		cmd.Env = append(os.Environ(), "SLUICE_NETNS=")
+		cmd.Env = append(cmd.Env, "PATH="+binDir+":"+os.Getenv("PATH"))
 	}
 	// A file, not a pipe: daemons the document left running hold it open past the shell's exit.
 	out, err := os.CreateTemp(t.TempDir(), "output")
@@ -292,8 +292,64 @@ func netnsStateDirs() map[string]bool {
 }
 
 // docsLabPrefixes are the labs the docs' commands build: the README's, make demo's and bench's
-// defaults. The suite tears down those it finds at its end that were not there at its start.
+// defaults. Their names are fixed, so one run at a time on a host may build them: it claims them
+// in docsOwnerFile (its pid, under an flock held while the test runs), and its supervisor tears
+// them down at its end only when the claim is still its own (the test was killed before its
+// cleanup), never another run's.
 var docsLabPrefixes = []string{docsLabPrefix, "sluice-demo", "sluice-bench"}
+
+// docsOwnerFile holds the pid of the run that owns the docs labs.
+const docsOwnerFile = "/run/sluice-lab/docs-owner"
+
+// claimDocsLabs makes this run the owner of the docs labs, or skips t when another run holds them
+// or one of them exists already (an operator's: the docs would tear it down).
+func claimDocsLabs(t *testing.T) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(docsOwnerFile), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(docsOwnerFile+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		t.Skipf("another run's docs test holds %s: the docs' labs have fixed names", docsOwnerFile+".lock")
+	}
+	t.Cleanup(func() { f.Close() }) // releases the flock, after the labs are down (cleanups run last in, first out)
+	if owner, err := os.ReadFile(docsOwnerFile); err == nil && !docsLabsOwnedBy(runOwner) {
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(owner)))
+		if pid > 0 && syscall.Kill(pid, 0) == nil {
+			t.Skipf("the run of pid %d owns the docs labs", pid)
+		}
+		// The owner is gone, and left its labs: they are ours to take down.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, prefix := range docsLabPrefixes {
+			if err := lab.New(prefix, labBackends).Down(ctx); err != nil {
+				t.Fatalf("lab %s of the gone run %d: %v", prefix, pid, err)
+			}
+		}
+	}
+	for _, prefix := range docsLabPrefixes {
+		if labExists(prefix) && !docsLabsOwnedBy(runOwner) {
+			t.Skipf("a lab %q exists on this host: the docs build labs of that name; take it down (sluice lab down --prefix %s) to run this test", prefix, prefix)
+		}
+	}
+	if err := os.WriteFile(docsOwnerFile, []byte(strconv.Itoa(runOwner)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(releaseDocsLabs)
+}
+
+// docsLabsOwnedBy tells whether the run of pid owns the docs labs.
+func docsLabsOwnedBy(pid int) bool {
+	b, err := os.ReadFile(docsOwnerFile)
+	return err == nil && strings.TrimSpace(string(b)) == strconv.Itoa(pid)
+}
+
+// releaseDocsLabs gives up the claim on the docs labs.
+func releaseDocsLabs() { _ = os.Remove(docsOwnerFile) }
 
 // labExists tells whether a namespace of the lab with this prefix exists.
 func labExists(prefix string) bool {

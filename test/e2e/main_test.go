@@ -124,15 +124,18 @@ func supervise() (code int) {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
-	built := []*lab.Lab{l, newFleetLab(bin)} // the fleet lab, if a test built it
-	for _, prefix := range docsLabPrefixes {
-		if !labExists(prefix) { // one the docs test builds, and may leave when it is killed
-			built = append(built, lab.New(prefix, labBackends))
-		}
-	}
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
+		// The fleet lab, if a test built it, and the docs labs if the docs test was killed before
+		// its cleanup.
+		built := []*lab.Lab{l, newFleetLab(bin)}
+		if docsLabsOwnedBy(runOwner) {
+			for _, prefix := range docsLabPrefixes {
+				built = append(built, lab.New(prefix, labBackends))
+			}
+			releaseDocsLabs()
+		}
 		for _, built := range built {
 			if err := built.Down(ctx); err != nil {
 				logf("lab %s down: %v", built.Prefix, err)
