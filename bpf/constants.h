@@ -2,6 +2,8 @@
 #ifndef SLUICE_CONSTANTS_H
 #define SLUICE_CONSTANTS_H
 
+#include <linux/types.h>
+
 /* Default map sizes; the loader may resize before loading. */
 #define MAX_VIPS        65536      /* (vip, port, proto) entries: a port range takes one per port */
 #define MAX_SERVICES    16384      /* service ids 0..MAX_SERVICES-1 */
@@ -10,27 +12,36 @@
 #define MAX_FLOWS       (1 << 20)  /* tracked flows (LRU) */
 #define MAX_INTERFACES  4096       /* interfaces XDP runs on, with their MACs in if_macs */
 
+/* The enums have the width of the field that holds them (a clang extension) so that the fields
+ * can be typed and bpf2go -type generates their Go constants. */
+
 /* Forwarding modes (struct service.mode). */
-enum sluice_mode {
+enum mode : __u8 {
 	MODE_NAT     = 1, /* rewrite the destination; replies are reverse-translated */
 	MODE_FULLNAT = 2, /* also rewrite the source to the balancer's address and a port of its own */
 	MODE_DSR     = 3, /* rewrite the destination MAC only; replies bypass the balancer */
 };
 
 /* What to do with a new flow when the service has no backend (struct service.fallback). */
-enum sluice_fallback {
+enum fallback : __u8 {
 	FALLBACK_DROP   = 0,
 	FALLBACK_REJECT = 1, /* TCP RST / ICMP unreachable is left to the stack: the packet is passed */
 };
 
 /* struct service.flags */
-#define SERVICE_RETIRED 1 /* left the config: its established flows are still forwarded, anything
-                           * else passes to the stack */
+enum service_flags : __u8 {
+	SERVICE_RETIRED = 1, /* left the config: its established flows are still forwarded, anything
+	                      * else passes to the stack */
+};
 
 /* struct backend.flags */
-#define BACKEND_VALID 1 /* the id is in use; flows pinned to an invalid id pick again */
+enum backend_flags : __u8 {
+	BACKEND_VALID = 1, /* the id is in use; flows pinned to an invalid id pick again */
+};
 
 /* struct flow.flags */
-#define FLOW_CLOSING 1 /* the client sent a TCP FIN or RST: no longer counted as active */
+enum flow_flags : __u16 {
+	FLOW_CLOSING = 1, /* the client sent a TCP FIN or RST: no longer counted as active */
+};
 
 #endif

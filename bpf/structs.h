@@ -4,6 +4,7 @@
 #define SLUICE_STRUCTS_H
 
 #include <linux/types.h>
+#include "constants.h"
 
 /* A virtual service address: one per VIP, port and protocol. */
 struct vip_key {
@@ -18,9 +19,9 @@ struct service {
 	__u32 id;          /* index into service_stats */
 	__u32 ring_offset; /* first slot of the service's Maglev table in maglev */
 	__u32 ring_size;   /* slots; 0 = no backend can take new flows (fallback) */
-	__u8  mode;        /* enum sluice_mode */
-	__u8  fallback;    /* enum sluice_fallback */
-	__u8  flags;       /* SERVICE_RETIRED */
+	enum mode mode;
+	enum fallback fallback;
+	enum service_flags flags;
 	__u8  pad;
 };
 
@@ -29,7 +30,7 @@ struct backend {
 	__u8   addr[16];
 	__be16 port;   /* 0 = the port the client used */
 	__u8   family;
-	__u8   flags;  /* BACKEND_VALID */
+	enum backend_flags flags;
 };
 
 /* A flow's 5-tuple as seen on the wire. Aligned to 4 (no layout change) so that the program can
@@ -49,7 +50,7 @@ struct flow {
 	__u32  backend_id;
 	__u32  service_id;
 	__be16 nat_port;   /* fullnat: the balancer-side source port */
-	__u16  flags;      /* FLOW_CLOSING */
+	enum flow_flags flags;
 	__u32  pad2;
 	__u64  last_seen;  /* CLOCK_MONOTONIC ns of the last packet (bpf_ktime_get_coarse_ns(): tick
 	                    * granularity), refreshed at most once a second */

@@ -58,7 +58,7 @@ func loadBenchWorld(b *testing.B, services int) *sluiceObjects {
 	})
 	for id, a := range map[uint32]netip.Addr{1: b1v4, 2: b2v4, 3: b3v4} {
 		w, family := wireAddr(a)
-		if err := objs.Backends.Put(id, sluiceBackend{Addr: w, Family: family, Flags: wireBackendValid}); err != nil {
+		if err := objs.Backends.Put(id, sluiceBackend{Addr: w, Family: family, Flags: sluiceBackendFlagsBACKEND_VALID}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -115,7 +115,7 @@ func (e *fxEnv) reset(t *testing.T) {
 	}
 	for id, b := range fxBackends {
 		a, family := wireAddr(b.Addr())
-		e.put(e.objs.Backends, id, sluiceBackend{Addr: a, Port: wirePort(b.Port()), Family: family, Flags: wireBackendValid})
+		e.put(e.objs.Backends, id, sluiceBackend{Addr: a, Port: wirePort(b.Port()), Family: family, Flags: sluiceBackendFlagsBACKEND_VALID})
 	}
 	for _, s := range fxServices {
 		e.setRing(s.id, s.ring...)
@@ -455,7 +455,7 @@ func stateFixtures() []fixture {
 	}
 	// service 1 left the config with a flow of cli4's still established (retired)
 	retire := func(e *fxEnv) {
-		e.put(e.objs.Vips, vipKeyOf(vipNat4, 80, protoTCP), sluiceService{Id: 1, Mode: wireModes["nat"], Flags: wireServiceRetired})
+		e.put(e.objs.Vips, vipKeyOf(vipNat4, 80, protoTCP), sluiceService{Id: 1, Mode: wireModes["nat"], Flags: sluiceServiceFlagsSERVICE_RETIRED})
 	}
 	retireWithFlow := func(e *fxEnv) {
 		e.send(ack.synPkt().frame(), false)

@@ -96,7 +96,7 @@ func flowLeft(lastSeen, now, timeout uint64) uint64 {
 // flowState names what a flow entry tells of its flow, with left from flowLeft.
 func flowState(f sluiceFlow, left uint64) string {
 	switch {
-	case f.Flags&wireFlowClosing != 0:
+	case f.Flags&sluiceFlowFlagsFLOW_CLOSING != 0:
 		return "CLOSING"
 	case left == 0:
 		return "IDLE"

@@ -27,7 +27,7 @@ func TestFlowsListsAServicesFlows(t *testing.T) {
 	flowAt(t, d.maps, 2, web, b11, idleLastSeen(t))
 	flowAt(t, d.maps, 3, web, b12, now)
 	closing := flowKeyOf(netip.MustParseAddrPort("10.91.1.4:40004"), netip.MustParseAddrPort("10.91.9.100:80"), unix.IPPROTO_TCP)
-	if err := d.maps.Flows.Put(closing, sluiceFlow{BackendId: b12, ServiceId: web, LastSeen: now, Flags: wireFlowClosing}); err != nil {
+	if err := d.maps.Flows.Put(closing, sluiceFlow{BackendId: b12, ServiceId: web, LastSeen: now, Flags: sluiceFlowFlagsFLOW_CLOSING}); err != nil {
 		t.Fatal(err)
 	}
 	web6 := ids.of(t, "web6")

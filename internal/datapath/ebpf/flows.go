@@ -18,7 +18,7 @@ import (
 // flowIsActive tells whether a flow is open (no FIN or RST from its client) and saw a packet
 // within its service's flow timeout before now.
 func flowIsActive(f sluiceFlow, now uint64, rec *serviceRecord) bool {
-	return f.Flags&wireFlowClosing == 0 && f.LastSeen+uint64(rec.FlowTimeout)*uint64(time.Second) > now
+	return f.Flags&sluiceFlowFlagsFLOW_CLOSING == 0 && f.LastSeen+uint64(rec.FlowTimeout)*uint64(time.Second) > now
 }
 
 // monotonicNow is the clock of bpf_ktime_get_ns, in nanoseconds.

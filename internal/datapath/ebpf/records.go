@@ -36,8 +36,8 @@ type serviceRecord struct {
 	PortLast    uint16
 	Proto       uint8
 	Family      uint8
-	Mode        uint8 // enum sluice_mode
-	Fallback    uint8 // enum sluice_fallback
+	Mode        sluiceMode
+	Fallback    sluiceFallback
 	RingOffset  uint32
 	RingSize    uint32
 	FlowTimeout uint32 // seconds: how long an idle flow counts as active
@@ -103,7 +103,7 @@ func (r *backendRecord) backend() plan.Backend {
 
 // entry is the backends map entry of a backend in use.
 func (r *backendRecord) entry() sluiceBackend {
-	return sluiceBackend{Addr: r.Addr, Port: wirePort(r.Port), Family: r.Family, Flags: wireBackendValid}
+	return sluiceBackend{Addr: r.Addr, Port: wirePort(r.Port), Family: r.Family, Flags: sluiceBackendFlagsBACKEND_VALID}
 }
 
 // setRecordText stores s NUL-padded in a fixed-size field.
@@ -145,7 +145,7 @@ func (r *serviceRecord) owns(k sluiceVipKey) bool {
 func (r *serviceRecord) vipValue(id uint32) sluiceService {
 	v := sluiceService{Id: id, RingOffset: r.RingOffset, RingSize: r.RingSize, Mode: r.Mode, Fallback: r.Fallback}
 	if r.retired() {
-		v.Flags = wireServiceRetired
+		v.Flags = sluiceServiceFlagsSERVICE_RETIRED
 	}
 	return v
 }

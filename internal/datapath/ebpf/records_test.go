@@ -52,7 +52,7 @@ func TestServiceRecordKeys(t *testing.T) {
 		t.Errorf("vips value %+v", v)
 	}
 	rec.Flags = recordRetired
-	if len(rec.vipKeys()) != 3 || !rec.owns(keys[0]) || rec.vipValue(7).Flags != wireServiceRetired {
+	if len(rec.vipKeys()) != 3 || !rec.owns(keys[0]) || rec.vipValue(7).Flags != sluiceServiceFlagsSERVICE_RETIRED {
 		t.Errorf("a retired record keeps its keys, with value %+v", rec.vipValue(7))
 	}
 	s.Name = strings.Repeat("x", 33)

@@ -53,7 +53,7 @@ func TestRemovedBackendKeepsItsFlows(t *testing.T) {
 
 	r.apply(d, planFromYAML(t, oneBackendLeft))
 	b := backendOf(t, d, "web", "10.91.2.12")
-	if b == nil || !b.rec.retired() || b.entry.Flags != wireBackendValid {
+	if b == nil || !b.rec.retired() || b.entry.Flags != sluiceBackendFlagsBACKEND_VALID {
 		t.Fatalf("the removed backend is %+v, want retired and valid", b)
 	}
 	st, err := d.Status(context.Background())
@@ -73,7 +73,7 @@ func TestRemovedBackendKeepsItsFlows(t *testing.T) {
 		t.Fatalf("the idle retired backend is still there: %+v", b)
 	}
 	var e sluiceBackend
-	if err := d.maps.Backends.Lookup(gone, &e); err != nil || e.Flags&wireBackendValid != 0 {
+	if err := d.maps.Backends.Lookup(gone, &e); err != nil || e.Flags&sluiceBackendFlagsBACKEND_VALID != 0 {
 		t.Errorf("backends[%d] = %+v, %v; want invalid", gone, e, err)
 	}
 	if f, rep := countFlows(t, d.maps, gone); f != 0 || rep != 0 {
@@ -124,7 +124,7 @@ func TestRemovedServiceIsRetired(t *testing.T) {
 	checkMaps(t, d.maps, onlyWeb)
 	web6Key := vipKeyOf(p.Services[1].VIP, uint16(p.Services[1].Ports.First), wireProtocols[p.Services[1].Protocol])
 	var v sluiceService
-	if err := d.maps.Vips.Lookup(web6Key, &v); err != nil || v.Flags != wireServiceRetired || v.Id != web6 || v.RingSize != 0 {
+	if err := d.maps.Vips.Lookup(web6Key, &v); err != nil || v.Flags != sluiceServiceFlagsSERVICE_RETIRED || v.Id != web6 || v.RingSize != 0 {
 		t.Errorf("web6's vips entry is %+v (%v), want it kept, retired, without a ring", v, err)
 	}
 	st, err := d.Status(context.Background())

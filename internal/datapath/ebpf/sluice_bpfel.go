@@ -18,18 +18,37 @@ type sluiceBackend struct {
 	Addr   [16]uint8
 	Port   uint16
 	Family uint8
-	Flags  uint8
+	Flags  sluiceBackendFlags
 }
+
+type sluiceBackendFlags uint8
+
+const (
+	sluiceBackendFlagsBACKEND_VALID sluiceBackendFlags = 1
+)
+
+type sluiceFallback uint8
+
+const (
+	sluiceFallbackFALLBACK_DROP   sluiceFallback = 0
+	sluiceFallbackFALLBACK_REJECT sluiceFallback = 1
+)
 
 type sluiceFlow struct {
 	_         structs.HostLayout
 	BackendId uint32
 	ServiceId uint32
 	NatPort   uint16
-	Flags     uint16
+	Flags     sluiceFlowFlags
 	Pad2      uint32
 	LastSeen  uint64
 }
+
+type sluiceFlowFlags uint16
+
+const (
+	sluiceFlowFlagsFLOW_CLOSING sluiceFlowFlags = 1
+)
 
 type sluiceFlowKey struct {
 	_      structs.HostLayout
@@ -57,6 +76,14 @@ type sluiceIfMac struct {
 	Pad  uint16
 }
 
+type sluiceMode uint8
+
+const (
+	sluiceModeMODE_NAT     sluiceMode = 1
+	sluiceModeMODE_FULLNAT sluiceMode = 2
+	sluiceModeMODE_DSR     sluiceMode = 3
+)
+
 type sluiceReverse struct {
 	_         structs.HostLayout
 	Vip       [16]uint8
@@ -73,11 +100,17 @@ type sluiceService struct {
 	Id         uint32
 	RingOffset uint32
 	RingSize   uint32
-	Mode       uint8
-	Fallback   uint8
-	Flags      uint8
+	Mode       sluiceMode
+	Fallback   sluiceFallback
+	Flags      sluiceServiceFlags
 	Pad        uint8
 }
+
+type sluiceServiceFlags uint8
+
+const (
+	sluiceServiceFlagsSERVICE_RETIRED sluiceServiceFlags = 1
+)
 
 type sluiceStats struct {
 	_       structs.HostLayout

@@ -125,7 +125,7 @@ func readBackends(m *kernelMaps, st *state) error {
 	}
 	entries := map[uint32]sluiceBackend{}
 	err = readAll(m.Backends, func(id uint32, e sluiceBackend) bool {
-		if e.Flags&wireBackendValid != 0 {
+		if e.Flags&sluiceBackendFlagsBACKEND_VALID != 0 {
 			entries[id] = e
 			if !owned[id] {
 				st.strays.entries = append(st.strays.entries, id)

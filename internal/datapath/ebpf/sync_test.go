@@ -87,7 +87,7 @@ func checkMaps(t *testing.T, m *kernelMaps, p *plan.Plan) {
 				t.Fatalf("%s: backend %s is not programmed as %+v", ps.Name, pb.ID(), pb)
 			}
 			addr, family := wireAddr(pb.Addr)
-			want := sluiceBackend{Addr: addr, Port: wirePort(pb.Port), Family: family, Flags: wireBackendValid}
+			want := sluiceBackend{Addr: addr, Port: wirePort(pb.Port), Family: family, Flags: sluiceBackendFlagsBACKEND_VALID}
 			if b.entry != want {
 				t.Errorf("%s: backends[%d] = %+v, want %+v", ps.Name, b.id, b.entry, want)
 			}
@@ -102,7 +102,7 @@ func checkMaps(t *testing.T, m *kernelMaps, p *plan.Plan) {
 	}
 	retired := 0
 	for k, v := range st.vips {
-		if v.Flags&wireServiceRetired == 0 {
+		if v.Flags&sluiceServiceFlagsSERVICE_RETIRED == 0 {
 			continue
 		}
 		retired++
@@ -255,7 +255,7 @@ func TestOneChangeCostsItsOwnWrites(t *testing.T) {
 	r.apply(d, before)
 
 	after := planFromYAML(t, manyServices(40, 3))
-	after.Services = append(before.Services[:0:0], before.Services...)
+	after.Services = slices.Clone(before.Services)
 	changed := planFromYAML(t, manyServices(40, 3)).Services
 	i := slices.IndexFunc(changed, func(s plan.Service) bool { return s.Name == "s7" })
 	after.Services[i] = changed[i]
@@ -269,7 +269,7 @@ func TestOneChangeCostsItsOwnWrites(t *testing.T) {
 	checkMaps(t, d.maps, after)
 
 	added := planFromYAML(t, manyServices(41, 1))
-	added.Services = append(after.Services, added.Services[slices.IndexFunc(added.Services, func(s plan.Service) bool { return s.Name == "s40" })])
+	added.Services = slices.Concat(after.Services, added.Services[slices.IndexFunc(added.Services, func(s plan.Service) bool { return s.Name == "s40" }):][:1])
 	s40 := &added.Services[len(added.Services)-1]
 	// Counters of the service and its 3 backends, 3 records and entries, the ring, 1 port, 1 record.
 	want = 1 + 3*3 + len(s40.Slots) + 1 + 1
@@ -309,7 +309,7 @@ func TestResyncRepairsTheMaps(t *testing.T) {
 	if err := m.Backends.Put(ids.of(t, "web/10.91.2.12:8080"), sluiceBackend{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Backends.Put(uint32(4242), sluiceBackend{Flags: wireBackendValid}); err != nil {
+	if err := m.Backends.Put(uint32(4242), sluiceBackend{Flags: sluiceBackendFlagsBACKEND_VALID}); err != nil {
 		t.Fatal(err)
 	}
 	if n := r.apply(d, p); n != 0 {

@@ -176,7 +176,7 @@ func (l *trafficLab) balance(t *testing.T, h hook) {
 	for i, b := range trafficBackends {
 		for j, port := range []uint16{8080, 0} { // ids 1, 2: IPv4; 3, 4: IPv6; the odd ones for dsr
 			w, family := wireAddr(b)
-			if err := objs.Backends.Put(uint32(2*i+j+1), sluiceBackend{Addr: w, Port: wirePort(port), Family: family, Flags: wireBackendValid}); err != nil {
+			if err := objs.Backends.Put(uint32(2*i+j+1), sluiceBackend{Addr: w, Port: wirePort(port), Family: family, Flags: sluiceBackendFlagsBACKEND_VALID}); err != nil {
 				t.Fatal(err)
 			}
 		}

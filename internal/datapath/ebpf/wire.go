@@ -10,26 +10,22 @@ import (
 )
 
 // The encodings the BPF contract (bpf/structs.h, bpf/constants.h) uses for addresses, ports and
-// enumerations.
-
-// wireBackendValid is BACKEND_VALID: the backend id is in use.
-const wireBackendValid = 1
-
-// wireServiceRetired is SERVICE_RETIRED: the service forwards its established flows only.
-const wireServiceRetired = 1
-
-// wireFlowClosing is FLOW_CLOSING: the flow's client sent a TCP FIN or RST.
-const wireFlowClosing = 1
+// the plan's values. Its enums and flags are generated (sluiceMode, sluiceBackendFlags, ...).
 
 // wireProtocols are the IPPROTO_* numbers of the plan's protocols.
 var wireProtocols = map[config.Protocol]uint8{config.ProtocolTCP: unix.IPPROTO_TCP, config.ProtocolUDP: unix.IPPROTO_UDP}
 
-// wireModes are enum sluice_mode.
-var wireModes = map[config.Mode]uint8{config.ModeNAT: 1, config.ModeFullNAT: 2, config.ModeDSR: 3}
+// wireModes are the plan's modes as enum mode.
+var wireModes = map[config.Mode]sluiceMode{
+	config.ModeNAT: sluiceModeMODE_NAT, config.ModeFullNAT: sluiceModeMODE_FULLNAT, config.ModeDSR: sluiceModeMODE_DSR,
+}
 
-// wireFallbacks are enum sluice_fallback. Sorry servers are backends of the plan, so a service
-// whose sorry servers are down too drops.
-var wireFallbacks = map[config.Fallback]uint8{config.FallbackDrop: 0, config.FallbackReject: 1, config.FallbackSorry: 0}
+// wireFallbacks are the plan's fallbacks as enum fallback. Sorry servers are backends of the
+// plan, so a service whose sorry servers are down too drops.
+var wireFallbacks = map[config.Fallback]sluiceFallback{
+	config.FallbackDrop: sluiceFallbackFALLBACK_DROP, config.FallbackReject: sluiceFallbackFALLBACK_REJECT,
+	config.FallbackSorry: sluiceFallbackFALLBACK_DROP,
+}
 
 // wireAddr lays an address out as the contract does: 16 bytes, IPv4 in the first 4, and its
 // AF_INET or AF_INET6 family.
@@ -58,7 +54,7 @@ func wirePort(p uint16) uint16 {
 }
 
 // wireName finds the name of a value of wireProtocols or wireModes ("" if unknown).
-func wireName[T ~string](table map[T]uint8, v uint8) T {
+func wireName[T ~string, W comparable](table map[T]W, v W) T {
 	for name, w := range table {
 		if w == v {
 			return name
