@@ -67,9 +67,12 @@ generate:
 check-generated:
 	./scripts/check-generated.sh
 
+# golangci-lint is pinned and installed into bin/tools by scripts/tools.sh; .golangci.yml says what it checks.
 lint: check-generated
-	test -z "$$(gofmt -l cmd internal test)" || (gofmt -l cmd internal test; exit 1)
+	test -z "$$(gofmt -l cmd internal test packaging)" || (gofmt -l cmd internal test packaging; exit 1)
 	$(GO) vet ./...
+	./scripts/tools.sh
+	bin/tools/golangci-lint run ./...
 
 # Unit tests need no root; the lab tests (internal/lab, test/e2e) skip themselves without root.
 test: deps lint build

@@ -25,3 +25,4 @@ if [ ${#need[@]} -gt 0 ]; then
 	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 go mod download
+"$(dirname "$0")/tools.sh"

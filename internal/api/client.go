@@ -49,19 +49,22 @@ func NewTCPClient(baseURL, token string) *Client {
 // Status describes the daemon.
 func (c *Client) Status(ctx context.Context) (Status, error) {
 	var out Status
-	return out, c.call(ctx, http.MethodGet, "/v1/status", nil, &out)
+	err := c.call(ctx, http.MethodGet, "/v1/status", nil, &out)
+	return out, err
 }
 
 // Services lists every service.
 func (c *Client) Services(ctx context.Context) ([]engine.ServiceView, error) {
 	var out []engine.ServiceView
-	return out, c.call(ctx, http.MethodGet, "/v1/services", nil, &out)
+	err := c.call(ctx, http.MethodGet, "/v1/services", nil, &out)
+	return out, err
 }
 
 // Service describes one service.
 func (c *Client) Service(ctx context.Context, name string) (engine.ServiceView, error) {
 	var out engine.ServiceView
-	return out, c.call(ctx, http.MethodGet, serviceURL(name), nil, &out)
+	err := c.call(ctx, http.MethodGet, serviceURL(name), nil, &out)
+	return out, err
 }
 
 // Flows lists the flows the datapath tracks for a service, within filter.
@@ -74,50 +77,58 @@ func (c *Client) Flows(ctx context.Context, name string, filter datapath.FlowFil
 		}
 	}
 	var out datapath.FlowList
-	return out, c.call(ctx, http.MethodGet, serviceURL(name)+"/flows?"+q.Encode(), nil, &out)
+	err := c.call(ctx, http.MethodGet, serviceURL(name)+"/flows?"+q.Encode(), nil, &out)
+	return out, err
 }
 
 // AddService creates a service; on a dry run only the result's Change is set.
 func (c *Client) AddService(ctx context.Context, s config.Service, dryRun bool) (ServiceResult, error) {
 	var out ServiceResult
-	return out, c.call(ctx, http.MethodPost, withDryRun("/v1/services", dryRun), jsonBody(s), &out)
+	err := c.call(ctx, http.MethodPost, withDryRun("/v1/services", dryRun), jsonBody(s), &out)
+	return out, err
 }
 
 // PutService replaces (or creates) the service s.Name; on a dry run only the result's Change is set.
 func (c *Client) PutService(ctx context.Context, s config.Service, dryRun bool) (ServiceResult, error) {
 	var out ServiceResult
-	return out, c.call(ctx, http.MethodPut, withDryRun(serviceURL(s.Name), dryRun), jsonBody(s), &out)
+	err := c.call(ctx, http.MethodPut, withDryRun(serviceURL(s.Name), dryRun), jsonBody(s), &out)
+	return out, err
 }
 
 // RemoveService removes a service.
 func (c *Client) RemoveService(ctx context.Context, name string, dryRun bool) (plan.Change, error) {
 	var out ChangeResult
-	return out.Change, c.call(ctx, http.MethodDelete, withDryRun(serviceURL(name), dryRun), nil, &out)
+	err := c.call(ctx, http.MethodDelete, withDryRun(serviceURL(name), dryRun), nil, &out)
+	return out.Change, err
 }
 
 // AddBackend adds a backend to a service; on a dry run only the result's Change is set.
 func (c *Client) AddBackend(ctx context.Context, service string, b config.Backend, dryRun bool) (BackendResult, error) {
 	var out BackendResult
-	return out, c.call(ctx, http.MethodPost, withDryRun(serviceURL(service)+"/backends", dryRun), jsonBody(b), &out)
+	err := c.call(ctx, http.MethodPost, withDryRun(serviceURL(service)+"/backends", dryRun), jsonBody(b), &out)
+	return out, err
 }
 
 // Backend describes one backend: "10.0.0.1:8080", "[fd00::1]:80", or a bare address when only
 // one backend of the service has it.
 func (c *Client) Backend(ctx context.Context, service, backend string) (engine.BackendView, error) {
 	var out engine.BackendView
-	return out, c.call(ctx, http.MethodGet, backendURL(service, backend), nil, &out)
+	err := c.call(ctx, http.MethodGet, backendURL(service, backend), nil, &out)
+	return out, err
 }
 
 // SetWeight changes a backend's weight; on a dry run only the result's Change is set.
 func (c *Client) SetWeight(ctx context.Context, service, backend string, weight int, dryRun bool) (BackendResult, error) {
 	var out BackendResult
-	return out, c.call(ctx, http.MethodPatch, withDryRun(backendURL(service, backend), dryRun), jsonBody(weightBody{Weight: &weight}), &out)
+	err := c.call(ctx, http.MethodPatch, withDryRun(backendURL(service, backend), dryRun), jsonBody(weightBody{Weight: &weight}), &out)
+	return out, err
 }
 
 // RemoveBackend removes a backend from its service.
 func (c *Client) RemoveBackend(ctx context.Context, service, backend string, dryRun bool) (plan.Change, error) {
 	var out ChangeResult
-	return out.Change, c.call(ctx, http.MethodDelete, withDryRun(backendURL(service, backend), dryRun), nil, &out)
+	err := c.call(ctx, http.MethodDelete, withDryRun(backendURL(service, backend), dryRun), nil, &out)
+	return out.Change, err
 }
 
 // Drain starts draining a backend (timeout 0: the daemon's default) and returns the drain; a dry
@@ -130,28 +141,33 @@ func (c *Client) Drain(ctx context.Context, service, backend string, timeout tim
 	path := withDryRun(backendURL(service, backend)+"/drain", dryRun)
 	if dryRun {
 		var out ChangeResult
-		return engine.DrainView{}, out.Change, c.call(ctx, http.MethodPost, path, body, &out)
+		err := c.call(ctx, http.MethodPost, path, body, &out)
+		return engine.DrainView{}, out.Change, err
 	}
 	var out engine.DrainView
-	return out, plan.Change{}, c.call(ctx, http.MethodPost, path, body, &out)
+	err := c.call(ctx, http.MethodPost, path, body, &out)
+	return out, plan.Change{}, err
 }
 
 // Drains lists the drains in progress and finished.
 func (c *Client) Drains(ctx context.Context) ([]engine.DrainView, error) {
 	var out []engine.DrainView
-	return out, c.call(ctx, http.MethodGet, "/v1/drains", nil, &out)
+	err := c.call(ctx, http.MethodGet, "/v1/drains", nil, &out)
+	return out, err
 }
 
 // BGP returns the node's BGP sessions and the announcement of each VIP.
 func (c *Client) BGP(ctx context.Context) (engine.BGPView, error) {
 	var out engine.BGPView
-	return out, c.call(ctx, http.MethodGet, "/v1/bgp", nil, &out)
+	err := c.call(ctx, http.MethodGet, "/v1/bgp", nil, &out)
+	return out, err
 }
 
 // Node returns the node's drain state.
 func (c *Client) Node(ctx context.Context) (engine.NodeView, error) {
 	var out engine.NodeView
-	return out, c.call(ctx, http.MethodGet, "/v1/node", nil, &out)
+	err := c.call(ctx, http.MethodGet, "/v1/node", nil, &out)
+	return out, err
 }
 
 // DrainNode withdraws every VIP of the node (timeout 0: the daemon's default) and returns the
@@ -162,43 +178,50 @@ func (c *Client) DrainNode(ctx context.Context, timeout time.Duration) (engine.N
 		body = jsonBody(drainBody{Timeout: timeout.String()})
 	}
 	var out engine.NodeView
-	return out, c.call(ctx, http.MethodPost, "/v1/node/drain", body, &out)
+	err := c.call(ctx, http.MethodPost, "/v1/node/drain", body, &out)
+	return out, err
 }
 
 // UndrainNode makes the node announce its VIPs again.
 func (c *Client) UndrainNode(ctx context.Context) (engine.NodeView, error) {
 	var out engine.NodeView
-	return out, c.call(ctx, http.MethodPost, "/v1/node/undrain", nil, &out)
+	err := c.call(ctx, http.MethodPost, "/v1/node/undrain", nil, &out)
+	return out, err
 }
 
 // Health lists every health probe.
 func (c *Client) Health(ctx context.Context) ([]engine.HealthView, error) {
 	var out []engine.HealthView
-	return out, c.call(ctx, http.MethodGet, "/v1/health", nil, &out)
+	err := c.call(ctx, http.MethodGet, "/v1/health", nil, &out)
+	return out, err
 }
 
 // Config returns the running config as YAML.
 func (c *Client) Config(ctx context.Context) ([]byte, error) {
 	var out []byte
-	return out, c.call(ctx, http.MethodGet, "/v1/config?format=yaml", nil, &out)
+	err := c.call(ctx, http.MethodGet, "/v1/config?format=yaml", nil, &out)
+	return out, err
 }
 
 // PutConfig replaces the running config with a YAML one.
 func (c *Client) PutConfig(ctx context.Context, yaml []byte, dryRun bool) (plan.Change, error) {
 	var out ChangeResult
-	return out.Change, c.call(ctx, http.MethodPut, withDryRun("/v1/config", dryRun), yamlBody(yaml), &out)
+	err := c.call(ctx, http.MethodPut, withDryRun("/v1/config", dryRun), yamlBody(yaml), &out)
+	return out.Change, err
 }
 
 // Plan tells what replacing the running config with a YAML one would change, changing nothing.
 func (c *Client) Plan(ctx context.Context, yaml []byte) (plan.Change, error) {
 	var out plan.Change
-	return out, c.call(ctx, http.MethodPost, "/v1/plan", yamlBody(yaml), &out)
+	err := c.call(ctx, http.MethodPost, "/v1/plan", yamlBody(yaml), &out)
+	return out, err
 }
 
 // Reload makes the daemon read its config file again.
 func (c *Client) Reload(ctx context.Context) (plan.Change, error) {
 	var out ChangeResult
-	return out.Change, c.call(ctx, http.MethodPost, "/v1/reload", nil, &out)
+	err := c.call(ctx, http.MethodPost, "/v1/reload", nil, &out)
+	return out.Change, err
 }
 
 // Events returns the events after since; with wait > 0 (at most MaxEventWait) it waits that long
@@ -209,7 +232,8 @@ func (c *Client) Events(ctx context.Context, since uint64, wait time.Duration) (
 		query.Set("wait", wait.String())
 	}
 	var out []engine.Event
-	return out, c.call(ctx, http.MethodGet, "/v1/events?"+query.Encode(), nil, &out)
+	err := c.call(ctx, http.MethodGet, "/v1/events?"+query.Encode(), nil, &out)
+	return out, err
 }
 
 // requestBody is a request body and its Content-Type.

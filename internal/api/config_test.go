@@ -54,7 +54,10 @@ func TestGetConfig(t *testing.T) {
 func TestPutConfigAndPlan(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	withoutDNS := baseConfig[:strings.Index(baseConfig, "  - name: dns")]
+	withoutDNS, _, found := strings.Cut(baseConfig, "  - name: dns")
+	if !found {
+		t.Fatal("the base config has no dns service")
+	}
 
 	change, err := f.client.Plan(ctx, []byte(withoutDNS))
 	if err != nil {
@@ -113,7 +116,11 @@ func TestReload(t *testing.T) {
 	if err := os.WriteFile(f.configFile, []byte(broken), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	line := strings.Count(broken[:strings.Index(broken, "address: 10.0.2}")], "\n") + 1
+	upTo, _, found := strings.Cut(broken, "address: 10.0.2}")
+	if !found {
+		t.Fatal("the broken config lost its bad address")
+	}
+	line := strings.Count(upTo, "\n") + 1
 	before := f.engine.Config()
 	var apiErr *Error
 	if _, err := f.client.Reload(ctx); !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest ||

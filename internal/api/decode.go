@@ -46,7 +46,8 @@ func readJSON[T any](r *http.Request) (T, error) {
 	if err != nil {
 		return v, err
 	}
-	return v, decodeJSON(data, &v)
+	err = decodeJSON(data, &v)
+	return v, err
 }
 
 // decodeJSON decodes exactly one JSON object into v, strictly: an empty body, an unknown field, a

@@ -3,6 +3,7 @@ package bench
 import (
 	"encoding/json"
 	"encoding/xml"
+	"errors"
 	"io"
 	"net/netip"
 	"strings"
@@ -162,7 +163,7 @@ func TestSVGIsWellFormed(t *testing.T) {
 	bars := 0
 	for {
 		tok, err := dec.Token()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

@@ -508,7 +508,7 @@ func netSink(c *net.TCPConn) {
 	for {
 		k, err := c.Read(buf)
 		n += uint64(k)
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
@@ -597,7 +597,8 @@ func (e *Env) netOverlayDown(context.Context) error {
 // netLinkDel deletes the link named name if it exists.
 func netLinkDel(h *netlink.Handle, name string) error {
 	link, err := h.LinkByName(name)
-	if _, ok := err.(netlink.LinkNotFoundError); ok {
+	var notFound netlink.LinkNotFoundError
+	if errors.As(err, &notFound) {
 		return nil
 	}
 	if err != nil {

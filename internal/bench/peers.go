@@ -242,7 +242,7 @@ func (p *proxyPeer) waitListening(ctx context.Context, e *Env, logPath string) e
 		case err := <-p.done:
 			p.done <- err
 			out, _ := os.ReadFile(logPath)
-			return fmt.Errorf("%s exited: %v: %s", p.name, err, strings.TrimSpace(string(out)))
+			return fmt.Errorf("%s exited: %w: %s", p.name, err, strings.TrimSpace(string(out)))
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):

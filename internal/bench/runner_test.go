@@ -31,7 +31,7 @@ func TestInterleaveStopsAtTheFirstError(t *testing.T) {
 		}
 		return nil
 	})
-	if err != stop || calls != 5 {
+	if !errors.Is(err, stop) || calls != 5 {
 		t.Errorf("err %v after %d calls, want stop after 5", err, calls)
 	}
 }

@@ -233,9 +233,9 @@ func (s *scaleSize) bounded(ctx context.Context, name string, step func(ctx cont
 	case ctx.Err() != nil:
 		return took, ctx.Err()
 	case limited.Err() != nil:
-		return took, fmt.Errorf("%w: %s: %v", errNotReached, name, context.Cause(limited))
+		return took, fmt.Errorf("%w: %s: %w", errNotReached, name, context.Cause(limited))
 	case err != nil:
-		return took, fmt.Errorf("%w: %s: %v", errNotReached, name, err)
+		return took, fmt.Errorf("%w: %s: %w", errNotReached, name, err)
 	}
 	return took, nil
 }

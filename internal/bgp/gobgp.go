@@ -175,8 +175,9 @@ func stateOf(s bgp.FSMState) PeerState {
 		return StateOpenConfirm
 	case bgp.BGP_FSM_ESTABLISHED:
 		return StateEstablished
+	default:
+		return StateIdle
 	}
-	return StateIdle
 }
 
 // failure is why a session state change happened, when that is an error (a notification,
@@ -185,8 +186,9 @@ func failure(st apiutil.PeerState) string {
 	switch st.DisconnectReason {
 	case api.PeerState_DISCONNECT_REASON_UNSPECIFIED, api.PeerState_DISCONNECT_REASON_IDLE_TIMER_EXPIRED:
 		return ""
+	default:
+		return st.DisconnectMessage
 	}
-	return st.DisconnectMessage
 }
 
 // prefixCount sums one of a peer's per-family counters.

@@ -27,10 +27,6 @@ func (a Attributes) equal(b Attributes) bool {
 	return slices.Equal(a.Communities, b.Communities) && ptrEqual(a.MED, b.MED) && ptrEqual(a.LocalPref, b.LocalPref)
 }
 
-func (a Attributes) empty() bool {
-	return len(a.Communities) == 0 && a.MED == nil && a.LocalPref == nil
-}
-
 func ptrEqual(a, b *uint32) bool {
 	return a == b || a != nil && b != nil && *a == *b
 }

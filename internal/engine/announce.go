@@ -216,6 +216,7 @@ func (e *Engine) announceable(vip netip.Addr, p *plan.Plan, applyErr error) (boo
 			ready = append(ready, s.Name)
 		case serviceUnproven:
 			waiting = append(waiting, s.Name)
+		case serviceDown:
 		}
 	}
 	switch {

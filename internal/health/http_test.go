@@ -52,16 +52,19 @@ func healthHandler() http.Handler {
 	mux.HandleFunc("/vhost", func(w http.ResponseWriter, r *http.Request) {
 		if r.Host != "health.example" {
 			http.Error(w, "wrong host "+r.Host, http.StatusMisdirectedRequest)
+			return
 		}
 	})
 	mux.HandleFunc("/query", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("deep") != "1" {
 			http.Error(w, "shallow", http.StatusBadRequest)
+			return
 		}
 	})
 	mux.HandleFunc("/fresh", func(w http.ResponseWriter, r *http.Request) {
 		if !r.Close {
 			http.Error(w, "kept alive", http.StatusBadRequest)
+			return
 		}
 	})
 	mux.HandleFunc("POST /post", func(w http.ResponseWriter, r *http.Request) {})
@@ -113,9 +116,10 @@ func TestHTTP(t *testing.T) {
 func TestHTTPS(t *testing.T) {
 	forEachLoopback(t, func(t *testing.T, loopback netip.Addr) {
 		target := serveHTTP(t, loopback, true, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.TLS.ServerName != "health.example" {
+			switch {
+			case r.TLS.ServerName != "health.example":
 				http.Error(w, "wrong server name", http.StatusMisdirectedRequest)
-			} else if !strings.HasPrefix(r.Host, "health.example") {
+			case !strings.HasPrefix(r.Host, "health.example"):
 				http.Error(w, "wrong host", http.StatusBadRequest)
 			}
 		}))

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -265,7 +266,7 @@ func TestFleet(t *testing.T) {
 		if err := l.StartKeepalived(ctx, backup, vrrpConf(100, vrrpAddr)); err != nil {
 			t.Fatal(err)
 		}
-		if after, _ := os.ReadFile("/run/keepalived.pid"); string(after) != string(hostPid) {
+		if after, _ := os.ReadFile("/run/keepalived.pid"); !bytes.Equal(after, hostPid) {
 			t.Errorf("/run/keepalived.pid changed: %q -> %q", hostPid, after)
 		}
 		t.Logf("\n%s", status(t, l))

@@ -52,6 +52,7 @@ func RunLabs(kinds ...string) ([]RunLab, error) {
 	var labs []RunLab
 	for _, e := range entries {
 		m := re.FindStringSubmatch(e.Name())
+		//nolint:gocritic // weakCond: a match always holds both groups, so nil is the only miss.
 		if m == nil || slices.ContainsFunc(labs, func(r RunLab) bool { return r.Prefix == m[1] }) {
 			continue
 		}

@@ -76,6 +76,7 @@ func exportedNames(t *testing.T) map[string]bool {
 			fallthrough
 		case dto.MetricType_SUMMARY:
 			names[f.GetName()+"_sum"], names[f.GetName()+"_count"] = true, true
+		default:
 		}
 	}
 	return names

@@ -165,7 +165,7 @@ func TestPersistConfigFile(t *testing.T) {
 	text := "state: {persist: config-file}\n" + baseConfig
 	r := newRig(t, text)
 	s, cfg := r.open()
-	cfg = r.apiChange(s, cfg, "10.0.1.2")
+	r.apiChange(s, cfg, "10.0.1.2")
 	if bak, err := os.ReadFile(r.configFile + ".bak"); err != nil || string(bak) != text {
 		t.Fatalf("the backup holds %q, %v; want the file before", bak, err)
 	}

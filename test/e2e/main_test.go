@@ -197,7 +197,7 @@ func buildSluice(out string) error {
 	cmd := exec.Command("go", "build", "-o", out, "./cmd/sluice")
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build ./cmd/sluice: %v\n%s", err, b)
+		return fmt.Errorf("go build ./cmd/sluice: %w\n%s", err, b)
 	}
 	return nil
 }

@@ -47,8 +47,11 @@ func globalsFor(p *plan.Plan) (sluiceGlobals, error) {
 // sourceTowards is the address the kernel would send from to a, from the routing table.
 func sourceTowards(a netip.Addr) (netip.Addr, error) {
 	routes, err := netlink.RouteGet(a.AsSlice())
-	if err != nil || len(routes) == 0 {
-		return netip.Addr{}, fmt.Errorf("no route to backend %s: %v", a, err)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("no route to backend %s: %w", a, err)
+	}
+	if len(routes) == 0 {
+		return netip.Addr{}, fmt.Errorf("no route to backend %s", a)
 	}
 	src, ok := netip.AddrFromSlice(routes[0].Src)
 	if !ok {

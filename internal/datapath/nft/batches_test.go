@@ -129,11 +129,10 @@ func owned(content []string, service string) []string {
 	var out []string
 	for _, l := range content {
 		f := strings.Fields(l)
-		if len(f) >= 3 && serviceOf(f[2]) == service {
-			out = append(out, l)
-		} else if f[0] == "element" && (strings.HasPrefix(f[2], "dispatch") || strings.HasPrefix(f[2], "fullnat-")) && len(f) > 3 && f[3] == service {
-			out = append(out, l)
-		} else if f[0] == "element" && strings.HasPrefix(f[2], "forwarded-") && serviceOf(f[len(f)-1]) == service {
+		switch {
+		case len(f) >= 3 && serviceOf(f[2]) == service,
+			f[0] == "element" && (strings.HasPrefix(f[2], "dispatch") || strings.HasPrefix(f[2], "fullnat-")) && len(f) > 3 && f[3] == service,
+			f[0] == "element" && strings.HasPrefix(f[2], "forwarded-") && serviceOf(f[len(f)-1]) == service:
 			out = append(out, l)
 		}
 	}

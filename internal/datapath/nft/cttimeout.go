@@ -79,7 +79,7 @@ func ensureCTTimeouts(ctx context.Context) (bool, error) {
 	cmd := exec.CommandContext(ctx, "nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(strings.Join(script, "\n") + "\n")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return false, fmt.Errorf("creating the conntrack timeout policies: %v: %s", err, bytes.TrimSpace(out))
+		return false, fmt.Errorf("creating the conntrack timeout policies: %w: %s", err, bytes.TrimSpace(out))
 	}
 	return true, nil
 }

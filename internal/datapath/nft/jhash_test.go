@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -188,7 +189,7 @@ func sockaddr(ap netip.AddrPort) unix.Sockaddr {
 func TestFlowHashKeyLayout(t *testing.T) {
 	src, dst := netip.MustParseAddrPort("10.91.1.2:40000"), netip.MustParseAddrPort("10.91.9.100:80")
 	key := flowHashKey(src, dst)
-	if want := []byte{10, 91, 1, 2, 0x9c, 0x40, 0, 0, 10, 91, 9, 100, 0, 80, 0, 0}; string(key) != string(want) {
+	if want := []byte{10, 91, 1, 2, 0x9c, 0x40, 0, 0, 10, 91, 9, 100, 0, 80, 0, 0}; !bytes.Equal(key, want) {
 		t.Errorf("key %x, want %x", key, want)
 	}
 	if n := len(flowHashKey(netip.MustParseAddrPort("[fd00::1]:1"), netip.MustParseAddrPort("[fd00::2]:2"))); n != 40 {

@@ -49,8 +49,11 @@ func hostEnvironment(configured []string) (Environment, error) {
 
 func deviceTo(addr netip.Addr) (string, error) {
 	routes, err := netlink.RouteGet(addr.AsSlice())
-	if err != nil || len(routes) == 0 {
-		return "", fmt.Errorf("no route to %s: %v", addr, err)
+	if err != nil {
+		return "", fmt.Errorf("no route to %s: %w", addr, err)
+	}
+	if len(routes) == 0 {
+		return "", fmt.Errorf("no route to %s", addr)
 	}
 	link, err := netlink.LinkByIndex(routes[0].LinkIndex)
 	if err != nil {

@@ -242,7 +242,7 @@ func cutLast(s string) (before, after string, ok bool) {
 
 func isHex(s string) bool {
 	for _, c := range s {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
 			return false
 		}
 	}
