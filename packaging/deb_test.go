@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 func TestDeb(t *testing.T) {
@@ -17,7 +19,7 @@ func TestDeb(t *testing.T) {
 	}
 	for _, tool := range []string{"make", "dpkg", "dpkg-deb", "file"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s: %v", tool, err)
+			testutil.Missing(t, "needs %s: %v", tool, err)
 		}
 	}
 	dir := t.TempDir()

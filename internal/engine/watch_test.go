@@ -24,10 +24,10 @@ import (
 // nft datapath deleted by someone else is back within seconds, and the repair is an event.
 func TestTableDeletedByOthersIsRepairedAtOnce(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: programs nftables in a network namespace")
+		testutil.Missing(t, "needs root: programs nftables in a network namespace")
 	}
 	if _, err := exec.LookPath("nft"); err != nil {
-		t.Skip("needs nft: ", err)
+		testutil.Missing(t, "needs nft: %v", err)
 	}
 	ns := netnstest.EnterNew(t)
 	cfg, err := config.Parse("test.yaml", []byte(`

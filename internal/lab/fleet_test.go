@@ -16,6 +16,8 @@ import (
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
+
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 // fleetLabKind names TestFleet's lab after the test process, like testLabKind.
@@ -102,7 +104,7 @@ func needFleetTools(t *testing.T) {
 	needRoot(t)
 	for _, bin := range []string{"bird", "birdc", "keepalived"} {
 		if _, err := sbinPath(bin); err != nil {
-			t.Skipf("needs %s: %v", bin, err)
+			testutil.Missing(t, "needs %s: %v", bin, err)
 		}
 	}
 }

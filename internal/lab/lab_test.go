@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 // The test binary doubles as the lab's UDP responder (see TestMain).
@@ -107,15 +109,15 @@ func TestTopologyPlan(t *testing.T) {
 func needRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces")
+		testutil.Missing(t, "needs root: creates network namespaces")
 	}
 	for _, bin := range []string{"ip", "curl"} {
 		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("needs %s: %v", bin, err)
+			testutil.Missing(t, "needs %s: %v", bin, err)
 		}
 	}
 	if _, err := NginxPath(); err != nil {
-		t.Skipf("needs nginx: %v", err)
+		testutil.Missing(t, "needs nginx: %v", err)
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 // helperEnv makes the test binary a process that takes the lock in the directory it names,
@@ -91,7 +93,7 @@ func TestKilledHolderFreesTheLock(t *testing.T) {
 
 func TestNamespacesHaveTheirOwnLock(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to make a network namespace")
+		testutil.Missing(t, "needs root to make a network namespace")
 	}
 	dir := t.TempDir()
 	l, err := Acquire(dir, "host")

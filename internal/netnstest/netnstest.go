@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 // Run runs fn on a thread switched into a new, empty network namespace, and switches the thread
@@ -22,7 +24,7 @@ func Run(t testing.TB, fn func()) {
 func New(t testing.TB) netns.NsHandle {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates a network namespace")
+		testutil.Missing(t, "needs root: creates a network namespace")
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()

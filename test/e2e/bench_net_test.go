@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/internal/lab"
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 // benchTimeout bounds one `sluice bench` smoke run: lab up, one tiny round, lab down.
@@ -54,7 +55,7 @@ func TestBenchNet(t *testing.T) {
 	requireLab(t)
 	prefix := runPrefix(benchNetKind)
 	if _, err := exec.LookPath("conntrack"); err != nil {
-		t.Skipf("bench net needs conntrack: %v", err)
+		testutil.Missing(t, "bench net needs conntrack: %v", err)
 	}
 	// A safety net; the bench tears its lab down itself (checked below).
 	t.Cleanup(func() {

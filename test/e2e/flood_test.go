@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 // floodFor bounds the SYN flood: a few seconds at hping3's full speed.
@@ -22,7 +24,7 @@ func TestSYNFlood(t *testing.T) {
 	requireLab(t)
 	hping, err := exec.LookPath("hping3")
 	if err != nil {
-		t.Skip("needs hping3 (scripts/deps.sh installs it): ", err)
+		testutil.Missing(t, "needs hping3 (scripts/deps.sh installs it): %v", err)
 	}
 	f := nftFlavors[0]
 	svc := webService("maglev", equalPool(false))

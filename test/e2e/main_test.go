@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/internal/lab"
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 // Every lab of a run of the suite is named after the supervising process (lab.RunPrefix:
@@ -73,7 +74,7 @@ func TestMain(m *testing.M) {
 func requireLab(t *testing.T) {
 	t.Helper()
 	if skipReason != "" {
-		t.Skip(skipReason)
+		testutil.Missing(t, "%s", skipReason)
 	}
 	if theLab == nil {
 		t.Fatal("e2e: no lab (the test process was not started by the suite's TestMain)")

@@ -28,7 +28,7 @@ type rig struct {
 // newRig sets a rig up; it skips the test without root.
 func newRig(t *testing.T) *rig {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: loads BPF programs and maps, pins them and attaches to a veth in a network namespace")
+		testutil.Missing(t, "needs root: loads BPF programs and maps, pins them and attaches to a veth in a network namespace")
 	}
 	fs := filepath.Join(t.TempDir(), "bpffs")
 	if err := os.Mkdir(fs, 0o700); err != nil {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/netnstest"
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 // Real traffic through the attached program: a client, a balancer and a backend namespace joined
@@ -51,7 +52,7 @@ type trafficLab struct {
 // newTrafficLab builds the namespaces, gone when the test ends.
 func newTrafficLab(t *testing.T) *trafficLab {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces")
+		testutil.Missing(t, "needs root: creates network namespaces")
 	}
 	l := &trafficLab{}
 	runtime.LockOSThread()

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicelb/sluice/internal/plan"
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 // dialFrom connects from a fixed local port of ns, as a client reusing its source ports does.
@@ -149,7 +150,7 @@ func listenTCP(t *testing.T, addr string) net.Listener {
 // An Apply after someone deleted the table creates the policies again.
 func TestKernelUnansweredFlowsGetTheTimeoutPolicy(t *testing.T) {
 	if _, err := exec.LookPath("conntrack"); err != nil {
-		t.Skip("needs conntrack: ", err)
+		testutil.Missing(t, "needs conntrack: %v", err)
 	}
 	inFreshNetns(t, func() {
 		client, _ := natTopology(t)

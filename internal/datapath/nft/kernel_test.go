@@ -24,13 +24,14 @@ import (
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/netnstest"
 	"github.com/sluicelb/sluice/internal/plan"
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 // inFreshNetns runs fn on a thread switched into a new, empty network namespace holding one veth
 // pair (10.91.2.1/24 on veth0), so that nft and the kernel see nothing but what the test makes.
 func inFreshNetns(t *testing.T, fn func()) {
 	if _, err := exec.LookPath("nft"); err != nil {
-		t.Skip("needs nft: ", err)
+		testutil.Missing(t, "needs nft: %v", err)
 	}
 	netnstest.Run(t, func() {
 		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "veth0"}, PeerName: "veth1"}
