@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/knftables"
+
+	"github.com/sluicelb/sluice/internal/plan"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -187,4 +189,14 @@ func TestRecheckRoutesRendersOnlyMovedServices(t *testing.T) {
 			}
 		}
 	}
+}
+
+// render computes the whole desired content of Sluice's tables for a plan, as the golden files
+// and the tests that read the kernel back compare it.
+func render(p *plan.Plan, env Environment) (*state, error) {
+	d, err := renderPlan(p, env, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	return d.all()
 }

@@ -54,15 +54,6 @@ func ipvOf(a netip.Addr) ipv {
 	return ipv4
 }
 
-// render computes the desired content of Sluice's tables for a plan.
-func render(p *plan.Plan, env Environment) (*state, error) {
-	d, err := renderPlan(p, env, nil, false)
-	if err != nil {
-		return nil, err
-	}
-	return d.all()
-}
-
 // renderBase lays out what does not belong to one service: the tables, their base chains and
 // the sets that every service adds elements to.
 func renderBase(p *plan.Plan, env Environment) (*state, error) {
