@@ -46,6 +46,8 @@ var docSetup = map[string][]string{
 // notRun are commands of the docs that this test does not run, by their first words, and why.
 var notRun = map[string]string{
 	"make test":                   "the suite this test is part of",
+	"make unit":                   "the unit tests of make test, which runs this test",
+	"make lint":                   "make test runs it before this test",
 	"apt-get install":             "installs into the host's packages; packaging/TestDeb installs the .deb into a scratch root",
 	"make install":                "installs into the host; packaging/TestDeb runs make install into a scratch DESTDIR",
 	"systemctl":                   "the host's systemd",
@@ -272,6 +274,16 @@ func copyCheckout(t *testing.T, root string) string {
 		}
 		if err := os.WriteFile(dst, b, info.Mode().Perm()); err != nil {
 			t.Fatal(err)
+		}
+	}
+	// The pinned tools make test installed (make demo's deps would build them again: 100 s).
+	tools := filepath.Join(root, "bin/tools")
+	if _, err := os.Stat(tools); err == nil {
+		if err := os.MkdirAll(filepath.Join(work, "bin"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("cp", "-a", tools, filepath.Join(work, "bin")+"/").CombinedOutput(); err != nil {
+			t.Fatalf("cp %s: %v: %s", tools, err, out)
 		}
 	}
 	return work

@@ -153,12 +153,17 @@ func checkFlows(t *testing.T, f Flavor, svc Service, cli func(args ...string) cl
 		}
 	}
 
+	// The held connections stay listed; a stray packet (a late FIN of a closed connection) may add
+	// a flow between two listings, so each listing is checked against its own total.
 	limited := flows("--limit", "1")
-	if len(limited.Flows) != 1 || limited.Total != all.Total {
-		t.Errorf("--limit 1 lists %d flows of a total %d, want 1 of %d", len(limited.Flows), limited.Total, all.Total)
+	if len(limited.Flows) != 1 || limited.Total < len(held) {
+		t.Errorf("--limit 1 lists %d flows of a total %d, want 1 of at least %d", len(limited.Flows), limited.Total, len(held))
 	}
 	table := cli("flows", svc.Name, "--limit", "1")
-	if more := fmt.Sprintf("... %d more (--limit)", all.Total-1); table.Err != nil || !strings.Contains(table.Stdout, more) {
-		t.Errorf("sluice flows --limit 1: %v, want %q in\n%s%s", table.Err, more, table.Stdout, table.Stderr)
+	var more int
+	if table.Err != nil || !strings.Contains(table.Stdout, " more (--limit)") {
+		t.Errorf("sluice flows --limit 1: %v, want \"... N more (--limit)\" in\n%s%s", table.Err, table.Stdout, table.Stderr)
+	} else if _, err := fmt.Sscanf(table.Stdout[strings.LastIndex(table.Stdout, "... "):], "... %d more", &more); err != nil || more < len(held)-1 {
+		t.Errorf("sluice flows --limit 1 says %d more, want at least %d:\n%s", more, len(held)-1, table.Stdout)
 	}
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -64,15 +65,26 @@ func TestMain(m *testing.M) {
 		theLab = newLab(sluiceBin)
 		os.Exit(m.Run())
 	}
+	flag.Parse()
+	if testing.Short() {
+		shortRun = true
+		os.Exit(m.Run()) // every test skips: the suite takes minutes (make unit)
+	}
 	if skipReason = missingPrerequisite(); skipReason != "" {
 		os.Exit(m.Run()) // every test skips with the reason
 	}
 	os.Exit(supervise())
 }
 
+// shortRun is a run with -short, which leaves the suite out by design.
+var shortRun bool
+
 // requireLab skips t when the suite cannot run here.
 func requireLab(t *testing.T) {
 	t.Helper()
+	if shortRun {
+		t.Skip("e2e: -short leaves the lab suite out")
+	}
 	if skipReason != "" {
 		testutil.Missing(t, "%s", skipReason)
 	}
