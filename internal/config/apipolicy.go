@@ -31,12 +31,15 @@ type APIGuard struct {
 	bgp *BGP
 	// exec is the command of every running exec check, by service name.
 	exec map[string][]string
+	// quorumCommands are the running quorum_up and quorum_down commands, by service name.
+	quorumCommands map[string][2][]string
 }
 
 // NewAPIGuard returns the guard of changes to running.
 func NewAPIGuard(running *Config) APIGuard {
-	g := APIGuard{policy: running.policy(), bgp: running.BGP.Clone(), exec: map[string][]string{}}
+	g := APIGuard{policy: running.policy(), bgp: running.BGP.Clone(), exec: map[string][]string{}, quorumCommands: map[string][2][]string{}}
 	for _, s := range running.Services {
+		g.quorumCommands[s.Name] = [2][]string{s.QuorumUp, s.QuorumDown}
 		if s.HealthCheck != nil && s.HealthCheck.Type == CheckExec {
 			g.exec[s.Name] = s.HealthCheck.Command
 		}
@@ -62,6 +65,15 @@ func (g APIGuard) Check(next *Config) Errors {
 		return errs
 	}
 	for i, s := range next.Services {
+		running := g.quorumCommands[s.Name]
+		for k, cmd := range [2][]string{s.QuorumUp, s.QuorumDown} {
+			if len(cmd) > 0 && !slices.Equal(running[k], cmd) {
+				errs = append(errs, FieldError{
+					Path: fmt.Sprintf("services[%d].%s", i, [2]string{"quorum_up", "quorum_down"}[k]),
+					Msg:  "a quorum command runs as root: only the config file can add or change one, unless it sets api.allow_exec_checks: true",
+				})
+			}
+		}
 		h := s.HealthCheck
 		if h == nil || h.Type != CheckExec {
 			continue

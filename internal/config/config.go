@@ -86,6 +86,23 @@ type Service struct {
 	SorryServers []Backend `yaml:"sorry_servers,omitempty" json:"sorry_servers,omitempty"`
 	// FlowTimeout is how long an idle DSR flow keeps its backend (DSR has no conntrack); default 5m.
 	FlowTimeout string `yaml:"flow_timeout,omitempty" json:"flow_timeout,omitempty"`
+	// SHPort adds the client's source port to the sh scheduler's hash (IPVS sh-port).
+	SHPort bool `yaml:"sh_port,omitempty" json:"sh_port,omitempty"`
+	// PersistenceTimeout turns on session affinity (IPVS -p): every new flow from a client goes
+	// to the backend of its last one while that is younger than this; "0" or unset is off.
+	PersistenceTimeout string `yaml:"persistence_timeout,omitempty" json:"persistence_timeout,omitempty"`
+	// PersistenceGranularity is the prefix length that masks the client's address for
+	// persistence: clients of one /24 share a backend with 24; default 32 (IPv4), 128 (IPv6).
+	PersistenceGranularity int `yaml:"persistence_granularity,omitempty" json:"persistence_granularity,omitempty"`
+	// Quorum is the least total weight of the backends that are up for the service to take new
+	// flows (keepalived quorum); below it the service is down: sorry servers or fallback.
+	Quorum int `yaml:"quorum,omitempty" json:"quorum,omitempty"`
+	// Hysteresis dampens quorum flaps: quorum is lost below quorum-hysteresis and regained at
+	// quorum+hysteresis.
+	Hysteresis int `yaml:"hysteresis,omitempty" json:"hysteresis,omitempty"`
+	// QuorumUp and QuorumDown are commands (argv) run when the service regains or loses quorum.
+	QuorumUp   []string `yaml:"quorum_up,omitempty" json:"quorum_up,omitempty"`
+	QuorumDown []string `yaml:"quorum_down,omitempty" json:"quorum_down,omitempty"`
 	// HealthCheck probes the backends; without one every backend counts as up.
 	HealthCheck *HealthCheck `yaml:"health_check,omitempty" json:"health_check,omitempty"`
 	// BGP are the path attributes of the VIP's announcement (bgp section); the services of one
@@ -101,6 +118,23 @@ type Backend struct {
 	Port int `yaml:"port,omitempty" json:"port,omitempty"`
 	// Weight is the share of new flows; 0 takes no new flows but keeps existing ones. nil means 1.
 	Weight *int `yaml:"weight,omitempty" json:"weight,omitempty"`
+	// MaxConnections is the upper connection threshold (IPVS uthreshold): at this many active
+	// flows the backend takes no new ones until it is down to MinConnections; 0 is no limit.
+	MaxConnections int `yaml:"max_connections,omitempty" json:"max_connections,omitempty"`
+	// MinConnections is the lower threshold (IPVS lthreshold); 0 means 3/4 of MaxConnections.
+	MinConnections int `yaml:"min_connections,omitempty" json:"min_connections,omitempty"`
+}
+
+// ConnectionThresholds are the backend's upper and lower thresholds, the lower one resolved;
+// both 0 when the backend has no limit.
+func (b Backend) ConnectionThresholds() (upper, lower int) {
+	if b.MaxConnections <= 0 {
+		return 0, 0
+	}
+	if b.MinConnections > 0 {
+		return b.MaxConnections, b.MinConnections
+	}
+	return b.MaxConnections, b.MaxConnections * 3 / 4
 }
 
 // WeightOrDefault returns the backend's weight, 1 when unset.
@@ -139,6 +173,7 @@ func (c *Config) Clone() *Config {
 			h.Command = slices.Clone(h.Command)
 			s.HealthCheck = &h
 		}
+		s.QuorumUp, s.QuorumDown = slices.Clone(s.QuorumUp), slices.Clone(s.QuorumDown)
 		out.Services[i] = s
 	}
 	return &out

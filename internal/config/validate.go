@@ -61,7 +61,7 @@ func (c *Config) Validate() Errors {
 	for i := range c.Services {
 		s := &c.Services[i]
 		at := fmt.Sprintf("services[%d]", i)
-		vip, vipOK := s.validate(at, vips, fail)
+		vip, vipOK := s.validate(at, vips, c.Datapath, fail)
 		if j, dup := names[s.Name]; dup && s.Name != "" {
 			fail(at+".name", "%q is already the name of services[%d]", s.Name, j)
 		}
@@ -82,7 +82,7 @@ func (c *Config) Validate() Errors {
 }
 
 // validate checks the service and fills in its defaults; it returns the VIP when it is valid.
-func (s *Service) validate(at string, vips vipOwners, fail func(path, format string, args ...any)) (netip.Addr, bool) {
+func (s *Service) validate(at string, vips vipOwners, datapath Datapath, fail func(path, format string, args ...any)) (netip.Addr, bool) {
 	if !serviceName.MatchString(s.Name) {
 		fail(at+".name", "%q is not a service name (a letter, then up to 31 letters, digits, '-' or '_')", s.Name)
 	}
@@ -127,6 +127,7 @@ func (s *Service) validate(at string, vips vipOwners, fail func(path, format str
 	if s.HealthCheck != nil {
 		s.HealthCheck.validate(at+".health_check", fail)
 	}
+	s.validateSessions(at, datapath, vip.Is6(), vipErr == nil, fail)
 	seen := map[netip.AddrPort]backendPath{}
 	s.validateBackends(at+".backends", s.Backends, vip, vipErr == nil, vips, seen, fail)
 	s.validateBackends(at+".sorry_servers", s.SorryServers, vip, vipErr == nil, vips, seen, fail)
@@ -138,8 +139,8 @@ func (s *Service) validate(at string, vips vipOwners, fail func(path, format str
 func (s *Service) validateTableSize(at string, fail func(path, format string, args ...any)) {
 	m, need := s.TableSize, max(len(s.Backends)+len(s.SorryServers), 2)
 	switch {
-	case s.Scheduler != SchedulerMaglev:
-		fail(at, "only applies to scheduler maglev, not %s", s.Scheduler)
+	case !s.Scheduler.UsesTable():
+		fail(at, "only applies to schedulers maglev, mh and sh, not %s", s.Scheduler)
 	case m < need || m > int(tableSizeBounds.max):
 		fail(at, "%d is out of range %s (a prime, no smaller than the number of backends and sorry servers)", m, bounds{int64(need), tableSizeBounds.max})
 	case !maglev.IsPrime(m) && maglev.NextPrime(m) <= maglev.MaxSize:

@@ -74,19 +74,49 @@ type Scheduler string
 
 // The schedulers.
 const (
-	SchedulerMaglev  Scheduler = "maglev"
-	SchedulerRR      Scheduler = "rr"
-	SchedulerWRR     Scheduler = "wrr"
-	SchedulerHash    Scheduler = "hash"
-	SchedulerRandom  Scheduler = "random"
+	SchedulerMaglev Scheduler = "maglev"
+	SchedulerRR     Scheduler = "rr"
+	SchedulerWRR    Scheduler = "wrr"
+	SchedulerHash   Scheduler = "hash"
+	SchedulerRandom Scheduler = "random"
+	// SchedulerSH hashes the client's source address (and its port with sh_port) into a
+	// weighted Maglev table: IPVS's sh, consistent when backends change.
+	SchedulerSH Scheduler = "sh"
+	// SchedulerLC and SchedulerWLC give a new flow to the backend with the fewest active flows
+	// (relative to its weight for wlc); only the ebpf datapath counts them when it picks.
+	SchedulerLC  Scheduler = "lc"
+	SchedulerWLC Scheduler = "wlc"
+	// SchedulerMH is IPVS's name of Maglev hashing: an alias of maglev.
+	SchedulerMH      Scheduler = "mh"
 	DefaultScheduler           = SchedulerMaglev
 )
 
 // Schedulers are the allowed schedulers.
-var Schedulers = []Scheduler{SchedulerMaglev, SchedulerRR, SchedulerWRR, SchedulerHash, SchedulerRandom}
+var Schedulers = []Scheduler{SchedulerMaglev, SchedulerRR, SchedulerWRR, SchedulerHash, SchedulerRandom, SchedulerSH, SchedulerLC, SchedulerWLC, SchedulerMH}
 
 // OrDefault is s, or DefaultScheduler when unset.
 func (s Scheduler) OrDefault() Scheduler { return orDefault(s, DefaultScheduler) }
+
+// Canonical is the scheduler an alias stands for (mh is maglev), s itself otherwise.
+func (s Scheduler) Canonical() Scheduler {
+	if s == SchedulerMH {
+		return SchedulerMaglev
+	}
+	return s
+}
+
+// UsesTable tells whether the scheduler hashes flows into a Maglev table (table_size applies).
+func (s Scheduler) UsesTable() bool {
+	switch s.Canonical() {
+	case SchedulerMaglev, SchedulerSH:
+		return true
+	default:
+		return false
+	}
+}
+
+// CountsConnections tells whether the scheduler picks by the backends' active flows.
+func (s Scheduler) CountsConnections() bool { return s == SchedulerLC || s == SchedulerWLC }
 
 // Fallback is what happens to new flows of a service when no backend can take them. Unset, a
 // service without backends is refused; one with backends drops.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"slices"
+	"strconv"
 
 	"github.com/sluicelb/sluice/internal/config"
 )
@@ -81,7 +82,7 @@ func Diff(old, new *Plan) Change {
 			c.Changed = append(c.Changed, n.Name)
 			c.Moved[n.Name] = moved(o, n)
 			c.Services = append(c.Services, ServiceChange{Name: n.Name, Op: OpChange, Listener: n.Listener(),
-				Fields: diffFields(o, n), Backends: diffBackends(o.Backends, n.Backends), Moved: c.Moved[n.Name]})
+				Fields: append(diffFields(o, n), diffThresholds(o.Backends, n.Backends)...), Backends: diffBackends(o.Backends, n.Backends), Moved: c.Moved[n.Name]})
 		}
 	}
 	if old != nil {
@@ -143,12 +144,54 @@ func diffFields(o, n *Service) []FieldChange {
 		{"scheduler", string(o.Scheduler), string(n.Scheduler)},
 		{"fallback", string(o.Fallback), string(n.Fallback)},
 		{"flow_timeout", o.FlowTimeout.String(), n.FlowTimeout.String()},
+		{"sh_port", strconv.FormatBool(o.SHPort), strconv.FormatBool(n.SHPort)},
+		{"persistence", persistence(o), persistence(n)},
+		{"quorum", quorumState(o), quorumState(n)},
 	} {
 		if f.from != f.to {
 			out = append(out, FieldChange{Field: f.field, From: f.from, To: f.to})
 		}
 	}
 	return out
+}
+
+// diffThresholds lists the connection thresholds that changed on backends in both lists.
+func diffThresholds(old, new []Backend) []FieldChange {
+	was := map[string]Backend{}
+	for _, b := range old {
+		was[b.ID()] = b
+	}
+	var out []FieldChange
+	for _, b := range new {
+		if o, ok := was[b.ID()]; ok && (o.MaxConns != b.MaxConns || o.MinConns != b.MinConns) {
+			out = append(out, FieldChange{Field: "backend " + b.ID() + " connections", From: thresholds(o), To: thresholds(b)})
+		}
+	}
+	return out
+}
+
+// thresholds renders a backend's connection thresholds: "unlimited" or "max 100 min 75".
+func thresholds(b Backend) string {
+	if b.MaxConns == 0 {
+		return "unlimited"
+	}
+	return "max " + strconv.Itoa(b.MaxConns) + " min " + strconv.Itoa(b.MinConns)
+}
+
+// persistence renders a service's persistence: "off" or "300s /24".
+func persistence(s *Service) string {
+	if s.Persistence == 0 {
+		return "off"
+	}
+	return s.Persistence.String() + " /" + strconv.Itoa(s.PersistencePrefix)
+}
+
+// quorumState renders whether a service lost its quorum.
+func quorumState(s *Service) string {
+	if s.QuorumLost {
+		return "lost"
+	}
+	return "held"
 }
 
 // diffBackends lists the backends added, removed or re-weighted, in the order of their IDs.

@@ -34,7 +34,17 @@ type Service struct {
 	Scheduler   config.Scheduler
 	Fallback    config.Fallback // never empty: the default when the config sets none
 	FlowTimeout time.Duration   // idle timeout of DSR flow entries
-	Backends    []Backend       // every configured backend, weight 0 included
+	// SHPort adds the source port to the sh scheduler's hash.
+	SHPort bool
+	// Persistence is how long a client keeps its backend after its last new flow; 0 is off.
+	Persistence time.Duration
+	// PersistencePrefix is the prefix length that groups clients for persistence (32 or 128 for
+	// one address).
+	PersistencePrefix int
+	// QuorumLost tells that the service's available weight is below its quorum: its backends
+	// take no new flows (its sorry servers do, if it has any).
+	QuorumLost bool
+	Backends   []Backend // every configured backend, weight 0 included
 	// Slots maps a slot to an index in Backends; a new flow picks slot hash(5-tuple) mod len(Slots)
 	// (maglev, hash) or counter mod len(Slots) (rr, wrr, random). Empty when no backend takes new flows.
 	// Read-only: the plans of one Builder share it.
@@ -46,6 +56,9 @@ type Backend struct {
 	Addr   netip.Addr
 	Port   uint16 // 0: the destination port the client used
 	Weight int
+	// MaxConns and MinConns are the connection thresholds: at MaxConns active flows the backend
+	// takes no new flow until it is down to MinConns; 0 is no limit.
+	MaxConns, MinConns int
 }
 
 // ID is the backend's stable identity, "10.0.0.1:80" or "[fd00::1]:80" (no port when Port is 0).
@@ -69,6 +82,13 @@ func (s *Service) Listener() string {
 // check); nil means every backend may.
 type Availability func(service string, b Backend) bool
 
+// QuorumRule tells whether a service with a quorum holds it when the backends that may take new
+// flows weigh weight in all.
+type QuorumRule func(s *config.Service, weight int) bool
+
+// AtLeastQuorum is the QuorumRule without memory: the quorum is held at its value or more.
+func AtLeastQuorum(s *config.Service, weight int) bool { return weight >= s.Quorum }
+
 // Build computes the plan of a validated config. Backends that are not available get weight 0:
 // they take no new flows and keep their established ones. When no backend of a service is left
 // with a weight, its sorry servers (fallback: sorry) take the new flows.
@@ -83,10 +103,16 @@ func Build(cfg *config.Config, available Availability) (*Plan, error) {
 type Builder struct {
 	mu     sync.Mutex
 	tables map[string]*recentTables // by service name
+	quorum QuorumRule
 }
 
-// NewBuilder returns a Builder that knows no table yet.
-func NewBuilder() *Builder { return &Builder{tables: map[string]*recentTables{}} }
+// NewBuilder returns a Builder that knows no table yet and applies AtLeastQuorum.
+func NewBuilder() *Builder { return NewBuilderWithQuorum(AtLeastQuorum) }
+
+// NewBuilderWithQuorum returns a Builder that decides quorum by rule (with its hysteresis).
+func NewBuilderWithQuorum(rule QuorumRule) *Builder {
+	return &Builder{tables: map[string]*recentTables{}, quorum: rule}
+}
 
 // Build is the package's Build, reusing the tables of the builds before.
 func (b *Builder) Build(cfg *config.Config, available Availability) (*Plan, error) {
@@ -100,7 +126,7 @@ func (b *Builder) Build(cfg *config.Config, available Availability) (*Plan, erro
 			tables = &recentTables{}
 		}
 		kept[cs.Name] = tables
-		s, err := buildService(cs, available, tables, defaultTableSize(cfg.Datapath))
+		s, err := buildService(cs, available, b.quorum, tables, defaultTableSize(cfg.Datapath))
 		if err != nil {
 			return nil, fmt.Errorf("service %s: %w", cs.Name, err)
 		}
@@ -145,14 +171,18 @@ func defaultTableSize(datapath config.Datapath) func(n int) int {
 	return maglev.CompactSize
 }
 
-func buildService(cs config.Service, available Availability, tables *recentTables, defaultSize func(int) int) (Service, error) {
+func buildService(cs config.Service, available Availability, quorum QuorumRule, tables *recentTables, defaultSize func(int) int) (Service, error) {
 	vip, err := netip.ParseAddr(cs.VIP)
 	if err != nil {
 		return Service{}, err
 	}
 	s := Service{
 		Name: cs.Name, VIP: vip.Unmap(), Ports: cs.Port, Protocol: cs.Protocol, Mode: cs.Mode,
-		Scheduler: cs.Scheduler, Fallback: cs.Fallback.OrDefault(), FlowTimeout: config.DefaultFlowTimeout,
+		Scheduler: cs.Scheduler.OrDefault().Canonical(), Fallback: cs.Fallback.OrDefault(), FlowTimeout: config.DefaultFlowTimeout,
+		SHPort: cs.SHPort, Persistence: cs.PersistenceOrZero(),
+	}
+	if s.Persistence > 0 {
+		s.PersistencePrefix = cs.PersistencePrefix(s.VIP.Is6())
 	}
 	if cs.FlowTimeout != "" {
 		if s.FlowTimeout, err = time.ParseDuration(cs.FlowTimeout); err != nil {
@@ -161,9 +191,9 @@ func buildService(cs config.Service, available Availability, tables *recentTable
 	}
 	// configured holds each backend's weight before health is applied: the base of the table.
 	var configured []int
-	weighted := false
+	availableWeight := 0
 	for _, cb := range cs.Backends {
-		b, err := backend(cb, cs.Mode)
+		b, err := BackendOf(cb, cs.Mode)
 		if err != nil {
 			return Service{}, err
 		}
@@ -171,11 +201,18 @@ func buildService(cs config.Service, available Availability, tables *recentTable
 		if available != nil && !available(cs.Name, b) {
 			b.Weight = 0
 		}
-		weighted = weighted || b.Weight > 0
+		availableWeight += b.Weight
 		s.Backends = append(s.Backends, b)
 	}
+	if cs.Quorum > 0 && !quorum(&cs, availableWeight) {
+		s.QuorumLost = true
+		for i := range s.Backends {
+			s.Backends[i].Weight = 0
+		}
+	}
+	weighted := availableWeight > 0 && !s.QuorumLost
 	for _, cb := range cs.SorryServers {
-		b, err := backend(cb, cs.Mode)
+		b, err := BackendOf(cb, cs.Mode)
 		if err != nil {
 			return Service{}, err
 		}
@@ -196,7 +233,7 @@ func buildService(cs config.Service, available Availability, tables *recentTable
 	}
 	s.Backends = sorted
 	size := cs.TableSize
-	if size == 0 && s.Scheduler == config.SchedulerMaglev {
+	if size == 0 && s.Scheduler.UsesTable() {
 		// Every backend counts, drained and fallen ones too: draining or a health change never
 		// resizes the table (which would move almost every flow's slot).
 		size = defaultSize(len(s.Backends))
@@ -219,7 +256,9 @@ func slotInputs(scheduler config.Scheduler, backends []Backend, configured []int
 	return string(buf)
 }
 
-func backend(cb config.Backend, mode config.Mode) (Backend, error) {
+// BackendOf is a configured backend of a service in mode as the datapaths program it: dsr
+// cannot remap ports, so a dsr backend always takes the client's port (Port 0).
+func BackendOf(cb config.Backend, mode config.Mode) (Backend, error) {
 	addr, err := netip.ParseAddr(cb.Address)
 	if err != nil {
 		return Backend{}, err
@@ -228,7 +267,8 @@ func backend(cb config.Backend, mode config.Mode) (Backend, error) {
 	if mode == config.ModeDSR {
 		port = 0
 	}
-	return Backend{Addr: addr.Unmap(), Port: port, Weight: cb.WeightOrDefault()}, nil
+	upper, lower := cb.ConnectionThresholds()
+	return Backend{Addr: addr.Unmap(), Port: port, Weight: cb.WeightOrDefault(), MaxConns: upper, MinConns: lower}, nil
 }
 
 // slots builds the slot table of a scheduler over the backends' weights. For maglev, the table is
@@ -246,7 +286,10 @@ func slots(scheduler config.Scheduler, backends []Backend, configured []int, tab
 	if countPositive(weights) == 0 {
 		return nil, nil
 	}
-	if scheduler != config.SchedulerMaglev {
+	switch {
+	case scheduler.CountsConnections():
+		return takers(weights), nil
+	case !scheduler.UsesTable():
 		return interleave(weights), nil
 	}
 	m := tableSize
@@ -272,6 +315,18 @@ func maglevTable(backends []Backend, weights []int, m int) ([]int, error) {
 		mb[i] = maglev.Backend{ID: b.ID(), Weight: uint32(weights[i])}
 	}
 	return maglev.Build(mb, m)
+}
+
+// takers lists once each index whose weight is positive: the backends a counting scheduler
+// compares for a new flow.
+func takers(weights []int) []int {
+	var out []int
+	for i, w := range weights {
+		if w > 0 {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 func countPositive(weights []int) int {
