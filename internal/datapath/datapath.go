@@ -88,6 +88,11 @@ type BackendStatus struct {
 	// Packets and Bytes count what the balancer forwarded from clients to the backend.
 	Packets uint64 `json:"packets"`
 	Bytes   uint64 `json:"bytes"`
+	// Connections is the active flow count the datapath picks by (lc, wlc, max_connections);
+	// Overloaded tells that the backend reached max_connections and takes no new flow until it
+	// is down to min_connections. Both zero where the datapath does not count.
+	Connections uint64 `json:"connections,omitempty"`
+	Overloaded  bool   `json:"overloaded,omitempty"`
 }
 
 // Budgeter is a Datapath that can tell, before Apply and without touching the kernel, whether a
