@@ -11,6 +11,8 @@
 #define MAGLEV_SLOTS    (1 << 24)  /* all services' Maglev tables, end to end */
 #define MAX_FLOWS       (1 << 20)  /* tracked flows (LRU) */
 #define MAX_INTERFACES  4096       /* interfaces XDP runs on, with their MACs in if_macs */
+#define MAX_PERSIST     (1 << 18)  /* persistent clients (LRU); the loader sizes it max_flows/4 */
+#define MAX_COUNTED     1024       /* backends an lc/wlc service compares for a new flow */
 
 /* The enums have the width of the field that holds them (a clang extension) so that the fields
  * can be typed and bpf2go -type generates their Go constants. */
@@ -30,13 +32,20 @@ enum fallback : __u8 {
 
 /* struct service.flags */
 enum service_flags : __u8 {
-	SERVICE_RETIRED = 1, /* left the config: its established flows are still forwarded, anything
-	                      * else passes to the stack */
+	SERVICE_RETIRED     = 1,  /* left the config: its established flows are still forwarded,
+	                           * anything else passes to the stack */
+	SERVICE_HASH_SOURCE = 2,  /* sh: the table is indexed by a hash of the source address */
+	SERVICE_HASH_SPORT  = 4,  /* sh_port: and of the source port */
+	SERVICE_PERSIST     = 8,  /* a client keeps its backend (service_opts, persist) */
+	SERVICE_LEAST_CONN  = 16, /* lc/wlc: the ring lists the backends to compare, once each */
+	SERVICE_WEIGHTED    = 32, /* wlc: connections are compared relative to weights */
+	SERVICE_COUNT_CONNS = 64, /* the backends' active flows are counted (backend_conns) */
 };
 
 /* struct backend.flags */
 enum backend_flags : __u8 {
-	BACKEND_VALID = 1, /* the id is in use; flows pinned to an invalid id pick again */
+	BACKEND_VALID     = 1, /* the id is in use; flows pinned to an invalid id pick again */
+	BACKEND_TAKES_NEW = 2, /* it may take new flows (weight > 0): persistence may pick it */
 };
 
 /* struct flow.flags */

@@ -118,13 +118,14 @@ static __always_inline int icmp_to_backend(const struct service *svc, const stru
 	struct flow *f = bpf_map_lookup_elem(&flows, ck);
 	struct globals *g = NULL;
 	struct target t = {};
+	__u32 slot;
 
 	if (svc->mode != MODE_NAT && svc->mode != MODE_FULLNAT && svc->mode != MODE_DSR)
 		return VERDICT_PASS;
 	if (f) {
 		t.b = backend_get(f->backend_id, ck->family);
 		t.nat_port = f->nat_port;
-	} else if (svc->mode == MODE_DSR && !maglev_pick(svc, ck, &t.id)) {
+	} else if (svc->mode == MODE_DSR && !table_lookup(svc, ck, &slot, &t.id)) {
 		t.b = backend_get(t.id, ck->family);
 	}
 	if (!t.b)

@@ -89,6 +89,52 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } if_macs SEC(".maps");
 
+/* Per-service settings beyond struct service, by service id (persistence). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct service_settings);
+	__uint(max_entries, MAX_SERVICES);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} service_opts SEC(".maps");
+
+/* Per-backend weight and connection thresholds, by backend id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct backend_settings);
+	__uint(max_entries, MAX_BACKENDS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} backend_opts SEC(".maps");
+
+/* Per-backend connection counts kept by the program, by backend id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct conn_counts);
+	__uint(max_entries, MAX_BACKENDS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} backend_conns SEC(".maps");
+
+/* Per-backend count of flows that ended without the program seeing it (idle, evicted), by backend
+ * id: written by the loader's recount, read by the program. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, MAX_BACKENDS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} backend_lost SEC(".maps");
+
+/* Persistent clients -> their backend, refreshed by each new flow. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct persist_key);
+	__type(value, struct persist_entry);
+	__uint(max_entries, MAX_PERSIST);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} persist SEC(".maps");
+
 /* icmp.h adds icmp_scratch, the ICMP error path's per-CPU working space (unpinned, no state). */
 
 #endif

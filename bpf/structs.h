@@ -67,6 +67,45 @@ struct reverse {
 	__u32  pad;
 };
 
+/* A service's settings beyond struct service (which pinned maps fix in size), by service id. */
+struct service_settings {
+	__u64 persist_ns;     /* persistence timeout; 0: off */
+	__u8  persist_prefix; /* prefix length the client address is masked to */
+	__u8  pad[7];
+};
+
+/* A backend's settings for counting schedulers and thresholds, by backend id. */
+struct backend_settings {
+	__u32 weight;    /* wlc's weight */
+	__u32 max_conns; /* upper threshold (0: none) */
+	__u32 min_conns; /* lower threshold: an overloaded backend takes flows again at this many */
+	__u32 pad;
+};
+
+/* A backend's connection counts, by backend id, written by the program only. Its active flows
+ * are opened - closed - backend_lost[id] (the flows that ended unseen, counted by the loader). */
+struct conn_counts {
+	__u64 opened;     /* flows created */
+	__u64 closed;     /* flows whose client sent FIN or RST, or that were rebalanced */
+	__u32 overloaded; /* reached max_conns, not yet down to min_conns */
+	__u32 pad;
+};
+
+/* A persistent client: the service and the client's masked address. */
+struct persist_key {
+	__u8  addr[16];
+	__u32 service_id;
+	__u8  family;
+	__u8  pad[3];
+};
+
+/* A persistent client's backend and the time of its last new flow. */
+struct persist_entry {
+	__u32 backend_id;
+	__u32 pad;
+	__u64 last_new; /* CLOCK_MONOTONIC ns (coarse) */
+};
+
 /* Packet, byte and new-flow counters (per CPU). */
 struct stats {
 	__u64 packets;

@@ -18,14 +18,30 @@ import (
 // a frame for another host's MAC is left to the stack.
 func segment(t *testing.T, client, vip netip.AddrPort, syn bool) []byte {
 	t.Helper()
+	return segmentWith(t, client, vip, layers.TCP{SYN: syn, ACK: !syn})
+}
+
+// segmentWith is segment with the flags of flags (IPv4 or IPv6, by the addresses).
+func segmentWith(t *testing.T, client, vip netip.AddrPort, flags layers.TCP) []byte {
+	t.Helper()
 	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: make(net.HardwareAddr, 6), EthernetType: layers.EthernetTypeIPv4}
-	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: client.Addr().AsSlice(), DstIP: vip.Addr().AsSlice()}
-	tcp := &layers.TCP{SrcPort: layers.TCPPort(client.Port()), DstPort: layers.TCPPort(vip.Port()), SYN: syn, ACK: !syn, Window: 64240}
+	var ip interface {
+		gopacket.NetworkLayer
+		gopacket.SerializableLayer
+	}
+	if client.Addr().Is4() {
+		ip = &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: client.Addr().AsSlice(), DstIP: vip.Addr().AsSlice()}
+	} else {
+		eth.EthernetType = layers.EthernetTypeIPv6
+		ip = &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolTCP, SrcIP: client.Addr().AsSlice(), DstIP: vip.Addr().AsSlice()}
+	}
+	tcp := flags
+	tcp.SrcPort, tcp.DstPort, tcp.Window = layers.TCPPort(client.Port()), layers.TCPPort(vip.Port()), 64240
 	if err := tcp.SetNetworkLayerForChecksum(ip); err != nil {
 		t.Fatal(err)
 	}
 	buf := gopacket.NewSerializeBuffer()
-	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, tcp); err != nil {
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, &tcp); err != nil {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
@@ -40,12 +56,11 @@ func destination(t *testing.T, d *Datapath, packet []byte) netip.AddrPort {
 		t.Fatal(err)
 	}
 	pkt := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default)
-	ip, _ := pkt.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
 	tcp, _ := pkt.Layer(layers.LayerTypeTCP).(*layers.TCP)
-	if ip == nil || tcp == nil {
+	if pkt.NetworkLayer() == nil || tcp == nil {
 		t.Fatalf("the program output %v", pkt)
 	}
-	addr, _ := netip.AddrFromSlice(ip.DstIP)
+	addr, _ := netip.AddrFromSlice(pkt.NetworkLayer().NetworkFlow().Dst().Raw())
 	return netip.AddrPortFrom(addr.Unmap(), uint16(tcp.DstPort))
 }
 

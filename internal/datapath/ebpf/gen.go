@@ -5,4 +5,4 @@ package ebpf
 // installed by scripts/deps.sh) so that the committed objects are reproducible byte for byte, and
 // the libbpf and asm headers come from bpf/include, not the host.
 //go:generate sh -c "command -v clang-14 >/dev/null || { echo 'make generate: clang-14 not found; scripts/deps.sh installs it' >&2; exit 1; }"
-//go:generate go tool bpf2go -cc clang-14 -cflags "-O2 -g -Wall -Werror" -target bpfel -type vip_key -type service -type backend -type flow_key -type flow -type reverse -type stats -type globals -type if_mac -type mode -type fallback -type service_flags -type backend_flags -type flow_flags sluice ../../../bpf/sluice.bpf.c -- -I../../../bpf/include -I../../../bpf
+//go:generate go tool bpf2go -cc clang-14 -cflags "-O2 -g -Wall -Werror" -target bpfel -type vip_key -type service -type backend -type flow_key -type flow -type reverse -type stats -type globals -type if_mac -type mode -type fallback -type service_flags -type backend_flags -type flow_flags -type service_settings -type backend_settings -type conn_counts -type persist_key -type persist_entry sluice ../../../bpf/sluice.bpf.c -- -I../../../bpf/include -I../../../bpf

@@ -23,9 +23,23 @@ type kernelMaps struct {
 	Config       *ebpf.Map
 	ServiceMeta  *ebpf.Map
 	BackendMeta  *ebpf.Map
-	// IfMACs is nil in a read-only open of pins that a version before it made (openPinned);
-	// loading creates and pins it.
+	// IfMACs and the session maps below are nil in a read-only open of pins that a version
+	// before them made (openPinned); loading creates and pins them.
 	IfMACs *ebpf.Map
+	// ServiceOpts, BackendOpts, BackendConns, BackendLost and Persist hold what persistence,
+	// the counting schedulers and connection thresholds need.
+	ServiceOpts  *ebpf.Map
+	BackendOpts  *ebpf.Map
+	BackendConns *ebpf.Map
+	BackendLost  *ebpf.Map
+	Persist      *ebpf.Map
+}
+
+// addedMaps are the pinned maps later versions added: pins of an older version lack them, which
+// a read-only open accepts and a load mends.
+var addedMaps = map[string]bool{
+	sluiceMapIfMacs: true, sluiceMapServiceOpts: true, sluiceMapBackendOpts: true,
+	sluiceMapBackendConns: true, sluiceMapBackendLost: true, sluiceMapPersist: true,
 }
 
 // fields are the maps' places in m by pin name.
@@ -35,6 +49,8 @@ func (m *kernelMaps) fields() map[string]**ebpf.Map {
 		sluiceMapFlows: &m.Flows, sluiceMapReplies: &m.Replies, sluiceMapServiceStats: &m.ServiceStats,
 		sluiceMapBackendStats: &m.BackendStats, sluiceMapConfig: &m.Config,
 		serviceMetaName: &m.ServiceMeta, backendMetaName: &m.BackendMeta, sluiceMapIfMacs: &m.IfMACs,
+		sluiceMapServiceOpts: &m.ServiceOpts, sluiceMapBackendOpts: &m.BackendOpts,
+		sluiceMapBackendConns: &m.BackendConns, sluiceMapBackendLost: &m.BackendLost, sluiceMapPersist: &m.Persist,
 	}
 }
 
@@ -59,7 +75,9 @@ func kernelMapsOf(coll *ebpf.Collection) *kernelMaps {
 func (m *kernelMaps) Close() error {
 	var errs []error
 	for _, x := range m.byName() {
-		errs = append(errs, x.Close())
+		if x != nil {
+			errs = append(errs, x.Close())
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -73,9 +91,14 @@ type MapSizes struct {
 	MaglevSlots uint32
 }
 
-// resizable maps each map whose size MapSizes sets to that size.
+// resizable maps each map whose size MapSizes sets to that size. The persistent clients are a
+// quarter of the flows: a client holds one entry for all its flows.
 func (s MapSizes) resizable() map[string]uint32 {
-	return map[string]uint32{sluiceMapFlows: s.Flows, sluiceMapReplies: s.Flows, sluiceMapMaglev: s.MaglevSlots}
+	persist := uint32(0)
+	if s.Flows > 0 {
+		persist = max(s.Flows/4, 1024)
+	}
+	return map[string]uint32{sluiceMapFlows: s.Flows, sluiceMapReplies: s.Flows, sluiceMapMaglev: s.MaglevSlots, sluiceMapPersist: persist}
 }
 
 // collectionSpec is the embedded collection with Sluice's own maps added, the sizes set and only
@@ -140,8 +163,8 @@ func openPinned(dir string) (*kernelMaps, error) {
 			continue
 		}
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
-		if name == sluiceMapIfMacs && errors.Is(err, os.ErrNotExist) {
-			continue // pins made before if_macs; reading the maps needs none
+		if addedMaps[name] && errors.Is(err, os.ErrNotExist) {
+			continue // pins made before the map; reading the maps needs none
 		}
 		if err != nil {
 			return nil, fmt.Errorf("opening pinned map %s: %w", name, err)

@@ -41,8 +41,13 @@ type serviceRecord struct {
 	RingOffset  uint32
 	RingSize    uint32
 	FlowTimeout uint32 // seconds: how long an idle flow counts as active
-	Flags       uint32 // recordRetired
+	// Flags holds recordRetired, and in bits 8-15 the service_flags the program sees besides
+	// SERVICE_RETIRED (schedulers, persistence, counting).
+	Flags uint32
 }
+
+// serviceFlagsShift is where a record's Flags keep the service's service_flags.
+const serviceFlagsShift = 8
 
 // backendRecord is a backend as Sluice programmed it, the value of backend_meta.
 type backendRecord struct {
@@ -70,10 +75,52 @@ func serviceRecordOf(s *plan.Service) (serviceRecord, error) {
 		FlowTimeout: uint32(s.FlowTimeout / time.Second),
 	}
 	r.VIP, r.Family = wireAddr(s.VIP)
+	r.Flags = uint32(serviceFlagsOf(s)) << serviceFlagsShift
 	if err := setRecordText(r.Name[:], s.Name); err != nil {
 		return r, err
 	}
 	return r, setRecordText(r.Scheduler[:], string(s.Scheduler))
+}
+
+// serviceFlagsOf are the service_flags of a service of the plan (SERVICE_RETIRED aside).
+func serviceFlagsOf(s *plan.Service) sluiceServiceFlags {
+	var f sluiceServiceFlags
+	switch {
+	case s.Scheduler == config.SchedulerSH && s.SHPort:
+		f |= sluiceServiceFlagsSERVICE_HASH_SOURCE | sluiceServiceFlagsSERVICE_HASH_SPORT
+	case s.Scheduler == config.SchedulerSH:
+		f |= sluiceServiceFlagsSERVICE_HASH_SOURCE
+	case s.Scheduler == config.SchedulerLC:
+		f |= sluiceServiceFlagsSERVICE_LEAST_CONN | sluiceServiceFlagsSERVICE_COUNT_CONNS
+	case s.Scheduler == config.SchedulerWLC:
+		f |= sluiceServiceFlagsSERVICE_LEAST_CONN | sluiceServiceFlagsSERVICE_WEIGHTED | sluiceServiceFlagsSERVICE_COUNT_CONNS
+	}
+	if s.Persistence > 0 {
+		f |= sluiceServiceFlagsSERVICE_PERSIST
+	}
+	for _, b := range s.Backends {
+		if b.MaxConns > 0 {
+			f |= sluiceServiceFlagsSERVICE_COUNT_CONNS
+		}
+	}
+	return f
+}
+
+// serviceSettingsOf is a service's entry in service_opts.
+func serviceSettingsOf(s *plan.Service) sluiceServiceSettings {
+	if s.Persistence <= 0 {
+		return sluiceServiceSettings{}
+	}
+	return sluiceServiceSettings{PersistNs: uint64(s.Persistence), PersistPrefix: uint8(s.PersistencePrefix)}
+}
+
+// backendSettingsOf is the entry in backend_opts of a backend of service s: none unless s counts
+// connections, the only services whose program reads it.
+func backendSettingsOf(s *plan.Service, b plan.Backend) sluiceBackendSettings {
+	if serviceFlagsOf(s)&sluiceServiceFlagsSERVICE_COUNT_CONNS == 0 {
+		return sluiceBackendSettings{}
+	}
+	return sluiceBackendSettings{Weight: uint32(b.Weight), MaxConns: uint32(b.MaxConns), MinConns: uint32(b.MinConns)}
 }
 
 // backendRecordOf records a backend of the plan for service id.
@@ -101,9 +148,14 @@ func (r *backendRecord) backend() plan.Backend {
 	return plan.Backend{Addr: addrFromWire(r.Addr, r.Family), Port: r.Port, Weight: int(r.Weight)}
 }
 
-// entry is the backends map entry of a backend in use.
+// entry is the backends map entry of a backend in use: one that takes new flows (weight, not
+// retired) may be picked again by persistence.
 func (r *backendRecord) entry() sluiceBackend {
-	return sluiceBackend{Addr: r.Addr, Port: wirePort(r.Port), Family: r.Family, Flags: sluiceBackendFlagsBACKEND_VALID}
+	flags := sluiceBackendFlagsBACKEND_VALID
+	if r.Weight > 0 && !r.retired() {
+		flags |= sluiceBackendFlagsBACKEND_TAKES_NEW
+	}
+	return sluiceBackend{Addr: r.Addr, Port: wirePort(r.Port), Family: r.Family, Flags: flags}
 }
 
 // setRecordText stores s NUL-padded in a fixed-size field.
@@ -144,8 +196,9 @@ func (r *serviceRecord) owns(k sluiceVipKey) bool {
 // vipValue is the service's value in vips, for service id.
 func (r *serviceRecord) vipValue(id uint32) sluiceService {
 	v := sluiceService{Id: id, RingOffset: r.RingOffset, RingSize: r.RingSize, Mode: r.Mode, Fallback: r.Fallback}
+	v.Flags = sluiceServiceFlags(r.Flags >> serviceFlagsShift)
 	if r.retired() {
-		v.Flags = sluiceServiceFlagsSERVICE_RETIRED
+		v.Flags |= sluiceServiceFlagsSERVICE_RETIRED
 	}
 	return v
 }

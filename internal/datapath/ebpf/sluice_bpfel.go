@@ -24,8 +24,25 @@ type sluiceBackend struct {
 type sluiceBackendFlags uint8
 
 const (
-	sluiceBackendFlagsBACKEND_VALID sluiceBackendFlags = 1
+	sluiceBackendFlagsBACKEND_VALID     sluiceBackendFlags = 1
+	sluiceBackendFlagsBACKEND_TAKES_NEW sluiceBackendFlags = 2
 )
+
+type sluiceBackendSettings struct {
+	_        structs.HostLayout
+	Weight   uint32
+	MaxConns uint32
+	MinConns uint32
+	Pad      uint32
+}
+
+type sluiceConnCounts struct {
+	_          structs.HostLayout
+	Opened     uint64
+	Closed     uint64
+	Overloaded uint32
+	Pad        uint32
+}
 
 type sluiceFallback uint8
 
@@ -84,6 +101,21 @@ const (
 	sluiceModeMODE_DSR     sluiceMode = 3
 )
 
+type sluicePersistEntry struct {
+	_         structs.HostLayout
+	BackendId uint32
+	Pad       uint32
+	LastNew   uint64
+}
+
+type sluicePersistKey struct {
+	_         structs.HostLayout
+	Addr      [16]uint8
+	ServiceId uint32
+	Family    uint8
+	Pad       [3]uint8
+}
+
 type sluiceReverse struct {
 	_         structs.HostLayout
 	Vip       [16]uint8
@@ -109,8 +141,21 @@ type sluiceService struct {
 type sluiceServiceFlags uint8
 
 const (
-	sluiceServiceFlagsSERVICE_RETIRED sluiceServiceFlags = 1
+	sluiceServiceFlagsSERVICE_RETIRED     sluiceServiceFlags = 1
+	sluiceServiceFlagsSERVICE_HASH_SOURCE sluiceServiceFlags = 2
+	sluiceServiceFlagsSERVICE_HASH_SPORT  sluiceServiceFlags = 4
+	sluiceServiceFlagsSERVICE_PERSIST     sluiceServiceFlags = 8
+	sluiceServiceFlagsSERVICE_LEAST_CONN  sluiceServiceFlags = 16
+	sluiceServiceFlagsSERVICE_WEIGHTED    sluiceServiceFlags = 32
+	sluiceServiceFlagsSERVICE_COUNT_CONNS sluiceServiceFlags = 64
 )
+
+type sluiceServiceSettings struct {
+	_             structs.HostLayout
+	PersistNs     uint64
+	PersistPrefix uint8
+	Pad           [7]uint8
+}
 
 type sluiceStats struct {
 	_       structs.HostLayout
@@ -131,6 +176,9 @@ type sluiceVipKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	sluiceMapBackendConns = "backend_conns"
+	sluiceMapBackendLost  = "backend_lost"
+	sluiceMapBackendOpts  = "backend_opts"
 	sluiceMapBackendStats = "backend_stats"
 	sluiceMapBackends     = "backends"
 	sluiceMapConfig       = "config"
@@ -138,7 +186,9 @@ const (
 	sluiceMapIcmpScratch  = "icmp_scratch"
 	sluiceMapIfMacs       = "if_macs"
 	sluiceMapMaglev       = "maglev"
+	sluiceMapPersist      = "persist"
 	sluiceMapReplies      = "replies"
+	sluiceMapServiceOpts  = "service_opts"
 	sluiceMapServiceStats = "service_stats"
 	sluiceMapVips         = "vips"
 	sluiceProgSluiceTc    = "sluice_tc"
@@ -196,6 +246,9 @@ type sluiceProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sluiceMapSpecs struct {
+	BackendConns *ebpf.MapSpec `ebpf:"backend_conns"`
+	BackendLost  *ebpf.MapSpec `ebpf:"backend_lost"`
+	BackendOpts  *ebpf.MapSpec `ebpf:"backend_opts"`
 	BackendStats *ebpf.MapSpec `ebpf:"backend_stats"`
 	Backends     *ebpf.MapSpec `ebpf:"backends"`
 	Config       *ebpf.MapSpec `ebpf:"config"`
@@ -203,7 +256,9 @@ type sluiceMapSpecs struct {
 	IcmpScratch  *ebpf.MapSpec `ebpf:"icmp_scratch"`
 	IfMacs       *ebpf.MapSpec `ebpf:"if_macs"`
 	Maglev       *ebpf.MapSpec `ebpf:"maglev"`
+	Persist      *ebpf.MapSpec `ebpf:"persist"`
 	Replies      *ebpf.MapSpec `ebpf:"replies"`
+	ServiceOpts  *ebpf.MapSpec `ebpf:"service_opts"`
 	ServiceStats *ebpf.MapSpec `ebpf:"service_stats"`
 	Vips         *ebpf.MapSpec `ebpf:"vips"`
 }
@@ -235,6 +290,9 @@ func (o *sluiceObjects) Close() error {
 //
 // It can be passed to loadSluiceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sluiceMaps struct {
+	BackendConns *ebpf.Map `ebpf:"backend_conns"`
+	BackendLost  *ebpf.Map `ebpf:"backend_lost"`
+	BackendOpts  *ebpf.Map `ebpf:"backend_opts"`
 	BackendStats *ebpf.Map `ebpf:"backend_stats"`
 	Backends     *ebpf.Map `ebpf:"backends"`
 	Config       *ebpf.Map `ebpf:"config"`
@@ -242,13 +300,18 @@ type sluiceMaps struct {
 	IcmpScratch  *ebpf.Map `ebpf:"icmp_scratch"`
 	IfMacs       *ebpf.Map `ebpf:"if_macs"`
 	Maglev       *ebpf.Map `ebpf:"maglev"`
+	Persist      *ebpf.Map `ebpf:"persist"`
 	Replies      *ebpf.Map `ebpf:"replies"`
+	ServiceOpts  *ebpf.Map `ebpf:"service_opts"`
 	ServiceStats *ebpf.Map `ebpf:"service_stats"`
 	Vips         *ebpf.Map `ebpf:"vips"`
 }
 
 func (m *sluiceMaps) Close() error {
 	return _SluiceClose(
+		m.BackendConns,
+		m.BackendLost,
+		m.BackendOpts,
 		m.BackendStats,
 		m.Backends,
 		m.Config,
@@ -256,7 +319,9 @@ func (m *sluiceMaps) Close() error {
 		m.IcmpScratch,
 		m.IfMacs,
 		m.Maglev,
+		m.Persist,
 		m.Replies,
+		m.ServiceOpts,
 		m.ServiceStats,
 		m.Vips,
 	)

@@ -38,13 +38,16 @@ type serviceState struct {
 	planned  *plan.Service            // the plan last programmed; nil when read back
 	backends map[string]*backendState // by plan.Backend.ID(), retired ones included
 	slots    []uint32                 // the ring as in maglev: backend id per slot
+	opts     sluiceServiceSettings    // its entry in service_opts
 }
 
-// backendState is one backend of a service: its record and its entry in backends.
+// backendState is one backend of a service: its record, its entry in backends and its
+// settings in backend_opts.
 type backendState struct {
 	id    uint32
 	rec   backendRecord
 	entry sluiceBackend
+	opts  sluiceBackendSettings
 }
 
 // limits are the capacities of the maps, read from the loaded maps.
@@ -134,8 +137,14 @@ func readBackends(m *kernelMaps, st *state) error {
 		return true
 	})
 	for _, s := range st.services {
+		if m.ServiceOpts != nil {
+			_ = m.ServiceOpts.Lookup(s.id, &s.opts) // an id out of range reads as no settings
+		}
 		for _, b := range s.backends {
 			b.entry = entries[b.id]
+			if m.BackendOpts != nil {
+				_ = m.BackendOpts.Lookup(b.id, &b.opts)
+			}
 		}
 	}
 	return err

@@ -103,6 +103,14 @@ func serviceStatus(m *kernelMaps, s *serviceState, active map[uint32]uint64) (da
 			return out, err
 		}
 		bs.Flows, bs.Packets, bs.Bytes = c.Flows, c.Packets, c.Bytes
+		if rec.counted() {
+			k, err := readCounts(m, b.id)
+			if err != nil {
+				return out, err
+			}
+			bs.Connections = k.active()
+			bs.Overloaded = k.conns.Overloaded != 0 && bs.Connections > uint64(b.opts.MinConns) // the program clears it at its next pick
+		}
 		out.Backends = append(out.Backends, bs)
 	}
 	return out, nil

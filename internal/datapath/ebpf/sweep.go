@@ -57,6 +57,9 @@ func (s *syncer) sweep() error {
 		if err := s.w.delete(s.m.BackendMeta, id); err != nil {
 			return err
 		}
+		if err := s.resetConnections(r.backend); err != nil {
+			return err
+		}
 		delete(r.service.backends, r.key)
 		s.st.backendIDs.free(id)
 		if r.service.rec.retired() && len(r.service.backends) == 0 {

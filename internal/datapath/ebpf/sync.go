@@ -74,9 +74,15 @@ func (s *syncer) service(ps *plan.Service) error {
 		cur = &serviceState{id: id, backends: map[string]*backendState{}}
 		s.st.addService(ps.Name, cur)
 	}
-	ids, err := s.backends(cur, ps.Backends)
+	ids, err := s.backends(cur, ps)
 	if err != nil {
 		return err
+	}
+	if opts := serviceSettingsOf(ps); opts != cur.opts {
+		if err := s.w.put(s.m.ServiceOpts, cur.id, opts); err != nil {
+			return err
+		}
+		cur.opts = opts
 	}
 	ring := make([]uint32, len(ps.Slots))
 	for i, b := range ps.Slots {
@@ -117,9 +123,9 @@ func (s *syncer) service(ps *plan.Service) error {
 // backends programs a service's backends and returns their ids, in order. A backend keeps its
 // id while it stays in the service (retired ones come back with theirs); its record is written
 // before its entry, so that a valid entry always has a record.
-func (s *syncer) backends(cur *serviceState, list []plan.Backend) ([]uint32, error) {
-	ids := make([]uint32, len(list))
-	for i, b := range list {
+func (s *syncer) backends(cur *serviceState, ps *plan.Service) ([]uint32, error) {
+	ids := make([]uint32, len(ps.Backends))
+	for i, b := range ps.Backends {
 		bs := cur.backends[b.ID()]
 		if bs == nil {
 			id, ok := s.st.backendIDs.alloc()
@@ -131,6 +137,12 @@ func (s *syncer) backends(cur *serviceState, list []plan.Backend) ([]uint32, err
 			}
 			bs = &backendState{id: id}
 			cur.backends[b.ID()] = bs
+		}
+		if opts := backendSettingsOf(ps, b); bs.opts != opts {
+			if err := s.w.put(s.m.BackendOpts, bs.id, opts); err != nil {
+				return nil, err
+			}
+			bs.opts = opts
 		}
 		if rec := backendRecordOf(cur.id, b); bs.rec != rec {
 			if err := s.w.put(s.m.BackendMeta, bs.id, rec); err != nil {
@@ -259,6 +271,11 @@ func (s *syncer) dropService(cur *serviceState) error {
 		s.st.ring.free(cur.rec.RingOffset)
 	}
 	s.st.dropService(cur)
+	if cur.opts != (sluiceServiceSettings{}) {
+		if err := s.w.put(s.m.ServiceOpts, cur.id, sluiceServiceSettings{}); err != nil {
+			return err
+		}
+	}
 	return s.w.delete(s.m.ServiceMeta, cur.id)
 }
 
@@ -271,7 +288,32 @@ func (s *syncer) retireBackend(b *backendState) error {
 	rec := b.rec
 	rec.Flags |= recordRetired
 	b.rec = rec
-	return s.w.put(s.m.BackendMeta, b.id, rec)
+	if err := s.w.put(s.m.BackendMeta, b.id, rec); err != nil {
+		return err
+	}
+	// Still valid for its flows, it no longer takes new ones, persistent clients included.
+	if e := rec.entry(); e != b.entry {
+		if err := s.w.put(s.m.Backends, b.id, e); err != nil {
+			return err
+		}
+		b.entry = e
+	}
+	return nil
+}
+
+// resetConnections zeroes the settings and connection counts of a backend whose id is freed,
+// so that the next backend given the id starts from none.
+func (s *syncer) resetConnections(b *backendState) error {
+	if b.opts == (sluiceBackendSettings{}) {
+		return nil // never counted
+	}
+	if err := s.w.put(s.m.BackendOpts, b.id, sluiceBackendSettings{}); err != nil {
+		return err
+	}
+	if err := s.w.put(s.m.BackendConns, b.id, sluiceConnCounts{}); err != nil {
+		return err
+	}
+	return s.w.put(s.m.BackendLost, b.id, uint64(0))
 }
 
 // resetStats zeroes the counters of a newly allocated id on every CPU (an empty per-CPU value

@@ -83,16 +83,21 @@ func checkMaps(t *testing.T, m *kernelMaps, p *plan.Plan) {
 		}
 		for _, pb := range ps.Backends {
 			b := s.backends[pb.ID()]
-			if b == nil || b.rec.retired() || b.rec.backend() != pb {
+			recorded := pb
+			recorded.MaxConns, recorded.MinConns = 0, 0 // in backend_opts, not in the record
+			if b == nil || b.rec.retired() || b.rec.backend() != recorded || b.opts != backendSettingsOf(ps, pb) {
 				t.Fatalf("%s: backend %s is not programmed as %+v", ps.Name, pb.ID(), pb)
 			}
 			addr, family := wireAddr(pb.Addr)
 			want := sluiceBackend{Addr: addr, Port: wirePort(pb.Port), Family: family, Flags: sluiceBackendFlagsBACKEND_VALID}
+			if pb.Weight > 0 {
+				want.Flags |= sluiceBackendFlagsBACKEND_TAKES_NEW
+			}
 			if b.entry != want {
 				t.Errorf("%s: backends[%d] = %+v, want %+v", ps.Name, b.id, b.entry, want)
 			}
 		}
-		want := sluiceService{Id: s.id, RingOffset: s.rec.RingOffset, RingSize: uint32(len(ps.Slots)), Mode: wireModes[ps.Mode], Fallback: wireFallbacks[ps.Fallback]}
+		want := sluiceService{Id: s.id, RingOffset: s.rec.RingOffset, RingSize: uint32(len(ps.Slots)), Mode: wireModes[ps.Mode], Fallback: wireFallbacks[ps.Fallback], Flags: serviceFlagsOf(ps)}
 		for port := ps.Ports.First; port <= ps.Ports.Last; port++ {
 			if got, ok := st.vips[vipKeyOf(ps.VIP, uint16(port), wireProtocols[ps.Protocol])]; !ok || got != want {
 				t.Errorf("%s: vips[port %d] = %+v (present %v), want %+v", ps.Name, port, got, ok, want)
@@ -279,9 +284,10 @@ func TestOneChangeCostsItsOwnWrites(t *testing.T) {
 	checkMaps(t, d.maps, added)
 
 	removed := &plan.Plan{Services: added.Services[:len(added.Services)-1]}
-	// Its port, its 3 backends' records (retired) and its own record.
-	if got := r.apply(d, removed); got != 1+3+1 {
-		t.Errorf("removing a service wrote %d entries, want 5", got)
+	// Its port, its 3 backends' records (retired) and entries (no longer taking new flows, not
+	// even persistent clients'), and its own record.
+	if got := r.apply(d, removed); got != 1+3+3+1 {
+		t.Errorf("removing a service wrote %d entries, want 8", got)
 	}
 	checkMaps(t, d.maps, removed)
 }

@@ -26,17 +26,25 @@ var _ datapath.Watcher = (*Datapath)(nil)
 // watchEvery is how often Watch checks the pins and links: a few system calls per map and link.
 const watchEvery = time.Second
 
-// Watch starts checking the pins and links; see datapath.Watcher. The checks work from any thread:
+// Watch starts checking the pins and links, and recounting the counted backends' connections
+// (see recount); see datapath.Watcher. The checks work from any thread:
 // pins are in the process's mount namespace, links are checked through their own descriptors.
 func (d *Datapath) Watch(ctx context.Context, changed func(what string)) error {
 	go func() {
 		tick := time.NewTicker(watchEvery)
 		defer tick.Stop()
+		recount := time.NewTicker(recountEvery)
+		defer recount.Stop()
 		reported := ""
 		for {
 			select {
 			case <-ctx.Done():
 				return
+			case <-recount.C:
+				if err := d.recount(); err != nil {
+					d.log.Warn("recounting the backends' connections", "err", err)
+				}
+				continue
 			case <-tick.C:
 			}
 			what, checked := d.inspect()

@@ -1,0 +1,307 @@
+package ebpf
+
+import (
+	"fmt"
+	"math"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gopacket/gopacket/layers"
+)
+
+// The schedulers and session settings beyond maglev, run through the loaded program
+// (BPF_PROG_TEST_RUN) on the maps Apply programmed: sh, lc, wlc, connection thresholds and
+// persistence.
+
+var sessionVIP = netip.MustParseAddrPort("10.91.9.100:80")
+
+// connect sends a SYN from client and returns the backend the program sent it to.
+func connect(t *testing.T, d *Datapath, client netip.AddrPort) netip.Addr {
+	t.Helper()
+	return destination(t, d, segmentWith(t, client, vipOf(client), layers.TCP{SYN: true})).Addr()
+}
+
+// disconnect sends the client's FIN of its connection.
+func disconnect(t *testing.T, d *Datapath, client netip.AddrPort) {
+	t.Helper()
+	destination(t, d, segmentWith(t, client, vipOf(client), layers.TCP{FIN: true, ACK: true}))
+}
+
+// vipOf is the VIP a test client of that family connects to.
+func vipOf(client netip.AddrPort) netip.AddrPort {
+	if client.Addr().Is6() {
+		return netip.MustParseAddrPort("[fd00:91:9::100]:80")
+	}
+	return sessionVIP
+}
+
+// client is test client number i: 10.91.<i/250>.<i%250+1> (or fd00:91:1::<i>) on port.
+func client(i int, port uint16, v6 bool) netip.AddrPort {
+	if v6 {
+		return netip.AddrPortFrom(netip.MustParseAddr(fmt.Sprintf("fd00:91:1::%x", i+1)), port)
+	}
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 91, byte(20 + i/250), byte(i%250 + 1)}), port)
+}
+
+// threeBackends is a service over .11, .12 and .13 with weights 1, 2 and 3 and the given lines.
+func threeBackends(lines string) string {
+	return `datapath: ebpf
+services:
+  - name: web
+    vip: 10.91.9.100
+    port: 80
+` + lines + `
+    backends:
+      - address: 10.91.2.11
+      - address: 10.91.2.12
+        weight: 2
+      - address: 10.91.2.13
+        weight: 3
+`
+}
+
+// checkShares fails when the counts of new flows per backend stray from the weights 1:2:3 by
+// more than 5 standard deviations (a false alarm once in millions of runs).
+func checkShares(t *testing.T, what string, got map[netip.Addr]int, n int) {
+	t.Helper()
+	for i, w := range []float64{1, 2, 3} {
+		b := netip.AddrFrom4([4]byte{10, 91, 2, byte(11 + i)})
+		p := w / 6
+		mean, sd := float64(n)*p, math.Sqrt(float64(n)*p*(1-p))
+		if d := math.Abs(float64(got[b]) - mean); d > 5*sd {
+			t.Errorf("%s: %s took %d of %d new flows, want %.0f ± %.0f", what, b, got[b], n, mean, 5*sd)
+		}
+	}
+}
+
+func TestSourceHashKeepsAClientOnOneBackend(t *testing.T) {
+	r := newRig(t)
+	d := r.datapath(Options{})
+	r.apply(d, planFromYAML(t, threeBackends("    scheduler: sh")))
+	per := map[netip.Addr]int{}
+	const clients = 600
+	for i := range clients {
+		first := connect(t, d, client(i, 40000, false))
+		for port := uint16(40001); port < 40005; port++ {
+			if to := connect(t, d, client(i, port, false)); to != first {
+				t.Fatalf("client %d: port %d went to %s, port 40000 to %s: sh hashes the address only", i, port, to, first)
+			}
+		}
+		per[first]++
+	}
+	checkShares(t, "sh", per, clients)
+
+	r.apply(d, planFromYAML(t, threeBackends("    scheduler: sh\n    sh_port: true")))
+	per = map[netip.Addr]int{}
+	const ports = 600
+	for port := range uint16(ports) {
+		per[connect(t, d, client(7, 30000+port, false))]++
+	}
+	checkShares(t, "sh with sh_port, one client", per, ports)
+}
+
+func TestLeastConnectionsFillsTheEmptiest(t *testing.T) {
+	r := newRig(t)
+	d := r.datapath(Options{})
+	r.apply(d, planFromYAML(t, threeBackends("    scheduler: lc")))
+	per := map[netip.Addr][]netip.AddrPort{}
+	for i := range 30 {
+		c := client(i, 41000, false)
+		to := connect(t, d, c)
+		per[to] = append(per[to], c)
+	}
+	for b, cs := range per {
+		if len(cs) != 10 {
+			t.Fatalf("lc gave %s %d of 30 flows, want 10 each: %v", b, len(cs), per)
+		}
+	}
+	// Closing five flows of .11 makes it the emptiest: it takes the next five new flows.
+	emptied := netip.MustParseAddr("10.91.2.11")
+	for _, c := range per[emptied][:5] {
+		disconnect(t, d, c)
+	}
+	for i := range 5 {
+		if to := connect(t, d, client(100+i, 41000, false)); to != emptied {
+			t.Fatalf("new flow %d after closing 5 of %s's went to %s", i, emptied, to)
+		}
+	}
+	checkConnections(t, d, map[string]uint64{"10.91.2.11": 10, "10.91.2.12": 10, "10.91.2.13": 10})
+
+	r.apply(d, planFromYAML(t, threeBackends("    scheduler: wlc")))
+	counted := map[netip.Addr]int{}
+	for i := range 90 {
+		counted[connect(t, d, client(200+i, 41000, false))]++
+	}
+	// wlc fills each backend to 15 flows per unit of weight: 15+5 (it had 10), 30+... from the 10 each it had.
+	st := connections(t, d)
+	if st["10.91.2.11"]*2 != st["10.91.2.12"] || st["10.91.2.11"]*3 != st["10.91.2.13"] {
+		t.Fatalf("wlc left %v active flows (weights 1:2:3) after %v new ones", st, counted)
+	}
+}
+
+// connections reads the program's active flow count of each backend of web.
+func connections(t *testing.T, d *Datapath) map[string]uint64 {
+	t.Helper()
+	sts, err := d.Status(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]uint64{}
+	for _, b := range sts[0].Backends {
+		out[b.Address] = b.Connections
+	}
+	return out
+}
+
+func checkConnections(t *testing.T, d *Datapath, want map[string]uint64) {
+	t.Helper()
+	if got := connections(t, d); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("active flows by backend are %v, want %v", got, want)
+	}
+}
+
+func TestConnectionThresholdsHaveHysteresis(t *testing.T) {
+	r := newRig(t)
+	d := r.datapath(Options{})
+	r.apply(d, planFromYAML(t, `datapath: ebpf
+services:
+  - name: web
+    vip: 10.91.9.100
+    port: 80
+    backends:
+      - address: 10.91.2.11
+        max_connections: 4
+        min_connections: 2
+      - address: 10.91.2.12
+`))
+	limited := netip.MustParseAddr("10.91.2.11")
+	var onLimited []netip.AddrPort
+	for i := range 100 {
+		c := client(i, 42000, false)
+		if connect(t, d, c) == limited {
+			onLimited = append(onLimited, c)
+		}
+	}
+	if len(onLimited) != 4 {
+		t.Fatalf("the backend with max_connections 4 took %d of 100 flows", len(onLimited))
+	}
+	overloaded := func() bool {
+		sts, err := d.Status(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sts[0].Backends[0].Overloaded
+	}
+	if !overloaded() {
+		t.Fatal("the backend at max_connections does not read as overloaded")
+	}
+	// Down to 3 (above min_connections 2) it still takes nothing; at 2 it takes flows again.
+	disconnect(t, d, onLimited[0])
+	if n := countTo(t, d, limited, 100, 50); n != 0 || !overloaded() {
+		t.Fatalf("at 3 active flows (min_connections 2) the backend took %d new flows", n)
+	}
+	disconnect(t, d, onLimited[1])
+	if n := countTo(t, d, limited, 200, 100); n != 2 {
+		t.Fatalf("back at min_connections the backend took %d of 100 new flows, want 2 (up to max_connections 4)", n)
+	}
+}
+
+// countTo sends n new flows from clients first.. and counts those that went to b.
+func countTo(t *testing.T, d *Datapath, b netip.Addr, first, n int) int {
+	t.Helper()
+	count := 0
+	for i := range n {
+		if connect(t, d, client(first+i, 43000, false)) == b {
+			count++
+		}
+	}
+	return count
+}
+
+// persistentService is a service over three backends with persistence per /24 (/120 for
+// IPv6); drained, when valid, has weight 0.
+func persistentService(v6 bool, drained netip.Addr) string {
+	vip, prefix, net := "10.91.9.100", 24, "10.91.2."
+	if v6 {
+		vip, prefix, net = "fd00:91:9::100", 120, "fd00:91:2::"
+	}
+	out := fmt.Sprintf("datapath: ebpf\nservices:\n  - name: web\n    vip: %s\n    port: 80\n    persistence_timeout: 300s\n    persistence_granularity: %d\n    backends:\n", vip, prefix)
+	for _, host := range []string{"11", "12", "13"} {
+		out += "      - address: " + net + host + "\n"
+		if net+host == drained.String() {
+			out += "        weight: 0\n"
+		}
+	}
+	return out
+}
+
+func TestPersistenceKeepsAClientsBackend(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ipv4", true: "ipv6"}[v6], func(t *testing.T) {
+			r := newRig(t)
+			d := r.datapath(Options{})
+			r.apply(d, planFromYAML(t, persistentService(v6, netip.Addr{})))
+			// Clients 0-15 share a /24 (a /120): every connection of every one of them, on any port,
+			// goes where the first went.
+			first := connect(t, d, client(0, 44000, v6))
+			for i := range 16 {
+				for port := uint16(44001); port < 44011; port++ {
+					if to := connect(t, d, client(i, port, v6)); to != first {
+						t.Fatalf("client %d port %d went to %s, the group's first connection to %s", i, port, to, first)
+					}
+				}
+			}
+			// Draining the backend sends the group elsewhere, and there it stays.
+			r.apply(d, planFromYAML(t, persistentService(v6, first)))
+			second := connect(t, d, client(3, 45000, v6))
+			if second == first {
+				t.Fatalf("a new connection went to the drained backend %s", first)
+			}
+			for i := range 16 {
+				if to := connect(t, d, client(i, 45001, v6)); to != second {
+					t.Fatalf("after the drain client %d went to %s, the group's first to %s", i, to, second)
+				}
+			}
+		})
+	}
+}
+
+func TestPersistenceExpires(t *testing.T) {
+	r := newRig(t)
+	d := r.datapath(Options{})
+	r.apply(d, planFromYAML(t, threeBackends("    persistence_timeout: 60s")))
+	addrOf := map[uint32]netip.Addr{}
+	for key, id := range idsOf(t, d) {
+		if a, err := netip.ParseAddr(strings.TrimPrefix(key, "web/")); err == nil {
+			addrOf[id] = a
+		}
+	}
+	c := client(0, 46000, false)
+	connect(t, d, c)
+	var k sluicePersistKey
+	var e sluicePersistEntry
+	if !d.maps.Persist.Iterate().Next(&k, &e) {
+		t.Fatal("the program recorded no persistent client")
+	}
+	moved := 0
+	for port := range uint16(200) {
+		if err := d.maps.Persist.Lookup(k, &e); err != nil {
+			t.Fatal(err)
+		}
+		was := addrOf[e.BackendId]
+		// Age the entry past the timeout (at any uptime: wrapping below boot is what the program
+		// compares as signed).
+		e.LastNew -= uint64(2 * time.Minute)
+		if err := d.maps.Persist.Put(k, e); err != nil {
+			t.Fatal(err)
+		}
+		if connect(t, d, netip.AddrPortFrom(c.Addr(), 46001+port)) != was {
+			moved++
+		}
+	}
+	if moved == 0 {
+		t.Fatal("an expired persistent client kept its backend on 200 new connections")
+	}
+}
