@@ -98,6 +98,8 @@ type Service struct {
 type Backend struct {
 	Address string
 	Weight  int
+	// Extra is YAML added to the backend as is, one "key: value" per line (e.g. max_connections).
+	Extra []string
 }
 
 // Addr is the service's VIP and port as a client dials it.
@@ -113,6 +115,9 @@ func (f Flavor) Config(services ...Service) string {
 			s.Name, s.VIP, s.Port, proto, f.Mode, sched)
 		for _, be := range s.Backends {
 			fmt.Fprintf(&b, "      - address: %s\n        weight: %d\n", be.Address, be.Weight)
+			for _, line := range be.Extra {
+				fmt.Fprintf(&b, "        %s\n", line)
+			}
 		}
 		for _, line := range s.Extra {
 			fmt.Fprintf(&b, "    %s\n", line)

@@ -141,6 +141,9 @@ type listedBackend struct {
 	Flows   uint64  `json:"flows"`
 	Packets uint64  `json:"packets"`
 	Bytes   uint64  `json:"bytes"`
+	// Connections is the active flow count of a counting datapath (lc, wlc, max_connections).
+	Connections uint64 `json:"connections"`
+	State       string `json:"state"`
 }
 
 // list is `sluice list -o json` decoded.
