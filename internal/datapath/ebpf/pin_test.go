@@ -51,21 +51,25 @@ func TestMapSizes(t *testing.T) {
 	}
 }
 
-// TestPinsMadeBeforeIfMACs adopts the pins of a version before if_macs, every map but that one:
-// reading them needs no if_macs, and the next apply makes and pins it, keeps the flows and has
-// the link run a program that reads the new map.
-func TestPinsMadeBeforeIfMACs(t *testing.T) {
+// TestPinsMadeBeforeAddedMaps adopts the pins of a version before if_macs and the session maps,
+// every map but those: reading them needs none of them, and the next apply makes and pins them,
+// keeps the flows and has the link run a program that reads the new maps.
+func TestPinsMadeBeforeAddedMaps(t *testing.T) {
 	r := newRig(t)
 	d := r.datapath(Options{Attach: AttachXDP})
 	r.apply(d, planFromYAML(t, oneService))
 	ids := idsOf(t, d)
 	backend := ids.of(t, "web/10.91.2.11")
 	flowAt(t, d.maps, 1, ids.of(t, "web"), backend, monotonicNow())
-	if err := errors.Join(d.Close(), os.Remove(filepath.Join(r.pin, sluiceMapIfMacs))); err != nil {
+	errs := []error{d.Close()}
+	for name := range addedMaps {
+		errs = append(errs, os.Remove(filepath.Join(r.pin, name)))
+	}
+	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
 	if st, err := r.datapath(Options{}).Status(context.Background()); err != nil || len(st) != 1 {
-		t.Fatalf("Status over pins without if_macs: %+v, %v", st, err)
+		t.Fatalf("Status over pins without the added maps: %+v, %v", st, err)
 	}
 	restarted := r.datapath(Options{Attach: AttachXDP})
 	r.apply(restarted, planFromYAML(t, oneService))
@@ -74,6 +78,11 @@ func TestPinsMadeBeforeIfMACs(t *testing.T) {
 	}
 	if got, want := r.pinnedMACs(), macsOf(t, "veth0"); !maps.Equal(got, want) {
 		t.Errorf("if_macs %v, want %v", got, want)
+	}
+	for name := range addedMaps {
+		if _, err := os.Stat(filepath.Join(r.pin, name)); err != nil {
+			t.Errorf("the restart did not pin %s again: %v", name, err)
+		}
 	}
 	if info := r.linkInfo("veth0-xdp"); info.Program != progIDOf(t, restarted.prog) {
 		t.Errorf("the link runs program %d, want the loaded %d, which reads the new if_macs", info.Program, progIDOf(t, restarted.prog))

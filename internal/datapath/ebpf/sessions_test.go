@@ -91,6 +91,7 @@ func TestSourceHashKeepsAClientOnOneBackend(t *testing.T) {
 		}
 		per[first]++
 	}
+	t.Logf("sh, %d client addresses over weights 1:2:3: %v", clients, per)
 	checkShares(t, "sh", per, clients)
 
 	r.apply(d, planFromYAML(t, threeBackends("    scheduler: sh\n    sh_port: true")))
@@ -99,6 +100,7 @@ func TestSourceHashKeepsAClientOnOneBackend(t *testing.T) {
 	for port := range uint16(ports) {
 		per[connect(t, d, client(7, 30000+port, false))]++
 	}
+	t.Logf("sh with sh_port, one client over %d ports: %v", ports, per)
 	checkShares(t, "sh with sh_port, one client", per, ports)
 }
 
@@ -136,6 +138,7 @@ func TestLeastConnectionsFillsTheEmptiest(t *testing.T) {
 	}
 	// wlc fills each backend to 15 flows per unit of weight: 15+5 (it had 10), 30+... from the 10 each it had.
 	st := connections(t, d)
+	t.Logf("wlc: active flows %v after %d new flows went %v", st, 90, counted)
 	if st["10.91.2.11"]*2 != st["10.91.2.12"] || st["10.91.2.11"]*3 != st["10.91.2.13"] {
 		t.Fatalf("wlc left %v active flows (weights 1:2:3) after %v new ones", st, counted)
 	}
