@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -235,15 +234,11 @@ func parseBackendSpec(spec string) (config.Backend, error) {
 		}
 		b.Weight = &w
 	}
-	if ap, err := netip.ParseAddrPort(addrPart); err == nil {
-		b.Address, b.Port = config.CanonicalAddress(ap.Addr().String()), int(ap.Port())
-		return b, nil
-	}
-	addr, err := netip.ParseAddr(strings.Trim(addrPart, "[]"))
+	at, _, err := config.ParseBackendRef(addrPart)
 	if err != nil {
-		return b, fmt.Errorf("%q is not an address or address:port", addrPart)
+		return b, err
 	}
-	b.Address = config.CanonicalAddress(addr.String())
+	b.Address, b.Port = at.Addr().String(), int(at.Port())
 	return b, nil
 }
 

@@ -35,6 +35,20 @@ func CanonicalAddress(text string) string {
 	return a.Unmap().String()
 }
 
+// ParseBackendRef reads how an operator names a backend: "10.0.0.1", "10.0.0.1:8080",
+// "[fd00::1]:80" or "[fd00::1]"; the address comes back unmapped, and bare tells that no port
+// was given (the port is then 0).
+func ParseBackendRef(ref string) (at netip.AddrPort, bare bool, err error) {
+	if ap, err := netip.ParseAddrPort(ref); err == nil {
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), false, nil
+	}
+	addr, err := netip.ParseAddr(strings.Trim(ref, "[]"))
+	if err != nil || addr.Zone() != "" {
+		return netip.AddrPort{}, false, fmt.Errorf("%q is not an address or address:port", ref)
+	}
+	return netip.AddrPortFrom(addr.Unmap(), 0), true, nil
+}
+
 // canonicalize rewrites *text, which parsed as a, in its canonical form (see CanonicalAddress),
 // so that every later comparison, and the datapath, sees one form of each address.
 func canonicalize(text *string, a netip.Addr) {

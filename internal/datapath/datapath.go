@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
 
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/plan"
@@ -202,15 +201,11 @@ func ParseFlowFilter(backend string, limit int) (FlowFilter, error) {
 	if backend == "" {
 		return f, nil
 	}
-	if at, err := netip.ParseAddrPort(backend); err == nil {
-		f.Backend, f.BackendPort = at.Addr().Unmap(), at.Port()
-		return f, nil
-	}
-	addr, err := netip.ParseAddr(strings.Trim(backend, "[]"))
+	at, _, err := config.ParseBackendRef(backend)
 	if err != nil {
 		return f, &FlowFilterError{Field: "backend", Msg: fmt.Sprintf("%q is not ADDR or ADDR:PORT", backend)}
 	}
-	f.Backend = addr.Unmap()
+	f.Backend, f.BackendPort = at.Addr(), at.Port()
 	return f, nil
 }
 
