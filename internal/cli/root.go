@@ -83,7 +83,7 @@ func rootCmdWith() (*cobra.Command, *globals) {
 	root.PersistentFlags().StringVar(&g.apiToken, "token", os.Getenv("SLUICE_TOKEN"), "bearer token for --api")
 	root.AddCommand(validateCmd(), applyCmd(g), listCmd(g), flushCmd(g), labCmd(), serveCmd(g),
 		serviceCmd(g), backendCmd(g), healthCmd(g), eventsCmd(g), planCmd(g), reloadCmd(g), whichCmd(g), flowsCmd(g), bgpCmd(g), nodeCmd(g), benchCmd(), versionCmd())
-	root.AddCommand(schemaCmd())
+	root.AddCommand(schemaCmd(), importCmd())
 	return root, g
 }
 
@@ -103,7 +103,7 @@ func (g *globals) chooseNamespace(cmd *cobra.Command) {
 
 // ownNamespaceCommands are the top-level commands that build their own namespaces (lab, bench) or
 // touch none (the rest): $SLUICE_NETNS does not apply to them.
-var ownNamespaceCommands = []string{"lab", "bench", "validate", "schema", "version", "completion", "help"}
+var ownNamespaceCommands = []string{"lab", "bench", "validate", "import", "schema", "version", "completion", "help"}
 
 // actsOnNetns tells whether cmd reads or writes the balancer of a network namespace.
 func actsOnNetns(cmd *cobra.Command) bool {

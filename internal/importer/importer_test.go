@@ -1,0 +1,170 @@
+package importer
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/sluicelb/sluice/internal/config"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files of testdata")
+
+// formats are the importers by the corpus directory (and bad file prefix) they read.
+var formats = map[string]func(string) (*Result, error){
+	"keepalived": Keepalived,
+	"nftlb":      Nftlb,
+	"ipvsadm":    Ipvsadm,
+}
+
+// corpus lists the source files of a format's corpus: every file but the goldens.
+func corpus(t *testing.T, format string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join("testdata", format))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if !e.IsDir() && !strings.HasSuffix(e.Name(), ".golden.yaml") {
+			out = append(out, filepath.Join("testdata", format, e.Name()))
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("no corpus in testdata/%s", format)
+	}
+	return out
+}
+
+// golden compares got with the golden file, or rewrites it with -update.
+func golden(t *testing.T, path string, got []byte) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to write it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs (go test -update rewrites it):\n--- got\n%s\n--- want\n%s", path, got, want)
+	}
+}
+
+// TestGolden converts every corpus file and compares the YAML with its golden file, which
+// sluice validate must take unchanged.
+func TestGolden(t *testing.T) {
+	for format, convert := range formats {
+		for _, src := range corpus(t, format) {
+			t.Run(filepath.Base(src), func(t *testing.T) {
+				res, err := convert(src)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out, err := res.YAML()
+				if err != nil {
+					t.Fatal(err)
+				}
+				golden(t, src+".golden.yaml", out)
+				if _, err := config.Parse(src+".golden.yaml", out); err != nil {
+					t.Errorf("the output does not validate:\n%v\n%s", err, out)
+				}
+			})
+		}
+	}
+}
+
+// errorLine is how every refusal starts: the file and the line.
+var errorLine = regexp.MustCompile(`^testdata/bad/[^:]+:[0-9]+: `)
+
+// TestRefusals converts every file of testdata/bad: each must fail with FILE:LINE: and the
+// reason kept in its .err golden file.
+func TestRefusals(t *testing.T) {
+	entries, err := os.ReadDir(filepath.Join("testdata", "bad"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.IsDir() || strings.HasSuffix(e.Name(), ".err") {
+			continue
+		}
+		t.Run(e.Name(), func(t *testing.T) {
+			format, _, _ := strings.Cut(e.Name(), "-")
+			convert := formats[format]
+			if convert == nil {
+				t.Fatalf("%s: no format %q", e.Name(), format)
+			}
+			src := filepath.Join("testdata", "bad", e.Name())
+			res, err := convert(src)
+			if err == nil {
+				out, _ := res.YAML()
+				t.Fatalf("converted:\n%s", out)
+			}
+			for _, line := range strings.Split(err.Error(), "\n") {
+				if !errorLine.MatchString(line) {
+					t.Errorf("%q does not start with FILE:LINE:", line)
+				}
+			}
+			golden(t, strings.TrimSuffix(src, filepath.Ext(src))+".err", []byte(err.Error()+"\n"))
+		})
+	}
+}
+
+func TestNames(t *testing.T) {
+	n := namer{}
+	port := config.Range{First: 443, Last: 443}
+	for _, tc := range []struct {
+		vip  string
+		want string
+	}{
+		{"10.0.0.1", "tcp-10-0-0-1-443"},
+		{"10.0.0.1", "tcp-10-0-0-1-443-2"},
+		{"2001:db8:aaaa:bbbb:cccc:dddd:eeee:1", "tcp-aa-bbbb-cccc-dddd-eeee-1-443"},
+		{"2001:db8:aaaa:bbbb:cccc:dddd:eeee:1", "tcp-aa-bbbb-cccc-dddd-eeee-1-4-2"},
+	} {
+		got := n.name(config.ProtocolTCP, tc.vip, port)
+		if got != tc.want || len(got) > 32 {
+			t.Errorf("name of %s = %q, want %q", tc.vip, got, tc.want)
+		}
+	}
+}
+
+func TestSplitCommand(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want string // argv joined by |, or "error"
+	}{
+		{`/bin/notify web up`, "/bin/notify|web|up"},
+		{`/bin/notify 'quorum lost' "a b" c\ d`, "/bin/notify|quorum lost|a b|c d"},
+		{`/bin/notify "$HOST"`, "error"},
+		{`/bin/a | /bin/b`, "error"},
+		{`/bin/a > /tmp/x`, "error"},
+		{`/bin/a 'open`, "error"},
+		{``, "error"},
+	} {
+		argv, err := splitCommand(tc.line)
+		got := strings.Join(argv, "|")
+		if err != nil {
+			got = "error"
+		}
+		if got != tc.want {
+			t.Errorf("splitCommand(%q) = %q (%v), want %q", tc.line, got, err, tc.want)
+		}
+	}
+}
+
+func TestMaskPrefix(t *testing.T) {
+	for text, want := range map[string]int{"255.255.255.0": 24, "255.255.255.255": 32, "255.255.0.0": 16, "64": 64, "255.0.255.0": 0, "0.0.0.0": 0, "200": 0, "x": 0} {
+		got, err := maskPrefix(text)
+		if (err != nil) != (want == 0) || got != want {
+			t.Errorf("maskPrefix(%q) = %d, %v; want %d", text, got, err, want)
+		}
+	}
+}

@@ -1,0 +1,638 @@
+package importer
+
+import (
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicelb/sluice/internal/config"
+)
+
+// Keepalived defaults that a faithful conversion writes out where Sluice's differ.
+const (
+	kaDelayLoop      = 60 * time.Second
+	kaConnectTimeout = 5 * time.Second
+	// maxGroupRange bounds the addresses one virtual_server_group range expands to.
+	maxGroupRange = 256
+)
+
+// kaStatusDefault is what keepalived's HTTP_GET accepts without a status_code: 2xx.
+var kaStatusDefault = []config.Range{{First: 200, Last: 299}}
+
+// Keepalived converts a keepalived.conf, and the files it includes, into services: one per
+// virtual_server, or per member of the virtual_server_group it names.
+func Keepalived(path string) (*Result, error) {
+	toks, err := lexKeepalived(path, 0)
+	if err != nil {
+		return nil, err
+	}
+	top, err := parseStatements(toks)
+	if err != nil {
+		return nil, err
+	}
+	c := &kaConverter{names: namer{}, groups: map[string]*stmt{}}
+	res := &Result{Source: "keepalived " + path}
+	var skipped []string
+	for _, s := range top {
+		switch s.key() {
+		case "virtual_server_group":
+			if len(s.words) == 2 {
+				c.groups[s.words[1].text] = s
+			}
+		case "virtual_server":
+		default:
+			if !slices.Contains(skipped, s.key()) {
+				skipped = append(skipped, s.key())
+			}
+		}
+	}
+	if len(skipped) > 0 {
+		res.Notes = append(res.Notes, "skipped "+strings.Join(skipped, ", ")+": VRRP and addresses stay with keepalived (see docs/ha.md).")
+	}
+	for _, s := range top {
+		if s.key() == "virtual_server" {
+			res.Services = append(res.Services, c.virtualServer(s)...)
+		}
+	}
+	if err := c.errs.err(); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// kaConverter converts the virtual servers of one keepalived config.
+type kaConverter struct {
+	names  namer
+	groups map[string]*stmt
+	errs   problems
+}
+
+func (c *kaConverter) fail(s *stmt, format string, args ...any) {
+	c.errs.add(s.file(), s.line(), format, args...)
+}
+
+// listener is one VIP and port a virtual server takes.
+type listener struct {
+	vip  netip.Addr
+	port int
+}
+
+// virtualServer converts a virtual_server block into a service per listener.
+func (c *kaConverter) virtualServer(s *stmt) []Service {
+	listeners, origin := c.listeners(s)
+	if listeners == nil {
+		return nil
+	}
+	tmpl, ok := c.serviceOptions(s)
+	if !ok {
+		return nil
+	}
+	var out []Service
+	for _, l := range listeners {
+		svc := Service{Service: tmpl.Service, Notes: append([]string{fmt.Sprintf("from %s (%s:%d)", origin, s.file(), s.line())}, tmpl.Notes...)}
+		svc.VIP = l.vip.String()
+		svc.Port = config.Range{First: l.port, Last: l.port}
+		svc.Name = c.names.name(svc.Protocol, svc.VIP, svc.Port)
+		svc.Backends = slices.Clone(tmpl.Backends)
+		for i := range svc.Backends {
+			c.checkFamily(s, svc.Backends[i].Address, l.vip)
+		}
+		out = append(out, svc)
+	}
+	return out
+}
+
+func (c *kaConverter) checkFamily(s *stmt, addr string, vip netip.Addr) {
+	if a, err := netip.ParseAddr(addr); err == nil && a.Is4() != vip.Is4() {
+		c.fail(s, "real server %s and VIP %s are of different address families", addr, vip)
+	}
+}
+
+// listeners are the VIPs and ports of a virtual_server: its own, or its group's members.
+func (c *kaConverter) listeners(s *stmt) ([]listener, string) {
+	args := s.args()
+	switch {
+	case len(args) == 2 && args[0] == "fwmark":
+		c.fail(s, "virtual_server fwmark %s refused: Sluice matches a VIP and ports, not a firewall mark (write one virtual_server per VIP and port)", args[1])
+	case len(args) == 2 && args[0] == "group":
+		g, ok := c.groups[args[1]]
+		if !ok {
+			c.fail(s, "virtual_server group %s: no virtual_server_group %s", args[1], args[1])
+			return nil, ""
+		}
+		var out []listener
+		for _, m := range g.block {
+			out = append(out, c.groupMember(m)...)
+		}
+		return out, "virtual_server group " + args[1]
+	case len(args) == 2:
+		vip, err := parseAddr(args[0])
+		port, perr := parsePort(args[1])
+		switch {
+		case err != nil:
+			c.fail(s, "virtual_server: %v", err)
+		case perr != nil || port == 0:
+			c.fail(s, "virtual_server: %q is not a port from 1 to 65535", args[1])
+		default:
+			return []listener{{vip, port}}, "virtual_server " + args[0] + " " + args[1]
+		}
+	default:
+		c.fail(s, "virtual_server needs an IP and a port, group NAME, or fwmark N")
+	}
+	return nil, ""
+}
+
+// groupMember expands one line of a virtual_server_group: IP PORT, or a range like
+// 10.0.0.1-5 PORT (the last IPv4 byte, or the last IPv6 group in hex).
+func (c *kaConverter) groupMember(m *stmt) []listener {
+	words := append([]string{m.key()}, m.args()...)
+	if words[0] == "fwmark" {
+		c.fail(m, "virtual_server_group member fwmark refused: Sluice matches a VIP and ports, not a firewall mark")
+		return nil
+	}
+	if len(words) != 2 {
+		c.fail(m, "virtual_server_group member needs an IP (or range) and a port")
+		return nil
+	}
+	port, err := parsePort(words[1])
+	if err != nil || port == 0 {
+		c.fail(m, "virtual_server_group member: %q is not a port from 1 to 65535", words[1])
+		return nil
+	}
+	first, last, err := addrRange(words[0])
+	if err != nil {
+		c.fail(m, "virtual_server_group member: %v", err)
+		return nil
+	}
+	var out []listener
+	for a := first; ; a = a.Next() {
+		out = append(out, listener{a, port})
+		if a == last {
+			return out
+		}
+	}
+}
+
+// addrRange parses an address or a keepalived range: 10.0.0.1-5, fd00::a-1f.
+func addrRange(text string) (netip.Addr, netip.Addr, error) {
+	base, end, isRange := strings.Cut(text, "-")
+	first, err := parseAddr(base)
+	if err != nil || !isRange {
+		return first, first, err
+	}
+	b := first.AsSlice()
+	var lastPart uint64
+	if first.Is4() {
+		lastPart, err = strconv.ParseUint(end, 10, 8)
+		b[3] = byte(lastPart)
+	} else {
+		lastPart, err = strconv.ParseUint(end, 16, 16)
+		b[14], b[15] = byte(lastPart>>8), byte(lastPart)
+	}
+	last, _ := netip.AddrFromSlice(b)
+	switch {
+	case err != nil:
+		return first, first, fmt.Errorf("%q is not a range like 10.0.0.1-5", text)
+	case last.Less(first):
+		return first, first, fmt.Errorf("%q ends before it starts", text)
+	}
+	n := 0
+	for a := first; a != last; a = a.Next() {
+		if n++; n >= maxGroupRange {
+			return first, first, fmt.Errorf("%q holds more than %d addresses", text, maxGroupRange)
+		}
+	}
+	return first, last, nil
+}
+
+// checkDefaults are the checker settings a virtual_server or real_server sets for its checks.
+type checkDefaults struct {
+	delayLoop, connectTimeout time.Duration
+	retry                     int // -1: unset
+	host                      string
+}
+
+// serviceOptions converts a virtual_server's options and real servers into a template service
+// (no name, VIP or port yet); ok is false when something was refused.
+func (c *kaConverter) serviceOptions(vs *stmt) (Service, bool) {
+	before := len(c.errs)
+	var svc Service
+	note := func(format string, args ...any) {
+		if n := fmt.Sprintf(format, args...); !slices.Contains(svc.Notes, n) {
+			svc.Notes = append(svc.Notes, n)
+		}
+	}
+	defaults := checkDefaults{delayLoop: kaDelayLoop, connectTimeout: kaConnectTimeout, retry: -1}
+	algo := ""
+	var servers []*stmt
+	for _, s := range vs.block {
+		args := s.args()
+		if len(args) == 0 && !slices.Contains(kaFlags, s.key()) && s.key() != "real_server" {
+			c.fail(s, "%s needs a value", s.key())
+			continue
+		}
+		switch s.key() {
+		case "real_server":
+			servers = append(servers, s)
+		case "delay_loop", "connect_timeout", "retry", "nb_get_retry", "virtualhost":
+			c.checkDefault(s, &defaults)
+		case "lb_algo", "lvs_sched":
+			algo = args[0]
+			sched, why, ok := ipvsScheduler(args[0])
+			if !ok {
+				c.fail(s, "lb_algo %s refused: %s", args[0], why)
+			}
+			if why != "" && ok {
+				note("lb_algo %s: %s.", args[0], why)
+			}
+			svc.Scheduler = sched
+		case "lb_kind", "lvs_method":
+			svc.Mode = c.mode(s)
+		case "protocol":
+			switch strings.ToUpper(args[0]) {
+			case "TCP", "UDP":
+				svc.Protocol = config.Protocol(strings.ToLower(args[0]))
+			default:
+				c.fail(s, "protocol %s refused: Sluice balances TCP and UDP", args[0])
+			}
+		case "persistence_timeout":
+			if n, ok := c.number(s, 0, int(config.MaxPersistenceTimeout/time.Second)); ok && n > 0 {
+				svc.PersistenceTimeout = fmt.Sprintf("%ds", n)
+			}
+		case "persistence_granularity":
+			if p, err := maskPrefix(args[0]); err != nil {
+				c.fail(s, "persistence_granularity: %v", err)
+			} else {
+				svc.PersistenceGranularity = p
+			}
+		case "quorum":
+			svc.Quorum, _ = c.number(s, 0, config.QuorumMax)
+		case "hysteresis":
+			svc.Hysteresis, _ = c.number(s, 0, config.QuorumMax)
+		case "quorum_up", "quorum_down":
+			argv, err := splitCommand(strings.Join(args, " "))
+			switch {
+			case err != nil:
+				c.fail(s, "%s refused: %v", s.key(), err)
+			case s.key() == "quorum_up":
+				svc.QuorumUp = argv
+			default:
+				svc.QuorumDown = argv
+			}
+		case "sorry_server":
+			if b, ok := c.server(s, "sorry_server"); ok {
+				svc.SorryServers = append(svc.SorryServers, b)
+				svc.Fallback = config.FallbackSorry
+			}
+		case "sh-port", "mh-port":
+			svc.SHPort = true
+		case "inhibit_on_failure":
+			// Established flows of a failed server keep it either way: see realServer.
+		default:
+			note("%s: dropped, Sluice has no equivalent.", strings.Join(append([]string{s.key()}, args...), " "))
+		}
+	}
+	if algo == "" {
+		note("no lb_algo: keepalived's default is wlc; Sluice's maglev spreads by weight too, without counting connections.")
+	}
+	if svc.SHPort && svc.Scheduler != config.SchedulerSH {
+		note("sh-port/mh-port dropped: it only applies to the sh scheduler.")
+		svc.SHPort = false
+	}
+	var check *config.HealthCheck
+	var checkAt *stmt
+	for _, rs := range servers {
+		b, hc, ok := c.realServer(rs, defaults, svc.Mode, note)
+		if !ok {
+			continue
+		}
+		svc.Backends = append(svc.Backends, b)
+		if checkAt == nil {
+			check, checkAt = hc, rs
+		} else if !reflect.DeepEqual(check, hc) {
+			c.fail(rs, "real_server %s is checked unlike real_server %s (line %d): Sluice has one health_check per service", rs.args()[0], checkAt.args()[0], checkAt.line())
+		}
+	}
+	svc.HealthCheck = check
+	if svc.Mode == config.ModeDSR {
+		for i := range svc.SorryServers {
+			svc.SorryServers[i].Port = 0
+		}
+	}
+	if len(servers) == 0 && svc.Fallback == "" {
+		svc.Fallback = config.FallbackDrop
+		note("no real_server: new flows are dropped.")
+	}
+	return svc, len(c.errs) == before
+}
+
+// kaFlags are the keywords that take no value.
+var kaFlags = []string{"inhibit_on_failure", "sh-port", "mh-port", "sh-fallback", "mh-fallback", "ha_suspend", "ops", "alpha", "omega", "one_packet_scheduling", "sorry_server_inhibit", "smtp_alert", "hashed", "flag-1", "flag-2", "flag-3", "fast_recovery", "enable_sni", "tls_compliant", "misc_dynamic"}
+
+func (c *kaConverter) mode(s *stmt) config.Mode {
+	switch strings.ToUpper(s.args()[0]) {
+	case "NAT":
+		return config.ModeNAT
+	case "DR":
+		return config.ModeDSR
+	case "TUN":
+		c.fail(s, "%s TUN refused: Sluice forwards by NAT or direct routing, not through IP-in-IP tunnels", s.key())
+	default:
+		c.fail(s, "%s %s refused: not NAT, DR or TUN", s.key(), s.args()[0])
+	}
+	return ""
+}
+
+// number parses the statement's value as a whole number within lo-hi.
+func (c *kaConverter) number(s *stmt, lo, hi int) (int, bool) {
+	n, err := strconv.Atoi(s.args()[0])
+	if err != nil || n < lo || n > hi {
+		c.fail(s, "%s %s is not a whole number from %d to %d", s.key(), s.args()[0], lo, hi)
+		return 0, false
+	}
+	return n, true
+}
+
+// seconds parses a keepalived duration: seconds, with a fraction allowed.
+func (c *kaConverter) seconds(s *stmt) (time.Duration, bool) {
+	f, err := strconv.ParseFloat(s.args()[0], 64)
+	if err != nil || f <= 0 || f > 3600 {
+		c.fail(s, "%s %s is not a number of seconds up to 3600", s.key(), s.args()[0])
+		return 0, false
+	}
+	return time.Duration(f * float64(time.Second)).Round(time.Millisecond), true
+}
+
+// checkDefault applies a checker setting given at the virtual_server or real_server level.
+func (c *kaConverter) checkDefault(s *stmt, d *checkDefaults) {
+	switch s.key() {
+	case "delay_loop":
+		if v, ok := c.seconds(s); ok {
+			d.delayLoop = v
+		}
+	case "connect_timeout":
+		if v, ok := c.seconds(s); ok {
+			d.connectTimeout = v
+		}
+	case "retry", "nb_get_retry":
+		if n, ok := c.number(s, 0, 99); ok {
+			d.retry = n
+		}
+	case "virtualhost":
+		d.host = s.args()[0]
+	}
+}
+
+// server converts "IP PORT" of a real_server or sorry_server into a backend.
+func (c *kaConverter) server(s *stmt, what string) (config.Backend, bool) {
+	args := s.args()
+	if len(args) != 2 {
+		c.fail(s, "%s needs an IP and a port", what)
+		return config.Backend{}, false
+	}
+	addr, err := parseAddr(args[0])
+	if err != nil {
+		c.fail(s, "%s: %v", what, err)
+		return config.Backend{}, false
+	}
+	port, err := parsePort(args[1])
+	if err != nil {
+		c.fail(s, "%s: %v", what, err)
+		return config.Backend{}, false
+	}
+	return config.Backend{Address: addr.String(), Port: port}, true
+}
+
+// realServer converts a real_server block into a backend and its health check.
+func (c *kaConverter) realServer(rs *stmt, d checkDefaults, mode config.Mode, note func(string, ...any)) (config.Backend, *config.HealthCheck, bool) {
+	before := len(c.errs)
+	b, ok := c.server(rs, "real_server")
+	if !ok {
+		return b, nil, false
+	}
+	if mode == config.ModeDSR {
+		b.Port = 0 // IPVS DR keeps the packet's destination port
+	}
+	var checks []*stmt
+	for _, s := range rs.block {
+		if len(s.args()) == 0 && !slices.Contains(kaFlags, s.key()) && !isCheck(s.key()) {
+			c.fail(s, "%s needs a value", s.key())
+			continue
+		}
+		switch s.key() {
+		case "weight":
+			if w, ok := c.number(s, 0, config.MaxWeight); ok && w != 1 {
+				b.Weight = &w
+			}
+		case "uthreshold":
+			b.MaxConnections, _ = c.number(s, 0, config.MaxConnectionThreshold)
+		case "lthreshold":
+			b.MinConnections, _ = c.number(s, 0, config.MaxConnectionThreshold)
+		case "inhibit_on_failure":
+			// keepalived either sets a failed server's weight to 0 or removes it from IPVS; with
+			// IPVS's default expire_nodest_conn=0 both keep its established connections, which is
+			// Sluice's on_failure: inhibit (the default).
+		case "delay_loop", "connect_timeout", "retry", "nb_get_retry", "virtualhost":
+			c.checkDefault(s, &d)
+		case "lvs_method":
+			if c.mode(s) != mode {
+				c.fail(s, "lvs_method %s differs from the virtual server's: Sluice's mode is per service", s.args()[0])
+			}
+		default:
+			if isCheck(s.key()) {
+				checks = append(checks, s)
+			} else {
+				note("%s %s of real servers: dropped, Sluice has no equivalent.", s.key(), strings.Join(s.args(), " "))
+			}
+		}
+	}
+	if b.MinConnections > 0 && b.MaxConnections == 0 {
+		note("lthreshold without uthreshold: dropped (IPVS only uses it after uthreshold).")
+		b.MinConnections = 0
+	}
+	var hc *config.HealthCheck
+	switch len(checks) {
+	case 0:
+	case 1:
+		hc = c.check(checks[0], d, note)
+	default:
+		c.fail(checks[1], "real_server %s has several checks: Sluice has one health_check per service", rs.args()[0])
+	}
+	return b, hc, len(c.errs) == before
+}
+
+func isCheck(key string) bool {
+	return strings.HasSuffix(key, "_CHECK") || strings.HasSuffix(key, "_GET")
+}
+
+// dnsWord is a name or record type safe to put in the shell command of a DNS check.
+var dnsWord = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
+// check converts a checker block into a health check.
+func (c *kaConverter) check(cs *stmt, d checkDefaults, note func(string, ...any)) *config.HealthCheck {
+	hc := &config.HealthCheck{Rise: 1}
+	var urls []*stmt
+	var payload, reply, dnsName, dnsType, misc string
+	for _, s := range cs.block {
+		args := s.args()
+		if len(args) == 0 && !slices.Contains(kaFlags, s.key()) && s.key() != "url" {
+			c.fail(s, "%s needs a value", s.key())
+			continue
+		}
+		switch s.key() {
+		case "delay_loop", "connect_timeout", "retry", "nb_get_retry", "virtualhost":
+			c.checkDefault(s, &d)
+		case "misc_timeout":
+			if v, ok := c.seconds(s); ok {
+				d.connectTimeout = v
+			}
+		case "connect_port":
+			if p, err := parsePort(args[0]); err != nil || p == 0 {
+				c.fail(s, "connect_port %s is not a port from 1 to 65535", args[0])
+			} else {
+				hc.Port = p
+			}
+		case "connect_ip":
+			c.fail(s, "connect_ip refused: Sluice checks the backend's own address")
+		case "url":
+			urls = append(urls, s)
+		case "payload":
+			payload = s.args()[0]
+		case "require_reply":
+			reply = s.args()[0]
+		case "name":
+			dnsName = args[0]
+		case "type":
+			dnsType = args[0]
+		case "misc_path":
+			misc = strings.Join(args, " ")
+		case "misc_dynamic":
+			c.fail(s, "misc_dynamic refused: keepalived takes exit codes 2-255 as up with a weight; Sluice takes any exit code but 0 as down")
+		case "delay_before_retry":
+			note("delay_before_retry %s: dropped, Sluice retries at the check's interval.", args[0])
+		default:
+			note("%s %s %s: dropped, Sluice has no equivalent.", cs.key(), s.key(), strings.Join(args, " "))
+		}
+	}
+	hc.Interval = seconds(d.delayLoop)
+	timeout := d.connectTimeout
+	if timeout > d.delayLoop {
+		note("connect_timeout %s is cut to delay_loop %s: a check ends before the next starts.", timeout, d.delayLoop)
+		timeout = d.delayLoop
+	}
+	hc.Timeout = seconds(timeout)
+	if d.retry >= 0 {
+		hc.Fall = d.retry + 1 // keepalived retries retry times after the first failure
+	}
+	switch cs.key() {
+	case "TCP_CHECK":
+		hc.Type = config.CheckTCP
+	case "HTTP_GET", "SSL_GET":
+		c.httpCheck(cs, hc, urls, d.host, note)
+	case "MISC_CHECK":
+		hc.Type = config.CheckExec
+		argv, err := splitCommand(misc)
+		if err != nil {
+			c.fail(cs, "MISC_CHECK misc_path refused: %v", err)
+		}
+		hc.Command = argv
+	case "UDP_CHECK":
+		c.udpCheck(cs, hc, payload, reply, note)
+	case "DNS_CHECK":
+		dnsName, dnsType = cmpOr(dnsName, "."), cmpOr(dnsType, "SOA")
+		if !dnsWord.MatchString(dnsName) || !dnsWord.MatchString(dnsType) {
+			c.fail(cs, "DNS_CHECK name %q or type %q refused: not a plain DNS name and record type", dnsName, dnsType)
+		}
+		hc.Type = config.CheckExec
+		port := `"$SLUICE_BACKEND_PORT"`
+		hc.Command = []string{"/bin/sh", "-c", fmt.Sprintf(`dig +tries=1 +time=%d -p %s @"$SLUICE_BACKEND_ADDRESS" %s %s | grep -q 'status: NOERROR'`, max(1, int(timeout/time.Second)), port, dnsName, dnsType)}
+		note("DNS_CHECK runs dig (package dnsutils or bind-utils): up when the answer's status is NOERROR, like keepalived.")
+	default:
+		c.fail(cs, "%s refused: Sluice checks by tcp, http, https, udp or exec (a command)", cs.key())
+	}
+	return hc
+}
+
+func cmpOr(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// httpCheck fills an http or https check from HTTP_GET or SSL_GET and its url blocks.
+func (c *kaConverter) httpCheck(cs *stmt, hc *config.HealthCheck, urls []*stmt, host string, note func(string, ...any)) {
+	hc.Type = config.CheckHTTP
+	if cs.key() == "SSL_GET" {
+		hc.Type = config.CheckHTTPS
+		hc.InsecureSkipVerify = true
+		note("SSL_GET checks without verifying the certificate: insecure_skip_verify: true, as keepalived without a ca.")
+	}
+	hc.Host = host
+	hc.ExpectStatus = kaStatusDefault
+	if len(urls) == 0 {
+		c.fail(cs, "%s needs a url block with a path", cs.key())
+		return
+	}
+	for _, extra := range urls[1:] {
+		note("%s url at line %d: dropped, Sluice checks one path per service.", cs.key(), extra.line())
+	}
+	for _, s := range urls[0].block {
+		args := s.args()
+		if len(args) == 0 {
+			c.fail(s, "%s needs a value", s.key())
+			continue
+		}
+		switch s.key() {
+		case "path":
+			hc.Path = args[0]
+		case "status_code":
+			hc.ExpectStatus = nil
+			for _, a := range args {
+				r, err := config.ParseRange(a)
+				if err != nil {
+					c.fail(s, "status_code: %v", err)
+				}
+				hc.ExpectStatus = append(hc.ExpectStatus, r)
+			}
+		case "digest":
+			c.fail(s, "digest refused: Sluice checks the status and text in the body, not an MD5 digest of it (use expect_body)")
+		case "regex", "regex_no_match":
+			c.fail(s, "%s refused: Sluice looks for plain text in the body (expect_body), not a regular expression", s.key())
+		case "virtualhost":
+			hc.Host = args[0]
+		default:
+			note("url %s %s: dropped, Sluice has no equivalent.", s.key(), strings.Join(args, " "))
+		}
+	}
+	if hc.Path == "" {
+		c.fail(urls[0], "url needs a path")
+	}
+}
+
+// udpCheck fills a udp check from UDP_CHECK's payload and require_reply (hex in keepalived).
+func (c *kaConverter) udpCheck(cs *stmt, hc *config.HealthCheck, payload, reply string, note func(string, ...any)) {
+	hc.Type = config.CheckUDP
+	if payload == "" {
+		c.fail(cs, "UDP_CHECK without a payload refused: a Sluice udp check sends a datagram and waits for the answer")
+		return
+	}
+	send, err := hex.DecodeString(payload)
+	if err != nil {
+		c.fail(cs, "UDP_CHECK payload %q is not hex", payload)
+	}
+	want, err := hex.DecodeString(reply)
+	if err != nil {
+		c.fail(cs, "UDP_CHECK require_reply %q is not hex", reply)
+	}
+	hc.Send, hc.Expect = string(send), string(want)
+	if reply == "" {
+		note("UDP_CHECK without require_reply: keepalived counts silence as up; Sluice waits for an answer to the payload.")
+	}
+}

@@ -1,0 +1,345 @@
+package importer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicelb/sluice/internal/config"
+)
+
+// nftlbFarm is the part of an nftlb farm that converts; the rest is read key by key.
+type nftlbFarm struct {
+	Name       string         `yaml:"name"`
+	Addr       string         `yaml:"virtual-addr"`
+	Ports      string         `yaml:"virtual-ports"`
+	Protocol   string         `yaml:"protocol"`
+	Mode       string         `yaml:"mode"`
+	Scheduler  string         `yaml:"scheduler"`
+	SchedParam string         `yaml:"sched-param"`
+	Persist    string         `yaml:"persistence"`
+	PersistTTL string         `yaml:"persist-ttl"`
+	Helper     string         `yaml:"helper"`
+	State      string         `yaml:"state"`
+	Backends   []nftlbBackend `yaml:"backends"`
+}
+
+// nftlbBackend is one backend of a farm.
+type nftlbBackend struct {
+	Name      string `yaml:"name"`
+	Addr      string `yaml:"ip-addr"`
+	Port      string `yaml:"port"`
+	Weight    string `yaml:"weight"`
+	Priority  string `yaml:"priority"`
+	ConnLimit string `yaml:"est-connlimit"`
+	State     string `yaml:"state"`
+	Mark      string `yaml:"mark"`
+	line      int
+}
+
+// nftlbDropped are farm keys with no Sluice equivalent, and why.
+var nftlbDropped = map[string]string{
+	"log":        "Sluice logs events, not packets",
+	"log-prefix": "Sluice logs events, not packets", "mark": "Sluice does not mark packets",
+	"priority": "Sluice's rules have one priority", "iface": "list interfaces in the config's interfaces",
+	"oface": "Sluice routes by the kernel's table", "ether-addr": "Sluice resolves neighbours itself",
+	"source-addr": "fullnat picks the source address from the route", "tcp-strict": "conntrack checks TCP state",
+	"flow-offload": "not supported", "queue": "Sluice sends no packet to user space",
+	"new-rtlimit": "see issue 16 limits (not yet)", "new-rtlimit-burst": "see issue 16 limits (not yet)",
+	"rst-rtlimit": "see issue 16 limits (not yet)", "rst-rtlimit-burst": "see issue 16 limits (not yet)",
+	"est-connlimit": "see issue 16 limits (not yet)", "limits-ttl": "see issue 16 limits (not yet)",
+	"est-connlimit-log-prefix": "see issue 16 limits (not yet)", "new-rtlimit-log-prefix": "see issue 16 limits (not yet)",
+	"rst-rtlimit-log-prefix": "see issue 16 limits (not yet)", "intra-connect": "not supported",
+	"responsettl": "not supported", "virtual-addr6": "not supported",
+}
+
+// nftlbConverted are the farm keys the converter reads (family: the addresses tell it).
+var nftlbConverted = []string{"name", "family", "virtual-addr", "virtual-ports", "protocol", "mode", "scheduler", "sched-param", "persistence", "persist-ttl", "helper", "state", "backends"}
+
+// Nftlb converts an nftlb JSON config ({"farms": [...]}) into services: one per farm, port list
+// item and protocol.
+func Nftlb(path string) (*Result, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if !json.Valid(data) {
+		var syntax *json.SyntaxError
+		if err := json.Unmarshal(data, new(any)); errors.As(err, &syntax) {
+			return nil, &Error{path, 1 + bytes.Count(data[:syntax.Offset], []byte("\n")), "not JSON: " + err.Error()}
+		}
+		return nil, fmt.Errorf("%s: not JSON", path)
+	}
+	// JSON is YAML, whose nodes know their lines; JSON's tabs are only ever blanks.
+	var root yaml.Node
+	if err := yaml.Unmarshal(bytes.ReplaceAll(data, []byte("\t"), []byte(" ")), &root); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	doc := root.Content[0]
+	c := &nftlbConverter{file: path, names: namer{}}
+	res := &Result{Source: "nftlb " + path}
+	for i := 0; i+1 < len(doc.Content); i += 2 {
+		key, value := doc.Content[i], doc.Content[i+1]
+		switch key.Value {
+		case "farms":
+			for _, farm := range value.Content {
+				res.Services = append(res.Services, c.farm(farm)...)
+			}
+		case "policies":
+			c.errs.add(path, key.Line, "policies refused: Sluice has no client black- or whitelists, and dropping them would let their clients in")
+		default:
+			res.Notes = append(res.Notes, fmt.Sprintf("%s: dropped, Sluice has no equivalent.", key.Value))
+		}
+	}
+	if err := c.errs.err(); err != nil {
+		return nil, err
+	}
+	res.Notes = append(res.Notes, c.notes...)
+	return res, nil
+}
+
+// nftlbConverter converts the farms of one nftlb file.
+type nftlbConverter struct {
+	file  string
+	names namer
+	errs  problems
+	notes []string // about the whole file
+}
+
+// mapping returns the value node of key in a mapping node, nil when absent.
+func mapping(n *yaml.Node, key string) *yaml.Node {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}
+
+// farm converts one farm into a service per protocol and port list item.
+func (c *nftlbConverter) farm(n *yaml.Node) []Service {
+	var f nftlbFarm
+	if err := n.Decode(&f); err != nil {
+		c.errs.add(c.file, n.Line, "farm: %v", err)
+		return nil
+	}
+	if backends := mapping(n, "backends"); backends != nil {
+		for i := range f.Backends {
+			f.Backends[i].line = backends.Content[i].Line
+		}
+	}
+	line := func(key string) int {
+		if v := mapping(n, key); v != nil {
+			return v.Line
+		}
+		return n.Line
+	}
+	before := len(c.errs)
+	tmpl := Service{Notes: []string{fmt.Sprintf("from nftlb farm %s (%s:%d)", f.Name, c.file, n.Line)}}
+	note := func(format string, args ...any) { tmpl.Notes = append(tmpl.Notes, fmt.Sprintf(format, args...)) }
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, value := n.Content[i].Value, n.Content[i+1].Value
+		if slices.Contains(nftlbConverted, key) {
+			continue
+		}
+		if why, ok := nftlbDropped[key]; ok {
+			if value != "" && value != "0" && value != "none" && value != "off" {
+				note("%s %s: dropped, %s.", key, value, why)
+			}
+			continue
+		}
+		note("%s %s: dropped, Sluice has no equivalent.", key, value)
+	}
+	if f.State == "off" || f.State == "down" {
+		c.errs = c.errs[:before]
+		c.notes = append(c.notes, fmt.Sprintf("farm %s (line %d) is %s: not imported.", f.Name, n.Line, f.State))
+		return nil
+	}
+	switch f.Mode {
+	case "snat":
+		tmpl.Mode = config.ModeFullNAT
+	case "dnat", "":
+		tmpl.Mode = config.ModeNAT
+	case "dsr":
+		tmpl.Mode = config.ModeDSR
+	case "stlsdnat":
+		c.errs.add(c.file, line("mode"), "mode stlsdnat refused: Sluice's nat tracks connections; stateless DNAT has no equivalent")
+	default:
+		c.errs.add(c.file, line("mode"), "mode %q refused: not snat, dnat, dsr or stlsdnat", f.Mode)
+	}
+	c.scheduler(&f, &tmpl, line, note)
+	if f.Helper != "" && f.Helper != "none" {
+		c.errs.add(c.file, line("helper"), "helper %s refused: Sluice loads no conntrack helper, so the protocol's extra connections would not be balanced", f.Helper)
+	}
+	switch f.Persist {
+	case "", "none":
+	case "srcip":
+		ttl, err := strconv.Atoi(cmpOr(f.PersistTTL, "60"))
+		if err != nil || ttl < 1 {
+			c.errs.add(c.file, line("persist-ttl"), "persist-ttl %q is not a number of seconds", f.PersistTTL)
+		}
+		tmpl.PersistenceTimeout = fmt.Sprintf("%ds", ttl)
+	default:
+		c.errs.add(c.file, line("persistence"), "persistence %s refused: Sluice keeps clients by source address (srcip) only", f.Persist)
+	}
+	c.backends(&f, &tmpl, note)
+	if len(c.errs) > before {
+		return nil
+	}
+	return c.expand(&f, tmpl, line)
+}
+
+// scheduler maps nftlb's scheduler and sched-param.
+func (c *nftlbConverter) scheduler(f *nftlbFarm, tmpl *Service, line func(string) int, note func(string, ...any)) {
+	switch f.Scheduler {
+	case "weight", "":
+		tmpl.Scheduler = config.SchedulerWRR
+		note("scheduler weight: nftlb picks at random by weight; Sluice's wrr gives the same shares in turn.")
+	case "rr":
+		tmpl.Scheduler = config.SchedulerRR
+	case "hash", "symhash":
+		switch strings.Join(strings.Fields(cmpOr(f.SchedParam, "srcip")), " ") {
+		case "srcip":
+			tmpl.Scheduler = config.SchedulerSH
+		case "srcip srcport":
+			tmpl.Scheduler, tmpl.SHPort = config.SchedulerSH, true
+		default:
+			tmpl.Scheduler = config.SchedulerHash
+			note("scheduler %s by %q: Sluice's hash takes the whole 5-tuple.", f.Scheduler, f.SchedParam)
+		}
+		if f.Scheduler == "symhash" {
+			note("symhash: Sluice tracks each flow, so both directions already reach one backend.")
+		}
+	default:
+		c.errs.add(c.file, line("scheduler"), "scheduler %q refused: not weight, rr, hash or symhash", f.Scheduler)
+	}
+}
+
+// backends converts a farm's backends; of two priority levels the higher one become sorry
+// servers (nftlb only sends to them while no backend of the lower level is up).
+func (c *nftlbConverter) backends(f *nftlbFarm, tmpl *Service, note func(string, ...any)) {
+	var levels []int
+	for _, b := range f.Backends {
+		p, _ := strconv.Atoi(cmpOr(b.Priority, "1"))
+		if !slices.Contains(levels, p) {
+			levels = append(levels, p)
+		}
+	}
+	slices.Sort(levels)
+	if len(levels) > 2 {
+		c.errs.add(c.file, f.Backends[0].line, "backends have %d priority levels refused: Sluice has backends and one level of sorry servers", len(levels))
+		return
+	}
+	for _, nb := range f.Backends {
+		addr, err := parseAddr(nb.Addr)
+		if err != nil {
+			c.errs.add(c.file, nb.line, "backend %s: %v", nb.Name, err)
+			continue
+		}
+		b := config.Backend{Address: addr.String()}
+		if nb.Port != "" {
+			if b.Port, err = parsePort(nb.Port); err != nil {
+				c.errs.add(c.file, nb.line, "backend %s port: %v", nb.Name, err)
+			}
+		}
+		if nb.Weight != "" {
+			w, err := strconv.Atoi(nb.Weight)
+			if err != nil || w < 0 || w > config.MaxWeight {
+				c.errs.add(c.file, nb.line, "backend %s weight %q is not from 0 to %d", nb.Name, nb.Weight, config.MaxWeight)
+			}
+			if w != 1 {
+				b.Weight = &w
+			}
+		}
+		if nb.State != "" && nb.State != "up" {
+			b.Weight = new(int)
+			note("backend %s is %s: weight 0 (takes no new flows).", nb.Name, nb.State)
+		}
+		if nb.ConnLimit != "" && nb.ConnLimit != "0" {
+			if b.MaxConnections, err = strconv.Atoi(nb.ConnLimit); err != nil || b.MaxConnections < 0 || b.MaxConnections > config.MaxConnectionThreshold {
+				c.errs.add(c.file, nb.line, "backend %s est-connlimit %q is not from 0 to %d", nb.Name, nb.ConnLimit, config.MaxConnectionThreshold)
+			}
+		}
+		if nb.Mark != "" && nb.Mark != "0x0" && nb.Mark != "0" {
+			note("backend %s mark %s: dropped, Sluice does not mark packets.", nb.Name, nb.Mark)
+		}
+		if tmpl.Mode == config.ModeDSR {
+			b.Port = 0
+		}
+		p, _ := strconv.Atoi(cmpOr(nb.Priority, "1"))
+		if len(levels) == 2 && p == levels[1] {
+			b.MaxConnections = 0
+			tmpl.SorryServers = append(tmpl.SorryServers, b)
+			tmpl.Fallback = config.FallbackSorry
+			continue
+		}
+		tmpl.Backends = append(tmpl.Backends, b)
+	}
+	if len(levels) == 2 {
+		note("backends of priority %d are sorry servers: they take new flows while no backend of priority %d is up.", levels[1], levels[0])
+	}
+	if len(f.Backends) == 0 {
+		tmpl.Fallback = config.FallbackDrop
+	}
+}
+
+// expand makes a service per protocol ("all" is tcp and udp) and virtual-ports item.
+func (c *nftlbConverter) expand(f *nftlbFarm, tmpl Service, line func(string) int) []Service {
+	vip, err := parseAddr(f.Addr)
+	if err != nil {
+		c.errs.add(c.file, line("virtual-addr"), "virtual-addr: %v", err)
+		return nil
+	}
+	var protos []config.Protocol
+	switch cmpOr(f.Protocol, "tcp") {
+	case "tcp", "udp":
+		protos = []config.Protocol{config.Protocol(cmpOr(f.Protocol, "tcp"))}
+	case "all":
+		protos = []config.Protocol{config.ProtocolTCP, config.ProtocolUDP}
+	default:
+		c.errs.add(c.file, line("protocol"), "protocol %s refused: Sluice balances tcp and udp", f.Protocol)
+		return nil
+	}
+	var ports []config.Range
+	if strings.TrimSpace(f.Ports) == "" {
+		ports = []config.Range{{First: 1, Last: 65535}}
+	}
+	for _, item := range strings.Split(f.Ports, ",") {
+		if strings.TrimSpace(item) == "" {
+			continue
+		}
+		r, err := config.ParseRange(item)
+		if err != nil || r.First < 1 || r.Last > 65535 || r.First > r.Last {
+			c.errs.add(c.file, line("virtual-ports"), "virtual-ports %q: %q is not a port or a range first-last", f.Ports, item)
+			return nil
+		}
+		ports = append(ports, r)
+	}
+	var out []Service
+	for _, proto := range protos {
+		for _, r := range ports {
+			s := tmpl
+			s.Notes = slices.Clone(tmpl.Notes)
+			s.VIP, s.Port, s.Protocol = vip.String(), r, proto
+			s.Backends, s.SorryServers = slices.Clone(tmpl.Backends), slices.Clone(tmpl.SorryServers)
+			if r.IsRange() && s.Mode != config.ModeDSR {
+				for i := range s.Backends {
+					if s.Backends[i].Port != 0 {
+						c.errs.add(c.file, f.Backends[0].line, "backend port %d with virtual-ports %s refused: Sluice keeps the client's port for a range", s.Backends[i].Port, r)
+						return nil
+					}
+				}
+			}
+			s.Name = c.names.name(proto, s.VIP, r)
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,75 @@
+package importer
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicelb/sluice/internal/config"
+)
+
+// YAML writes the result as a Sluice config: a header naming the source, the notes as
+// comments, datapath ebpf when a service needs it, then the services, each under its notes.
+func (r *Result) YAML() ([]byte, error) {
+	services := &yaml.Node{Kind: yaml.SequenceNode}
+	if len(r.Services) == 0 {
+		services.Style = yaml.FlowStyle
+	}
+	var needs []string
+	for _, s := range r.Services {
+		var n yaml.Node
+		if err := n.Encode(&s.Service); err != nil {
+			return nil, fmt.Errorf("service %s: %w", s.Name, err)
+		}
+		n.HeadComment = comment(s.Notes)
+		services.Content = append(services.Content, &n)
+		if why := needsEBPF(&s.Service); why != "" {
+			needs = append(needs, s.Name+": "+why)
+		}
+	}
+	root := &yaml.Node{Kind: yaml.MappingNode}
+	header := append([]string{"Imported by sluice import " + r.Source + "."}, r.Notes...)
+	if len(needs) > 0 {
+		key := scalar("datapath")
+		key.HeadComment = comment(header)
+		value := scalar(string(config.DatapathEBPF))
+		value.LineComment = comment([]string{"nftables cannot count connections: " + strings.Join(needs, "; ")})
+		root.Content = append(root.Content, key, value)
+		header = nil
+	}
+	key := scalar("services")
+	key.HeadComment = comment(header)
+	root.Content = append(root.Content, key, services)
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(&yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{root}}); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), enc.Close()
+}
+
+// needsEBPF says which of the service's keys only the ebpf datapath programs, "" for none.
+func needsEBPF(s *config.Service) string {
+	if s.Scheduler.CountsConnections() {
+		return "scheduler " + string(s.Scheduler)
+	}
+	for _, b := range s.Backends {
+		if b.MaxConnections > 0 {
+			return "max_connections"
+		}
+	}
+	return ""
+}
+
+func scalar(v string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Value: v} }
+
+// comment is lines as a YAML comment ("# " before each), "" for none.
+func comment(lines []string) string {
+	if len(lines) == 0 {
+		return ""
+	}
+	return "# " + strings.Join(lines, "\n# ")
+}
