@@ -76,8 +76,8 @@ type listOptions struct {
 
 func (o *listOptions) flags(cmd *cobra.Command) {
 	cmd.Flags().BoolVarP(&o.numeric, "numeric", "n", false, "numeric ports (no /etc/services names)")
-	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table, wide, json, yaml")
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "wide", "json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table, wide, json, yaml, ipvsadm (ipvsadm -Ln's layout)")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "wide", "json", "yaml", "ipvsadm"}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.Flags().BoolVar(&o.rate, "rate", false, "per-second rates of new connections, packets and bytes (like ipvsadm --rate)")
 	cmd.Flags().DurationVar(&o.interval, "interval", time.Second, "--rate: the time between the two readings (100ms..1m)")
 }
@@ -100,8 +100,11 @@ func runList(cmd *cobra.Command, g *globals, args []string, o listOptions) error
 	if !o.numeric && (o.output == "table" || o.output == "wide") {
 		names = serviceNames("/etc/services")
 	}
-	if o.output == "wide" {
+	switch o.output {
+	case "wide":
 		return printTable(cmd.OutOrStdout(), services, names, true)
+	case "ipvsadm":
+		return printIPVS(cmd.OutOrStdout(), services)
 	}
 	return emit(cmd.OutOrStdout(), o.output, services, func(w io.Writer) error {
 		return printTable(w, services, names, false)

@@ -1,0 +1,44 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/engine"
+)
+
+// printIPVS writes the services in ipvsadm -Ln's layout, for the scripts and eyes used to it:
+// Masq for nat and fullnat, Route for dsr, IPVS's scheduler names (maglev is mh), InActConn the
+// flows that are no longer active. A port range, which IPVS does not have, stays one line.
+func printIPVS(w io.Writer, services []engine.ServiceView) error {
+	var b strings.Builder
+	b.WriteString("IP Virtual Server version 1.2.1 (size=4096)\n")
+	b.WriteString("Prot LocalAddress:Port Scheduler Flags\n")
+	b.WriteString("  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn\n")
+	for _, s := range services {
+		sched := s.Scheduler
+		if sched.Canonical() == config.SchedulerMaglev {
+			sched = config.SchedulerMH
+		}
+		fmt.Fprintf(&b, "%-4s %s %s\n", strings.ToUpper(string(s.Protocol)), hostPort(s.VIP, s.Ports), sched)
+		forward := "Masq"
+		if s.Mode == config.ModeDSR {
+			forward = "Route"
+		}
+		for _, be := range s.Backends {
+			port := s.Ports
+			if be.Port != 0 {
+				port = fmt.Sprint(be.Port)
+			}
+			inactive := uint64(0)
+			if be.Flows > be.ActiveFlows {
+				inactive = be.Flows - be.ActiveFlows
+			}
+			fmt.Fprintf(&b, "  -> %-28s %-7s %-6d %-10d %d\n", hostPort(be.Address, port), forward, be.ProgrammedWeight, be.ActiveFlows, inactive)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
