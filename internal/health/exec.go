@@ -17,7 +17,7 @@ import (
 )
 
 const (
-	// maxOutput is how much of a failed command's output its Result keeps.
+	// maxOutput is how much of a command's output RunCommand keeps.
 	maxOutput = 200
 	// outputGrace is how long a finished or killed command's output may stay open (held by a
 	// child that escaped its process group) before the probe stops waiting for it.
@@ -40,16 +40,9 @@ func newExecChecker(hc *config.HealthCheck) (*execChecker, error) {
 
 func (c *execChecker) Check(ctx context.Context, target netip.AddrPort) Result {
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, c.command[0], c.command[1:]...)
-	cmd.Env = append(os.Environ(),
+	out, err := RunCommand(ctx, c.command,
 		"SLUICE_BACKEND_ADDRESS="+target.Addr().String(),
 		"SLUICE_BACKEND_PORT="+strconv.Itoa(int(target.Port())))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = outputGrace
-	output := &headWriter{limit: maxOutput}
-	cmd.Stdout, cmd.Stderr = output, output // one writer, so one pipe and output in order
-	err := cmd.Run()
 	if err == nil {
 		return passed(start, "exit status 0")
 	}
@@ -57,10 +50,25 @@ func (c *execChecker) Check(ctx context.Context, target netip.AddrPort) Result {
 	if !ok {
 		reason = err.Error()
 	}
-	if out := bytes.TrimSpace(output.head); len(out) > 0 {
-		reason += ": " + strings.ToValidUTF8(string(out), "")
+	if len(out) > 0 {
+		reason += ": " + out
 	}
 	return failed(start, reason)
+}
+
+// RunCommand runs argv (no shell) with env added to the daemon's, in a process group of its own
+// that is killed whole when ctx ends. It returns the head of the output (stdout and stderr in
+// order, trimmed) and the error of a command that did not exit with status 0.
+func RunCommand(ctx context.Context, argv []string, env ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = outputGrace
+	output := &headWriter{limit: maxOutput}
+	cmd.Stdout, cmd.Stderr = output, output // one writer, so one pipe and output in order
+	err := cmd.Run()
+	return strings.ToValidUTF8(string(bytes.TrimSpace(output.head)), ""), err
 }
 
 // headWriter keeps the first limit bytes written to it and discards the rest, so a chatty
