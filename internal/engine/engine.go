@@ -88,6 +88,7 @@ type Engine struct {
 	saving  saving
 	bgp     announcing
 	node    nodeDrain
+	quorum  quorums
 }
 
 // New returns an engine for a validated config; Run starts it.
@@ -111,10 +112,11 @@ func New(cfg *config.Config, opts Options) *Engine {
 		opts.RouterID = firstIPv4Address
 	}
 	e := &Engine{
-		opts: opts, log: opts.Log, dp: opts.Datapath, planner: plan.NewBuilder(), events: newEventLog(), gens: newGenerations(),
+		opts: opts, log: opts.Log, dp: opts.Datapath, events: newEventLog(), gens: newGenerations(),
 		dirty: make(chan struct{}, 1), outside: make(chan string, 16), cfg: cfg, resets: map[string]bool{}, drains: map[string]*drain{},
 		node: nodeDrain{NodeView: NodeView{State: NodeActive}},
 	}
+	e.planner = plan.NewBuilderWithQuorum(e.holdsQuorum)
 	if e.opts.NewAnnouncer == nil {
 		e.opts.NewAnnouncer = func(notify func(bgp.Event)) Announcer { return bgp.New(opts.Log, notify) }
 	}
@@ -219,14 +221,20 @@ func (e *Engine) trigger() {
 func (e *Engine) reconcile(ctx context.Context, force bool) error {
 	e.mu.Lock()
 	gen := e.gens.last()
-	p, err := e.planner.Build(e.cfg, e.available(e.cfg))
+	available := e.available(e.cfg)
+	p, err := e.planner.Build(e.cfg, available)
 	unchanged := e.applied != nil && e.applied.Equal(p)
+	var quorums []quorumSeen
+	if err == nil {
+		quorums = quorumsOf(e.cfg, p, available)
+	}
 	e.mu.Unlock()
 	if err != nil {
 		e.gens.done(gen, err)
 		return e.applyFailed(err)
 	}
 	if unchanged && !force {
+		e.noteQuorums(ctx, quorums)
 		e.gens.done(gen, nil)
 		return e.resetFlows(ctx, p)
 	}
@@ -248,6 +256,7 @@ func (e *Engine) reconcile(ctx context.Context, force bool) error {
 	e.stats.Applies++
 	e.stats.LastDuration, e.stats.LastApplied, e.stats.LastError = took, time.Now(), ""
 	e.mu.Unlock()
+	e.noteQuorums(ctx, quorums)
 	e.gens.done(gen, nil)
 	e.log.Debug("datapath applied", "services", len(p.Services), "took", took)
 	if force {

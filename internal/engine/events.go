@@ -51,6 +51,11 @@ const (
 	EventNodeDrainStarted = "node_drain_started"
 	EventNodeDrained      = "node_drained"
 	EventNodeUndrained    = "node_undrained"
+	// Quorum: a service's available weight fell below its quorum (less the hysteresis), or came
+	// back to it (plus the hysteresis); its quorum_down or quorum_up command failed.
+	EventQuorumLost          = "quorum_lost"
+	EventQuorumRegained      = "quorum_regained"
+	EventQuorumCommandFailed = "quorum_command_failed"
 )
 
 // eventLogSize is how many events are kept for late readers.

@@ -1,0 +1,184 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/health"
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+// quorumCommandTimeout bounds a quorum_up or quorum_down command; its process group is then
+// killed.
+const quorumCommandTimeout = 10 * time.Second
+
+// Quorum states of a ServiceView.
+const (
+	QuorumHeld = "held"
+	QuorumLost = "lost"
+)
+
+// quorums is what the engine knows of its services' quorums; Engine.mu guards it.
+type quorums struct {
+	lost map[string]bool            // by service, as last programmed; absent: never decided
+	runs map[string]<-chan struct{} // by service, closed when its last command ends: they run in order
+}
+
+// quorumSeen is the quorum of one service as a plan decided it.
+type quorumSeen struct {
+	service                    string
+	lost                       bool
+	weight, quorum, lose, gain int
+	up, down                   []string
+}
+
+// holdsQuorum is the engine's plan.QuorumRule: a service keeps the state it was last programmed
+// in until its available weight crosses the hysteresis (held while weight >= quorum-hysteresis,
+// lost while weight < quorum+hysteresis); one never programmed holds it at its quorum or more.
+// It reads the state without changing it, so dry runs and diffs may build plans. The planner
+// calls it with e.mu held.
+func (e *Engine) holdsQuorum(s *config.Service, weight int) bool {
+	lost, decided := e.quorum.lost[s.Name]
+	lose, gain := s.QuorumThresholds()
+	switch {
+	case !decided:
+		return plan.AtLeastQuorum(s, weight)
+	case lost:
+		return weight >= gain
+	default:
+		return weight >= lose
+	}
+}
+
+// availableWeight is the total weight of the backends of s that may take new flows, as the plan
+// counts it against the quorum.
+func availableWeight(s *config.Service, available plan.Availability) int {
+	total := 0
+	for _, cb := range s.Backends {
+		b, err := plan.BackendOf(cb, s.Mode)
+		if err == nil && (available == nil || available(s.Name, b)) {
+			total += b.Weight
+		}
+	}
+	return total
+}
+
+// quorumsOf lists the quorum of every service of cfg that has one, as p (built from cfg with
+// available) decided it.
+func quorumsOf(cfg *config.Config, p *plan.Plan, available plan.Availability) []quorumSeen {
+	lost := map[string]bool{}
+	for i := range p.Services {
+		lost[p.Services[i].Name] = p.Services[i].QuorumLost
+	}
+	var out []quorumSeen
+	for i := range cfg.Services {
+		s := &cfg.Services[i]
+		if s.Quorum <= 0 {
+			continue
+		}
+		lose, gain := s.QuorumThresholds()
+		out = append(out, quorumSeen{
+			service: s.Name, lost: lost[s.Name], weight: availableWeight(s, available),
+			quorum: s.Quorum, lose: lose, gain: gain, up: s.QuorumUp, down: s.QuorumDown,
+		})
+	}
+	return out
+}
+
+// noteQuorums records the quorums of a plan the datapath holds, forgetting the services that
+// have none anymore. Each change is published and runs the service's command; so does a service
+// programmed for the first time without its quorum (quorum_down, as keepalived at startup).
+func (e *Engine) noteQuorums(ctx context.Context, seen []quorumSeen) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	was := e.quorum.lost
+	e.quorum.lost = make(map[string]bool, len(seen))
+	for _, q := range seen {
+		e.quorum.lost[q.service] = q.lost
+		lost, decided := was[q.service]
+		if decided && lost == q.lost || !decided && !q.lost {
+			continue
+		}
+		kind, argv := EventQuorumRegained, q.up
+		msg := fmt.Sprintf("available weight %d reached %d: the backends take new flows until it falls below %d", q.weight, q.gain, q.lose)
+		if q.lost {
+			below := q.lose
+			if !decided {
+				below = q.quorum // a first plan holds the quorum at its value
+			}
+			kind, argv = EventQuorumLost, q.down
+			msg = fmt.Sprintf("available weight %d is below %d: the backends take no new flows until it is %d", q.weight, below, q.gain)
+		}
+		msg += fmt.Sprintf(" (quorum %d, hysteresis %d)", q.quorum, q.gain-q.quorum)
+		e.publish(Event{Type: kind, Service: q.service, Message: msg})
+		if len(argv) > 0 {
+			e.startQuorumCommand(ctx, q, kind, argv)
+		}
+	}
+	for name := range e.quorum.runs {
+		if _, ok := e.quorum.lost[name]; !ok {
+			delete(e.quorum.runs, name)
+		}
+	}
+}
+
+// startQuorumCommand runs argv for the quorum change kind of q once the service's previous
+// command ended, without blocking: its exit status and first output line are logged, and a
+// failure is published. Called with e.mu held.
+func (e *Engine) startQuorumCommand(ctx context.Context, q quorumSeen, kind string, argv []string) {
+	if e.quorum.runs == nil {
+		e.quorum.runs = map[string]<-chan struct{}{}
+	}
+	prev, done := e.quorum.runs[q.service], make(chan struct{})
+	e.quorum.runs[q.service] = done
+	field := "quorum_up"
+	if kind == EventQuorumLost {
+		field = "quorum_down"
+	}
+	go func() {
+		defer close(done)
+		if prev != nil {
+			select {
+			case <-prev:
+			case <-ctx.Done():
+				return
+			}
+		}
+		ctx, cancel := context.WithTimeout(ctx, quorumCommandTimeout)
+		defer cancel()
+		out, err := health.RunCommand(ctx, argv, "SLUICE_SERVICE="+q.service, "SLUICE_QUORUM_WEIGHT="+strconv.Itoa(q.weight))
+		out, _, _ = strings.Cut(out, "\n")
+		status := "exit status 0"
+		if err != nil {
+			status = err.Error()
+		}
+		e.log.Info("quorum command ran", "service", q.service, "command", field, "argv", argv, "status", status, "output", out)
+		if err != nil {
+			msg := field + " " + argv[0] + ": " + status
+			if out != "" {
+				msg += ": " + out
+			}
+			e.publish(Event{Type: EventQuorumCommandFailed, Service: q.service, Message: msg})
+		}
+	}()
+}
+
+// quorumState is the state a ServiceView shows of s: as programmed, or before the first plan
+// that held s, as that plan would decide it.
+func (e *Engine) quorumState(s *config.Service, weight int) string {
+	if s.Quorum <= 0 {
+		return ""
+	}
+	lost, decided := e.quorum.lost[s.Name]
+	if !decided {
+		lost = !plan.AtLeastQuorum(s, weight)
+	}
+	if lost {
+		return QuorumLost
+	}
+	return QuorumHeld
+}
