@@ -25,8 +25,16 @@ type ServiceView struct {
 	// Programmed tells whether the datapath holds the service.
 	Programmed bool `json:"programmed"`
 	// Slots is the size of the programmed slot table (0: new flows meet the fallback).
-	Slots    int           `json:"slots"`
-	Backends []BackendView `json:"backends"`
+	Slots int `json:"slots"`
+	// PersistenceTimeout is the session affinity ("300s"; empty: off) and PersistencePrefix the
+	// prefix length its clients are grouped by.
+	PersistenceTimeout string `json:"persistence_timeout,omitempty"`
+	PersistencePrefix  int    `json:"persistence_prefix,omitempty"`
+	// AvailableWeight is the total weight of the backends that may take new flows; Quorum is
+	// "held" or "lost" for a service with a quorum, empty otherwise.
+	AvailableWeight int           `json:"available_weight"`
+	Quorum          string        `json:"quorum,omitempty"`
+	Backends        []BackendView `json:"backends"`
 }
 
 // BackendView is one backend (or sorry server) of a service.
@@ -39,8 +47,9 @@ type BackendView struct {
 	Weight           int  `json:"weight"`
 	ProgrammedWeight int  `json:"programmed_weight"`
 	Sorry            bool `json:"sorry,omitempty"`
-	// Health is "up", "down" or "unchecked"; State sums up: active, down, draining, drained, idle
-	// (weight 0), standby (a sorry server while backends are up) or sorry (taking the flows).
+	// Health is "up", "down" or "unchecked"; State sums up: active, overloaded (at
+	// max_connections), down, draining, drained, idle (weight 0), standby (a sorry server while
+	// backends are up) or sorry (taking the flows).
 	Health string     `json:"health"`
 	State  string     `json:"state"`
 	Drain  *DrainView `json:"drain,omitempty"`
@@ -50,6 +59,11 @@ type BackendView struct {
 	ActiveFlows uint64  `json:"active_flows"`
 	Packets     uint64  `json:"packets"`
 	Bytes       uint64  `json:"bytes"`
+	// Connections is the active flow count the datapath picks by (ebpf: lc, wlc,
+	// max_connections); MaxConnections and MinConnections are the thresholds (0: no limit).
+	Connections    uint64 `json:"connections,omitempty"`
+	MaxConnections int    `json:"max_connections,omitempty"`
+	MinConnections int    `json:"min_connections,omitempty"`
 }
 
 // Services reads the datapath and describes every configured service.
@@ -109,6 +123,12 @@ func (e *Engine) serviceView(s *config.Service, k *datapath.ServiceStatus, avail
 	v := ServiceView{
 		Name: s.Name, Protocol: s.Protocol, VIP: s.VIP, Ports: s.Port.String(), Mode: s.Mode,
 		Scheduler: s.Scheduler, Fallback: s.Fallback.OrDefault(), Programmed: k != nil,
+		AvailableWeight: availableWeight(s, available),
+	}
+	v.Quorum = e.quorumState(s, v.AvailableWeight)
+	if d := s.PersistenceOrZero(); d > 0 {
+		addr, _ := netip.ParseAddr(s.VIP)
+		v.PersistenceTimeout, v.PersistencePrefix = s.PersistenceTimeout, s.PersistencePrefix(addr.Unmap().Is6())
 	}
 	counters := map[string]datapath.BackendStatus{}
 	if k != nil {
@@ -117,10 +137,10 @@ func (e *Engine) serviceView(s *config.Service, k *datapath.ServiceStatus, avail
 			counters[BackendID(b.Address, b.Port)] = b
 		}
 	}
-	anyUp := false
+	anyUp := false // a backend takes new flows: sorry servers stand by
 	for _, b := range s.Backends {
 		bv := e.backendView(s, b, counters, available)
-		anyUp = anyUp || bv.State == "active"
+		anyUp = anyUp || (bv.State == "active" || bv.State == "overloaded") && v.Quorum != QuorumLost
 		v.Backends = append(v.Backends, bv)
 	}
 	for _, b := range s.SorryServers {
@@ -135,16 +155,13 @@ func (e *Engine) serviceView(s *config.Service, k *datapath.ServiceStatus, avail
 }
 
 func (e *Engine) backendView(s *config.Service, b config.Backend, counters map[string]datapath.BackendStatus, available plan.Availability) BackendView {
-	addr, _ := netip.ParseAddr(b.Address)
-	pb := plan.Backend{Addr: addr.Unmap(), Port: uint16(b.Port), Weight: b.WeightOrDefault()}
-	if s.Mode == config.ModeDSR {
-		pb.Port = 0
-	}
+	pb, _ := plan.BackendOf(b, s.Mode)
 	k := counters[pb.ID()]
 	v := BackendView{
 		ID: pb.ID(), Address: pb.Addr.String(), Port: int(pb.Port), Weight: pb.Weight,
 		ProgrammedWeight: k.Weight, Share: k.Share, Flows: k.Flows, ActiveFlows: k.ActiveFlows,
 		Packets: k.Packets, Bytes: k.Bytes, Health: "unchecked", State: "active",
+		Connections: k.Connections, MaxConnections: pb.MaxConns, MinConnections: pb.MinConns,
 	}
 	if s.HealthCheck != nil && available != nil {
 		v.Health = "up"
@@ -157,6 +174,8 @@ func (e *Engine) backendView(s *config.Service, b config.Backend, counters map[s
 		v.Drain, v.State = &view, view.State
 	} else if v.State == "active" && v.Weight == 0 {
 		v.State = "idle"
+	} else if v.State == "active" && k.Overloaded {
+		v.State = "overloaded"
 	}
 	return v
 }
