@@ -31,7 +31,7 @@ const docsLabPrefix = "sluice"
 // what the ones before it left (the lab torn down by the README is rebuilt by a later setup).
 var docsInOrder = []string{
 	"README.md", "docs/config.md", "docs/api.md", "docs/operations.md", "docs/scale-out.md",
-	"docs/BENCHMARKS.md",
+	"docs/BENCHMARKS.md", "docs/migrating.md",
 }
 
 // docSetup is what a document assumes has been done before its first command (from the README).
