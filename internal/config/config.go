@@ -103,6 +103,17 @@ type Service struct {
 	// QuorumUp and QuorumDown are commands (argv) run when the service regains or loses quorum.
 	QuorumUp   []string `yaml:"quorum_up,omitempty" json:"quorum_up,omitempty"`
 	QuorumDown []string `yaml:"quorum_down,omitempty" json:"quorum_down,omitempty"`
+	// SYNProtection answers the service's TCP SYNs with SYN cookies: only clients that complete
+	// the handshake with the balancer reach a backend.
+	SYNProtection bool `yaml:"syn_protection,omitempty" json:"syn_protection,omitempty"`
+	// Limits bound the service's new and concurrent connections; nil is no limit.
+	Limits *Limits `yaml:"limits,omitempty" json:"limits,omitempty"`
+	// LimitAction is what happens to a new connection over a limit: drop (default) or reset.
+	LimitAction LimitAction `yaml:"limit_action,omitempty" json:"limit_action,omitempty"`
+	// SourceAllow, when set, lists the only client prefixes (CIDR) that may open new flows;
+	// SourceDeny lists prefixes that may not (it wins over SourceAllow).
+	SourceAllow []string `yaml:"source_allow,omitempty" json:"source_allow,omitempty"`
+	SourceDeny  []string `yaml:"source_deny,omitempty" json:"source_deny,omitempty"`
 	// HealthCheck probes the backends; without one every backend counts as up.
 	HealthCheck *HealthCheck `yaml:"health_check,omitempty" json:"health_check,omitempty"`
 	// BGP are the path attributes of the VIP's announcement (bgp section); the services of one
@@ -174,6 +185,11 @@ func (c *Config) Clone() *Config {
 			s.HealthCheck = &h
 		}
 		s.QuorumUp, s.QuorumDown = slices.Clone(s.QuorumUp), slices.Clone(s.QuorumDown)
+		s.SourceAllow, s.SourceDeny = slices.Clone(s.SourceAllow), slices.Clone(s.SourceDeny)
+		if s.Limits != nil {
+			l := *s.Limits
+			s.Limits = &l
+		}
 		out.Services[i] = s
 	}
 	return &out

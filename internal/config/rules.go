@@ -86,6 +86,15 @@ var rules = map[reflect.Type]map[string]rule{
 		"persistence_granularity": within(bounds{0, 128}),
 		"quorum":                  within(quorumBounds),
 		"hysteresis":              within(quorumBounds),
+		"limit_action":            {enum: Names(LimitActions), def: string(DefaultLimitAction)},
+		"source_allow":            {maxItems: MaxSourceList},
+		"source_deny":             {maxItems: MaxSourceList},
+	},
+	reflect.TypeFor[Limits](): {
+		"new_connections_per_second":            zeroOr(rateBounds),
+		"new_connections_per_source_per_second": zeroOr(sourceRateBounds),
+		"connections":                           zeroOr(concurrentBounds),
+		"connections_per_source":                zeroOr(perSourceBounds),
 	},
 	reflect.TypeFor[Backend](): {
 		"address":         {required: true},

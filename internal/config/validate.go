@@ -128,6 +128,7 @@ func (s *Service) validate(at string, vips vipOwners, datapath Datapath, fail fu
 		s.HealthCheck.validate(at+".health_check", fail)
 	}
 	s.validateSessions(at, datapath, vip.Is6(), vipErr == nil, fail)
+	s.validateProtection(at, datapath, vip.Is6(), vipErr == nil, fail)
 	seen := map[netip.AddrPort]backendPath{}
 	s.validateBackends(at+".backends", s.Backends, vip, vipErr == nil, vips, seen, fail)
 	s.validateBackends(at+".sorry_servers", s.SorryServers, vip, vipErr == nil, vips, seen, fail)

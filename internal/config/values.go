@@ -168,6 +168,22 @@ const (
 // OnFailures are the allowed on_failure actions.
 var OnFailures = []OnFailure{OnFailureInhibit, OnFailureReset}
 
+// LimitAction is what happens to a new connection over one of a service's limits.
+type LimitAction string
+
+// The limit actions.
+const (
+	LimitDrop          LimitAction = "drop"
+	LimitReset         LimitAction = "reset" // a TCP reset (UDP: dropped)
+	DefaultLimitAction             = LimitDrop
+)
+
+// LimitActions are the allowed limit actions.
+var LimitActions = []LimitAction{LimitDrop, LimitReset}
+
+// OrDefault is a, or DefaultLimitAction when unset.
+func (a LimitAction) OrDefault() LimitAction { return orDefault(a, DefaultLimitAction) }
+
 // Names are the values as plain strings, for flags, completions and the schema.
 func Names[T ~string](values []T) []string {
 	out := make([]string, len(values))

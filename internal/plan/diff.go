@@ -2,9 +2,13 @@ package plan
 
 import (
 	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/sluicelb/sluice/internal/config"
 )
@@ -147,6 +151,10 @@ func diffFields(o, n *Service) []FieldChange {
 		{"sh_port", strconv.FormatBool(o.SHPort), strconv.FormatBool(n.SHPort)},
 		{"persistence", persistence(o), persistence(n)},
 		{"quorum", quorumState(o), quorumState(n)},
+		{"syn_protection", strconv.FormatBool(o.SYNProtection), strconv.FormatBool(n.SYNProtection)},
+		{"limits", limitsText(o), limitsText(n)},
+		{"source_allow", prefixesText(o.SourceAllow), prefixesText(n.SourceAllow)},
+		{"source_deny", prefixesText(o.SourceDeny), prefixesText(n.SourceDeny)},
 	} {
 		if f.from != f.to {
 			out = append(out, FieldChange{Field: f.field, From: f.from, To: f.to})
@@ -184,6 +192,36 @@ func persistence(s *Service) string {
 		return "off"
 	}
 	return s.Persistence.String() + " /" + strconv.Itoa(s.PersistencePrefix)
+}
+
+// limitsText renders a service's limits and their action, "none" without any.
+func limitsText(s *Service) string {
+	if s.Limits == (config.Limits{}) {
+		return "none"
+	}
+	l := s.Limits
+	return fmt.Sprintf("%d/s %d/s per source, %d %d per source, %s",
+		l.NewConnectionsPerSecond, l.NewConnectionsPerSourcePerSecond, l.Connections, l.ConnectionsPerSource, s.LimitAction)
+}
+
+// prefixesText renders a source list: "none", the prefixes when a few, or their count.
+func prefixesText(list []netip.Prefix) string {
+	switch {
+	case len(list) == 0:
+		return "none"
+	case len(list) <= 4:
+		out := make([]string, len(list))
+		for i, p := range list {
+			out[i] = p.String()
+		}
+		return strings.Join(out, " ")
+	default:
+		h := fnv.New32a()
+		for _, p := range list {
+			h.Write([]byte(p.String() + " "))
+		}
+		return fmt.Sprintf("%d prefixes (%s ..., digest %08x)", len(list), list[0], h.Sum32())
+	}
 }
 
 // quorumState renders whether a service lost its quorum.

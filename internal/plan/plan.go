@@ -44,7 +44,15 @@ type Service struct {
 	// QuorumLost tells that the service's available weight is below its quorum: its backends
 	// take no new flows (its sorry servers do, if it has any).
 	QuorumLost bool
-	Backends   []Backend // every configured backend, weight 0 included
+	// SYNProtection answers SYNs with cookies; Limits and LimitAction bound new and concurrent
+	// connections (zero: no limit).
+	SYNProtection bool
+	Limits        config.Limits
+	LimitAction   config.LimitAction
+	// SourceAllow (when not empty) and SourceDeny are the client prefixes that may or may not
+	// open new flows, sorted and without duplicates.
+	SourceAllow, SourceDeny []netip.Prefix
+	Backends                []Backend // every configured backend, weight 0 included
 	// Slots maps a slot to an index in Backends; a new flow picks slot hash(5-tuple) mod len(Slots)
 	// (maglev, hash) or counter mod len(Slots) (rr, wrr, random). Empty when no backend takes new flows.
 	// Read-only: the plans of one Builder share it.
@@ -184,6 +192,9 @@ func buildService(cs config.Service, available Availability, quorum QuorumRule, 
 	if s.Persistence > 0 {
 		s.PersistencePrefix = cs.PersistencePrefix(s.VIP.Is6())
 	}
+	if err := s.protect(&cs); err != nil {
+		return Service{}, err
+	}
 	if cs.FlowTimeout != "" {
 		if s.FlowTimeout, err = time.ParseDuration(cs.FlowTimeout); err != nil {
 			return Service{}, err
@@ -254,6 +265,39 @@ func slotInputs(scheduler config.Scheduler, backends []Backend, configured []int
 		buf = strconv.AppendInt(append(buf, '/'), int64(configured[i]), 10)
 	}
 	return string(buf)
+}
+
+// protect fills in the service's protection settings.
+func (s *Service) protect(cs *config.Service) error {
+	s.SYNProtection, s.LimitAction = cs.SYNProtection, cs.LimitAction.OrDefault()
+	if cs.Limits != nil {
+		s.Limits = *cs.Limits
+	}
+	var err error
+	if s.SourceAllow, err = prefixes(cs.SourceAllow); err != nil {
+		return err
+	}
+	s.SourceDeny, err = prefixes(cs.SourceDeny)
+	return err
+}
+
+// prefixes parses a source list, sorted and without duplicates; nil when empty.
+func prefixes(list []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, text := range list {
+		p, err := config.ParseSourcePrefix(text)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	return slices.Compact(out), nil
 }
 
 // BackendOf is a configured backend of a service in mode as the datapaths program it: dsr
