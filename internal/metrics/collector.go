@@ -17,7 +17,7 @@ const scrapeTimeout = 5 * time.Second
 
 // backendStates are the values of engine.BackendView.State; each backend has one
 // sluice_backend_state series per state, 1 for its current one.
-var backendStates = []string{"active", "down", "draining", "drained", "idle", "standby", "sorry"}
+var backendStates = []string{"active", "overloaded", "down", "draining", "drained", "idle", "standby", "sorry"}
 
 // family is a metric read from each item of type T (a service, a backend, a probe).
 type family[T any] struct {
@@ -116,6 +116,8 @@ var (
 		[]string{"service", "vip", "ports", "protocol", "mode", "scheduler", "fallback"}, nil)
 	backendState = prometheus.NewDesc("sluice_backend_state", "1 for the backend's current state, 0 for the others.",
 		[]string{"service", "backend", "state"}, nil)
+	serviceQuorum = prometheus.NewDesc("sluice_service_quorum",
+		"Whether a service with a quorum holds it (1) or lost it (0); services without one have no series.", serviceLabels, nil)
 	serviceBackends = prometheus.NewDesc("sluice_service_backends",
 		"Backends and sorry servers of the service in each state; a state none is in has no series.", []string{"service", "state"}, nil)
 	perBackend = prometheus.NewDesc("sluice_metrics_per_backend",
@@ -138,6 +140,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- perBackend
 	ch <- serviceInfo
 	ch <- serviceBackends
+	ch <- serviceQuorum
 	ch <- backendState
 	describe(ch, applyFamilies)
 	describe(ch, probeFamilies)
@@ -170,6 +173,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- gauge(serviceInfo, 1, s.Name, s.VIP, s.Ports, string(s.Protocol), string(s.Mode), string(s.Scheduler), string(s.Fallback))
 		emit(ch, serviceFamilies, s, s.Name)
 		emit(ch, totalFamilies, totalsOf(s), s.Name)
+		if s.Quorum != "" {
+			ch <- gauge(serviceQuorum, boolValue(s.Quorum == engine.QuorumHeld), s.Name)
+		}
 		inState := map[string]int{}
 		for _, b := range s.Backends {
 			inState[b.State]++

@@ -45,6 +45,7 @@ services:
     port: 53
     protocol: udp
     scheduler: wrr
+    quorum: 1
     backends:
       - address: 10.0.0.3
 `
@@ -193,6 +194,7 @@ func TestScrape(t *testing.T) {
 		`sluice_service_backends{service="web",state="active"} 1`,
 		`sluice_service_backends{service="web",state="down"} 1`,
 		`sluice_service_backends{service="dns",state="active"} 1`,
+		`sluice_service_quorum{service="dns"} 1`,
 		`sluice_backend_active_flows{backend="10.0.0.1",service="web"} 5`,
 		`sluice_backend_active_flows{backend="10.0.0.2:8080",service="web"} 0`,
 		`sluice_backend_flows_total{backend="10.0.0.1",service="web"} 7`,
