@@ -23,6 +23,17 @@ func flowSlot(src, dst netip.AddrPort, n int) uint32 {
 	return reciprocalScale(jhash(flowHashKey(src, dst), jhashSeed), uint32(n))
 }
 
+// shSlot is the slot, of n, that the sh selector gives a flow from src: `jhash <ip> saddr mod N`,
+// a key of the address alone, or with the source port (withPort) `jhash <ip> saddr . <proto>
+// sport mod N`, the port padded to 4 bytes.
+func shSlot(src netip.AddrPort, withPort bool, n int) uint32 {
+	key := src.Addr().Unmap().AsSlice()
+	if withPort {
+		key = append(binary.BigEndian.AppendUint16(key, src.Port()), 0, 0)
+	}
+	return reciprocalScale(jhash(key, jhashSeed), uint32(n))
+}
+
 // flowHashKey lays out the registers the selector hashes: src address, src port, dst address,
 // dst port, each padded to 4 bytes.
 func flowHashKey(src, dst netip.AddrPort) []byte {

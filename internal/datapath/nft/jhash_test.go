@@ -21,11 +21,12 @@ import (
 // jhashFlows is the number of flows of each protocol and IP version the kernel hashes.
 const jhashFlows = 200
 
-// TestKernelJHashMatchesFlowSlot: the kernel itself hashes flows with the selector rendering
-// writes (at several moduli, up to nearly 2^32, which shows almost the whole hash), and records
-// each flow's slot by its source port in a map; flowSlot must give every flow the same slot, for
-// TCP and UDP over IPv4 and IPv6. The packets are a SYN or a datagram from a bound source port,
-// seen by an output hook.
+// TestKernelJHashMatchesFlowSlot: the kernel itself hashes flows with the selectors rendering
+// writes (maglev's 5-tuple; sh's source address, with and without its port), at several moduli
+// (up to nearly 2^32, which shows almost the whole hash), and records each flow's slot by its
+// source port in a map; flowSlot and shSlot must give every flow the same slot, for TCP and UDP
+// over IPv4 and IPv6. The packets are a SYN or a datagram from a bound source port, seen by an
+// output hook.
 func TestKernelJHashMatchesFlowSlot(t *testing.T) {
 	if got := fmt.Sprintf("%#x", jhashSeed); got != hashSeed {
 		t.Fatalf("jhashSeed %s, the rendered seed %s", got, hashSeed)
@@ -91,9 +92,9 @@ func TestKernelJHashMatchesFlowSlot(t *testing.T) {
 				wrong := 0
 				for _, f := range flows {
 					kernel, ok := slots[f.src.Port()]
-					if want := flowSlot(f.src, f.dst, int(m)); ok && kernel != want {
+					if want := k.slot(f, m); ok && kernel != want {
 						if wrong++; wrong <= 3 {
-							t.Errorf("%s %s -> %s mod %d: the kernel's slot %d, flowSlot %d", k.proto, f.src, f.dst, m, kernel, want)
+							t.Errorf("%s %s -> %s mod %d: the kernel's slot %d, ours %d", k.mapName(m), f.src, f.dst, m, kernel, want)
 						}
 					}
 				}
@@ -105,7 +106,7 @@ func TestKernelJHashMatchesFlowSlot(t *testing.T) {
 	})
 }
 
-// flowKind is one protocol and IP version of the jhash test.
+// flowKind is one protocol, IP version and hashing scheduler of the jhash test.
 type flowKind struct {
 	proto   string
 	service plan.Service // what selector renders the rule from
@@ -121,15 +122,32 @@ func flowKinds() []flowKind {
 	var kinds []flowKind
 	for _, proto := range []string{"tcp", "udp"} {
 		for _, v := range [][2][]netip.Addr{{v4src, v4dst}, {v6src, v6dst}} {
-			s := plan.Service{Protocol: config.Protocol(proto), VIP: v[1][0], Scheduler: "maglev", Slots: make([]int, 7)}
-			kinds = append(kinds, flowKind{proto: proto, service: s, srcs: v[0], dsts: v[1]})
+			for _, sched := range []struct {
+				scheduler config.Scheduler
+				shPort    bool
+			}{{"maglev", false}, {"sh", false}, {"sh", true}} {
+				s := plan.Service{Protocol: config.Protocol(proto), VIP: v[1][0], Scheduler: sched.scheduler, SHPort: sched.shPort, Slots: make([]int, 7)}
+				kinds = append(kinds, flowKind{proto: proto, service: s, srcs: v[0], dsts: v[1]})
+			}
 		}
 	}
 	return kinds
 }
 
 func (k flowKind) mapName(modulus uint32) string {
-	return fmt.Sprintf("%s%s-%d", k.proto, ipvOf(k.service.VIP).suffix, modulus)
+	name := fmt.Sprintf("%s%s-%s-%d", k.proto, ipvOf(k.service.VIP).suffix, k.service.Scheduler, modulus)
+	if k.service.SHPort {
+		name += "-port"
+	}
+	return name
+}
+
+// slot is the slot, of modulus, that Which expects the kind's selector to give f.
+func (k flowKind) slot(f testFlow, modulus uint32) uint32 {
+	if k.service.Scheduler == config.SchedulerSH {
+		return shSlot(f.src, k.service.SHPort, int(modulus))
+	}
+	return flowSlot(f.src, f.dst, int(modulus))
 }
 
 type testFlow struct{ src, dst netip.AddrPort }

@@ -110,6 +110,8 @@ const (
 	flowsMap      serviceKind = "flows"    // dsr: flow : backend mark, written by the packet path
 	marksMap      serviceKind = "backends" // dsr: backend mark : backend chain
 	newFlowsMap   serviceKind = "newflows" // dsr: backend mark : new-flow counter
+	persistMap    serviceKind = "persist"  // persistence: client key : backend mark, written by the packet path
+	liveSet       serviceKind = "live"     // nat, fullnat persistence: the marks of backends taking new flows
 	backendChains serviceKind = "be"       // one backend's chain; hash of protocol and backend
 
 	// Each backend has two named counters (hash of the backend), told apart by kind. The backend
@@ -121,7 +123,7 @@ const (
 )
 
 var serviceKinds = []serviceKind{serviceChain, slotsMap, membersMap, flowsMap, marksMap, newFlowsMap,
-	backendChains, chainCounter, packetCounter, newFlowCounter}
+	persistMap, liveSet, backendChains, chainCounter, packetCounter, newFlowCounter}
 
 // serviceObject names an object of one service: "<kind>-<service>-<hash>", and a DSR backend
 // chain also "-<hash of its device>": "svc-web-8c2c44ca", "be-web-8c2c44ca-1a2b".
@@ -182,12 +184,16 @@ func serviceOf(name string) string {
 // serviceNames are the names of one service's chain and sets. Their hash covers everything the
 // service chain's rules depend on, so a change of those makes new objects.
 type serviceNames struct {
-	chain, slots, members, flows, marks, newFlows string
+	chain, slots, members, flows, marks, newFlows, persist, live string
 }
 
 // namesOf names the objects rendered for a service.
 func namesOf(s *plan.Service) serviceNames {
-	return serviceNamesOf(s.Name, hash8(describe(s), strconv.Itoa(len(s.Slots)), string(s.Fallback), s.FlowTimeout.String()))
+	parts := []string{describe(s), strconv.Itoa(len(s.Slots)), string(s.Fallback), s.FlowTimeout.String()}
+	if s.Persistence > 0 { // only then: the names of services without persistence stay as they were
+		parts = append(parts, s.Persistence.String(), strconv.Itoa(s.PersistencePrefix))
+	}
+	return serviceNamesOf(s.Name, hash8(parts...))
 }
 
 // serviceNamesOf names the objects of a service whose chain is "svc-<service>-<hash>".
@@ -196,20 +202,27 @@ func serviceNamesOf(service, hash string) serviceNames {
 	return serviceNames{
 		chain: name(serviceChain), slots: name(slotsMap), members: name(membersMap),
 		flows: name(flowsMap), marks: name(marksMap), newFlows: name(newFlowsMap),
+		persist: name(persistMap), live: name(liveSet),
 	}
 }
 
-// backendChain names the chain that sends flows to one backend; a DSR chain also depends on the
-// device it forwards out of, but every backend's slots are counted under the device-less name.
-func backendChain(service, proto, backendID, device string) string {
+// backendChain names the chain that sends flows to one backend. Its variant changes its rules: a
+// DSR chain depends on the device it forwards out of, a nat chain of a service with persistence
+// clears the mark (markCleared); every backend's slots are counted under the variant-less name.
+func backendChain(service, proto, backendID, variant string) string {
 	o := serviceObject{kind: backendChains, service: service, hash: hash8(proto, backendID)}
-	if device != "" {
-		o.device = hash8(device)[:4]
+	if variant != "" {
+		o.device = hash8(variant)[:4]
 	}
 	return o.String()
 }
 
-// withoutDevice is the device-less name of a backend chain (see backendChain); other names are
+// markCleared is the variant of the nat backend chains of a service with persistence, which use
+// the packet mark to carry the backend's mark and clear it before the packet goes on. No device
+// has this name.
+const markCleared = "mark cleared"
+
+// withoutDevice is the variant-less name of a backend chain (see backendChain); other names are
 // returned as they are.
 func withoutDevice(chain string) string {
 	o, ok := parseServiceObject(chain)

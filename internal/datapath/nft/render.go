@@ -3,6 +3,7 @@ package nft
 import (
 	"fmt"
 	"hash/fnv"
+	"net"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -72,6 +73,10 @@ func renderBase(p *plan.Plan, env Environment) (*state, error) {
 
 // renderService renders one service's objects, and its elements of the base's sets.
 func renderService(s *plan.Service, env Environment) (*state, error) {
+	if s.Scheduler.CountsConnections() || slices.ContainsFunc(s.Backends, func(b plan.Backend) bool { return b.MaxConns > 0 }) {
+		// The config refuses them for datapath nft: nothing here counts a backend's connections.
+		return nil, fmt.Errorf("service %s: %s scheduling and max_connections need datapath ebpf", s.Name, s.Scheduler)
+	}
 	st := newState()
 	if s.Mode != config.ModeDSR {
 		renderNATService(st, s)
@@ -212,10 +217,18 @@ func baseChain(f knftables.Family, name string, t knftables.BaseChainType, hook 
 }
 
 // describe is the service as recorded in the kernel (the dispatch element's comment), enough for
-// `sluice list` to show it without the config: "web tcp 10.91.9.100 80 nat maglev".
+// `sluice list` and Which to show it without the config: "web tcp 10.91.9.100 80 nat maglev",
+// and "… sh sh_port" when sh hashes the source port too (at most 108 bytes: nft keeps 128).
 func describe(s *plan.Service) string {
-	return strings.Join([]string{s.Name, string(s.Protocol), s.VIP.String(), s.Ports.String(), string(s.Mode), string(s.Scheduler)}, " ")
+	fields := []string{s.Name, string(s.Protocol), s.VIP.String(), s.Ports.String(), string(s.Mode), string(s.Scheduler)}
+	if s.SHPort {
+		fields = append(fields, shPortOption)
+	}
+	return strings.Join(fields, " ")
 }
+
+// shPortOption ends the description of an sh service that hashes the source port too.
+const shPortOption = "sh_port"
 
 // selector is the expression that picks a slot for a new flow.
 func selector(s *plan.Service) string {
@@ -226,9 +239,58 @@ func selector(s *plan.Service) string {
 		return fmt.Sprintf("numgen inc mod %d", n)
 	case config.SchedulerRandom:
 		return fmt.Sprintf("numgen random mod %d", n)
+	case config.SchedulerSH: // the client's address (and port), as IPVS sh: see shSlot
+		if s.SHPort {
+			return fmt.Sprintf("jhash %s saddr . %s sport mod %d seed %s", v.ip, s.Protocol, n, hashSeed)
+		}
+		return fmt.Sprintf("jhash %s saddr mod %d seed %s", v.ip, n, hashSeed)
 	default: // maglev, hash: the 5-tuple, so a reused source port lands where its old flow did
 		return fmt.Sprintf("jhash %s saddr . %s sport . %s daddr . %s dport mod %d seed %s", v.ip, s.Protocol, v.ip, s.Protocol, n, hashSeed)
 	}
+}
+
+// persistenceSize bounds a persistence map: one element per client (or client prefix) that opened
+// a flow within the timeout, as the DSR flow map and nftlb's maps. About 16 MB of kernel memory
+// when full (kernelBytesPerElement); a client that finds it full is balanced without being
+// remembered until elements expire. The budget counts every service's map as full.
+const persistenceSize = 65535
+
+// persistence is what a service with persistence adds to its chain: a dynamic map from the
+// client's key (its source address masked to the persistence prefix) to the mark of its backend,
+// whose elements live for the persistence timeout after the client's last new flow.
+type persistence struct{ key, set string }
+
+// renderPersistence adds the service's persistence map.
+func renderPersistence(st *state, f knftables.Family, s *plan.Service, n serviceNames) persistence {
+	v := ipvOf(s.VIP)
+	st.addSet(f, &knftables.Map{
+		Name: n.persist, TypeOf: v.ip + " saddr : meta mark",
+		Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag}, Timeout: &s.Persistence, Size: ptr(uint64(persistenceSize)),
+	})
+	key := v.ip + " saddr"
+	if bits := s.VIP.BitLen(); s.PersistencePrefix < bits {
+		key += " & " + net.IP(net.CIDRMask(s.PersistencePrefix, bits)).String()
+	}
+	return persistence{key: key, set: n.persist}
+}
+
+// forget drops a client's element when its mark is not in live (the marks of the backends that
+// take new flows): an update never changes a known value, so the client is then balanced anew
+// and remembered with its new backend.
+func (p persistence) forget(live string) string {
+	return fmt.Sprintf("meta mark set %s map @%s meta mark != @%s delete @%s { %s : meta mark }", p.key, p.set, live, p.set, p.key)
+}
+
+// recall sets the mark of a remembered client whose backend takes new flows, and refreshes its
+// element; the rule goes on to send the flow there.
+func (p persistence) recall(live string) string {
+	return fmt.Sprintf("meta mark set %s map @%s meta mark @%s update @%s { %s : meta mark }", p.key, p.set, live, p.set, p.key)
+}
+
+// remember records the client with the backend whose mark the packet carries. A rule of its
+// own: an update that fails (the map full) ends its rule, and the flow must still be sent.
+func (p persistence) remember() string {
+	return fmt.Sprintf("update @%s { %s : meta mark }", p.set, p.key)
 }
 
 // commonService adds what every mode shares: the dispatch element and the members map, which
@@ -257,7 +319,12 @@ func renderNATService(st *state, s *plan.Service) {
 	}
 	forwarded := st.shared(f, forwardedMap(s))
 	rules := []string{ctTimeoutRule(string(s.Protocol))}
-	if len(s.Slots) > 0 {
+	variant, first := "", []string(nil)
+	switch {
+	case s.Persistence > 0:
+		variant, first = markCleared, []string{"meta mark set 0"}
+		rules = append(rules, natPersistenceRules(st, s, n)...)
+	case len(s.Slots) > 0:
 		slots := st.addSet(f, &knftables.Map{Name: n.slots, TypeOf: "numgen inc mod 2 : verdict"})
 		for slot, bi := range s.Slots {
 			slots.add(&knftables.Element{Key: []string{strconv.Itoa(slot)}, Value: []string{gotoVerdict(backendChain(s.Name, string(s.Protocol), s.Backends[bi].ID(), ""))}})
@@ -271,13 +338,45 @@ func renderNATService(st *state, s *plan.Service) {
 		if b.Port != 0 {
 			to = netip.AddrPortFrom(b.Addr, b.Port).String()
 		}
-		st.addChain(&knftables.Chain{Family: f, Name: backendChain(s.Name, string(s.Protocol), b.ID(), "")},
-			fmt.Sprintf("counter name %q", counterName(chainCounter, s.Name, b.ID())),
-			fmt.Sprintf("meta l4proto %s dnat %s to %s", s.Protocol, v.ip, to))
+		st.addChain(&knftables.Chain{Family: f, Name: backendChain(s.Name, string(s.Protocol), b.ID(), variant)},
+			append(first,
+				fmt.Sprintf("counter name %q", counterName(chainCounter, s.Name, b.ID())),
+				fmt.Sprintf("meta l4proto %s dnat %s to %s", s.Protocol, v.ip, to))...)
 		packets := counterName(packetCounter, s.Name, b.ID())
 		st.addCounter(f, packets)
 		forwarded.add(forwardedElement(s, b, packets))
 	}
+}
+
+// natPersistenceRules add the objects of a nat or fullnat service with persistence and return its
+// chain's rules: as under dsr, the slots hold backend marks and the marks map sends a mark to its
+// backend's chain, so that the remembered and the chosen backend pass through the packet mark
+// (nft 1.0.6 cannot look a map's value up in another map without a register). The backend chains
+// clear the mark: the first packet of a flow to such a service leaves with mark 0.
+func natPersistenceRules(st *state, s *plan.Service, n serviceNames) []string {
+	const f = knftables.InetFamily
+	p := renderPersistence(st, f, s, n)
+	marks := backendMarks(s.Backends)
+	backends := st.addSet(f, &knftables.Map{Name: n.marks, Type: "mark : verdict"})
+	live := st.addSet(f, &knftables.Set{Name: n.live, Type: "mark"})
+	for i, b := range s.Backends {
+		mark := strconv.FormatUint(uint64(marks[i]), 10)
+		backends.add(&knftables.Element{Key: []string{mark}, Value: []string{gotoVerdict(backendChain(s.Name, string(s.Protocol), b.ID(), markCleared))}})
+	}
+	rules := []string{p.forget(n.live), fmt.Sprintf("%s meta mark vmap @%s", p.recall(n.live), n.marks)}
+	if len(s.Slots) == 0 {
+		return rules
+	}
+	slots := st.addSet(f, &knftables.Map{Name: n.slots, TypeOf: "numgen inc mod 2 : meta mark"})
+	for slot, bi := range s.Slots {
+		mark := strconv.FormatUint(uint64(marks[bi]), 10)
+		slots.add(&knftables.Element{Key: []string{strconv.Itoa(slot)}, Value: []string{mark}})
+		live.add(&knftables.Element{Key: []string{mark}})
+	}
+	return append(rules,
+		fmt.Sprintf("meta l4proto %s meta mark set %s map @%s", s.Protocol, selector(s), n.slots),
+		p.remember(),
+		fmt.Sprintf("meta mark vmap @%s", n.marks))
 }
 
 // forwardedElement keys a backend's packet counter by the conntrack tuple parts of its flows:
@@ -346,6 +445,15 @@ func renderDSRService(st *state, s *plan.Service, env Environment) error {
 	// A known flow refreshes its entry (the timeout is an idle timeout) and goes to its backend.
 	rules = append(rules, fmt.Sprintf("meta l4proto %s meta mark set %s map @%s update @%s { %s : meta mark } meta mark vmap @%s",
 		s.Protocol, flowKey, n.flows, n.flows, flowKey, n.marks))
+	var p *persistence
+	if s.Persistence > 0 {
+		// A new flow of a remembered client goes to its backend if that takes new flows (the
+		// new-flow map holds the marks of those), and is remembered as a flow like the others.
+		p = ptr(renderPersistence(st, f, s, n))
+		rules = append(rules, p.forget(n.newFlows),
+			fmt.Sprintf("%s update @%s { %s : meta mark } counter name meta mark map @%s meta mark vmap @%s",
+				p.recall(n.newFlows), n.flows, flowKey, n.newFlows, n.marks))
+	}
 	for i, b := range s.Backends {
 		dev, err := env.DeviceTo(b.Addr)
 		if err != nil {
@@ -370,10 +478,12 @@ func renderDSRService(st *state, s *plan.Service, env Environment) error {
 		}
 		// Two rules, not one: nft 1.0.6 runs out of registers for an IPv6 flow key in a single rule.
 		// Only new flows get here, so this is where they are counted.
-		rules = append(rules,
-			fmt.Sprintf("meta l4proto %s meta mark set %s map @%s", s.Protocol, selector(s), n.slots),
-			fmt.Sprintf("meta mark != 0 update @%s { %s : meta mark } counter name meta mark map @%s meta mark vmap @%s",
-				n.flows, flowKey, n.newFlows, n.marks))
+		rules = append(rules, fmt.Sprintf("meta l4proto %s meta mark set %s map @%s", s.Protocol, selector(s), n.slots))
+		if p != nil {
+			rules = append(rules, "meta mark != 0 "+p.remember())
+		}
+		rules = append(rules, fmt.Sprintf("meta mark != 0 update @%s { %s : meta mark } counter name meta mark map @%s meta mark vmap @%s",
+			n.flows, flowKey, n.newFlows, n.marks))
 	}
 	rules = append(rules, "drop")
 	st.addChain(&knftables.Chain{Family: f, Name: n.chain}, rules...)

@@ -83,6 +83,7 @@ type programmedService struct {
 	protocol  config.Protocol
 	mode      config.Mode
 	scheduler config.Scheduler
+	shPort    bool // sh hashes the source port too
 	family    knftables.Family
 	// hash names the service's chain and sets with its name (see serviceNamesOf).
 	hash string
@@ -129,7 +130,7 @@ func dispatchedBy(f knftables.Family, e *knftables.Element) (dispatchedService, 
 	}
 	desc := strings.Fields(*e.Comment)
 	chain, ok := parseGoto(e.Value[0])
-	if !ok || len(desc) != 6 {
+	if !ok || len(desc) < 6 || len(desc) > 7 || (len(desc) == 7 && desc[6] != shPortOption) {
 		return dispatchedService{}, false
 	}
 	o, ok := parseServiceObject(chain)
@@ -142,32 +143,33 @@ func dispatchedBy(f knftables.Family, e *knftables.Element) (dispatchedService, 
 		return dispatchedService{}, false
 	}
 	return dispatchedService{
-		programmedService: programmedService{name: desc[0], protocol: config.Protocol(desc[1]), mode: config.Mode(desc[4]), scheduler: config.Scheduler(desc[5]), family: f, hash: o.hash},
+		programmedService: programmedService{name: desc[0], protocol: config.Protocol(desc[1]), mode: config.Mode(desc[4]), scheduler: config.Scheduler(desc[5]), shPort: len(desc) == 7, family: f, hash: o.hash},
 		vip:               vip, ports: ports,
 	}, true
 }
 
-// sets are the service's sets Which reads: its slots, its members and, under dsr, the map of
-// backend marks.
+// sets are the service's sets Which reads: its slots, its members and the map of backend marks
+// (dsr, and nat or fullnat with persistence; none otherwise).
 func (s programmedService) sets() []knftables.Object {
 	n := s.names()
-	objs := []knftables.Object{&knftables.Map{Name: n.slots}, &knftables.Map{Name: n.members}}
-	if s.mode == config.ModeDSR {
-		objs = append(objs, &knftables.Map{Name: n.marks})
-	}
-	return objs
+	return []knftables.Object{&knftables.Map{Name: n.slots}, &knftables.Map{Name: n.members}, &knftables.Map{Name: n.marks}}
 }
 
 // newFlowBackend is the backend of the slot the service's selector gives a new flow.
 func (s programmedService) newFlowBackend(st *state, src, vip netip.AddrPort) (netip.AddrPort, error) {
-	if s.scheduler != config.SchedulerMaglev && s.scheduler != config.SchedulerHash {
+	if s.scheduler != config.SchedulerMaglev && s.scheduler != config.SchedulerHash && s.scheduler != config.SchedulerSH {
 		return netip.AddrPort{}, fmt.Errorf("service %s picks a new flow's backend by %s scheduling, not by a hash of the flow: it cannot be told in advance", s.name, s.scheduler)
 	}
 	slots := st.sets[objKey{s.family, s.names().slots}]
 	if slots == nil || len(slots.elems) == 0 {
 		return netip.AddrPort{}, fmt.Errorf("service %s has no backend for new flows", s.name)
 	}
-	slot := strconv.FormatUint(uint64(flowSlot(src, vip, len(slots.elems))), 10)
+	n := len(slots.elems)
+	slotOf := flowSlot(src, vip, n)
+	if s.scheduler == config.SchedulerSH {
+		slotOf = shSlot(src, s.shPort, n)
+	}
+	slot := strconv.FormatUint(uint64(slotOf), 10)
 	for _, e := range slots.elems {
 		if len(e.Key) == 1 && e.Key[0] == slot {
 			return s.backend(st, strings.Join(e.Value, ""), vip.Port())

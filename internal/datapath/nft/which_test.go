@@ -61,7 +61,7 @@ func checkWhichOf(t *testing.T, st *state, s *plan.Service) {
 		vip := netip.AddrPortFrom(s.VIP, uint16(s.Ports.First+i%(s.Ports.Last-s.Ports.First+1)))
 		got, err := svc.newFlowBackend(st, src, vip)
 		switch {
-		case len(s.Slots) == 0 || (s.Scheduler != "maglev" && s.Scheduler != "hash"):
+		case len(s.Slots) == 0 || (s.Scheduler != "maglev" && s.Scheduler != "hash" && s.Scheduler != "sh"):
 			if err == nil {
 				t.Fatalf("service %s (%s, %d slots) names %s for a new flow; want an error", s.Name, s.Scheduler, len(s.Slots), got)
 			}
@@ -69,7 +69,11 @@ func checkWhichOf(t *testing.T, st *state, s *plan.Service) {
 		case err != nil:
 			t.Fatal(err)
 		}
-		b := s.Backends[s.Slots[flowSlot(src, vip, len(s.Slots))]]
+		slot := flowSlot(src, vip, len(s.Slots))
+		if s.Scheduler == config.SchedulerSH {
+			slot = shSlot(src, s.SHPort, len(s.Slots))
+		}
+		b := s.Backends[s.Slots[slot]]
 		want := netip.AddrPortFrom(b.Addr, b.Port)
 		if b.Port == 0 {
 			want = netip.AddrPortFrom(b.Addr, vip.Port())
