@@ -20,7 +20,9 @@ const kernelBytesPerElement = 250
 // hold for a plan, without rendering it: a nat or fullnat service takes its dispatch (and
 // full-NAT) element, a chain of at most 4 rules, its members and slot maps with their elements,
 // and per backend a chain of 2 rules, 2 counters and 1 forwarded element; a dsr service its
-// flows, marks and new-flow maps and per backend 2 counters and 2 more elements.
+// flows, marks and new-flow maps and per backend 2 counters and 2 more elements. Persistence
+// adds its map, counted full (persistenceSize), and its rules; under nat and fullnat also the
+// marks map and live set, with 2 elements and a rule per backend.
 func elements(p *plan.Plan) int {
 	n := baseOperations
 	for i := range p.Services {
@@ -30,6 +32,13 @@ func elements(p *plan.Plan) int {
 			n += 10 + 8*b + len(s.Slots)
 		} else {
 			n += 9 + 7*b + len(s.Slots)
+		}
+		switch {
+		case s.Persistence == 0:
+		case s.Mode == config.ModeDSR:
+			n += persistenceSize + 4
+		default:
+			n += persistenceSize + 8 + 3*b
 		}
 	}
 	return n
@@ -50,7 +59,7 @@ func (d *Datapath) Budget(p *plan.Plan) error {
 		Field: "nft.max_elements", What: "nftables elements and objects", Need: need, Limit: limit,
 		Cost: fmt.Sprintf("about %d MB of kernel memory", need*kernelBytesPerElement>>20),
 		Instead: "use smaller Maglev tables (table_size; the default on nft is 61 slots up to 3 backends), " +
-			"fewer services, datapath: ebpf (a Maglev slot is 4 bytes of a BPF array there), " +
+			"fewer services or fewer with persistence (each reserves a map of 65535 clients), datapath: ebpf (a Maglev slot is 4 bytes of a BPF array there), " +
 			"or raise nft.max_elements if the machine has the memory",
 	}
 }
