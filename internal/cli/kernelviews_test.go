@@ -11,8 +11,11 @@ import (
 // reading `sluice list -o json` see one id either way.
 func TestKernelViewsNameBackendsAsTheDaemon(t *testing.T) {
 	views := kernelViews([]datapath.ServiceStatus{{Name: "web", Backends: []datapath.BackendStatus{
-		{Address: "10.91.2.11"}, {Address: "10.91.2.12", Port: 8080}, {Address: "fd00::1", Port: 80},
+		{Address: "10.91.2.11"}, {Address: "10.91.2.12", Port: 8080, Connections: 9, Overloaded: true}, {Address: "fd00::1", Port: 80},
 	}}})
+	if b := views[0].Backends[1]; b.State != "overloaded" || b.Connections != 9 {
+		t.Errorf("a backend the datapath reports overloaded: %+v", b)
+	}
 	var ids []string
 	for _, b := range views[0].Backends {
 		ids = append(ids, b.ID)

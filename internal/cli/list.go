@@ -161,10 +161,14 @@ func kernelViews(kernel []datapath.ServiceStatus) []engine.ServiceView {
 			Scheduler: k.Scheduler, Programmed: true, Slots: k.Slots,
 		}
 		for _, b := range k.Backends {
-			v.Backends = append(v.Backends, engine.BackendView{
+			bv := engine.BackendView{
 				ID: engine.BackendID(b.Address, b.Port), Address: b.Address, Port: b.Port, Weight: b.Weight, ProgrammedWeight: b.Weight,
-				Share: b.Share, Flows: b.Flows, ActiveFlows: b.ActiveFlows, Packets: b.Packets, Bytes: b.Bytes,
-			})
+				Share: b.Share, Flows: b.Flows, ActiveFlows: b.ActiveFlows, Packets: b.Packets, Bytes: b.Bytes, Connections: b.Connections,
+			}
+			if b.Overloaded { // the one state the kernel knows without the daemon
+				bv.State = "overloaded"
+			}
+			v.Backends = append(v.Backends, bv)
 		}
 		out = append(out, v)
 	}
