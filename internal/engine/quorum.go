@@ -103,20 +103,20 @@ func (e *Engine) noteQuorums(ctx context.Context, seen []quorumSeen) {
 		if decided && lost == q.lost || !decided && !q.lost {
 			continue
 		}
-		kind, argv := EventQuorumRegained, q.up
+		kind, field, argv := EventQuorumRegained, "quorum_up", q.up
 		msg := fmt.Sprintf("available weight %d reached %d: the backends take new flows until it falls below %d", q.weight, q.gain, q.lose)
 		if q.lost {
 			below := q.lose
 			if !decided {
 				below = q.quorum // a first plan holds the quorum at its value
 			}
-			kind, argv = EventQuorumLost, q.down
+			kind, field, argv = EventQuorumLost, "quorum_down", q.down
 			msg = fmt.Sprintf("available weight %d is below %d: the backends take no new flows until it is %d", q.weight, below, q.gain)
 		}
 		msg += fmt.Sprintf(" (quorum %d, hysteresis %d)", q.quorum, q.gain-q.quorum)
 		e.publish(Event{Type: kind, Service: q.service, Message: msg})
 		if len(argv) > 0 {
-			e.startQuorumCommand(ctx, q, kind, argv)
+			e.startQuorumCommand(ctx, q, field, argv)
 		}
 	}
 	for name := range e.quorum.runs {
@@ -126,19 +126,15 @@ func (e *Engine) noteQuorums(ctx context.Context, seen []quorumSeen) {
 	}
 }
 
-// startQuorumCommand runs argv for the quorum change kind of q once the service's previous
-// command ended, without blocking: its exit status and first output line are logged, and a
-// failure is published. Called with e.mu held.
-func (e *Engine) startQuorumCommand(ctx context.Context, q quorumSeen, kind string, argv []string) {
+// startQuorumCommand runs argv, the command field of q, once the service's previous command
+// ended, without blocking: its exit status and first output line are logged, and a failure is
+// published. Called with e.mu held.
+func (e *Engine) startQuorumCommand(ctx context.Context, q quorumSeen, field string, argv []string) {
 	if e.quorum.runs == nil {
 		e.quorum.runs = map[string]<-chan struct{}{}
 	}
 	prev, done := e.quorum.runs[q.service], make(chan struct{})
 	e.quorum.runs[q.service] = done
-	field := "quorum_up"
-	if kind == EventQuorumLost {
-		field = "quorum_down"
-	}
 	go func() {
 		defer close(done)
 		if prev != nil {
@@ -153,7 +149,10 @@ func (e *Engine) startQuorumCommand(ctx context.Context, q quorumSeen, kind stri
 		out, err := health.RunCommand(ctx, argv, "SLUICE_SERVICE="+q.service, "SLUICE_QUORUM_WEIGHT="+strconv.Itoa(q.weight))
 		out, _, _ = strings.Cut(out, "\n")
 		status := "exit status 0"
-		if err != nil {
+		switch {
+		case err != nil && ctx.Err() == context.DeadlineExceeded:
+			status = "killed after " + quorumCommandTimeout.String()
+		case err != nil:
 			status = err.Error()
 		}
 		e.log.Info("quorum command ran", "service", q.service, "command", field, "argv", argv, "status", status, "output", out)
