@@ -184,7 +184,8 @@ func serviceOf(name string) string {
 // serviceNames are the names of one service's chain and sets. Their hash covers everything the
 // service chain's rules depend on, so a change of those makes new objects.
 type serviceNames struct {
-	chain, slots, members, flows, marks, newFlows, persist, live string
+	chain, slots, members, flows, marks, newFlows, live string
+	persist                                             string // persistence only: see namesOf
 }
 
 // namesOf names the objects rendered for a service.
@@ -193,7 +194,14 @@ func namesOf(s *plan.Service) serviceNames {
 	if s.Persistence > 0 { // only then: the names of services without persistence stay as they were
 		parts = append(parts, s.Persistence.String(), strconv.Itoa(s.PersistencePrefix))
 	}
-	return serviceNamesOf(s.Name, hash8(parts...))
+	n := serviceNamesOf(s.Name, hash8(parts...))
+	if s.Persistence > 0 {
+		// Not the chain's hash: the clients it remembers outlive any change but one of the map's
+		// own type or timeout (a change of the slot count, under rr and wrr a change of weight,
+		// renames the chain).
+		n.persist = serviceObject{kind: persistMap, service: s.Name, hash: hash8(ipvOf(s.VIP).ip, strconv.Itoa(s.PersistencePrefix), s.Persistence.String())}.String()
+	}
+	return n
 }
 
 // serviceNamesOf names the objects of a service whose chain is "svc-<service>-<hash>".
@@ -202,7 +210,7 @@ func serviceNamesOf(service, hash string) serviceNames {
 	return serviceNames{
 		chain: name(serviceChain), slots: name(slotsMap), members: name(membersMap),
 		flows: name(flowsMap), marks: name(marksMap), newFlows: name(newFlowsMap),
-		persist: name(persistMap), live: name(liveSet),
+		live: name(liveSet),
 	}
 }
 

@@ -53,8 +53,8 @@ func readTable(st *state, f knftables.Family) error {
 			obj = &knftables.Map{Name: name}
 		}
 		def := st.addSet(f, obj)
-		if isServiceObject(name, flowsMap) {
-			continue // the packet path owns the dsr flow maps' elements: never reconciled
+		if isServiceObject(name, flowsMap) || isServiceObject(name, persistMap) {
+			continue // the packet path owns the dsr flow and persistence maps' elements: never reconciled
 		}
 		if err := readElements(def, f, name); err != nil {
 			return fmt.Errorf("%s %s: %w", f, name, err)

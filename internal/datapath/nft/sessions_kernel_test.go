@@ -1,0 +1,215 @@
+package nft
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+// The session tests run real connections from several client addresses: three in 10.91.1.0/24
+// and two in 10.91.4.0/24, all in the client namespace.
+var (
+	clients24a = []netip.Addr{netip.MustParseAddr("10.91.1.2"), netip.MustParseAddr("10.91.1.3"), netip.MustParseAddr("10.91.1.4")}
+	clients24b = []netip.Addr{netip.MustParseAddr("10.91.4.2"), netip.MustParseAddr("10.91.4.3")}
+)
+
+// sessionRig builds natTopology with the client addresses above and a third backend, 10.91.2.13,
+// each answering its own address on ports 80 and 81 (serveLocalAddr).
+func sessionRig(t *testing.T) (client netns.NsHandle, d *Datapath) {
+	t.Helper()
+	client, backends := natTopology(t)
+	in(t, client, func() {
+		addAddrs(t, "client1", "10.91.1.3/24", "10.91.1.4/24", "10.91.4.2/24", "10.91.4.3/24")
+	})
+	client0, _ := netlink.LinkByName("client0")
+	_, other, _ := net.ParseCIDR("10.91.4.0/24")
+	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: client0.Attrs().Index, Dst: other, Gw: net.ParseIP("10.91.1.2")}); err != nil {
+		t.Fatal(err)
+	}
+	in(t, backends, func() {
+		addAddrs(t, "veth1", "10.91.2.13/24")
+		serveLocalAddr(t, ":80")
+		serveLocalAddr(t, ":81")
+	})
+	return client, newTestDatapath(t)
+}
+
+func addAddrs(t *testing.T, link string, addrs ...string) {
+	t.Helper()
+	l, err := netlink.LinkByName(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		addr, _ := netlink.ParseAddr(a)
+		if err := netlink.AddrAdd(l, addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// serveLocalAddr answers every connection on addr with the address it was accepted on (the
+// backend the balancer chose) and closes it.
+func serveLocalAddr(t *testing.T, addr string) {
+	l := listenTCP(t, addr)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, c.LocalAddr().(*net.TCPAddr).IP.String())
+			c.Close()
+		}
+	}()
+}
+
+// backendFor connects from src (port 0: any) to the service at to and returns the backend that
+// answered.
+func backendFor(t *testing.T, ns netns.NsHandle, src netip.AddrPort, to netip.AddrPort) netip.Addr {
+	t.Helper()
+	d := net.Dialer{Timeout: echoTimeout, LocalAddr: net.TCPAddrFromAddrPort(src)}
+	var c net.Conn
+	var err error
+	in(t, ns, func() { c, err = d.Dial("tcp4", to.String()) })
+	if err != nil {
+		t.Fatalf("%s -> %s: %v", src, to, err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(echoTimeout))
+	answer, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("%s -> %s: %v", src, to, err)
+	}
+	b, err := netip.ParseAddr(string(answer))
+	if err != nil {
+		t.Fatalf("%s -> %s: answered %q", src, to, answer)
+	}
+	return b
+}
+
+// sessionPlan is the plan of one tcp service web at 10.91.9.100 over backends 10.91.2.11-13
+// with the given settings (YAML lines of the service) and the weight of each backend.
+func sessionPlan(t *testing.T, settings string, weights [3]int) *plan.Plan {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "services:\n  - name: web\n    vip: 10.91.9.100\n    protocol: tcp\n")
+	for _, line := range strings.Split(strings.TrimSpace(settings), "\n") {
+		fmt.Fprintf(&b, "    %s\n", strings.TrimSpace(line))
+	}
+	b.WriteString("    backends:\n")
+	for i, w := range weights {
+		fmt.Fprintf(&b, "      - address: 10.91.2.%d\n        weight: %d\n", 11+i, w)
+	}
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return loadPlan(t, path)
+}
+
+// TestKernelSHHashesTheClient: under sh, every connection of one client address lands on one
+// backend whatever its source port, and on the backend Which predicts; with sh_port, the
+// connections of one address spread over the backends (all 12 of each of 5 addresses on one of
+// 3 equal backends: about 3^-55), still as Which predicts.
+func TestKernelSHHashesTheClient(t *testing.T) {
+	inFreshNetns(t, func() {
+		client, d := sessionRig(t)
+		vip := netip.MustParseAddrPort("10.91.9.100:80")
+		for _, shPort := range []bool{false, true} {
+			apply(t, d, sessionPlan(t, fmt.Sprintf("port: 80\nscheduler: sh\nsh_port: %v", shPort), [3]int{1, 1, 1}))
+			spread, base := 0, 20000
+			if shPort {
+				base = 30000 // the first round's ports are still tracked (TIME_WAIT)
+			}
+			for _, addr := range append(clients24a, clients24b...) {
+				seen := map[netip.Addr]bool{}
+				for i := range 12 {
+					src := netip.AddrPortFrom(addr, uint16(base+i*7))
+					want, err := d.Which("tcp", vip, src)
+					if err != nil || want.Tracked {
+						t.Fatalf("Which(%s) = %+v, %v; want a new flow's backend", src, want, err)
+					}
+					got := backendFor(t, client, src, vip)
+					if got != want.Backend.Addr() {
+						t.Errorf("sh_port %v: %s landed on %s, Which said %s", shPort, src, got, want.Backend)
+					}
+					seen[got] = true
+				}
+				if !shPort && len(seen) != 1 {
+					t.Errorf("sh: client %s reached %d backends, want 1", addr, len(seen))
+				}
+				if len(seen) > 1 {
+					spread++
+				}
+			}
+			if shPort && spread == 0 {
+				t.Errorf("sh_port: every client address stayed on one backend")
+			}
+		}
+	})
+}
+
+// TestKernelPersistenceKeepsTheClient: with persistence by /24 under rr (which alone would
+// rotate every new flow), all connections of one /24, over many source ports and both ports of
+// a range, land on one backend; once that backend is drained (weight 0), the next connection
+// of the /24 is balanced anew and the later ones stick to that new backend, and another /24
+// keeps its own backend.
+func TestKernelPersistenceKeepsTheClient(t *testing.T) {
+	for _, mode := range []string{"nat", "fullnat"} {
+		t.Run(mode, func(t *testing.T) {
+			inFreshNetns(t, func() {
+				client, d := sessionRig(t)
+				settings := "port: 80-81\nmode: " + mode + "\nscheduler: rr\npersistence_timeout: 300s\npersistence_granularity: 24"
+				apply(t, d, sessionPlan(t, settings, [3]int{1, 1, 1}))
+				// sticky asks n connections from each client, alternating the service's ports, and
+				// returns the one backend they all reached.
+				sticky := func(clients []netip.Addr, n int) netip.Addr {
+					t.Helper()
+					var first netip.Addr
+					for i := range n {
+						for _, addr := range clients {
+							to := netip.AddrPortFrom(netip.MustParseAddr("10.91.9.100"), uint16(80+i%2))
+							got := backendFor(t, client, netip.AddrPortFrom(addr, 0), to)
+							if !first.IsValid() {
+								first = got
+							} else if got != first {
+								t.Fatalf("%s -> %s landed on %s, the /24 before on %s", addr, to, got, first)
+							}
+						}
+					}
+					return first
+				}
+				a := sticky(clients24a, 8)
+				b := sticky(clients24b, 8)
+				if again := sticky(clients24a[:1], 4); again != a {
+					t.Fatalf("10.91.1.0/24 moved from %s to %s", a, again)
+				}
+
+				weights := [3]int{1, 1, 1}
+				weights[int(a.As4()[3])-11] = 0 // drained: keeps its flows, takes no new one
+				apply(t, d, sessionPlan(t, settings, weights))
+				moved := sticky(clients24a, 8)
+				if moved == a {
+					t.Fatalf("10.91.1.0/24 still lands on drained %s", a)
+				}
+				if b != a {
+					if got := sticky(clients24b, 4); got != b {
+						t.Errorf("10.91.4.0/24 moved from %s to %s when %s was drained", b, got, a)
+					}
+				}
+			})
+		})
+	}
+}
