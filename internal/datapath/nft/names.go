@@ -185,7 +185,9 @@ func serviceOf(name string) string {
 // service chain's rules depend on, so a change of those makes new objects.
 type serviceNames struct {
 	chain, slots, members, flows, marks, newFlows, live string
-	persist                                             string // persistence only: see namesOf
+
+	// persist is the persistence map, none without persistence (see namesOf).
+	persist string
 }
 
 // namesOf names the objects rendered for a service.

@@ -75,9 +75,8 @@ func serveLocalAddr(t *testing.T, addr string) {
 	}()
 }
 
-// backendFor connects from src (port 0: any) to the service at to and returns the backend that
-// answered.
-func backendFor(t *testing.T, ns netns.NsHandle, src netip.AddrPort, to netip.AddrPort) netip.Addr {
+// dialSrc connects from src (port 0: any) in ns to the service at to.
+func dialSrc(t *testing.T, ns netns.NsHandle, src, to netip.AddrPort) net.Conn {
 	t.Helper()
 	d := net.Dialer{Timeout: echoTimeout, LocalAddr: net.TCPAddrFromAddrPort(src)}
 	var c net.Conn
@@ -86,6 +85,14 @@ func backendFor(t *testing.T, ns netns.NsHandle, src netip.AddrPort, to netip.Ad
 	if err != nil {
 		t.Fatalf("%s -> %s: %v", src, to, err)
 	}
+	return c
+}
+
+// backendFor connects from src (port 0: any) to the service at to and returns the backend that
+// answered.
+func backendFor(t *testing.T, ns netns.NsHandle, src, to netip.AddrPort) netip.Addr {
+	t.Helper()
+	c := dialSrc(t, ns, src, to)
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(echoTimeout))
 	answer, err := io.ReadAll(c)
@@ -99,24 +106,43 @@ func backendFor(t *testing.T, ns netns.NsHandle, src netip.AddrPort, to netip.Ad
 	return b
 }
 
-// sessionPlan is the plan of one tcp service web at 10.91.9.100 over backends 10.91.2.11-13
-// with the given settings (YAML lines of the service) and the weight of each backend.
-func sessionPlan(t *testing.T, settings string, weights [3]int) *plan.Plan {
+// sessionPlan is the plan of one tcp service web at 10.91.9.100 with the given settings (YAML
+// lines of the service, and of the config before: top) over backends at their weights.
+func sessionPlan(t *testing.T, top, settings string, backends ...weighted) *plan.Plan {
 	t.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "services:\n  - name: web\n    vip: 10.91.9.100\n    protocol: tcp\n")
+	fmt.Fprintf(&b, "%s\nservices:\n  - name: web\n    vip: 10.91.9.100\n    protocol: tcp\n", top)
 	for _, line := range strings.Split(strings.TrimSpace(settings), "\n") {
 		fmt.Fprintf(&b, "    %s\n", strings.TrimSpace(line))
 	}
 	b.WriteString("    backends:\n")
-	for i, w := range weights {
-		fmt.Fprintf(&b, "      - address: 10.91.2.%d\n        weight: %d\n", 11+i, w)
+	for _, w := range backends {
+		fmt.Fprintf(&b, "      - address: %s\n        weight: %d\n", w.addr, w.weight)
 	}
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return loadPlan(t, path)
+}
+
+// weighted is a backend of sessionPlan.
+type weighted struct {
+	addr   netip.Addr
+	weight int
+}
+
+// rigBackends are the backends of sessionRig, weight 1 but drained (weight 0).
+func rigBackends(drained netip.Addr) []weighted {
+	var out []weighted
+	for _, a := range []string{"10.91.2.11", "10.91.2.12", "10.91.2.13"} {
+		w := weighted{netip.MustParseAddr(a), 1}
+		if w.addr == drained {
+			w.weight = 0
+		}
+		out = append(out, w)
+	}
+	return out
 }
 
 // TestKernelSHHashesTheClient: under sh, every connection of one client address lands on one
@@ -128,7 +154,7 @@ func TestKernelSHHashesTheClient(t *testing.T) {
 		client, d := sessionRig(t)
 		vip := netip.MustParseAddrPort("10.91.9.100:80")
 		for _, shPort := range []bool{false, true} {
-			apply(t, d, sessionPlan(t, fmt.Sprintf("port: 80\nscheduler: sh\nsh_port: %v", shPort), [3]int{1, 1, 1}))
+			apply(t, d, sessionPlan(t, "", fmt.Sprintf("port: 80\nscheduler: sh\nsh_port: %v", shPort), rigBackends(netip.Addr{})...))
 			spread, base := 0, 20000
 			if shPort {
 				base = 30000 // the first round's ports are still tracked (TIME_WAIT)
@@ -172,7 +198,7 @@ func TestKernelPersistenceKeepsTheClient(t *testing.T) {
 			inFreshNetns(t, func() {
 				client, d := sessionRig(t)
 				settings := "port: 80-81\nmode: " + mode + "\nscheduler: rr\npersistence_timeout: 300s\npersistence_granularity: 24"
-				apply(t, d, sessionPlan(t, settings, [3]int{1, 1, 1}))
+				apply(t, d, sessionPlan(t, "", settings, rigBackends(netip.Addr{})...))
 				// sticky asks n connections from each client, alternating the service's ports, and
 				// returns the one backend they all reached.
 				sticky := func(clients []netip.Addr, n int) netip.Addr {
@@ -197,9 +223,7 @@ func TestKernelPersistenceKeepsTheClient(t *testing.T) {
 					t.Fatalf("10.91.1.0/24 moved from %s to %s", a, again)
 				}
 
-				weights := [3]int{1, 1, 1}
-				weights[int(a.As4()[3])-11] = 0 // drained: keeps its flows, takes no new one
-				apply(t, d, sessionPlan(t, settings, weights))
+				apply(t, d, sessionPlan(t, "", settings, rigBackends(a)...)) // a keeps its flows, takes no new one
 				moved := sticky(clients24a, 8)
 				if moved == a {
 					t.Fatalf("10.91.1.0/24 still lands on drained %s", a)
@@ -212,4 +236,56 @@ func TestKernelPersistenceKeepsTheClient(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestKernelDSRPersistenceKeepsTheClient: under dsr with maglev, which alone spreads a client's
+// connections by 5-tuple, persistence by address keeps every connection of a client on one
+// backend; once that backend is drained, the client's next connection goes to the other one,
+// and the later ones stick there.
+func TestKernelDSRPersistenceKeepsTheClient(t *testing.T) {
+	inFreshNetns(t, func() {
+		vip := netip.AddrPortFrom(netip.MustParseAddr("10.91.9.100"), 80)
+		client, backends, nss := dsrTopology(t, vip.Addr())
+		byName := map[string]netip.Addr{}
+		for i, ns := range nss {
+			name := []string{"b11", "b12"}[i]
+			in(t, ns, func() { go serveName(listenTCP(t, ":80"), name) })
+			byName[name] = backends[i].Addr
+		}
+		in(t, client, func() { addAddrs(t, "client1", "10.91.1.3/24") })
+		d := newTestDatapath(t)
+		apply2 := func(drained netip.Addr) {
+			var ws []weighted
+			for _, b := range backends {
+				ws = append(ws, weighted{b.Addr, map[bool]int{true: 0, false: 1}[b.Addr == drained]})
+			}
+			apply(t, d, sessionPlan(t, "interfaces: [client0]", "port: 80\nmode: dsr\npersistence_timeout: 300s", ws...))
+		}
+		// stuck opens n connections from src and returns the one backend they all reached.
+		stuck := func(src netip.Addr, n int) netip.Addr {
+			t.Helper()
+			var first netip.Addr
+			for range n {
+				c := dialSrc(t, client, netip.AddrPortFrom(src, 0), vip)
+				name, err := nameFrom(c)
+				c.Close()
+				if err != nil {
+					t.Fatalf("%s -> %s: %v", src, vip, err)
+				}
+				if got := byName[name]; !first.IsValid() {
+					first = got
+				} else if got != first {
+					t.Fatalf("%s landed on %s, before on %s", src, got, first)
+				}
+			}
+			return first
+		}
+		apply2(netip.Addr{})
+		a := stuck(clients24a[0], 12)
+		stuck(clients24a[1], 12)
+		apply2(a)
+		if moved := stuck(clients24a[0], 12); moved == a {
+			t.Fatalf("%s still lands on drained %s", clients24a[0], a)
+		}
+	})
 }
