@@ -87,12 +87,13 @@ func pending(t *testing.T, d *Datapath, p *plan.Plan) int {
 // nft must accept each transaction, a second Apply must find nothing to do, Status must read the
 // services back, and Flush must leave no table behind.
 func TestKernelAcceptsEveryCase(t *testing.T) {
-	v4 := []string{"dsr-range-udp", "dsr-tcp", "fallback", "nat-maglev", "nat-range-udp", "wrr-hash-random"}
+	v4 := []string{"dsr-range-udp", "dsr-tcp", "fallback", "nat-maglev", "nat-range-udp", "wrr-hash-random",
+		"nat-sh", "nat-sh-port", "persistence-nat-v4", "persistence-dsr"}
 	inFreshNetns(t, func() {
 		ctx := context.Background()
 		d := newTestDatapath(t)
 		var steps []string
-		for _, c := range append(v4, "fullnat-v6-rr") {
+		for _, c := range append(v4, "fullnat-v6-rr", "persistence-fullnat-v6") {
 			steps = append(steps, filepath.Join("testdata/golden", c, "config.yaml"))
 		}
 		cases, _ := filepath.Glob("testdata/transitions/*")
