@@ -218,17 +218,24 @@ func baseChain(f knftables.Family, name string, t knftables.BaseChainType, hook 
 
 // describe is the service as recorded in the kernel (the dispatch element's comment), enough for
 // `sluice list` and Which to show it without the config: "web tcp 10.91.9.100 80 nat maglev",
-// and "… sh sh_port" when sh hashes the source port too (at most 108 bytes: nft keeps 128).
+// then its options: "sh_port" when sh hashes the source port too, "persist/24" with the prefix
+// of persistence (at most 120 bytes: nft keeps 128).
 func describe(s *plan.Service) string {
 	fields := []string{s.Name, string(s.Protocol), s.VIP.String(), s.Ports.String(), string(s.Mode), string(s.Scheduler)}
 	if s.SHPort {
 		fields = append(fields, shPortOption)
 	}
+	if s.Persistence > 0 {
+		fields = append(fields, persistOption+strconv.Itoa(s.PersistencePrefix))
+	}
 	return strings.Join(fields, " ")
 }
 
-// shPortOption ends the description of an sh service that hashes the source port too.
-const shPortOption = "sh_port"
+// The options that end a service's description.
+const (
+	shPortOption  = "sh_port"  // sh hashes the source port too
+	persistOption = "persist/" // persistence, by this prefix length
+)
 
 // selector is the expression that picks a slot for a new flow.
 func selector(s *plan.Service) string {

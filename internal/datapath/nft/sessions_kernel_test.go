@@ -145,6 +145,17 @@ func rigBackends(drained netip.Addr) []weighted {
 	return out
 }
 
+// assertRemembered checks that Which sends a new flow of client to the service web on port 80
+// to the backend want, which persistence remembers for it.
+func assertRemembered(t *testing.T, d *Datapath, client, want netip.Addr) {
+	t.Helper()
+	src := netip.AddrPortFrom(client, 45678) // a port none of the test's flows uses
+	c, err := d.Which("tcp", netip.MustParseAddrPort("10.91.9.100:80"), src)
+	if err != nil || c.Tracked || c.Backend.Addr() != want {
+		t.Errorf("Which(%s) = %+v, %v; want %s, remembered", src, c, err, want)
+	}
+}
+
 // TestKernelSHHashesTheClient: under sh, every connection of one client address lands on one
 // backend whatever its source port, and on the backend Which predicts; with sh_port, the
 // connections of one address spread over the backends (all 12 of each of 5 addresses on one of
@@ -218,6 +229,7 @@ func TestKernelPersistenceKeepsTheClient(t *testing.T) {
 					return first
 				}
 				a := sticky(clients24a, 8)
+				assertRemembered(t, d, clients24a[2], a)
 				b := sticky(clients24b, 8)
 				if again := sticky(clients24a[:1], 4); again != a {
 					t.Fatalf("10.91.1.0/24 moved from %s to %s", a, again)
@@ -228,6 +240,7 @@ func TestKernelPersistenceKeepsTheClient(t *testing.T) {
 				if moved == a {
 					t.Fatalf("10.91.1.0/24 still lands on drained %s", a)
 				}
+				assertRemembered(t, d, clients24a[2], moved)
 				if b != a {
 					if got := sticky(clients24b, 4); got != b {
 						t.Errorf("10.91.4.0/24 moved from %s to %s when %s was drained", b, got, a)
@@ -284,8 +297,10 @@ func TestKernelDSRPersistenceKeepsTheClient(t *testing.T) {
 		a := stuck(clients24a[0], 12)
 		stuck(clients24a[1], 12)
 		apply2(a)
-		if moved := stuck(clients24a[0], 12); moved == a {
+		moved := stuck(clients24a[0], 12)
+		if moved == a {
 			t.Fatalf("%s still lands on drained %s", clients24a[0], a)
 		}
+		assertRemembered(t, d, clients24a[0], moved)
 	})
 }

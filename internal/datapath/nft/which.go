@@ -58,6 +58,9 @@ func (d *Datapath) Which(protocol string, vip, src netip.AddrPort) (datapath.Cho
 	if err != nil || c.Tracked {
 		return c, err
 	}
+	if c.Backend, ok, err = svc.rememberedClient(st, src, vip); err != nil || ok {
+		return c, err
+	}
 	c.Backend, err = svc.newFlowBackend(st, src, vip)
 	return c, err
 }
@@ -84,7 +87,9 @@ type programmedService struct {
 	mode      config.Mode
 	scheduler config.Scheduler
 	shPort    bool // sh hashes the source port too
-	family    knftables.Family
+	// persistPrefix groups clients for persistence; -1 without persistence.
+	persistPrefix int
+	family        knftables.Family
 	// hash names the service's chain and sets with its name (see serviceNamesOf).
 	hash string
 }
@@ -130,29 +135,89 @@ func dispatchedBy(f knftables.Family, e *knftables.Element) (dispatchedService, 
 	}
 	desc := strings.Fields(*e.Comment)
 	chain, ok := parseGoto(e.Value[0])
-	if !ok || len(desc) < 6 || len(desc) > 7 || (len(desc) == 7 && desc[6] != shPortOption) {
+	if !ok || len(desc) < 6 {
 		return dispatchedService{}, false
 	}
 	o, ok := parseServiceObject(chain)
 	if !ok || o.kind != serviceChain || o.service != desc[0] {
 		return dispatchedService{}, false
 	}
+	svc := programmedService{name: desc[0], protocol: config.Protocol(desc[1]), mode: config.Mode(desc[4]), scheduler: config.Scheduler(desc[5]),
+		persistPrefix: -1, family: f, hash: o.hash}
+	for _, opt := range desc[6:] {
+		prefix, persists := strings.CutPrefix(opt, persistOption)
+		n, err := strconv.Atoi(prefix)
+		switch {
+		case opt == shPortOption:
+			svc.shPort = true
+		case persists && err == nil && n >= 0:
+			svc.persistPrefix = n
+		default:
+			return dispatchedService{}, false
+		}
+	}
 	vip, err1 := netip.ParseAddr(desc[2])
 	ports, err2 := config.ParseRange(desc[3])
 	if err1 != nil || err2 != nil {
 		return dispatchedService{}, false
 	}
-	return dispatchedService{
-		programmedService: programmedService{name: desc[0], protocol: config.Protocol(desc[1]), mode: config.Mode(desc[4]), scheduler: config.Scheduler(desc[5]), shPort: len(desc) == 7, family: f, hash: o.hash},
-		vip:               vip, ports: ports,
-	}, true
+	return dispatchedService{programmedService: svc, vip: vip, ports: ports}, true
 }
 
-// sets are the service's sets Which reads: its slots, its members and the map of backend marks
-// (dsr, and nat or fullnat with persistence; none otherwise).
+// sets are the service's sets Which reads: its slots, its members, the map of backend marks
+// (dsr, and nat or fullnat with persistence; none otherwise) and the marks of the backends that
+// take new flows (the new-flow map under dsr, the live set with persistence).
 func (s programmedService) sets() []knftables.Object {
 	n := s.names()
-	return []knftables.Object{&knftables.Map{Name: n.slots}, &knftables.Map{Name: n.members}, &knftables.Map{Name: n.marks}}
+	return []knftables.Object{&knftables.Map{Name: n.slots}, &knftables.Map{Name: n.members}, &knftables.Map{Name: n.marks},
+		&knftables.Map{Name: n.newFlows}, &knftables.Set{Name: n.live}}
+}
+
+// rememberedClient is the backend a service with persistence remembers for src's client key,
+// when that backend takes new flows (otherwise the client is balanced anew: see forget).
+func (s programmedService) rememberedClient(st *state, src, vip netip.AddrPort) (netip.AddrPort, bool, error) {
+	if s.persistPrefix < 0 {
+		return netip.AddrPort{}, false, nil
+	}
+	set, err := s.persistenceMap()
+	if err != nil || set == "" {
+		return netip.AddrPort{}, false, err
+	}
+	key := netip.PrefixFrom(src.Addr(), s.persistPrefix).Masked().Addr().AsSlice()
+	mark, found, err := elementMark(s.family, set, key)
+	if err != nil || !found {
+		return netip.AddrPort{}, false, err
+	}
+	n, value := s.names(), strconv.FormatUint(uint64(mark), 10)
+	live := false
+	for _, name := range []string{n.newFlows, n.live} {
+		if def := st.sets[objKey{s.family, name}]; def != nil {
+			for _, e := range def.elems {
+				live = live || strings.Join(e.Key, "") == value
+			}
+		}
+	}
+	if !live {
+		return netip.AddrPort{}, false, nil
+	}
+	b, err := s.backend(st, value, vip.Port())
+	return b, err == nil, err
+}
+
+// persistenceMap finds the name of the service's persistence map, which its chain's hash does
+// not name (see namesOf); "" when there is none.
+func (s programmedService) persistenceMap() (string, error) {
+	sets, err := dumpTable(s.family, unix.NFT_MSG_GETSET, unix.NFT_MSG_NEWSET, unix.NFTA_SET_TABLE)
+	if err != nil && !errors.Is(err, errNoTable) {
+		return "", err
+	}
+	for _, m := range sets {
+		name, _ := setOf(m)
+		if o, ok := parseServiceObject(name); ok && o.kind == persistMap && o.service == s.name {
+			return name, nil
+		}
+	}
+	return "", nil
 }
 
 // newFlowBackend is the backend of the slot the service's selector gives a new flow.
@@ -277,6 +342,11 @@ func flowMapMark(set string, src, vip netip.AddrPort) (mark uint32, found bool, 
 	key := append(src.Addr().AsSlice(), 0, 0, 0, 0, 0, 0, 0, 0)
 	binary.BigEndian.PutUint16(key[len(key)-8:], src.Port())
 	binary.BigEndian.PutUint16(key[len(key)-4:], vip.Port())
+	return elementMark(knftables.NetDevFamily, set, key)
+}
+
+// elementMark gets the mark that the element of key holds in a map of family f's table.
+func elementMark(f knftables.Family, set string, key []byte) (mark uint32, found bool, err error) {
 	keyData := nl.NewRtAttr(unix.NLA_F_NESTED|unix.NFTA_SET_ELEM_KEY, nil)
 	keyData.AddRtAttr(unix.NFTA_DATA_VALUE, key)
 	elem := nl.NewRtAttr(unix.NLA_F_NESTED|unix.NFTA_LIST_ELEM, nil)
@@ -285,7 +355,7 @@ func flowMapMark(set string, src, vip netip.AddrPort) (mark uint32, found bool, 
 	list.AddChild(elem)
 
 	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETSETELEM, unix.NLM_F_ACK)
-	req.AddData(&nl.Nfgenmsg{NfgenFamily: nfproto[knftables.NetDevFamily], Version: unix.NFNETLINK_V0})
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: nfproto[f], Version: unix.NFNETLINK_V0})
 	req.AddData(nl.NewRtAttr(unix.NFTA_SET_ELEM_LIST_TABLE, nl.ZeroTerminated(TableName)))
 	req.AddData(nl.NewRtAttr(unix.NFTA_SET_ELEM_LIST_SET, nl.ZeroTerminated(set)))
 	req.AddData(list)
@@ -294,7 +364,7 @@ func flowMapMark(set string, src, vip netip.AddrPort) (mark uint32, found bool, 
 		return 0, false, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("looking the flow up in %s: %w", set, err)
+		return 0, false, fmt.Errorf("looking the element up in %s: %w", set, err)
 	}
 	for _, m := range msgs {
 		for _, l := range attrsOf(m) {
@@ -310,5 +380,5 @@ func flowMapMark(set string, src, vip netip.AddrPort) (mark uint32, found bool, 
 			}
 		}
 	}
-	return 0, false, fmt.Errorf("%s answered without the flow's mark", set)
+	return 0, false, fmt.Errorf("%s answered without the element's mark", set)
 }
