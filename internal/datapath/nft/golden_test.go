@@ -200,3 +200,16 @@ func render(p *plan.Plan, env Environment) (*state, error) {
 	}
 	return d.all()
 }
+
+// TestRenderRefusesConnectionCounting: lc, wlc and max_connections never reach nft (the config
+// refuses them); should a plan hold them, rendering fails naming the service.
+func TestRenderRefusesConnectionCounting(t *testing.T) {
+	for _, s := range []plan.Service{
+		{Name: "lc", Scheduler: "lc"},
+		{Name: "max", Scheduler: "maglev", Backends: []plan.Backend{{Weight: 1, MaxConns: 10}}},
+	} {
+		if _, err := renderService(&s, testEnv); err == nil || !strings.Contains(err.Error(), "service "+s.Name) {
+			t.Errorf("rendering %s: %v; want an error naming it", s.Name, err)
+		}
+	}
+}
