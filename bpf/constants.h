@@ -13,6 +13,7 @@
 #define MAX_INTERFACES  4096       /* interfaces XDP runs on, with their MACs in if_macs */
 #define MAX_PERSIST     (1 << 18)  /* persistent clients (LRU); the loader sizes it max_flows/4 */
 #define MAX_COUNTED     1024       /* backends an lc/wlc service compares for a new flow */
+#define MAX_SOURCES     (1 << 20)  /* source_allow or source_deny prefixes, all services */
 
 /* The enums have the width of the field that holds them (a clang extension) so that the fields
  * can be typed and bpf2go -type generates their Go constants. */
@@ -36,10 +37,17 @@ enum service_flags : __u8 {
 	                           * anything else passes to the stack */
 	SERVICE_HASH_SOURCE = 2,  /* sh: the table is indexed by a hash of the source address */
 	SERVICE_HASH_SPORT  = 4,  /* sh_port: and of the source port */
-	SERVICE_PERSIST     = 8,  /* a client keeps its backend (service_opts, persist) */
+	SERVICE_OPTS        = 8,  /* service_opts holds settings for new flows: persistence,
+	                           * access lists */
 	SERVICE_LEAST_CONN  = 16, /* lc/wlc: the ring lists the backends to compare, once each */
 	SERVICE_WEIGHTED    = 32, /* wlc: connections are compared relative to weights */
 	SERVICE_COUNT_CONNS = 64, /* the backends' active flows are counted (backend_conns) */
+};
+
+/* struct service_settings.sources: the access lists a service has. */
+enum source_lists : __u8 {
+	SOURCES_ALLOW = 1, /* only clients in source_allow may open new flows */
+	SOURCES_DENY  = 2, /* clients in source_deny may not */
 };
 
 /* struct backend.flags */

@@ -204,9 +204,10 @@ static __always_inline void reply_ensure(const struct flow_key *k, const struct 
 #define SELECT_NO_BACKEND -1 /* the service has no backend for a new flow */
 #define SELECT_NO_PORT    -2 /* fullnat: no free source port */
 #define SELECT_RETIRED    -3 /* the service is retired: it takes no new flow */
+#define SELECT_REFUSED    -4 /* the service's access lists refuse the client */
 
 /* Balances client flow k afresh: picks a backend, claims the reply 5-tuple and records the flow.
- * Returns 0, SELECT_NO_BACKEND or SELECT_NO_PORT. */
+ * Returns 0, SELECT_NO_BACKEND, SELECT_REFUSED or SELECT_NO_PORT. */
 static __always_inline int flow_create(const struct flow_key *k, const struct service *svc,
 				       const struct globals *g, struct target *t, __u64 now)
 {
@@ -214,7 +215,15 @@ static __always_inline int flow_create(const struct flow_key *k, const struct se
 	struct flow_key rk;
 	struct reverse r;
 
-	if (backend_pick(svc, k, now, &t->id) || !(t->b = backend_get(t->id, k->family)))
+	switch (backend_pick(svc, k, now, &t->id)) {
+	case 0:
+		break;
+	case PICK_REFUSED:
+		return SELECT_REFUSED;
+	default:
+		return SELECT_NO_BACKEND;
+	}
+	if (!(t->b = backend_get(t->id, k->family)))
 		return SELECT_NO_BACKEND;
 	f.backend_id = t->id;
 	if (svc->mode != MODE_DSR) {

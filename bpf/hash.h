@@ -54,4 +54,22 @@ static __always_inline __u32 flow_hash(const struct flow_key *k, __u32 salt)
 	return c;
 }
 
+/* Hashes a flow's source address, and its source port when with_port (the sh scheduler). */
+static __always_inline __u32 source_hash(const struct flow_key *k, int with_port)
+{
+	const __u32 *w = (const __u32 *)k->src;
+	__u32 a, b, c;
+
+	a = b = c = 0xdeadbeef + 20 + HASH_SEED;
+	a += w[0];
+	b += w[1];
+	c += w[2];
+	hash_mix(a, b, c);
+	a += w[3];
+	b += with_port ? k->sport : 0;
+	c += k->family;
+	hash_final(a, b, c);
+	return c;
+}
+
 #endif

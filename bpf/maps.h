@@ -135,6 +135,26 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } persist SEC(".maps");
 
+/* The client prefixes that may open new flows, per service (source_allow). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct source_key);
+	__type(value, __u8);
+	__uint(max_entries, MAX_SOURCES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} source_allow SEC(".maps");
+
+/* The client prefixes that may not open new flows, per service (source_deny). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct source_key);
+	__type(value, __u8);
+	__uint(max_entries, MAX_SOURCES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} source_deny SEC(".maps");
+
 /* icmp.h adds icmp_scratch, the ICMP error path's per-CPU working space (unpinned, no state). */
 
 #endif

@@ -29,15 +29,9 @@ static __always_inline struct backend *backend_get(__u32 id, __u8 family)
  * address's (and port's, with sh_port). */
 static __always_inline __u32 table_hash(__u8 flags, const struct flow_key *k)
 {
-	struct flow_key src = {};
-
 	if (!(flags & SERVICE_HASH_SOURCE))
 		return flow_hash(k, 0);
-	__builtin_memcpy(src.src, k->src, sizeof(src.src));
-	src.family = k->family;
-	if (flags & SERVICE_HASH_SPORT)
-		src.sport = k->sport;
-	return flow_hash(&src, 0);
+	return source_hash(k, flags & SERVICE_HASH_SPORT);
 }
 
 /* A backend's active flows, and its counts (NULL when the id is out of range). */
@@ -256,31 +250,72 @@ static __always_inline int persist_pick(const struct service *svc, const struct 
 	return 0;
 }
 
-/* Picks the backend id of a new flow k of a service at time now; -1 when none can take it. */
+/* The keys a new flow's pick looks up with service_opts' settings: too big for the stack, which
+ * they would share with the rest of the decision. */
+struct pick_work {
+	struct persist_key pk;
+	struct persist_entry pe;
+	struct source_key sk;
+};
+
+/* Per-CPU working space of backend_pick (unpinned, no state). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct pick_work));
+	__uint(max_entries, 1);
+} pick_scratch SEC(".maps");
+
+/* True when a service's access lists refuse client flow k a new flow: its address is in
+ * source_deny, or source_allow is set and it is not in it. sk is working space. */
+static __always_inline bool source_refused(const struct service_settings *o,
+					   const struct flow_key *k, __u32 sid,
+					   struct source_key *sk)
+{
+	if (!o->sources)
+		return false;
+	sk->prefixlen = 32 + (k->family == AF_INET ? 32 : 128);
+	sk->service_id = sid;
+	__builtin_memcpy(sk->addr, k->src, sizeof(sk->addr));
+	if ((o->sources & SOURCES_DENY) && bpf_map_lookup_elem(&source_deny, sk))
+		return true;
+	return (o->sources & SOURCES_ALLOW) && !bpf_map_lookup_elem(&source_allow, sk);
+}
+
+/* backend_pick's error for a client its service's access lists refuse. */
+#define PICK_REFUSED -2
+
+/* Picks the backend id of a new flow k of a service at time now; -1 when none can take it,
+ * PICK_REFUSED when the service refuses the client. */
 static __always_inline int backend_pick(const struct service *svc, const struct flow_key *k,
 					__u64 now, __u32 *id)
 {
 	struct service_settings *o = NULL;
-	struct persist_entry e = {.last_new = now};
-	struct persist_key pk;
-	__u32 sid = svc->id;
+	struct pick_work *w = NULL;
+	__u32 sid = svc->id, zero = 0;
 	int err = -1;
 
-	if (svc->flags & SERVICE_PERSIST) {
+	if (svc->flags & SERVICE_OPTS) {
 		o = bpf_map_lookup_elem(&service_opts, &sid);
-		if (o && o->persist_ns) {
-			persist_key_of(&pk, k, sid, o->persist_prefix);
-			err = persist_pick(svc, o, &pk, k->family, now, id);
+		w = bpf_map_lookup_elem(&pick_scratch, &zero);
+		if (!o || !w)
+			return -1;
+		if (source_refused(o, k, sid, &w->sk))
+			return PICK_REFUSED;
+		if (o->persist_ns) {
+			persist_key_of(&w->pk, k, sid, o->persist_prefix);
+			err = persist_pick(svc, o, &w->pk, k->family, now, id);
 		} else {
-			o = NULL;
+			w = NULL;
 		}
 	}
 	if (err)
 		err = svc->flags & SERVICE_LEAST_CONN ? least_pick(svc, k, id) : table_pick(svc, k, id);
-	if (err || !o || count_nothing)
+	if (err || !w || count_nothing)
 		return err;
-	e.backend_id = *id;
-	bpf_map_update_elem(&persist, &pk, &e, BPF_ANY);
+	w->pe.backend_id = *id;
+	w->pe.last_new = now;
+	bpf_map_update_elem(&persist, &w->pk, &w->pe, BPF_ANY);
 	return 0;
 }
 

@@ -71,7 +71,16 @@ struct reverse {
 struct service_settings {
 	__u64 persist_ns;     /* persistence timeout; 0: off */
 	__u8  persist_prefix; /* prefix length the client address is masked to */
-	__u8  pad[7];
+	enum source_lists sources;
+	__u8  pad[6];
+};
+
+/* A client prefix of a service's access list (an LPM trie key: prefixlen counts the service id's
+ * 32 bits and the address's). */
+struct source_key {
+	__u32 prefixlen;
+	__u32 service_id;
+	__u8  addr[16];
 };
 
 /* A backend's settings for counting schedulers and thresholds, by backend id. */

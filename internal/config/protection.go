@@ -83,7 +83,8 @@ func (s *Service) validateProtection(at string, datapath Datapath, is6, vipOK bo
 			fail(at+".syn_protection", "cannot apply to mode dsr: the backend's replies bypass the balancer, which would have to translate their sequence numbers (use nat or fullnat)")
 		}
 	}
-	s.LimitAction = oneOf(s.LimitAction, LimitActions, DefaultLimitAction, at+".limit_action", fail)
+	// An unset limit_action stays unset (drop): services without limits do not show one.
+	s.LimitAction = oneOf(s.LimitAction, LimitActions, "", at+".limit_action", fail)
 	if s.Limits != nil {
 		for _, f := range s.Limits.fields() {
 			if b := limitFieldsBounds[f.key]; f.value != 0 && !b.has(f.value) {

@@ -33,6 +33,9 @@ type kernelMaps struct {
 	BackendConns *ebpf.Map
 	BackendLost  *ebpf.Map
 	Persist      *ebpf.Map
+	// SourceAllow and SourceDeny are the services' access lists.
+	SourceAllow *ebpf.Map
+	SourceDeny  *ebpf.Map
 }
 
 // addedMaps are the pinned maps later versions added: pins of an older version lack them, which
@@ -40,6 +43,7 @@ type kernelMaps struct {
 var addedMaps = map[string]bool{
 	sluiceMapIfMacs: true, sluiceMapServiceOpts: true, sluiceMapBackendOpts: true,
 	sluiceMapBackendConns: true, sluiceMapBackendLost: true, sluiceMapPersist: true,
+	sluiceMapSourceAllow: true, sluiceMapSourceDeny: true,
 }
 
 // fields are the maps' places in m by pin name.
@@ -51,6 +55,7 @@ func (m *kernelMaps) fields() map[string]**ebpf.Map {
 		serviceMetaName: &m.ServiceMeta, backendMetaName: &m.BackendMeta, sluiceMapIfMacs: &m.IfMACs,
 		sluiceMapServiceOpts: &m.ServiceOpts, sluiceMapBackendOpts: &m.BackendOpts,
 		sluiceMapBackendConns: &m.BackendConns, sluiceMapBackendLost: &m.BackendLost, sluiceMapPersist: &m.Persist,
+		sluiceMapSourceAllow: &m.SourceAllow, sluiceMapSourceDeny: &m.SourceDeny,
 	}
 }
 

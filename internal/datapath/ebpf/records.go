@@ -95,8 +95,8 @@ func serviceFlagsOf(s *plan.Service) sluiceServiceFlags {
 	case s.Scheduler == config.SchedulerWLC:
 		f |= sluiceServiceFlagsSERVICE_LEAST_CONN | sluiceServiceFlagsSERVICE_WEIGHTED | sluiceServiceFlagsSERVICE_COUNT_CONNS
 	}
-	if s.Persistence > 0 {
-		f |= sluiceServiceFlagsSERVICE_PERSIST
+	if serviceSettingsOf(s) != (sluiceServiceSettings{}) {
+		f |= sluiceServiceFlagsSERVICE_OPTS
 	}
 	for _, b := range s.Backends {
 		if b.MaxConns > 0 {
@@ -108,10 +108,17 @@ func serviceFlagsOf(s *plan.Service) sluiceServiceFlags {
 
 // serviceSettingsOf is a service's entry in service_opts.
 func serviceSettingsOf(s *plan.Service) sluiceServiceSettings {
-	if s.Persistence <= 0 {
-		return sluiceServiceSettings{}
+	var o sluiceServiceSettings
+	if s.Persistence > 0 {
+		o.PersistNs, o.PersistPrefix = uint64(s.Persistence), uint8(s.PersistencePrefix)
 	}
-	return sluiceServiceSettings{PersistNs: uint64(s.Persistence), PersistPrefix: uint8(s.PersistencePrefix)}
+	if len(s.SourceAllow) > 0 {
+		o.Sources |= sluiceSourceListsSOURCES_ALLOW
+	}
+	if len(s.SourceDeny) > 0 {
+		o.Sources |= sluiceSourceListsSOURCES_DENY
+	}
+	return o
 }
 
 // backendSettingsOf is the entry in backend_opts of a backend of service s: none unless s counts

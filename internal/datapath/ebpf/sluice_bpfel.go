@@ -144,7 +144,7 @@ const (
 	sluiceServiceFlagsSERVICE_RETIRED     sluiceServiceFlags = 1
 	sluiceServiceFlagsSERVICE_HASH_SOURCE sluiceServiceFlags = 2
 	sluiceServiceFlagsSERVICE_HASH_SPORT  sluiceServiceFlags = 4
-	sluiceServiceFlagsSERVICE_PERSIST     sluiceServiceFlags = 8
+	sluiceServiceFlagsSERVICE_OPTS        sluiceServiceFlags = 8
 	sluiceServiceFlagsSERVICE_LEAST_CONN  sluiceServiceFlags = 16
 	sluiceServiceFlagsSERVICE_WEIGHTED    sluiceServiceFlags = 32
 	sluiceServiceFlagsSERVICE_COUNT_CONNS sluiceServiceFlags = 64
@@ -154,8 +154,23 @@ type sluiceServiceSettings struct {
 	_             structs.HostLayout
 	PersistNs     uint64
 	PersistPrefix uint8
-	Pad           [7]uint8
+	Sources       sluiceSourceLists
+	Pad           [6]uint8
 }
+
+type sluiceSourceKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	ServiceId uint32
+	Addr      [16]uint8
+}
+
+type sluiceSourceLists uint8
+
+const (
+	sluiceSourceListsSOURCES_ALLOW sluiceSourceLists = 1
+	sluiceSourceListsSOURCES_DENY  sluiceSourceLists = 2
+)
 
 type sluiceStats struct {
 	_       structs.HostLayout
@@ -187,9 +202,12 @@ const (
 	sluiceMapIfMacs       = "if_macs"
 	sluiceMapMaglev       = "maglev"
 	sluiceMapPersist      = "persist"
+	sluiceMapPickScratch  = "pick_scratch"
 	sluiceMapReplies      = "replies"
 	sluiceMapServiceOpts  = "service_opts"
 	sluiceMapServiceStats = "service_stats"
+	sluiceMapSourceAllow  = "source_allow"
+	sluiceMapSourceDeny   = "source_deny"
 	sluiceMapVips         = "vips"
 	sluiceProgSluiceTc    = "sluice_tc"
 	sluiceProgSluiceXdp   = "sluice_xdp"
@@ -257,9 +275,12 @@ type sluiceMapSpecs struct {
 	IfMacs       *ebpf.MapSpec `ebpf:"if_macs"`
 	Maglev       *ebpf.MapSpec `ebpf:"maglev"`
 	Persist      *ebpf.MapSpec `ebpf:"persist"`
+	PickScratch  *ebpf.MapSpec `ebpf:"pick_scratch"`
 	Replies      *ebpf.MapSpec `ebpf:"replies"`
 	ServiceOpts  *ebpf.MapSpec `ebpf:"service_opts"`
 	ServiceStats *ebpf.MapSpec `ebpf:"service_stats"`
+	SourceAllow  *ebpf.MapSpec `ebpf:"source_allow"`
+	SourceDeny   *ebpf.MapSpec `ebpf:"source_deny"`
 	Vips         *ebpf.MapSpec `ebpf:"vips"`
 }
 
@@ -301,9 +322,12 @@ type sluiceMaps struct {
 	IfMacs       *ebpf.Map `ebpf:"if_macs"`
 	Maglev       *ebpf.Map `ebpf:"maglev"`
 	Persist      *ebpf.Map `ebpf:"persist"`
+	PickScratch  *ebpf.Map `ebpf:"pick_scratch"`
 	Replies      *ebpf.Map `ebpf:"replies"`
 	ServiceOpts  *ebpf.Map `ebpf:"service_opts"`
 	ServiceStats *ebpf.Map `ebpf:"service_stats"`
+	SourceAllow  *ebpf.Map `ebpf:"source_allow"`
+	SourceDeny   *ebpf.Map `ebpf:"source_deny"`
 	Vips         *ebpf.Map `ebpf:"vips"`
 }
 
@@ -320,9 +344,12 @@ func (m *sluiceMaps) Close() error {
 		m.IfMacs,
 		m.Maglev,
 		m.Persist,
+		m.PickScratch,
 		m.Replies,
 		m.ServiceOpts,
 		m.ServiceStats,
+		m.SourceAllow,
+		m.SourceDeny,
 		m.Vips,
 	)
 }

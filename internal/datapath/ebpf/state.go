@@ -39,6 +39,7 @@ type serviceState struct {
 	backends map[string]*backendState // by plan.Backend.ID(), retired ones included
 	slots    []uint32                 // the ring as in maglev: backend id per slot
 	opts     sluiceServiceSettings    // its entry in service_opts
+	sources  sourceLists              // its prefixes in source_allow and source_deny
 }
 
 // backendState is one backend of a service: its record, its entry in backends and its
@@ -104,6 +105,9 @@ func readState(m *kernelMaps) (*state, error) {
 		return nil, err
 	}
 	if err := readAll(m.Vips, func(k sluiceVipKey, v sluiceService) bool { st.vips[k] = v; return true }); err != nil {
+		return nil, err
+	}
+	if err := readSources(m, st); err != nil {
 		return nil, err
 	}
 	return st, readRings(m, st)

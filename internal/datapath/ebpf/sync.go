@@ -78,11 +78,8 @@ func (s *syncer) service(ps *plan.Service) error {
 	if err != nil {
 		return err
 	}
-	if opts := serviceSettingsOf(ps); opts != cur.opts {
-		if err := s.w.put(s.m.ServiceOpts, cur.id, opts); err != nil {
-			return err
-		}
-		cur.opts = opts
+	if err := s.sources(cur, ps, serviceSettingsOf(ps)); err != nil {
+		return err
 	}
 	ring := make([]uint32, len(ps.Slots))
 	for i, b := range ps.Slots {
@@ -275,6 +272,9 @@ func (s *syncer) dropService(cur *serviceState) error {
 		if err := s.w.put(s.m.ServiceOpts, cur.id, sluiceServiceSettings{}); err != nil {
 			return err
 		}
+	}
+	if err := s.dropSources(cur, cur.sources); err != nil {
+		return err
 	}
 	return s.w.delete(s.m.ServiceMeta, cur.id)
 }
