@@ -24,7 +24,7 @@ BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
 FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 
-.PHONY: all build version install deb deps generate check-generated test unit e2e demo lint clean
+.PHONY: all build version install deb deps generate check-generated test fuzz unit e2e demo lint clean
 
 all: build
 
@@ -77,8 +77,15 @@ lint: check-generated
 # Unit tests need no root; the lab tests (internal/lab, test/e2e) skip themselves without root.
 test: deps lint build
 	$(GO) test -count=1 -timeout 25m -p 1 ./...
-	$(GO) test -count=1 -run '^$$' -fuzz FuzzBuild -fuzztime 10s ./internal/maglev/
-	$(GO) test -count=1 -run '^$$' -fuzz FuzzPutConfig -fuzztime 10s ./internal/api/
+	$(MAKE) fuzz
+
+# Each fuzz target for FUZZTIME (go test -fuzz runs one at a time); FUZZTIME=10m make fuzz for a
+# longer run. FuzzProgram needs root and skips itself without.
+FUZZTIME ?= 10s
+fuzz:
+	$(GO) test -count=1 -run '^$$' -fuzz FuzzBuild -fuzztime $(FUZZTIME) ./internal/maglev/
+	$(GO) test -count=1 -run '^$$' -fuzz FuzzPutConfig -fuzztime $(FUZZTIME) ./internal/api/
+	$(GO) test -count=1 -run '^$$' -fuzz FuzzProgram -fuzztime $(FUZZTIME) ./internal/datapath/ebpf/
 
 # Every package, no root needed: what needs root or a tool skips itself (-short skips the slow ones).
 unit:
