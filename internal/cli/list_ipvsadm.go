@@ -3,7 +3,10 @@ package cli
 import (
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/engine"
@@ -22,7 +25,7 @@ func printIPVS(w io.Writer, services []engine.ServiceView) error {
 		if sched.Canonical() == config.SchedulerMaglev {
 			sched = config.SchedulerMH
 		}
-		fmt.Fprintf(&b, "%-4s %s %s\n", strings.ToUpper(string(s.Protocol)), hostPort(s.VIP, s.Ports), sched)
+		fmt.Fprintf(&b, "%-4s %s %s%s\n", strings.ToUpper(string(s.Protocol)), hostPort(s.VIP, s.Ports), sched, ipvsFlags(s))
 		forward := "Masq"
 		if s.Mode == config.ModeDSR {
 			forward = "Route"
@@ -41,4 +44,28 @@ func printIPVS(w io.Writer, services []engine.ServiceView) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// ipvsFlags is what ipvsadm -Ln prints after a service's scheduler: its scheduler flags in
+// parentheses (sh-port), then "persistent SECONDS" and, for a granularity coarser than one
+// address, "mask 255.255.255.0" (IPv4) or "mask 64" (IPv6).
+func ipvsFlags(s engine.ServiceView) string {
+	var b strings.Builder
+	if s.SHPort {
+		b.WriteString(" (sh-port)")
+	}
+	timeout, err := time.ParseDuration(s.PersistenceTimeout)
+	if err != nil || timeout <= 0 {
+		return b.String()
+	}
+	fmt.Fprintf(&b, " persistent %d", int64(timeout/time.Second))
+	vip, _ := netip.ParseAddr(s.VIP)
+	switch prefix := s.PersistencePrefix; {
+	case prefix == 0 || !vip.IsValid():
+	case vip.Unmap().Is4() && prefix < 32:
+		fmt.Fprintf(&b, " mask %s", net.IP(net.CIDRMask(prefix, 32)))
+	case vip.Unmap().Is6() && prefix < 128:
+		fmt.Fprintf(&b, " mask %d", prefix)
+	}
+	return b.String()
 }

@@ -21,7 +21,9 @@ type ServiceView struct {
 	Ports     string           `json:"ports"`
 	Mode      config.Mode      `json:"mode"`
 	Scheduler config.Scheduler `json:"scheduler"`
-	Fallback  config.Fallback  `json:"fallback"`
+	// SHPort tells that the sh scheduler hashes the client's port too (IPVS sh-port).
+	SHPort   bool            `json:"sh_port,omitempty"`
+	Fallback config.Fallback `json:"fallback"`
 	// Programmed tells whether the datapath holds the service.
 	Programmed bool `json:"programmed"`
 	// Slots is the size of the programmed slot table (0: new flows meet the fallback).
@@ -122,7 +124,7 @@ func (e *Engine) Service(ctx context.Context, name string) (ServiceView, error) 
 func (e *Engine) serviceView(s *config.Service, k *datapath.ServiceStatus, available plan.Availability) ServiceView {
 	v := ServiceView{
 		Name: s.Name, Protocol: s.Protocol, VIP: s.VIP, Ports: s.Port.String(), Mode: s.Mode,
-		Scheduler: s.Scheduler, Fallback: s.Fallback.OrDefault(), Programmed: k != nil,
+		Scheduler: s.Scheduler, SHPort: s.SHPort, Fallback: s.Fallback.OrDefault(), Programmed: k != nil,
 		AvailableWeight: availableWeight(s, available),
 	}
 	v.Quorum = e.quorumState(s, v.AvailableWeight)
