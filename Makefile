@@ -80,12 +80,13 @@ test: deps lint build
 	$(MAKE) fuzz
 
 # Each fuzz target for FUZZTIME (go test -fuzz runs one at a time); FUZZTIME=10m make fuzz for a
-# longer run. FuzzProgram needs root and skips itself without.
+# longer run. FuzzProgram and FuzzRender need root and skip themselves without.
 FUZZTIME ?= 10s
 fuzz:
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzBuild -fuzztime $(FUZZTIME) ./internal/maglev/
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzPutConfig -fuzztime $(FUZZTIME) ./internal/api/
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzProgram -fuzztime $(FUZZTIME) ./internal/datapath/ebpf/
+	$(GO) test -count=1 -run '^$$' -fuzz FuzzRender -fuzztime $(FUZZTIME) ./internal/datapath/nft/
 
 # Every package, no root needed: what needs root or a tool skips itself (-short skips the slow ones).
 unit:
