@@ -14,6 +14,7 @@
 #define MAX_PERSIST     (1 << 18)  /* persistent clients (LRU); the loader sizes it max_flows/4 */
 #define MAX_COUNTED     1024       /* backends an lc/wlc service compares for a new flow */
 #define MAX_SOURCES     (1 << 20)  /* source_allow or source_deny prefixes, all services */
+#define MAX_CLIENTS     (1 << 18)  /* clients tracked for per-source limits (LRU), all services */
 
 /* The enums have the width of the field that holds them (a clang extension) so that the fields
  * can be typed and bpf2go -type generates their Go constants. */
@@ -42,12 +43,20 @@ enum service_flags : __u8 {
 	SERVICE_LEAST_CONN  = 16, /* lc/wlc: the ring lists the backends to compare, once each */
 	SERVICE_WEIGHTED    = 32, /* wlc: connections are compared relative to weights */
 	SERVICE_COUNT_CONNS = 64, /* the backends' active flows are counted (backend_conns) */
+	SERVICE_LIMITS      = 128, /* the service's and its clients' flows are limited and counted
+	                            * (service_opts, service_conns, client_conns) */
 };
 
 /* struct service_settings.sources: the access lists a service has. */
 enum source_lists : __u8 {
 	SOURCES_ALLOW = 1, /* only clients in source_allow may open new flows */
 	SOURCES_DENY  = 2, /* clients in source_deny may not */
+};
+
+/* struct service_settings.limit_action */
+enum limit_action : __u8 {
+	LIMIT_DROP  = 0,
+	LIMIT_RESET = 1, /* a TCP reset, left to the stack like fallback reject: the packet is passed */
 };
 
 /* struct backend.flags */

@@ -205,9 +205,10 @@ static __always_inline void reply_ensure(const struct flow_key *k, const struct 
 #define SELECT_NO_PORT    -2 /* fullnat: no free source port */
 #define SELECT_RETIRED    -3 /* the service is retired: it takes no new flow */
 #define SELECT_REFUSED    -4 /* the service's access lists refuse the client */
+#define SELECT_LIMITED    -5 /* the flow is over one of the service's limits */
 
 /* Balances client flow k afresh: picks a backend, claims the reply 5-tuple and records the flow.
- * Returns 0, SELECT_NO_BACKEND, SELECT_REFUSED or SELECT_NO_PORT. */
+ * Returns 0, SELECT_NO_BACKEND, SELECT_REFUSED, SELECT_LIMITED or SELECT_NO_PORT. */
 static __always_inline int flow_create(const struct flow_key *k, const struct service *svc,
 				       const struct globals *g, struct target *t, __u64 now)
 {
@@ -220,6 +221,8 @@ static __always_inline int flow_create(const struct flow_key *k, const struct se
 		break;
 	case PICK_REFUSED:
 		return SELECT_REFUSED;
+	case PICK_LIMITED:
+		return SELECT_LIMITED;
 	default:
 		return SELECT_NO_BACKEND;
 	}
@@ -239,6 +242,7 @@ static __always_inline int flow_create(const struct flow_key *k, const struct se
 	}
 	bpf_map_update_elem(&flows, k, &f, BPF_ANY);
 	conns_count(svc->flags, t->id, true);
+	limits_count(svc->flags, svc->id, k, true);
 	t->nat_port = f.nat_port;
 	t->new_flow = 1;
 	return 0;
@@ -263,6 +267,7 @@ static __always_inline int flow_select(const struct packet *p, const struct serv
 		if ((p->tcp_flags & (TCP_FIN | TCP_RST)) && !(f->flags & FLOW_CLOSING)) {
 			f->flags |= FLOW_CLOSING;
 			conns_count(svc->flags, f->backend_id, false);
+			limits_count(svc->flags, svc->id, k, false);
 		}
 		if (now - f->last_seen >= FLOW_REFRESH_NS) {
 			f->last_seen = now;
@@ -274,8 +279,10 @@ static __always_inline int flow_select(const struct packet *p, const struct serv
 		return SELECT_RETIRED;
 	if (f) {
 		reply_forget(f, k, svc, g);
-		if (!(f->flags & FLOW_CLOSING))
+		if (!(f->flags & FLOW_CLOSING)) {
 			conns_count(svc->flags, f->backend_id, false);
+			limits_count(svc->flags, svc->id, k, false);
+		}
 	}
 	return flow_create(k, svc, g, t, now);
 }

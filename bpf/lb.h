@@ -37,6 +37,16 @@ static __always_inline void plan_service(const struct packet *p, const struct se
 	}
 }
 
+/* True when a TCP flow over its service's limits is reset (left to the stack, which answers a
+ * SYN to the VIP with a reset as for fallback reject) rather than dropped. */
+static __always_inline bool limit_reset(const struct service *svc, const struct flow_key *k)
+{
+	__u32 sid = svc->id;
+	struct service_settings *o = bpf_map_lookup_elem(&service_opts, &sid);
+
+	return o && o->limit_action == LIMIT_RESET && k->proto == IPPROTO_TCP;
+}
+
 /* Balances a packet sent to a service. */
 static __always_inline int lb_service(const struct packet *p, const struct service *svc,
 				      struct plan *pl)
@@ -54,6 +64,8 @@ static __always_inline int lb_service(const struct packet *p, const struct servi
 		return VERDICT_PASS;
 	if (err == SELECT_NO_BACKEND)
 		return svc->fallback == FALLBACK_REJECT ? VERDICT_PASS : VERDICT_DROP;
+	if (err == SELECT_LIMITED)
+		return limit_reset(svc, &p->key) ? VERDICT_PASS : VERDICT_DROP;
 	if (err)
 		return VERDICT_DROP;
 	count_packet(svc->id, t.id, p->l3_len, t.new_flow);

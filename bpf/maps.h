@@ -155,6 +155,44 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } source_deny SEC(".maps");
 
+/* Per-service GCRA state of new_connections_per_second: the theoretical arrival time of the next
+ * new flow, by service id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, MAX_SERVICES);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} service_rate SEC(".maps");
+
+/* Per-service flow counts for the connections limit, by service id (as backend_conns). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct conn_counts);
+	__uint(max_entries, MAX_SERVICES);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} service_conns SEC(".maps");
+
+/* Per-service flows that ended unseen, by service id (as backend_lost). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, MAX_SERVICES);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} service_lost SEC(".maps");
+
+/* The clients of services with per-source limits: rate state and flow counts (LRU: a client
+ * evicted starts afresh). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct client_key);
+	__type(value, struct client_state);
+	__uint(max_entries, MAX_CLIENTS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} clients SEC(".maps");
+
 /* icmp.h adds icmp_scratch, the ICMP error path's per-CPU working space (unpinned, no state). */
 
 #endif

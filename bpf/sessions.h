@@ -15,6 +15,8 @@
  * program traffic runs. */
 const volatile __u8 count_nothing = 0;
 
+#include "limits.h"
+
 /* Backend id when it is in use and of the flow's family, or NULL. */
 static __always_inline struct backend *backend_get(__u32 id, __u8 family)
 {
@@ -256,6 +258,7 @@ struct pick_work {
 	struct persist_key pk;
 	struct persist_entry pe;
 	struct source_key sk;
+	struct client_key ck;
 };
 
 /* Per-CPU working space of backend_pick (unpinned, no state). */
@@ -286,7 +289,8 @@ static __always_inline bool source_refused(const struct service_settings *o,
 #define PICK_REFUSED -2
 
 /* Picks the backend id of a new flow k of a service at time now; -1 when none can take it,
- * PICK_REFUSED when the service refuses the client. */
+ * PICK_REFUSED when the service refuses the client, PICK_LIMITED when the flow is over one of
+ * the service's limits. */
 static __always_inline int backend_pick(const struct service *svc, const struct flow_key *k,
 					__u64 now, __u32 *id)
 {
@@ -302,6 +306,8 @@ static __always_inline int backend_pick(const struct service *svc, const struct 
 			return -1;
 		if (source_refused(o, k, sid, &w->sk))
 			return PICK_REFUSED;
+		if ((svc->flags & SERVICE_LIMITS) && over_limits(o, k, sid, now, &w->ck))
+			return PICK_LIMITED;
 		if (o->persist_ns) {
 			persist_key_of(&w->pk, k, sid, o->persist_prefix);
 			err = persist_pick(svc, o, &w->pk, k->family, now, id);

@@ -69,10 +69,32 @@ struct reverse {
 
 /* A service's settings beyond struct service (which pinned maps fix in size), by service id. */
 struct service_settings {
-	__u64 persist_ns;     /* persistence timeout; 0: off */
-	__u8  persist_prefix; /* prefix length the client address is masked to */
+	__u64 persist_ns;       /* persistence timeout; 0: off */
+	__u64 rate_ns;          /* new flows at most one per rate_ns on average (GCRA, a second's
+	                         * burst); 0: no limit */
+	__u64 client_rate_ns;   /* the same for one client address */
+	__u32 max_conns;        /* active flows of the service; 0: no limit */
+	__u32 max_client_conns; /* active flows of one client address; 0: no limit */
+	__u8  persist_prefix;   /* prefix length the client address is masked to */
 	enum source_lists sources;
-	__u8  pad[6];
+	enum limit_action limit_action;
+	__u8  pad[5];
+};
+
+/* A client of a service, for per-source limits. */
+struct client_key {
+	__u8  addr[16];
+	__u32 service_id;
+	__u32 pad;
+};
+
+/* A client's rate and active flows: opened and closed by the program, lost (ended unseen) by
+ * the loader's recount, as for backends. */
+struct client_state {
+	__u64 tat; /* GCRA's theoretical arrival time of the client's next new flow */
+	__u64 opened;
+	__u64 closed;
+	__u64 lost;
 };
 
 /* A client prefix of a service's access list (an LPM trie key: prefixlen counts the service id's

@@ -56,7 +56,7 @@ func (l *Limits) fields() []struct {
 // cannot program yet is refused rather than ignored.
 var protectionSupport = map[string][]Datapath{
 	"syn_protection": {},
-	"limits":         {},
+	"limits":         {DatapathEBPF},
 	"source_allow":   {DatapathEBPF},
 	"source_deny":    {DatapathEBPF},
 }

@@ -36,6 +36,11 @@ type kernelMaps struct {
 	// SourceAllow and SourceDeny are the services' access lists.
 	SourceAllow *ebpf.Map
 	SourceDeny  *ebpf.Map
+	// ServiceRate, ServiceConns, ServiceLost and Clients hold the state of the services' limits.
+	ServiceRate  *ebpf.Map
+	ServiceConns *ebpf.Map
+	ServiceLost  *ebpf.Map
+	Clients      *ebpf.Map
 }
 
 // addedMaps are the pinned maps later versions added: pins of an older version lack them, which
@@ -44,6 +49,7 @@ var addedMaps = map[string]bool{
 	sluiceMapIfMacs: true, sluiceMapServiceOpts: true, sluiceMapBackendOpts: true,
 	sluiceMapBackendConns: true, sluiceMapBackendLost: true, sluiceMapPersist: true,
 	sluiceMapSourceAllow: true, sluiceMapSourceDeny: true,
+	sluiceMapServiceRate: true, sluiceMapServiceConns: true, sluiceMapServiceLost: true, sluiceMapClients: true,
 }
 
 // fields are the maps' places in m by pin name.
@@ -56,6 +62,8 @@ func (m *kernelMaps) fields() map[string]**ebpf.Map {
 		sluiceMapServiceOpts: &m.ServiceOpts, sluiceMapBackendOpts: &m.BackendOpts,
 		sluiceMapBackendConns: &m.BackendConns, sluiceMapBackendLost: &m.BackendLost, sluiceMapPersist: &m.Persist,
 		sluiceMapSourceAllow: &m.SourceAllow, sluiceMapSourceDeny: &m.SourceDeny,
+		sluiceMapServiceRate: &m.ServiceRate, sluiceMapServiceConns: &m.ServiceConns,
+		sluiceMapServiceLost: &m.ServiceLost, sluiceMapClients: &m.Clients,
 	}
 }
 

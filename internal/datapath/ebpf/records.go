@@ -98,6 +98,9 @@ func serviceFlagsOf(s *plan.Service) sluiceServiceFlags {
 	if serviceSettingsOf(s) != (sluiceServiceSettings{}) {
 		f |= sluiceServiceFlagsSERVICE_OPTS
 	}
+	if s.Limits != (config.Limits{}) {
+		f |= sluiceServiceFlagsSERVICE_LIMITS
+	}
 	for _, b := range s.Backends {
 		if b.MaxConns > 0 {
 			f |= sluiceServiceFlagsSERVICE_COUNT_CONNS
@@ -118,7 +121,22 @@ func serviceSettingsOf(s *plan.Service) sluiceServiceSettings {
 	if len(s.SourceDeny) > 0 {
 		o.Sources |= sluiceSourceListsSOURCES_DENY
 	}
+	if l := s.Limits; l != (config.Limits{}) {
+		o.RateNs, o.ClientRateNs = intervalOf(l.NewConnectionsPerSecond), intervalOf(l.NewConnectionsPerSourcePerSecond)
+		o.MaxConns, o.MaxClientConns = uint32(l.Connections), uint32(l.ConnectionsPerSource)
+		if s.LimitAction == config.LimitReset {
+			o.LimitAction = sluiceLimitActionLIMIT_RESET
+		}
+	}
 	return o
+}
+
+// intervalOf is the mean interval between flows at a rate per second (0: no limit).
+func intervalOf(perSecond int) uint64 {
+	if perSecond <= 0 {
+		return 0
+	}
+	return uint64(time.Second) / uint64(perSecond)
 }
 
 // backendSettingsOf is the entry in backend_opts of a backend of service s: none unless s counts

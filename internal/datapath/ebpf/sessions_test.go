@@ -10,6 +10,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/gopacket/gopacket/layers"
+	"golang.org/x/sys/unix"
 )
 
 // The schedulers and session settings beyond maglev, run through the loaded program
@@ -369,5 +370,105 @@ func TestSourceListsRefuseNewFlows(t *testing.T) {
 		if m.Iterate().Next(&k, &v) {
 			t.Errorf("%s still holds %+v after the lists were removed", m, k)
 		}
+	}
+}
+
+// tcOK is TC_ACT_OK, what the tc program returns for a packet it leaves to the stack (and, in
+// this rig, for one it forwards: the route's neighbour is unresolved).
+const tcOK = 0
+
+// admitted sends a SYN from each client and counts those the program made a flow for.
+func admitted(t *testing.T, d *Datapath, clients []netip.AddrPort) int {
+	t.Helper()
+	n := 0
+	for _, c := range clients {
+		runVerdict(t, d, segmentWith(t, c, sessionVIP, layers.TCP{SYN: true}))
+		var f sluiceFlow
+		if d.maps.Flows.Lookup(flowKeyOf(c, sessionVIP, unix.IPPROTO_TCP), &f) == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// clientsFrom is n clients: distinct addresses (one when sameAddress) and ports from port.
+func clientsFrom(first, n int, port uint16, sameAddress bool) []netip.AddrPort {
+	out := make([]netip.AddrPort, n)
+	for i := range n {
+		if sameAddress {
+			out[i] = client(first, port+uint16(i), false)
+		} else {
+			out[i] = client(first+i, port, false)
+		}
+	}
+	return out
+}
+
+func TestRateLimitsAdmitABurstThenTheRate(t *testing.T) {
+	r := newRig(t)
+	d := r.datapath(Options{})
+	r.apply(d, planFromYAML(t, threeBackends("    limits: {new_connections_per_second: 5, new_connections_per_source_per_second: 2}")))
+	start := time.Now()
+	// One client: its own limit (2 a second, a burst of 2) binds first.
+	one := admitted(t, d, clientsFrom(0, 20, 48000, true))
+	// Ten clients, one SYN each: the service's limit (5 a second, a burst of 5) binds, the 2
+	// flows already taken included.
+	many := admitted(t, d, clientsFrom(10, 10, 48000, false))
+	// The bounds allow for the time the test took: a slow machine refills the buckets.
+	refill := int(time.Since(start)/time.Second) + 1
+	if one < 2 || one > 2+2*refill {
+		t.Errorf("one client's 20 new flows: %d admitted, want 2 (+%d for the time taken)", one, 2*refill)
+	}
+	if many < 3 || one+many > 5+5*refill {
+		t.Errorf("ten clients after that: %d admitted, want 3 (the service's 5 less the client's 2, +%d)", many, 5*refill)
+	}
+}
+
+func TestConnectionLimitsCountActiveFlows(t *testing.T) {
+	r := newRig(t)
+	d := r.datapath(Options{})
+	r.apply(d, planFromYAML(t, threeBackends("    limits: {connections: 4, connections_per_source: 2}\n    limit_action: reset")))
+	a := clientsFrom(0, 3, 49000, true) // one address, three connections
+	if n := admitted(t, d, a); n != 2 {
+		t.Fatalf("one client opened %d of 3 connections, want 2 (connections_per_source)", n)
+	}
+	// Reset, not drop: the SYN over the limit went to the stack, which answers it with a reset.
+	if v := runVerdict(t, d, segmentWith(t, a[2], sessionVIP, layers.TCP{SYN: true})); v != tcOK {
+		t.Errorf("a SYN over the limit with limit_action reset: verdict %d, want %d (to the stack)", v, tcOK)
+	}
+	b := clientsFrom(1, 3, 49000, false) // three more clients
+	if n := admitted(t, d, b); n != 2 {
+		t.Fatalf("3 more clients opened %d connections, want 2 (connections: 4)", n)
+	}
+	// A connection closing makes room for one.
+	disconnect(t, d, a[0])
+	if n := admitted(t, d, b[2:]); n != 1 {
+		t.Fatalf("after one connection closed, a new one was admitted %d times, want 1", n)
+	}
+	// Flows that end unseen (idle) leave the count at the daemon's next recount.
+	it := d.maps.Flows.Iterate()
+	var k sluiceFlowKey
+	var f sluiceFlow
+	var idle []sluiceFlowKey
+	for it.Next(&k, &f) {
+		idle = append(idle, k)
+	}
+	for _, k := range idle {
+		if err := d.maps.Flows.Lookup(k, &f); err != nil {
+			t.Fatal(err)
+		}
+		f.LastSeen -= uint64(2 * testFlowTimeout) // wraps below boot at low uptime, as the program's signed compare allows
+		if err := d.maps.Flows.Put(k, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := admitted(t, d, clientsFrom(20, 1, 49000, false)); n != 0 {
+		t.Fatalf("before the recount a new client was admitted over the limit")
+	}
+	if err := d.recount(); err != nil {
+		t.Fatal(err)
+	}
+	if n := admitted(t, d, clientsFrom(30, 4, 49000, false)); n != 4 {
+		t.Fatalf("after the recount %d of 4 new clients were admitted, want 4: the idle flows still count", n)
 	}
 }

@@ -36,6 +36,21 @@ type sluiceBackendSettings struct {
 	Pad      uint32
 }
 
+type sluiceClientKey struct {
+	_         structs.HostLayout
+	Addr      [16]uint8
+	ServiceId uint32
+	Pad       uint32
+}
+
+type sluiceClientState struct {
+	_      structs.HostLayout
+	Tat    uint64
+	Opened uint64
+	Closed uint64
+	Lost   uint64
+}
+
 type sluiceConnCounts struct {
 	_          structs.HostLayout
 	Opened     uint64
@@ -93,6 +108,13 @@ type sluiceIfMac struct {
 	Pad  uint16
 }
 
+type sluiceLimitAction uint8
+
+const (
+	sluiceLimitActionLIMIT_DROP  sluiceLimitAction = 0
+	sluiceLimitActionLIMIT_RESET sluiceLimitAction = 1
+)
+
 type sluiceMode uint8
 
 const (
@@ -148,14 +170,20 @@ const (
 	sluiceServiceFlagsSERVICE_LEAST_CONN  sluiceServiceFlags = 16
 	sluiceServiceFlagsSERVICE_WEIGHTED    sluiceServiceFlags = 32
 	sluiceServiceFlagsSERVICE_COUNT_CONNS sluiceServiceFlags = 64
+	sluiceServiceFlagsSERVICE_LIMITS      sluiceServiceFlags = 128
 )
 
 type sluiceServiceSettings struct {
-	_             structs.HostLayout
-	PersistNs     uint64
-	PersistPrefix uint8
-	Sources       sluiceSourceLists
-	Pad           [6]uint8
+	_              structs.HostLayout
+	PersistNs      uint64
+	RateNs         uint64
+	ClientRateNs   uint64
+	MaxConns       uint32
+	MaxClientConns uint32
+	PersistPrefix  uint8
+	Sources        sluiceSourceLists
+	LimitAction    sluiceLimitAction
+	Pad            [5]uint8
 }
 
 type sluiceSourceKey struct {
@@ -196,6 +224,7 @@ const (
 	sluiceMapBackendOpts  = "backend_opts"
 	sluiceMapBackendStats = "backend_stats"
 	sluiceMapBackends     = "backends"
+	sluiceMapClients      = "clients"
 	sluiceMapConfig       = "config"
 	sluiceMapFlows        = "flows"
 	sluiceMapIcmpScratch  = "icmp_scratch"
@@ -204,7 +233,10 @@ const (
 	sluiceMapPersist      = "persist"
 	sluiceMapPickScratch  = "pick_scratch"
 	sluiceMapReplies      = "replies"
+	sluiceMapServiceConns = "service_conns"
+	sluiceMapServiceLost  = "service_lost"
 	sluiceMapServiceOpts  = "service_opts"
+	sluiceMapServiceRate  = "service_rate"
 	sluiceMapServiceStats = "service_stats"
 	sluiceMapSourceAllow  = "source_allow"
 	sluiceMapSourceDeny   = "source_deny"
@@ -269,6 +301,7 @@ type sluiceMapSpecs struct {
 	BackendOpts  *ebpf.MapSpec `ebpf:"backend_opts"`
 	BackendStats *ebpf.MapSpec `ebpf:"backend_stats"`
 	Backends     *ebpf.MapSpec `ebpf:"backends"`
+	Clients      *ebpf.MapSpec `ebpf:"clients"`
 	Config       *ebpf.MapSpec `ebpf:"config"`
 	Flows        *ebpf.MapSpec `ebpf:"flows"`
 	IcmpScratch  *ebpf.MapSpec `ebpf:"icmp_scratch"`
@@ -277,7 +310,10 @@ type sluiceMapSpecs struct {
 	Persist      *ebpf.MapSpec `ebpf:"persist"`
 	PickScratch  *ebpf.MapSpec `ebpf:"pick_scratch"`
 	Replies      *ebpf.MapSpec `ebpf:"replies"`
+	ServiceConns *ebpf.MapSpec `ebpf:"service_conns"`
+	ServiceLost  *ebpf.MapSpec `ebpf:"service_lost"`
 	ServiceOpts  *ebpf.MapSpec `ebpf:"service_opts"`
+	ServiceRate  *ebpf.MapSpec `ebpf:"service_rate"`
 	ServiceStats *ebpf.MapSpec `ebpf:"service_stats"`
 	SourceAllow  *ebpf.MapSpec `ebpf:"source_allow"`
 	SourceDeny   *ebpf.MapSpec `ebpf:"source_deny"`
@@ -316,6 +352,7 @@ type sluiceMaps struct {
 	BackendOpts  *ebpf.Map `ebpf:"backend_opts"`
 	BackendStats *ebpf.Map `ebpf:"backend_stats"`
 	Backends     *ebpf.Map `ebpf:"backends"`
+	Clients      *ebpf.Map `ebpf:"clients"`
 	Config       *ebpf.Map `ebpf:"config"`
 	Flows        *ebpf.Map `ebpf:"flows"`
 	IcmpScratch  *ebpf.Map `ebpf:"icmp_scratch"`
@@ -324,7 +361,10 @@ type sluiceMaps struct {
 	Persist      *ebpf.Map `ebpf:"persist"`
 	PickScratch  *ebpf.Map `ebpf:"pick_scratch"`
 	Replies      *ebpf.Map `ebpf:"replies"`
+	ServiceConns *ebpf.Map `ebpf:"service_conns"`
+	ServiceLost  *ebpf.Map `ebpf:"service_lost"`
 	ServiceOpts  *ebpf.Map `ebpf:"service_opts"`
+	ServiceRate  *ebpf.Map `ebpf:"service_rate"`
 	ServiceStats *ebpf.Map `ebpf:"service_stats"`
 	SourceAllow  *ebpf.Map `ebpf:"source_allow"`
 	SourceDeny   *ebpf.Map `ebpf:"source_deny"`
@@ -338,6 +378,7 @@ func (m *sluiceMaps) Close() error {
 		m.BackendOpts,
 		m.BackendStats,
 		m.Backends,
+		m.Clients,
 		m.Config,
 		m.Flows,
 		m.IcmpScratch,
@@ -346,7 +387,10 @@ func (m *sluiceMaps) Close() error {
 		m.Persist,
 		m.PickScratch,
 		m.Replies,
+		m.ServiceConns,
+		m.ServiceLost,
 		m.ServiceOpts,
+		m.ServiceRate,
 		m.ServiceStats,
 		m.SourceAllow,
 		m.SourceDeny,

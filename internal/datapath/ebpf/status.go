@@ -103,7 +103,7 @@ func serviceStatus(m *kernelMaps, s *serviceState, active map[uint32]uint64) (da
 			return out, err
 		}
 		bs.Flows, bs.Packets, bs.Bytes = c.Flows, c.Packets, c.Bytes
-		if rec.counted() {
+		if rec.counted() { // the program's own count: what it picks by
 			k, err := readCounts(m, b.id)
 			if err != nil {
 				return out, err

@@ -268,9 +268,17 @@ func (s *syncer) dropService(cur *serviceState) error {
 		s.st.ring.free(cur.rec.RingOffset)
 	}
 	s.st.dropService(cur)
-	if cur.opts != (sluiceServiceSettings{}) {
-		if err := s.w.put(s.m.ServiceOpts, cur.id, sluiceServiceSettings{}); err != nil {
-			return err
+	if cur.opts != (sluiceServiceSettings{}) { // the next service given the id starts from none
+		for _, z := range []struct {
+			m     *ebpf.Map
+			value any
+		}{
+			{s.m.ServiceOpts, sluiceServiceSettings{}}, {s.m.ServiceRate, uint64(0)},
+			{s.m.ServiceConns, sluiceConnCounts{}}, {s.m.ServiceLost, uint64(0)},
+		} {
+			if err := s.w.put(z.m, cur.id, z.value); err != nil {
+				return err
+			}
 		}
 	}
 	if err := s.dropSources(cur, cur.sources); err != nil {
