@@ -55,10 +55,10 @@ func (l *Limits) fields() []struct {
 // protectionSupport says which datapaths program each protection key so far; a key a datapath
 // cannot program yet is refused rather than ignored.
 var protectionSupport = map[string][]Datapath{
-	"syn_protection": {},
-	"limits":         {DatapathEBPF},
-	"source_allow":   {DatapathEBPF},
-	"source_deny":    {DatapathEBPF},
+	"syn_protection": {DatapathNFT},
+	"limits":         {DatapathEBPF, DatapathNFT},
+	"source_allow":   {DatapathEBPF, DatapathNFT},
+	"source_deny":    {DatapathEBPF, DatapathNFT},
 }
 
 // validateProtection checks syn_protection, the limits and the source lists of a service on a

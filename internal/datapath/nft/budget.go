@@ -2,6 +2,7 @@ package nft
 
 import (
 	"fmt"
+	"net/netip"
 
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/datapath"
@@ -22,11 +23,17 @@ const kernelBytesPerElement = 250
 // and per backend a chain of 2 rules, 2 counters and 1 forwarded element; a dsr service its
 // flows, marks and new-flow maps and per backend 2 counters and 2 more elements. Persistence
 // adds its map, counted full (persistenceSize), and its rules; under nat and fullnat also the
-// marks map and live set, with 2 elements and a rule per backend.
+// marks map and live set, with 2 elements and a rule per backend. Protection adds per access list
+// its set, counter, rule and prefixes; per limit its counter and rule, and its set (a per-source
+// one counted full, sourceSetSize); syn_protection a synproxy element and counter, and the base
+// chains of the synproxy once.
 func elements(p *plan.Plan) int {
 	n := baseOperations
+	synproxy := false
 	for i := range p.Services {
 		s := &p.Services[i]
+		n += protectionElements(s)
+		synproxy = synproxy || s.SYNProtection
 		b := len(s.Backends)
 		if s.Mode == config.ModeDSR {
 			n += 10 + 8*b + len(s.Slots)
@@ -40,6 +47,36 @@ func elements(p *plan.Plan) int {
 		default:
 			n += persistenceSize + 8 + 3*b
 		}
+	}
+	if synproxy {
+		n += synproxyBaseOperations
+	}
+	return n
+}
+
+// synproxyBaseOperations bounds the synproxy's base chains, rules and maps.
+const synproxyBaseOperations = 30
+
+// protectionElements counts what a service's access lists, limits and syn_protection add.
+func protectionElements(s *plan.Service) int {
+	n := 0
+	for _, list := range [][]netip.Prefix{s.SourceAllow, s.SourceDeny} {
+		if len(list) > 0 {
+			n += 3 + len(list)
+		}
+	}
+	for _, limit := range []struct{ value, set int }{
+		{s.Limits.NewConnectionsPerSecond, 0},
+		{s.Limits.NewConnectionsPerSourcePerSecond, 1 + sourceSetSize},
+		{s.Limits.Connections, 1 + connsSetSize},
+		{s.Limits.ConnectionsPerSource, 1 + sourceSetSize},
+	} {
+		if limit.value > 0 {
+			n += 2 + limit.set
+		}
+	}
+	if s.SYNProtection {
+		n += 2
 	}
 	return n
 }

@@ -16,7 +16,7 @@ import (
 )
 
 // TestElementsBoundsWhatIsRendered: the estimate is never below what a fresh apply sends (every
-// golden case, and a bigger config) with its persistence maps full, and not far above it.
+// golden case, and a bigger config) with its persistence maps and limit sets full, and not far above it.
 func TestElementsBoundsWhatIsRendered(t *testing.T) {
 	dirs, _ := filepath.Glob("testdata/golden/*")
 	paths := []string{}
@@ -33,6 +33,13 @@ func TestElementsBoundsWhatIsRendered(t *testing.T) {
 		for _, s := range p.Services {
 			if s.Persistence > 0 { // its map, empty when applied, counts as full
 				sent += persistenceSize
+			}
+			for _, limit := range []struct{ value, size int }{ // likewise the limits' dynamic sets
+				{s.Limits.NewConnectionsPerSourcePerSecond, sourceSetSize}, {s.Limits.ConnectionsPerSource, sourceSetSize}, {s.Limits.Connections, connsSetSize},
+			} {
+				if limit.value > 0 {
+					sent += limit.size
+				}
 			}
 		}
 		if est := elements(p); est < sent || est > sent+baseOperations+2*len(p.Services) {

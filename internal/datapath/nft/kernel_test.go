@@ -88,12 +88,13 @@ func pending(t *testing.T, d *Datapath, p *plan.Plan) int {
 // services back, and Flush must leave no table behind.
 func TestKernelAcceptsEveryCase(t *testing.T) {
 	v4 := []string{"dsr-range-udp", "dsr-tcp", "fallback", "nat-maglev", "nat-range-udp", "wrr-hash-random",
-		"nat-sh", "nat-sh-port", "persistence-nat-v4", "persistence-dsr"}
+		"nat-sh", "nat-sh-port", "persistence-nat-v4", "persistence-dsr", "protection-nat", "protection-dsr"}
 	inFreshNetns(t, func() {
 		ctx := context.Background()
 		d := newTestDatapath(t)
+		strictTCPTracking(t)
 		var steps []string
-		for _, c := range append(v4, "fullnat-v6-rr", "persistence-fullnat-v6") {
+		for _, c := range append(v4, "fullnat-v6-rr", "persistence-fullnat-v6", "protection-fullnat-v6") {
 			steps = append(steps, filepath.Join("testdata/golden", c, "config.yaml"))
 		}
 		cases, _ := filepath.Glob("testdata/transitions/*")

@@ -19,6 +19,11 @@ const (
 	postroutingChain = "postrouting"
 	forwardedChain   = "forwarded"
 	ingressPrefix    = "ingress-" // netdev: one per DSR device, "ingress-eth0"
+
+	// syn_protection (protect.go): SYNs out of conntrack, then to the synproxy.
+	notrackChain         = "notrack"
+	synproxyInputChain   = "synproxy-input"
+	synproxyForwardChain = "synproxy-forward"
 )
 
 // ingressChain is the name of the DSR ingress chain of a device.
@@ -32,6 +37,7 @@ const (
 	dispatchKind  sharedKind = "dispatch"  // proto . vip . port : goto the service chain
 	fullNATKind   sharedKind = "fullnat"   // vip . port of the full-NAT services of a protocol
 	forwardedKind sharedKind = "forwarded" // conntrack tuple parts of a protocol : packet counter
+	synproxyKind  sharedKind = "synproxy"  // vip . port of the tcp services with syn_protection : SYN counter
 )
 
 // sharedObject names a shared set or map: "dispatch-port4", "fullnat-range-udp6",
@@ -72,7 +78,7 @@ func parseSharedObject(name string) (o sharedObject, ok bool) {
 	}
 	switch o.kind {
 	case dispatchKind:
-	case fullNATKind, forwardedKind:
+	case fullNATKind, forwardedKind, synproxyKind:
 		if rest, ok = strings.CutPrefix(rest, "-"); !ok || len(rest) != len("tcp4") {
 			return sharedObject{}, false
 		}
@@ -120,10 +126,21 @@ const (
 	chainCounter   serviceKind = "c" // in the backend chain
 	packetCounter  serviceKind = "p" // nat, fullnat: every packet sent to the backend, from the forwarded chain
 	newFlowCounter serviceKind = "n" // dsr: the first packet of each flow, from the service chain
+
+	// Protection (protect.go): a set and a counter of the packets refused by each access list and
+	// limit, of the same kind; the counter of the SYNs answered with a cookie.
+	denyList     serviceKind = "deny"     // source_deny: an interval set of client prefixes
+	allowList    serviceKind = "allow"    // source_allow: an interval set of client prefixes
+	rateLimit    serviceKind = "rate"     // new_connections_per_second: no set, a limit statement
+	srcRateLimit serviceKind = "srcrate"  // new_connections_per_source_per_second: client : its rate, written by the packet path
+	connsLimit   serviceKind = "conns"    // connections: vip : its connection count, written by the packet path
+	srcConnLimit serviceKind = "srcconns" // connections_per_source: client : its connection count, written by the packet path
+	synCounter   serviceKind = "syn"      // syn_protection: SYNs answered with a cookie
 )
 
 var serviceKinds = []serviceKind{serviceChain, slotsMap, membersMap, flowsMap, marksMap, newFlowsMap,
-	persistMap, liveSet, backendChains, chainCounter, packetCounter, newFlowCounter}
+	persistMap, liveSet, backendChains, chainCounter, packetCounter, newFlowCounter,
+	denyList, allowList, rateLimit, srcRateLimit, connsLimit, srcConnLimit, synCounter}
 
 // serviceObject names an object of one service: "<kind>-<service>-<hash>", and a DSR backend
 // chain also "-<hash of its device>": "svc-web-8c2c44ca", "be-web-8c2c44ca-1a2b".
@@ -193,6 +210,7 @@ type serviceNames struct {
 // namesOf names the objects rendered for a service.
 func namesOf(s *plan.Service) serviceNames {
 	parts := []string{describe(s), strconv.Itoa(len(s.Slots)), string(s.Fallback), s.FlowTimeout.String()}
+	parts = append(parts, protectionTag(s)...) // none without protection: the names stay as they were
 	if s.Persistence > 0 { // only then: the names of services without persistence stay as they were
 		parts = append(parts, s.Persistence.String(), strconv.Itoa(s.PersistencePrefix))
 	}

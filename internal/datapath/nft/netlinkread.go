@@ -53,8 +53,8 @@ func readTable(st *state, f knftables.Family) error {
 			obj = &knftables.Map{Name: name}
 		}
 		def := st.addSet(f, obj)
-		if isServiceObject(name, flowsMap) || isServiceObject(name, persistMap) {
-			continue // the packet path owns the dsr flow and persistence maps' elements: never reconciled
+		if o, ok := parseServiceObject(name); ok && packetPathKinds[o.kind] {
+			continue // the packet path owns these sets' elements: never reconciled
 		}
 		if err := readElements(def, f, name); err != nil {
 			return fmt.Errorf("%s %s: %w", f, name, err)
@@ -63,6 +63,10 @@ func readTable(st *state, f knftables.Family) error {
 	st.tables[f] = true
 	return nil
 }
+
+// packetPathKinds are the kinds of the sets whose elements the packet path writes: the dsr flow
+// maps, the persistence maps, the per-source and connection count sets of the limits.
+var packetPathKinds = map[serviceKind]bool{flowsMap: true, persistMap: true, srcRateLimit: true, connsLimit: true, srcConnLimit: true}
 
 // dumpTable dumps the objects of one kind (request get, replies of type reply) of Sluice's table
 // of family f; tableAttr is the kind's table attribute. A missing table is errNoTable.

@@ -85,6 +85,9 @@ func (d *Datapath) Apply(ctx context.Context, p *plan.Plan) error {
 	} else if created {
 		d.recordOwn(rulesetGeneration()) // the watcher must not take it for someone else's
 	}
+	if err := checkSynproxySysctl(p); err != nil {
+		return err
+	}
 	gen := rulesetGeneration()
 	// exact: the kernel's tables hold committed, as of gen (or are read below, after gen).
 	exact := d.committed != nil && gen != 0 && d.generation == gen

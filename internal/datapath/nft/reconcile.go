@@ -99,15 +99,15 @@ func deletable(e *knftables.Element) *knftables.Element {
 	return &d
 }
 
-// keyFromComment recovers an element's key from its comment. Dispatch and full-NAT elements carry
-// the service description ("web tcp 10.0.0.1 80 nat maglev"), keyed by proto . vip . ports and
-// vip . ports; the others carry their key itself.
+// keyFromComment recovers an element's key from its comment. Dispatch, full-NAT and synproxy
+// elements carry the service description ("web tcp 10.0.0.1 80 nat maglev"), keyed by
+// proto . vip . ports and vip . ports; the others carry their key itself.
 func keyFromComment(e *knftables.Element) []string {
 	f := strings.Fields(*e.Comment)
 	switch {
 	case isShared(e.Map, dispatchKind) && len(f) >= 4:
 		return f[1:4]
-	case isShared(e.Set, fullNATKind) && len(f) >= 4:
+	case (isShared(e.Set, fullNATKind) || isShared(e.Map, synproxyKind)) && len(f) >= 4:
 		return f[2:4]
 	default:
 		return strings.Split(*e.Comment, " . ")

@@ -68,6 +68,9 @@ func renderBase(p *plan.Plan, env Environment) (*state, error) {
 			return nil, err
 		}
 	}
+	if slices.ContainsFunc(p.Services, func(s plan.Service) bool { return s.SYNProtection }) {
+		renderSynproxyBase(st)
+	}
 	return st, nil
 }
 
@@ -76,6 +79,9 @@ func renderService(s *plan.Service, env Environment) (*state, error) {
 	if s.Scheduler.CountsConnections() || slices.ContainsFunc(s.Backends, func(b plan.Backend) bool { return b.MaxConns > 0 }) {
 		// The config refuses them for datapath nft: nothing here counts a backend's connections.
 		return nil, fmt.Errorf("service %s: %s scheduling and max_connections need datapath ebpf", s.Name, s.Scheduler)
+	}
+	if err := checkProtection(s); err != nil {
+		return nil, fmt.Errorf("service %s: %w", s.Name, err)
 	}
 	st := newState()
 	if s.Mode != config.ModeDSR {
@@ -324,8 +330,11 @@ func renderNATService(st *state, s *plan.Service) {
 			Key: []string{s.VIP.String(), s.Ports.String()}, Comment: ptr(describe(s)),
 		})
 	}
+	if s.SYNProtection {
+		renderSynproxyService(st, s)
+	}
 	forwarded := st.shared(f, forwardedMap(s))
-	rules := []string{ctTimeoutRule(string(s.Protocol))}
+	rules := append([]string{ctTimeoutRule(string(s.Protocol))}, protectionRules(st, f, s)...)
 	variant, first := "", []string(nil)
 	switch {
 	case s.Persistence > 0:
@@ -452,6 +461,8 @@ func renderDSRService(st *state, s *plan.Service, env Environment) error {
 	// A known flow refreshes its entry (the timeout is an idle timeout) and goes to its backend.
 	rules = append(rules, fmt.Sprintf("meta l4proto %s meta mark set %s map @%s update @%s { %s : meta mark } meta mark vmap @%s",
 		s.Protocol, flowKey, n.flows, n.flows, flowKey, n.marks))
+	// Only new flows go on: the access lists and limits judge them.
+	rules = append(rules, protectionRules(st, f, s)...)
 	var p *persistence
 	if s.Persistence > 0 {
 		// A new flow of a remembered client goes to its backend if that takes new flows (the

@@ -1,0 +1,222 @@
+package nft
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+// sourceSetSize bounds a service's per-source sets (new-connection rate, connection count): one
+// element per client address seen recently (rate) or holding a connection (count). A client that
+// finds the set full is not limited by it until elements go: the rule's update fails and the rule
+// does not match (nft's dynamic sets fail open). The budget counts every such set as full.
+const sourceSetSize = 65535
+
+// sourceRateTimeout is how long a client's rate element outlives its last new connection: a
+// bucket of burst = rate tokens is full again after a second, so forgetting it later loses nothing.
+const sourceRateTimeout = 10 * time.Second
+
+// connsSetSize bounds the set holding a service's connection count: its one key, the VIP.
+const connsSetSize = 1
+
+// synproxyMSS is the MSS the synproxy announces to clients for IPv4 and IPv6 (Ethernet's 1500 MTU).
+var synproxyMSS = map[string]int{"ip": 1460, "ip6": 1440}
+
+// protectionName names a service's protection object of kind k. The access lists and counters
+// keep their names (hash of the IP version) whatever else changes, so that a list changes by
+// element adds and deletes and counters keep counting; a per-source or count set's name also
+// hashes its limit, which its elements carry: a new limit starts a new set (and count).
+func protectionName(s *plan.Service, k serviceKind, limit int) string {
+	parts := []string{ipvOf(s.VIP).ip}
+	if limit != 0 {
+		parts = append(parts, strconv.Itoa(limit))
+	}
+	return serviceObject{kind: k, service: s.Name, hash: hash8(parts...)}.String()
+}
+
+// checkProtection refuses what the family of a service's mode cannot program (the config refuses
+// it first): connection counts need conntrack, which dsr's netdev chains have not; so does the
+// synproxy, for tcp only.
+func checkProtection(s *plan.Service) error {
+	switch {
+	case s.Mode == config.ModeDSR && (s.Limits.Connections > 0 || s.Limits.ConnectionsPerSource > 0):
+		return fmt.Errorf("limits connections and connections_per_source need conntrack, which mode dsr has not on the nft datapath (use nat or fullnat, or datapath ebpf)")
+	case s.SYNProtection && (s.Mode == config.ModeDSR || s.Protocol != config.ProtocolTCP):
+		return fmt.Errorf("syn_protection needs a tcp service in mode nat or fullnat")
+	}
+	return nil
+}
+
+// protectionRules adds a service's access lists and limits and returns the rules that judge its
+// new flows, in order: the deny list, the allow list, the new-connection rates, then the
+// connection counts, last so that they only count connections that are let through. Each rule
+// counts what it refuses in a named counter.
+func protectionRules(st *state, f knftables.Family, s *plan.Service) []string {
+	v := ipvOf(s.VIP)
+	var rules []string
+	refuse := func(k serviceKind, match string) {
+		counter := protectionName(s, k, 0)
+		st.addCounter(f, counter)
+		verdict := "drop"
+		if s.LimitAction == config.LimitReset && s.Protocol == config.ProtocolTCP && k != denyList && k != allowList {
+			verdict = "reject with tcp reset"
+		}
+		rules = append(rules, fmt.Sprintf("%s counter name %q %s", match, counter, verdict))
+	}
+	for _, list := range []struct {
+		kind     serviceKind
+		prefixes []netip.Prefix
+		op       string
+	}{{denyList, s.SourceDeny, ""}, {allowList, s.SourceAllow, "!= "}} {
+		if len(list.prefixes) == 0 {
+			continue
+		}
+		name := protectionName(s, list.kind, 0)
+		set := st.addSet(f, &knftables.Set{Name: name, TypeOf: v.ip + " saddr", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
+		for _, p := range outermost(list.prefixes) {
+			// The comment says the key: reading an interval back gives its start and end.
+			set.add(&knftables.Element{Key: []string{p.String()}, Comment: ptr(p.String())})
+		}
+		refuse(list.kind, fmt.Sprintf("%s saddr %s@%s", v.ip, list.op, name))
+	}
+	l := s.Limits
+	if n := l.NewConnectionsPerSecond; n > 0 {
+		refuse(rateLimit, fmt.Sprintf("limit rate over %d/second burst %d packets", n, n))
+	}
+	if n := l.NewConnectionsPerSourcePerSecond; n > 0 {
+		name := protectionName(s, srcRateLimit, n)
+		st.addSet(f, &knftables.Set{
+			Name: name, TypeOf: v.ip + " saddr", Size: ptr(uint64(sourceSetSize)),
+			Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag}, Timeout: ptr(sourceRateTimeout),
+		})
+		refuse(srcRateLimit, fmt.Sprintf("update @%s { %s saddr limit rate over %d/second burst %d packets }", name, v.ip, n, n))
+	}
+	for _, count := range []struct {
+		kind        serviceKind
+		limit, size int
+		key         string
+	}{{srcConnLimit, l.ConnectionsPerSource, sourceSetSize, "saddr"}, {connsLimit, l.Connections, connsSetSize, "daddr"}} {
+		if count.limit == 0 {
+			continue
+		}
+		name := protectionName(s, count.kind, count.limit)
+		st.addSet(f, &knftables.Set{
+			Name: name, TypeOf: v.ip + " " + count.key, Size: ptr(uint64(count.size)), Flags: []knftables.SetFlag{knftables.DynamicFlag},
+		})
+		refuse(count.kind, fmt.Sprintf("update @%s { %s %s ct count over %d }", name, v.ip, count.key, count.limit))
+	}
+	return rules
+}
+
+// outermost drops the prefixes of a list that another one covers: they add nothing, and an
+// interval set refuses overlapping elements. Sorted by address, shorter first, a covered prefix
+// follows the last one kept, which covers it.
+func outermost(prefixes []netip.Prefix) []netip.Prefix {
+	sorted := slices.Clone(prefixes)
+	slices.SortFunc(sorted, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	var out []netip.Prefix
+	for _, p := range sorted {
+		if len(out) == 0 || !out[len(out)-1].Contains(p.Addr()) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// protectionTag is what a service's chain name hashes of its protection: only when it has some,
+// so that the names of the services without stay as they were.
+func protectionTag(s *plan.Service) []string {
+	if len(s.SourceAllow) == 0 && len(s.SourceDeny) == 0 && s.Limits == (config.Limits{}) {
+		return nil
+	}
+	l := s.Limits
+	return []string{
+		strconv.FormatBool(len(s.SourceAllow) > 0), strconv.FormatBool(len(s.SourceDeny) > 0),
+		strconv.Itoa(l.NewConnectionsPerSecond), strconv.Itoa(l.NewConnectionsPerSourcePerSecond),
+		strconv.Itoa(l.Connections), strconv.Itoa(l.ConnectionsPerSource), string(s.LimitAction),
+	}
+}
+
+// renderSynproxyBase lays out the SYN protection of the inet table, as the nftables wiki and
+// nftlb do it: a raw prerouting chain counts the SYNs to the protected services (looked up in the
+// synproxy maps, whose values are their SYN counters) and takes them out of conntrack; the
+// input and forward chains hand the untracked SYNs and the invalid (untracked) ACKs of those
+// services to the kernel's synproxy, which answers a SYN with a cookie and, on an ACK that
+// returns a valid one, sends the SYN on through the output hook, where the nat chains balance it
+// as any new flow; what else of theirs is invalid is dropped. Conntrack must not pick an ACK up
+// as a connection (checkSynproxySysctl).
+func renderSynproxyBase(st *state) {
+	const f = knftables.InetFamily
+	var notrack, guard []string
+	for _, v := range []ipv{ipv4, ipv6} {
+		for _, m := range synproxyMaps(v) {
+			st.addSet(f, m)
+			key := fmt.Sprintf("%s daddr . tcp dport", v.ip)
+			notrack = append(notrack, fmt.Sprintf("tcp flags & (syn | ack) == syn counter name %s map @%s notrack", key, m.Name))
+			guard = append(guard,
+				fmt.Sprintf("%s @%s ct state invalid,untracked counter synproxy mss %d wscale 7 timestamp sack-perm", key, m.Name, synproxyMSS[v.ip]),
+				fmt.Sprintf("%s @%s ct state invalid counter drop", key, m.Name))
+		}
+	}
+	st.addChain(baseChain(f, notrackChain, knftables.FilterType, knftables.PreroutingHook, knftables.RawPriority), notrack...)
+	st.addChain(baseChain(f, synproxyInputChain, knftables.FilterType, knftables.InputHook, knftables.FilterPriority), guard...)
+	st.addChain(baseChain(f, synproxyForwardChain, knftables.FilterType, knftables.ForwardHook, knftables.FilterPriority), guard...)
+}
+
+// synproxyMaps map the vip . port of the tcp services of one IP version with syn_protection to
+// their SYN counter: a hash map for single-port services, an interval map for port ranges.
+func synproxyMaps(v ipv) [2]*knftables.Map {
+	typ := v.addrType + " . inet_service : counter"
+	return [2]*knftables.Map{
+		{Name: sharedObject{synproxyKind, "tcp", v, false}.String(), Type: typ},
+		{Name: sharedObject{synproxyKind, "tcp", v, true}.String(), Type: typ, Flags: []knftables.SetFlag{knftables.IntervalFlag}},
+	}
+}
+
+// renderSynproxyService adds a service with syn_protection to its synproxy map, with its counter.
+func renderSynproxyService(st *state, s *plan.Service) {
+	const f = knftables.InetFamily
+	counter := protectionName(s, synCounter, 0)
+	st.addCounter(f, counter)
+	st.shared(f, synproxyMaps(ipvOf(s.VIP))[rangeIndex(s)]).add(&knftables.Element{
+		Key: []string{s.VIP.String(), s.Ports.String()}, Value: []string{counter}, Comment: ptr(describe(s)),
+	})
+}
+
+// tcpLoose is the sysctl that lets conntrack take a mid-stream packet for a new connection.
+const tcpLoose = "/proc/sys/net/netfilter/nf_conntrack_tcp_loose"
+
+// checkSynproxySysctl refuses syn_protection while conntrack picks connections up mid-stream
+// (nf_conntrack_tcp_loose=1, the kernel's default): the handshake's last ACK would then start a
+// connection balanced as such, never reaching the synproxy, and the backend would reset it. The
+// setting belongs to the network namespace; the datapath does not change it for the operator.
+func checkSynproxySysctl(p *plan.Plan) error {
+	for i := range p.Services {
+		if !p.Services[i].SYNProtection {
+			continue
+		}
+		b, err := os.ReadFile(tcpLoose)
+		if err != nil {
+			return fmt.Errorf("service %s: syn_protection: %w (is nf_conntrack loaded?)", p.Services[i].Name, err)
+		}
+		if strings.TrimSpace(string(b)) != "0" {
+			return fmt.Errorf("service %s: syn_protection needs sysctl net.netfilter.nf_conntrack_tcp_loose=0 in the balancer's network namespace, or conntrack takes the handshake's last ACK for a connection and the synproxy never checks its cookie (sysctl -w net.netfilter.nf_conntrack_tcp_loose=0)", p.Services[i].Name)
+		}
+		return nil
+	}
+	return nil
+}
