@@ -121,8 +121,9 @@ daemon runs here (it would program the rules again): stop it, with --flush-on-ex
 
 // kernelChange builds the plan of cfg and compares it with what the kernel holds (every
 // datapath's Status, as sluice list reads it without a daemon): listeners, modes, schedulers,
-// backends and their weights. Fallback, flow timeout and health checks are not read back: they
-// are taken from cfg, so they never show as changed.
+// backends and their weights. The other settings (fallback, flow timeout, health checks,
+// persistence, quorum, limits, source lists, connection thresholds) are not read back: they are
+// taken from cfg, so they never show as changed, and Apply programs them all the same.
 func kernelChange(ctx context.Context, cfg *config.Config, log *slog.Logger) (plan.Change, *plan.Plan, error) {
 	p, err := plan.Build(cfg, nil)
 	if err != nil {
@@ -153,8 +154,12 @@ func kernelConfig(cfg *config.Config, status []datapath.ServiceStatus) (*config.
 			return nil, fmt.Errorf("the kernel's service %s: port %q: %w", st.Name, st.Ports, err)
 		}
 		s := config.Service{Name: st.Name, VIP: st.VIP, Port: ports, Protocol: st.Protocol, Mode: st.Mode, Scheduler: st.Scheduler}
-		if file, _, err := engine.FindService(cfg, st.Name); err == nil {
-			s.TableSize, s.Fallback, s.FlowTimeout = file.TableSize, file.Fallback, file.FlowTimeout
+		file, _, err := engine.FindService(cfg, st.Name)
+		if err == nil {
+			// What the kernel's status does not tell is taken from the file.
+			s = *file
+			s.VIP, s.Port, s.Protocol, s.Mode, s.Scheduler = st.VIP, ports, st.Protocol, st.Mode, st.Scheduler
+			s.SorryServers, s.Backends = nil, nil
 			if s.Fallback == config.FallbackSorry {
 				s.Fallback = "" // the kernel's sorry servers are among its backends
 			}
@@ -163,7 +168,13 @@ func kernelConfig(cfg *config.Config, status []datapath.ServiceStatus) (*config.
 			s.TableSize = st.Slots
 		}
 		for _, b := range st.Backends {
-			s.Backends = append(s.Backends, config.Backend{Address: b.Address, Port: b.Port, Weight: &b.Weight})
+			held := config.Backend{Address: b.Address, Port: b.Port, Weight: &b.Weight}
+			if file != nil {
+				if fb, _, err := engine.FindBackend(file, engine.BackendID(b.Address, b.Port)); err == nil {
+					held.MaxConnections, held.MinConnections = fb.MaxConnections, fb.MinConnections
+				}
+			}
+			s.Backends = append(s.Backends, held)
 		}
 		held.Services = append(held.Services, s)
 	}
