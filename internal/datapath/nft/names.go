@@ -210,7 +210,8 @@ type serviceNames struct {
 // namesOf names the objects rendered for a service.
 func namesOf(s *plan.Service) serviceNames {
 	parts := []string{describe(s), strconv.Itoa(len(s.Slots)), string(s.Fallback), s.FlowTimeout.String()}
-	parts = append(parts, protectionTag(s)...) // none without protection: the names stay as they were
+	// No tag without protection: the names of services without stay as they were.
+	parts = append(parts, protectionTag(s)...)
 	if s.Persistence > 0 { // only then: the names of services without persistence stay as they were
 		parts = append(parts, s.Persistence.String(), strconv.Itoa(s.PersistencePrefix))
 	}

@@ -335,4 +335,3 @@ func checksum(b []byte) uint16 {
 	}
 	return ^uint16(sum)
 }
-
