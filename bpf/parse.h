@@ -63,7 +63,12 @@ static __always_inline int parse_l4(void *l4, void *data_end, __u32 l4_len, __u8
 		return -1;
 	if (proto == IPPROTO_UDP) {
 		struct udphdr *udp = l4;
+		__u16 ulen = bpf_ntohs(udp->len);
 
+		/* A length under the header's or beyond the IP payload disagrees with the frame:
+		 * the stack judges it. (UDP over IPv6 jumbograms, length 0, are not balanced.) */
+		if (ulen < sizeof(*udp) || ulen > l4_len)
+			return -1;
 		p->key.sport = udp->source;
 		p->key.dport = udp->dest;
 		return 0;

@@ -698,6 +698,8 @@ func malformedFixtures() []fixture {
 	rawUDP.proto, rawUDP.payload = unix.IPPROTO_RAW, make([]byte, 4)
 	shortUDP := patched(rawUDP.frame(), 14+9, protoUDP)
 	tcp6 := tcpPkt(cli6, ap(vipNat6, 80)).frame()
+	udp4 := udpPkt(cli4, ap(vipNat4, 53)).frame()
+	udpLen := len(udp4) - 14 - 20
 	return []fixture{
 		{name: "an Ethernet header alone passes", in: tcp4[:14], want: vPass, onlyXDP: true},
 		{name: "a truncated IPv4 header passes", in: tcp4[:14+12], want: vPass, onlyXDP: true},
@@ -712,6 +714,8 @@ func malformedFixtures() []fixture {
 		{name: "a TCP data offset below 5 passes", in: patched(tcp4, 14+20+12, 0x40), want: vPass},
 		{name: "a TCP data offset beyond the packet passes", in: patched(tcp4, 14+20+12, 0xf0), want: vPass},
 		{name: "a truncated UDP header passes", in: shortUDP, want: vPass},
+		{name: "a UDP length beyond the IP payload passes", in: patched(udp4, 14+20+4, byte((udpLen+1)>>8), byte(udpLen+1)), want: vPass},
+		{name: "a UDP length below its header's passes", in: patched(udp4, 14+20+4, 0, 7), want: vPass},
 		{name: "a truncated IPv6 header passes", in: tcp6[:14+30], want: vPass, onlyXDP: true},
 		{name: "an IPv6 payload length beyond the frame passes", in: patched(tcp6, 14+4, 0x05, 0xdc), want: vPass},
 		{name: "an IPv6 fragment header passes", in: patched(tcp6, 14+6, 44), want: vPass},
