@@ -85,6 +85,16 @@ func (s *Service) validateProtection(at string, datapath Datapath, is6, vipOK bo
 	}
 	// An unset limit_action stays unset (drop): services without limits do not show one.
 	s.LimitAction = oneOf(s.LimitAction, LimitActions, "", at+".limit_action", fail)
+	if l := s.Limits; l != nil && datapath == DatapathNFT && s.Mode == ModeDSR {
+		for _, f := range []struct {
+			key string
+			set bool
+		}{{"connections", l.Connections != 0}, {"connections_per_source", l.ConnectionsPerSource != 0}} {
+			if f.set {
+				fail(at+".limits."+f.key, "cannot apply to mode dsr on datapath nft: dsr has no conntrack to count connections (use datapath: ebpf, or nat)")
+			}
+		}
+	}
 	if s.Limits != nil {
 		for _, f := range s.Limits.fields() {
 			if b := limitFieldsBounds[f.key]; f.value != 0 && !b.has(f.value) {

@@ -21,9 +21,6 @@ func TestProtection(t *testing.T) {
 	requireLab(t)
 	for _, f := range slices.Concat(nftFlavors, ebpfFlavors) {
 		t.Run(f.Datapath+"-"+f.Name, func(t *testing.T) {
-			if f.Datapath != "ebpf" {
-				t.Skip("the nft datapath does not program source lists and limits yet")
-			}
 			t.Cleanup(func() { flush(t) })
 			t.Run("source-lists", func(t *testing.T) { testSourceLists(t, f) })
 			t.Run("limits", func(t *testing.T) { testLimits(t, f) })
@@ -88,6 +85,15 @@ func testSourceLists(t *testing.T, f Flavor) {
 }
 
 func testLimits(t *testing.T, f Flavor) {
+	if f.Datapath == "nft" && f.Mode == "dsr" {
+		t.Run("connections-refused", func(t *testing.T) {
+			svc := webService("maglev", equalPool(false))
+			svc.Extra = []string{"limits: {connections_per_source: 2}"}
+			requireRefused(t, f.Config(svc), "dsr has no conntrack")
+		})
+		testRateLimit(t, f)
+		return
+	}
 	svc := webService("maglev", equalPool(false))
 	svc.Extra = []string{"limits: {connections_per_source: 2}", "limit_action: reset"}
 	applyFresh(t, f.Config(svc))
@@ -115,8 +121,15 @@ func testLimits(t *testing.T, f Flavor) {
 		t.Fatalf("after closing its connections the client's new one was %s", got)
 	}
 
+	testRateLimit(t, f)
+}
+
+// testRateLimit: new_connections_per_second 5 admits a burst of 5 of 30 quick connections, and
+// the rate for the time they took.
+func testRateLimit(t *testing.T, f Flavor) {
+	svc := webService("maglev", equalPool(false))
 	svc.Extra = []string{"limits: {new_connections_per_second: 5}", "limit_action: reset"}
-	apply(t, f.Config(svc))
+	applyFresh(t, f.Config(svc))
 	start := time.Now()
 	accepted := 0
 	for range 30 {
