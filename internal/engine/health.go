@@ -50,11 +50,11 @@ func probes(cfg *config.Config) []health.Probe {
 	for i := range cfg.Services {
 		s := &cfg.Services[i]
 		for _, b := range s.Backends {
-			addr, err := netip.ParseAddr(b.Address)
+			pb, err := plan.BackendOf(b, s.Mode)
 			if err != nil {
 				continue
 			}
-			if p, ok := probeOf(s, addr.Unmap(), uint16(b.Port)); ok {
+			if p, ok := probeOf(s, pb.Addr, pb.Port); ok {
 				out = append(out, p)
 			}
 		}
@@ -91,13 +91,9 @@ func (e *Engine) HealthChanged(st health.Status) {
 	for i := range e.cfg.Services {
 		s := &e.cfg.Services[i]
 		for _, b := range s.Backends {
-			addr, err := netip.ParseAddr(b.Address)
+			pb, err := plan.BackendOf(b, s.Mode)
 			if err != nil {
 				continue
-			}
-			pb := plan.Backend{Addr: addr.Unmap(), Port: uint16(b.Port)}
-			if s.Mode == config.ModeDSR {
-				pb.Port = 0
 			}
 			p, ok := probeOf(s, pb.Addr, pb.Port)
 			if !ok || p.Key() != st.Key {

@@ -176,7 +176,7 @@ func FindService(cfg *config.Config, name string) (*config.Service, int, error) 
 // FindBackend returns the backend of s that ref names: "10.0.0.1:8080", "[fd00::1]:80", or a
 // bare address when only one backend has it.
 func FindBackend(s *config.Service, ref string) (*config.Backend, int, error) {
-	want, bare, err := parseBackendRef(ref)
+	want, bare, err := config.ParseBackendRef(ref)
 	if err != nil {
 		return nil, -1, err
 	}
@@ -195,18 +195,6 @@ func FindBackend(s *config.Service, ref string) (*config.Backend, int, error) {
 		return nil, -1, fmt.Errorf("backend %q of service %s: %w", ref, s.Name, ErrNotFound)
 	}
 	return &s.Backends[found], found, nil
-}
-
-// parseBackendRef parses "addr", "addr:port" or "[v6]:port"; bare tells that no port was given.
-func parseBackendRef(ref string) (netip.AddrPort, bool, error) {
-	if ap, err := netip.ParseAddrPort(ref); err == nil {
-		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), false, nil
-	}
-	addr, err := netip.ParseAddr(strings.Trim(ref, "[]"))
-	if err != nil {
-		return netip.AddrPort{}, false, fmt.Errorf("%q is not a backend address or address:port", ref)
-	}
-	return netip.AddrPortFrom(addr.Unmap(), 0), true, nil
 }
 
 func splitKey(key string) (service, backend string) {
