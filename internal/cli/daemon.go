@@ -49,6 +49,30 @@ func outputFlag(cmd *cobra.Command, output *string) {
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
 }
 
+// viewCmd is a command that shows one view the daemon serves (-o table|json|yaml): fetch reads
+// it, table prints it for the table format.
+func viewCmd[T any](g *globals, name, short string, fetch func(*api.Client, context.Context) (T, error), table func(io.Writer, T) error) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   name + " [-o table|json|yaml]",
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.requireDaemon(cmd.Context())
+			if err != nil {
+				return err
+			}
+			view, err := fetch(c, cmd.Context())
+			if err != nil {
+				return err
+			}
+			return emit(cmd.OutOrStdout(), output, view, func(w io.Writer) error { return table(w, view) })
+		},
+	}
+	outputFlag(cmd, &output)
+	return cmd
+}
+
 // emit writes v as JSON or YAML, or calls table for the table format.
 func emit(w io.Writer, output string, v any, table func(io.Writer) error) error {
 	switch output {

@@ -15,25 +15,8 @@ import (
 )
 
 func bgpCmd(g *globals) *cobra.Command {
-	var output string
-	cmd := &cobra.Command{
-		Use:   "bgp [-o table|json|yaml]",
-		Short: "Show the node's BGP sessions and which VIPs it announces, and why",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.requireDaemon(cmd.Context())
-			if err != nil {
-				return err
-			}
-			view, err := c.BGP(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return emit(cmd.OutOrStdout(), output, view, func(w io.Writer) error { return printBGP(w, view, time.Now()) })
-		},
-	}
-	outputFlag(cmd, &output)
-	return cmd
+	return viewCmd(g, "bgp", "Show the node's BGP sessions and which VIPs it announces, and why", (*api.Client).BGP,
+		func(w io.Writer, v engine.BGPView) error { return printBGP(w, v, time.Now()) })
 }
 
 func printBGP(w io.Writer, v engine.BGPView, now time.Time) error {

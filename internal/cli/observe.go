@@ -16,25 +16,7 @@ import (
 )
 
 func healthCmd(g *globals) *cobra.Command {
-	var output string
-	cmd := &cobra.Command{
-		Use:   "health [-o table|json|yaml]",
-		Short: "Show every health probe: state, streak, last latency and message",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.requireDaemon(cmd.Context())
-			if err != nil {
-				return err
-			}
-			probes, err := c.Health(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return emit(cmd.OutOrStdout(), output, probes, func(w io.Writer) error { return printHealth(w, probes) })
-		},
-	}
-	outputFlag(cmd, &output)
-	return cmd
+	return viewCmd(g, "health", "Show every health probe: state, streak, last latency and message", (*api.Client).Health, printHealth)
 }
 
 func printHealth(w io.Writer, probes []engine.HealthView) error {
