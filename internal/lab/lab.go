@@ -46,6 +46,8 @@ type Lab struct {
 	// Balancers is the number of balancers (1..MaxBalancers); from 2 on, the lab is a fleet: a
 	// BIRD router in {Prefix}-router spreads the VIPs over {Prefix}-lb1..-lbN by ECMP.
 	Balancers int
+	// Attacker adds {Prefix}-attacker, linked to the balancer (attacker.go); one balancer only.
+	Attacker bool
 	// StateDir holds nginx configs, pid files, logs and static files.
 	StateDir string
 	// UDPResponderCmd returns the argv of a UDP responder on port 5353 that
@@ -73,6 +75,9 @@ func (l *Lab) validate() error {
 	}
 	if l.Balancers < 1 || l.Balancers > MaxBalancers {
 		return fmt.Errorf("lab: balancers must be 1..%d, got %d", MaxBalancers, l.Balancers)
+	}
+	if l.Attacker && l.fleet() {
+		return fmt.Errorf("lab: an attacker needs a lab of one balancer, got %d", l.Balancers)
 	}
 	if !filepath.IsAbs(l.StateDir) {
 		return fmt.Errorf("lab: state dir %q is not absolute", l.StateDir)
@@ -118,6 +123,9 @@ func (l *Lab) Namespaces() []string {
 		for i := 1; i <= l.Balancers; i++ {
 			ns = append(ns, l.BalancerNSOf(i))
 		}
+	}
+	if l.Attacker {
+		ns = append(ns, l.AttackerNS())
 	}
 	for i := 1; i <= l.Backends; i++ {
 		ns = append(ns, l.BackendNS(i))

@@ -89,7 +89,7 @@ func deleteNS(name string) error {
 
 // labNamespaces lists the existing namespaces named like this lab's.
 func (l *Lab) labNamespaces() ([]string, error) {
-	re := regexp.MustCompile(`^` + regexp.QuoteMeta(l.Prefix) + `-(client|lb|lb[0-9]+|router|sw|b[0-9]+)$`)
+	re := regexp.MustCompile(`^` + regexp.QuoteMeta(l.Prefix) + `-(client|lb|lb[0-9]+|router|sw|attacker|b[0-9]+)$`)
 	entries, err := os.ReadDir(netnsDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil

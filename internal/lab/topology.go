@@ -43,6 +43,9 @@ func (l *Lab) vethPairs() []vethPair {
 	if l.fleet() {
 		pairs = append(pairs, l.balancerPairs()...)
 	}
+	if l.Attacker {
+		pairs = append(pairs, l.attackerPair())
+	}
 	for i := 1; i <= l.Backends; i++ {
 		pairs = append(pairs, vethPair{endpoint{sw, BackendName(i)}, endpoint{l.BackendNS(i), "eth0"}, "br0"})
 	}
@@ -67,6 +70,9 @@ func (l *Lab) ifAddrs() []ifAddr {
 		out = slices.Concat(out,
 			addrPair(l.BalancerNS(), "eth0", 24, 64, l.BalancerClientSideAddr),
 			addrPair(l.BalancerNS(), "eth1", 24, 64, l.BalancerBackendSideAddr))
+	}
+	if l.Attacker {
+		out = append(out, l.attackerAddrs()...)
 	}
 	for i := 1; i <= l.Backends; i++ {
 		out = append(out, addrPair(l.BackendNS(i), "eth0", 24, 64, func(v6 bool) netip.Addr { return l.BackendAddr(i, v6) })...)
@@ -219,6 +225,11 @@ func (l *Lab) build() error {
 		}
 	} else if err := l.gatewaySetup(l.BalancerNS(), "eth1"); err != nil {
 		return err
+	}
+	if l.Attacker {
+		if err := l.attackerRoutes(); err != nil {
+			return err
+		}
 	}
 	return os.WriteFile(l.stampPath(), l.stamp(), 0o644)
 }
