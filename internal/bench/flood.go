@@ -217,7 +217,7 @@ func RunFlood(ctx context.Context, e *Env, o FloodOptions) (*FloodResults, error
 	ports := portRanges{}
 	e.Lab.Attacker = true
 	err = e.InLab(ctx, o.KeepLab, func() error {
-		if err := errors.Join(e.ResetBalancer(ctx), (&nftlbPeer{}).stop(ctx, e), e.countForgedSYNs(ctx), e.noTimeWait()); err != nil {
+		if err := errors.Join(e.ResetBalancer(ctx), (&nftlbPeer{}).stop(ctx, e), e.countForgedSYNs(ctx)); err != nil {
 			return err
 		}
 		return interleave(o.Rounds, len(candidates), func(round, i int) error {
@@ -348,18 +348,6 @@ func attackerLinkPackets(e *Env) (uint64, error) {
 		return err
 	})
 	return n, err
-}
-
-// noTimeWait makes the backends keep no TIME_WAIT sockets. The lab's one client address reuses
-// 4-tuples within a minute, which a real client population spread over many addresses does not;
-// a SYN the synproxy sends for a tuple a backend still holds in TIME_WAIT stalls that connection
-// for a second or more (plain DNAT passes the client's own SYN, which TIME_WAIT accepts).
-func (e *Env) noTimeWait() error {
-	var errs []error
-	for i := 1; i <= e.Lab.Backends; i++ {
-		errs = append(errs, lab.SetSysctl(e.Lab.BackendNS(i), "net.ipv4.tcp_max_tw_buckets", "0"))
-	}
-	return errors.Join(errs...)
 }
 
 // labNet holds every address of the lab; the flood's forged sources are outside it.
