@@ -28,6 +28,7 @@ const (
 	benchNetKind   = "sbn" // the lab `sluice bench net` builds
 	benchScaleKind = "sbs" // the lab `sluice bench scale` builds
 	benchFleetKind = "sbf" // the lab `sluice bench fleet` builds
+	benchFloodKind = "sbd" // the lab `sluice bench flood` builds
 )
 
 // runOwner is the pid of the run's supervising process, which names its labs.
@@ -162,7 +163,7 @@ func supervise() (code int) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := lab.TearDownGone(ctx, logf, labKind, fleetKind, benchLBKind, benchNetKind, benchScaleKind, benchFleetKind); err != nil {
+	if err := lab.TearDownGone(ctx, logf, labKind, fleetKind, benchLBKind, benchNetKind, benchScaleKind, benchFleetKind, benchFloodKind); err != nil {
 		logf("tearing down the labs of runs that are gone: %v", err)
 		return 1
 	}
