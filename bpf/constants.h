@@ -53,6 +53,16 @@ enum source_lists : __u8 {
 	SOURCES_DENY  = 2, /* clients in source_deny may not */
 };
 
+/* Why a service refused a new flow (its counter in struct refusals). */
+enum refusal : __u8 {
+	REFUSAL_NONE         = 0,
+	REFUSAL_SOURCE       = 1, /* source_allow / source_deny */
+	REFUSAL_CLIENT_CONNS = 2, /* limits.connections_per_source */
+	REFUSAL_CONNS        = 3, /* limits.connections */
+	REFUSAL_CLIENT_RATE  = 4, /* limits.new_connections_per_source_per_second */
+	REFUSAL_RATE         = 5, /* limits.new_connections_per_second */
+};
+
 /* struct service_settings.limit_action */
 enum limit_action : __u8 {
 	LIMIT_DROP  = 0,

@@ -58,11 +58,11 @@ static __always_inline struct client_state *client_of(struct client_key *ck,
 	return bpf_map_lookup_elem(&clients, ck);
 }
 
-/* True when new flow k of service sid is over one of the limits in o; takes a rate slot
- * otherwise. ck is working space. */
-static __always_inline bool over_limits(const struct service_settings *o,
-					const struct flow_key *k, __u32 sid, __u64 now,
-					struct client_key *ck)
+/* The limit in o that new flow k of service sid is over, REFUSAL_NONE when none; takes a rate
+ * slot when it is over none. ck is working space. */
+static __always_inline enum refusal over_limits(const struct service_settings *o,
+						const struct flow_key *k, __u32 sid, __u64 now,
+						struct client_key *ck)
 {
 	struct client_state *cs = NULL;
 	struct conn_counts *c;
@@ -74,16 +74,49 @@ static __always_inline bool over_limits(const struct service_settings *o,
 		cs = client_of(ck, k, sid);
 	if (cs && o->max_client_conns &&
 	    active_of(cs->opened, cs->closed, cs->lost) >= o->max_client_conns)
-		return true;
+		return REFUSAL_CLIENT_CONNS;
 	if (o->max_conns && (c = bpf_map_lookup_elem(&service_conns, &sid))) {
 		lost = bpf_map_lookup_elem(&service_lost, &sid);
 		if (active_of(c->opened, c->closed, lost ? *lost : 0) >= o->max_conns)
-			return true;
+			return REFUSAL_CONNS;
 	}
 	if (cs && o->client_rate_ns && !gcra_take(&cs->tat, now, o->client_rate_ns))
-		return true;
-	return o->rate_ns && (tat = bpf_map_lookup_elem(&service_rate, &sid)) &&
-	       !gcra_take(tat, now, o->rate_ns);
+		return REFUSAL_CLIENT_RATE;
+	if (o->rate_ns && (tat = bpf_map_lookup_elem(&service_rate, &sid)) &&
+	    !gcra_take(tat, now, o->rate_ns))
+		return REFUSAL_RATE;
+	return REFUSAL_NONE;
+}
+
+/* Counts a new flow a service refused, and why. */
+static __always_inline void count_refusal(__u32 sid, enum refusal why)
+{
+	struct refusals *r;
+
+	if (count_nothing)
+		return;
+	r = bpf_map_lookup_elem(&service_refusals, &sid);
+	if (!r)
+		return;
+	switch (why) {
+	case REFUSAL_SOURCE:
+		r->source++;
+		break;
+	case REFUSAL_CLIENT_CONNS:
+		r->client_conns++;
+		break;
+	case REFUSAL_CONNS:
+		r->conns++;
+		break;
+	case REFUSAL_CLIENT_RATE:
+		r->client_rate++;
+		break;
+	case REFUSAL_RATE:
+		r->rate++;
+		break;
+	default:
+		break;
+	}
 }
 
 /* Counts a flow of a limited service opened or closed, for the service and its client. */

@@ -193,6 +193,15 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } clients SEC(".maps");
 
+/* Per-service counts of refused new flows by reason, by service id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct refusals);
+	__uint(max_entries, MAX_SERVICES);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} service_refusals SEC(".maps");
+
 /* icmp.h adds icmp_scratch, the ICMP error path's per-CPU working space (unpinned, no state). */
 
 #endif

@@ -304,10 +304,18 @@ static __always_inline int backend_pick(const struct service *svc, const struct 
 		w = bpf_map_lookup_elem(&pick_scratch, &zero);
 		if (!o || !w)
 			return -1;
-		if (source_refused(o, k, sid, &w->sk))
+		if (source_refused(o, k, sid, &w->sk)) {
+			count_refusal(sid, REFUSAL_SOURCE);
 			return PICK_REFUSED;
-		if ((svc->flags & SERVICE_LIMITS) && over_limits(o, k, sid, now, &w->ck))
-			return PICK_LIMITED;
+		}
+		if (svc->flags & SERVICE_LIMITS) {
+			enum refusal why = over_limits(o, k, sid, now, &w->ck);
+
+			if (why != REFUSAL_NONE) {
+				count_refusal(sid, why);
+				return PICK_LIMITED;
+			}
+		}
 		if (o->persist_ns) {
 			persist_key_of(&w->pk, k, sid, o->persist_prefix);
 			err = persist_pick(svc, o, &w->pk, k->family, now, id);

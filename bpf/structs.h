@@ -137,6 +137,15 @@ struct persist_entry {
 	__u64 last_new; /* CLOCK_MONOTONIC ns (coarse) */
 };
 
+/* New flows a service refused, by enum refusal (per CPU). */
+struct refusals {
+	__u64 source;
+	__u64 client_conns;
+	__u64 conns;
+	__u64 client_rate;
+	__u64 rate;
+};
+
 /* Packet, byte and new-flow counters (per CPU). */
 struct stats {
 	__u64 packets;

@@ -71,6 +71,18 @@ type ServiceStatus struct {
 	// Slots is the size of the slot table new flows are spread over (0: no backend takes new flows).
 	Slots    int             `json:"slots"`
 	Backends []BackendStatus `json:"backends"`
+	// Refused counts the new flows the service's access lists and limits refused.
+	Refused Refusals `json:"refused,omitzero"`
+}
+
+// Refusals count the new flows a service refused, by the setting that refused them (named as
+// in the config).
+type Refusals struct {
+	SourceList                       uint64 `json:"source_list,omitempty"`
+	ConnectionsPerSource             uint64 `json:"connections_per_source,omitempty"`
+	Connections                      uint64 `json:"connections,omitempty"`
+	NewConnectionsPerSourcePerSecond uint64 `json:"new_connections_per_source_per_second,omitempty"`
+	NewConnectionsPerSecond          uint64 `json:"new_connections_per_second,omitempty"`
 }
 
 // BackendStatus is one programmed backend with its counters.

@@ -41,6 +41,8 @@ type kernelMaps struct {
 	ServiceConns *ebpf.Map
 	ServiceLost  *ebpf.Map
 	Clients      *ebpf.Map
+	// ServiceRefusals counts the new flows each service refused, by reason.
+	ServiceRefusals *ebpf.Map
 }
 
 // addedMaps are the pinned maps later versions added: pins of an older version lack them, which
@@ -50,6 +52,7 @@ var addedMaps = map[string]bool{
 	sluiceMapBackendConns: true, sluiceMapBackendLost: true, sluiceMapPersist: true,
 	sluiceMapSourceAllow: true, sluiceMapSourceDeny: true,
 	sluiceMapServiceRate: true, sluiceMapServiceConns: true, sluiceMapServiceLost: true, sluiceMapClients: true,
+	sluiceMapServiceRefusals: true,
 }
 
 // fields are the maps' places in m by pin name.
@@ -64,6 +67,7 @@ func (m *kernelMaps) fields() map[string]**ebpf.Map {
 		sluiceMapSourceAllow: &m.SourceAllow, sluiceMapSourceDeny: &m.SourceDeny,
 		sluiceMapServiceRate: &m.ServiceRate, sluiceMapServiceConns: &m.ServiceConns,
 		sluiceMapServiceLost: &m.ServiceLost, sluiceMapClients: &m.Clients,
+		sluiceMapServiceRefusals: &m.ServiceRefusals,
 	}
 }
 

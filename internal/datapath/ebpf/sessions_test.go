@@ -11,6 +11,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/gopacket/gopacket/layers"
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicelb/sluice/internal/datapath"
 )
 
 // The schedulers and session settings beyond maglev, run through the loaded program
@@ -357,6 +359,9 @@ func TestSourceListsRefuseNewFlows(t *testing.T) {
 	if runVerdict(t, d, syn(established.String())) != tcShot {
 		t.Error("a denied client's new flow was not dropped")
 	}
+	if got := refused(t, d); got != (datapath.Refusals{SourceList: 4}) {
+		t.Errorf("refusals %+v, want 4 by the source lists (3 above, 1 after the change)", got)
+	}
 	// The lists read back after a restart are what was programmed: applying the same plan again
 	// writes nothing; removing the lists leaves the tries empty.
 	restarted := r.datapath(Options{})
@@ -371,6 +376,16 @@ func TestSourceListsRefuseNewFlows(t *testing.T) {
 			t.Errorf("%s still holds %+v after the lists were removed", m, k)
 		}
 	}
+}
+
+// refused reads the refusal counters of the service web.
+func refused(t *testing.T, d *Datapath) datapath.Refusals {
+	t.Helper()
+	st, found, err := d.ServiceStatus(t.Context(), "web")
+	if err != nil || !found {
+		t.Fatalf("status of web: found %v, %v", found, err)
+	}
+	return st.Refused
 }
 
 // tcOK is TC_ACT_OK, what the tc program returns for a packet it leaves to the stack (and, in
@@ -444,6 +459,9 @@ func TestConnectionLimitsCountActiveFlows(t *testing.T) {
 	disconnect(t, d, a[0])
 	if n := admitted(t, d, b[2:]); n != 1 {
 		t.Fatalf("after one connection closed, a new one was admitted %d times, want 1", n)
+	}
+	if got, want := refused(t, d), (datapath.Refusals{ConnectionsPerSource: 2, Connections: 1}); got != want {
+		t.Errorf("refusals %+v, want %+v", got, want)
 	}
 	// Flows that end unseen (idle) leave the count at the daemon's next recount.
 	it := d.maps.Flows.Iterate()

@@ -80,6 +80,13 @@ func serviceStatus(m *kernelMaps, s *serviceState, active map[uint32]uint64) (da
 		Name: rec.name(), Protocol: wireName(wireProtocols, rec.Proto), VIP: rec.vip().String(), Ports: rec.ports().String(),
 		Mode: wireName(wireModes, rec.Mode), Scheduler: rec.scheduler(), Slots: int(rec.RingSize),
 	}
+	if m.ServiceRefusals != nil {
+		refused, err := sumRefusals(m.ServiceRefusals, s.id)
+		if err != nil {
+			return out, err
+		}
+		out.Refused = refused
+	}
 	owned := map[uint32]int{}
 	for _, id := range s.slots {
 		owned[id]++
@@ -114,6 +121,23 @@ func serviceStatus(m *kernelMaps, s *serviceState, active map[uint32]uint64) (da
 		out.Backends = append(out.Backends, bs)
 	}
 	return out, nil
+}
+
+// sumRefusals adds up the per-CPU refusal counters of a service id.
+func sumRefusals(m *ebpf.Map, id uint32) (datapath.Refusals, error) {
+	var perCPU []sluiceRefusals
+	var sum datapath.Refusals
+	if err := m.Lookup(id, &perCPU); err != nil {
+		return sum, err
+	}
+	for _, c := range perCPU {
+		sum.SourceList += c.Source
+		sum.ConnectionsPerSource += c.ClientConns
+		sum.Connections += c.Conns
+		sum.NewConnectionsPerSourcePerSecond += c.ClientRate
+		sum.NewConnectionsPerSecond += c.Rate
+	}
+	return sum, nil
 }
 
 // sumStats adds up the per-CPU counters of an id.

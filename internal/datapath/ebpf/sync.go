@@ -71,6 +71,9 @@ func (s *syncer) service(ps *plan.Service) error {
 		if err := s.resetStats(s.m.ServiceStats, id); err != nil {
 			return err
 		}
+		if err := s.w.put(s.m.ServiceRefusals, id, []sluiceRefusals{}); err != nil {
+			return err
+		}
 		cur = &serviceState{id: id, backends: map[string]*backendState{}}
 		s.st.addService(ps.Name, cur)
 	}
