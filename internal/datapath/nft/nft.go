@@ -339,6 +339,7 @@ func plannedStatus(s *plan.Service, counters *state, live *liveFlows) datapath.S
 		order[i] = elementID(&knftables.Element{Key: []string{bs.Address, strconv.Itoa(bs.Port)}, Value: []string{strconv.Itoa(bs.Weight)}})
 	}
 	sort.Sort(byKeys{order, st.Backends})
+	st.Refused = refusals(counters, familyOf(s), s.Name, s.VIP)
 	return st
 }
 
@@ -396,7 +397,8 @@ func serviceStatus(st *state, live *liveFlows, f knftables.Family, dispatch *knf
 		return datapath.ServiceStatus{}, false
 	}
 	n, vip, ports := d.names(), d.vip, d.ports
-	s := datapath.ServiceStatus{Name: d.name, Protocol: d.protocol, VIP: vip.String(), Ports: ports.String(), Mode: d.mode, Scheduler: d.scheduler}
+	s := datapath.ServiceStatus{Name: d.name, Protocol: d.protocol, VIP: vip.String(), Ports: ports.String(), Mode: d.mode, Scheduler: d.scheduler,
+		Refused: refusals(st, f, d.name, vip)}
 	// Slots and dsr flows per backend chain (dsr ones hold marks, resolved via the marks map).
 	toChain := backendChainOf(st, f, n.marks)
 	owners := map[string]int{}

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/plan"
 )
 
@@ -64,7 +65,7 @@ func protectionRules(st *state, f knftables.Family, s *plan.Service) []string {
 	v := ipvOf(s.VIP)
 	var rules []string
 	refuse := func(k serviceKind, match string) {
-		counter := protectionName(s, k, 0)
+		counter := refusalCounter(s.Name, s.VIP, k)
 		st.addCounter(f, counter)
 		verdict := "drop"
 		if s.LimitAction == config.LimitReset && s.Protocol == config.ProtocolTCP && k != denyList && k != allowList {
@@ -115,6 +116,29 @@ func protectionRules(st *state, f knftables.Family, s *plan.Service) []string {
 		refuse(count.kind, fmt.Sprintf("update @%s { %s %s ct count over %d }", name, v.ip, count.key, count.limit))
 	}
 	return rules
+}
+
+// refusalCounter names the counter of what a service's access list or limit of kind k refuses.
+func refusalCounter(service string, vip netip.Addr, k serviceKind) string {
+	return protectionName(&plan.Service{Name: service, VIP: vip}, k, 0)
+}
+
+// refusals reads a service's refusal counters (zero where it has no such list or limit): each
+// counts the packets its rule refused, the first packet of each refused flow and its retries.
+func refusals(st *state, f knftables.Family, service string, vip netip.Addr) datapath.Refusals {
+	n := func(k serviceKind) uint64 {
+		if c := st.counters[objKey{f, refusalCounter(service, vip, k)}]; c != nil {
+			return deref(c.Packets)
+		}
+		return 0
+	}
+	return datapath.Refusals{
+		SourceList:                       n(denyList) + n(allowList),
+		ConnectionsPerSource:             n(srcConnLimit),
+		Connections:                      n(connsLimit),
+		NewConnectionsPerSourcePerSecond: n(srcRateLimit),
+		NewConnectionsPerSecond:          n(rateLimit),
+	}
 }
 
 // outermost drops the prefixes of a list that another one covers: they add nothing, and an

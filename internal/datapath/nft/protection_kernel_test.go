@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/plan"
 )
 
@@ -88,6 +89,26 @@ func counterPackets(t *testing.T, d *Datapath, name string) uint64 {
 	return deref(c.Packets)
 }
 
+// refusedOf reads a service's refusals as the datapath that applied it does (from its plan) and
+// as a fresh one does (from the tables), which must agree.
+func refusedOf(t *testing.T, d *Datapath, name string) datapath.Refusals {
+	t.Helper()
+	st, ok, err := d.ServiceStatus(context.Background(), name)
+	if err != nil || !ok {
+		t.Fatalf("status of %s: %v, found %v", name, err, ok)
+	}
+	all, err := newTestDatapath(t).Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, read := range all {
+		if read.Name == name && read.Refused != st.Refused {
+			t.Errorf("refusals of %s read from the tables %+v, from the plan %+v", name, read.Refused, st.Refused)
+		}
+	}
+	return st.Refused
+}
+
 // TestKernelSourceLists: a denied client and one not allowed cannot connect, and each refusal is
 // counted; a list changed while a client holds a connection leaves that connection alone.
 func TestKernelSourceLists(t *testing.T) {
@@ -105,10 +126,16 @@ func TestKernelSourceLists(t *testing.T) {
 				t.Errorf("client %s connected", src)
 			}
 		}
+		var listed uint64
 		for _, k := range []serviceKind{denyList, allowList} {
-			if n := counterPackets(t, d, protectionName(web, k, 0)); n == 0 {
+			n := counterPackets(t, d, protectionName(web, k, 0))
+			if n == 0 {
 				t.Errorf("%s counter: 0 packets refused", k)
 			}
+			listed += n
+		}
+		if got, want := refusedOf(t, d, "web"), (datapath.Refusals{SourceList: listed}); got != want {
+			t.Errorf("refusals %+v, want %+v", got, want)
 		}
 
 		p := twoBackendPlan("nat", 0, service("web", "tcp", "10.91.9.100", 80, 80))
@@ -164,12 +191,15 @@ func burst(t *testing.T, ns netns.NsHandle, src string, n int) (refused int) {
 // least 10 are reset and counted; under a per-source limit, another client still connects.
 func TestKernelRateLimits(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		kind   serviceKind
-		limits config.Limits
+		name    string
+		kind    serviceKind
+		limits  config.Limits
+		refused func(n uint64) datapath.Refusals
 	}{
-		{"service", rateLimit, config.Limits{NewConnectionsPerSecond: 5}},
-		{"source", srcRateLimit, config.Limits{NewConnectionsPerSourcePerSecond: 5}},
+		{"service", rateLimit, config.Limits{NewConnectionsPerSecond: 5},
+			func(n uint64) datapath.Refusals { return datapath.Refusals{NewConnectionsPerSecond: n} }},
+		{"source", srcRateLimit, config.Limits{NewConnectionsPerSourcePerSecond: 5},
+			func(n uint64) datapath.Refusals { return datapath.Refusals{NewConnectionsPerSourcePerSecond: n} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			inFreshNetns(t, func() {
@@ -177,8 +207,12 @@ func TestKernelRateLimits(t *testing.T) {
 				if refused := burst(t, client, "10.91.1.2", 20); refused < 10 {
 					t.Errorf("%d of 20 connections refused, want at least 10", refused)
 				}
-				if n := counterPackets(t, d, protectionName(web, tc.kind, 0)); n < 10 {
+				n := counterPackets(t, d, protectionName(web, tc.kind, 0))
+				if n < 10 {
 					t.Errorf("%s counter: %d refused, want at least 10", tc.kind, n)
+				}
+				if got, want := refusedOf(t, d, "web"), tc.refused(n); got != want {
+					t.Errorf("refusals %+v, want %+v", got, want)
 				}
 				if tc.kind == srcRateLimit {
 					if _, err := tryDial(t, client, "10.91.1.3"); err != nil {
@@ -195,12 +229,13 @@ func TestKernelRateLimits(t *testing.T) {
 // limit, another client still connects.
 func TestKernelConnectionLimits(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		kind   serviceKind
-		limits config.Limits
+		name    string
+		kind    serviceKind
+		limits  config.Limits
+		refused datapath.Refusals
 	}{
-		{"service", connsLimit, config.Limits{Connections: 3}},
-		{"source", srcConnLimit, config.Limits{ConnectionsPerSource: 3}},
+		{"service", connsLimit, config.Limits{Connections: 3}, datapath.Refusals{Connections: 1}},
+		{"source", srcConnLimit, config.Limits{ConnectionsPerSource: 3}, datapath.Refusals{ConnectionsPerSource: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			inFreshNetns(t, func() {
@@ -218,6 +253,9 @@ func TestKernelConnectionLimits(t *testing.T) {
 				}
 				if n := counterPackets(t, d, protectionName(web, tc.kind, 0)); n != 1 {
 					t.Errorf("%s counter: %d refused, want 1", tc.kind, n)
+				}
+				if got := refusedOf(t, d, "web"); got != tc.refused {
+					t.Errorf("refusals %+v, want %+v", got, tc.refused)
 				}
 				if tc.kind == srcConnLimit {
 					if _, err := tryDial(t, client, "10.91.1.3"); err != nil {
