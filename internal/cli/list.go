@@ -158,7 +158,7 @@ func kernelViews(kernel []datapath.ServiceStatus) []engine.ServiceView {
 	for _, k := range kernel {
 		v := engine.ServiceView{
 			Name: k.Name, Protocol: k.Protocol, VIP: k.VIP, Ports: k.Ports, Mode: k.Mode,
-			Scheduler: k.Scheduler, Programmed: true, Slots: k.Slots,
+			Scheduler: k.Scheduler, Programmed: true, Slots: k.Slots, Refused: k.Refused,
 		}
 		for _, b := range k.Backends {
 			bv := engine.BackendView{

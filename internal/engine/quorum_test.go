@@ -190,7 +190,7 @@ func TestFailingQuorumCommandIsAnEvent(t *testing.T) {
 }
 
 // TestServiceViewShowsThresholdsAndPersistence: an overloaded backend (the ebpf datapath's
-// report) is a state of its own, and the service shows its persistence.
+// report) is a state of its own, and the service shows its persistence and its refusals.
 func TestServiceViewShowsThresholdsAndPersistence(t *testing.T) {
 	cfg := testutil.Config(t, `
 datapath: ebpf
@@ -209,11 +209,11 @@ services:
 	k := &datapath.ServiceStatus{Name: "web", Backends: []datapath.BackendStatus{
 		{Address: "10.0.1.1", Weight: 1, Connections: 100, Overloaded: true},
 		{Address: "10.0.1.2", Weight: 1, Connections: 7},
-	}}
+	}, Refused: datapath.Refusals{SourceList: 3, NewConnectionsPerSecond: 2}}
 	e.mu.Lock()
 	v := e.serviceView(&e.cfg.Services[0], k, e.available(e.cfg))
 	e.mu.Unlock()
-	if v.PersistenceTimeout != "300s" || v.PersistencePrefix != 24 || v.Quorum != "" || v.AvailableWeight != 2 {
+	if v.PersistenceTimeout != "300s" || v.PersistencePrefix != 24 || v.Quorum != "" || v.AvailableWeight != 2 || v.Refused != k.Refused {
 		t.Fatalf("service view %+v", v)
 	}
 	b1, b2 := v.Backends[0], v.Backends[1]

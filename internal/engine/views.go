@@ -34,9 +34,11 @@ type ServiceView struct {
 	PersistencePrefix  int    `json:"persistence_prefix,omitempty"`
 	// AvailableWeight is the total weight of the backends that may take new flows; Quorum is
 	// "held" or "lost" for a service with a quorum, empty otherwise.
-	AvailableWeight int           `json:"available_weight"`
-	Quorum          string        `json:"quorum,omitempty"`
-	Backends        []BackendView `json:"backends"`
+	AvailableWeight int    `json:"available_weight"`
+	Quorum          string `json:"quorum,omitempty"`
+	// Refused counts the new flows the service's access lists and limits refused, by setting.
+	Refused  datapath.Refusals `json:"refused,omitzero"`
+	Backends []BackendView     `json:"backends"`
 }
 
 // BackendView is one backend (or sorry server) of a service.
@@ -134,7 +136,7 @@ func (e *Engine) serviceView(s *config.Service, k *datapath.ServiceStatus, avail
 	}
 	counters := map[string]datapath.BackendStatus{}
 	if k != nil {
-		v.Slots = k.Slots
+		v.Slots, v.Refused = k.Slots, k.Refused
 		for _, b := range k.Backends {
 			counters[BackendID(b.Address, b.Port)] = b
 		}
