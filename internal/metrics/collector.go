@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/engine"
 )
 
@@ -18,6 +19,19 @@ const scrapeTimeout = 5 * time.Second
 // backendStates are the values of engine.BackendView.State; each backend has one
 // sluice_backend_state series per state, 1 for its current one.
 var backendStates = []string{"active", "overloaded", "down", "draining", "drained", "idle", "standby", "sorry"}
+
+// refusalReasons are the reason labels of sluice_service_refused_total, the config keys of the
+// settings that refuse new flows, each with its count.
+var refusalReasons = []struct {
+	name  string
+	count func(datapath.Refusals) uint64
+}{
+	{"source_list", func(r datapath.Refusals) uint64 { return r.SourceList }},
+	{"connections_per_source", func(r datapath.Refusals) uint64 { return r.ConnectionsPerSource }},
+	{"connections", func(r datapath.Refusals) uint64 { return r.Connections }},
+	{"new_connections_per_source_per_second", func(r datapath.Refusals) uint64 { return r.NewConnectionsPerSourcePerSecond }},
+	{"new_connections_per_second", func(r datapath.Refusals) uint64 { return r.NewConnectionsPerSecond }},
+}
 
 // family is a metric read from each item of type T (a service, a backend, a probe).
 type family[T any] struct {
@@ -120,6 +134,9 @@ var (
 		"Whether a service with a quorum holds it (1) or lost it (0); services without one have no series.", serviceLabels, nil)
 	serviceBackends = prometheus.NewDesc("sluice_service_backends",
 		"Backends and sorry servers of the service in each state; a state none is in has no series.", []string{"service", "state"}, nil)
+	serviceRefused = prometheus.NewDesc("sluice_service_refused_total",
+		"New flows the service's access lists and limits refused, by the setting that refused them; a reason that refused none has no series.",
+		[]string{"service", "reason"}, nil)
 	perBackend = prometheus.NewDesc("sluice_metrics_per_backend",
 		"Whether this scrape has the per-backend and per-probe series (1), or only the per-service ones (0: more backends than the limit, or turned off).", nil, nil)
 )
@@ -141,6 +158,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- serviceInfo
 	ch <- serviceBackends
 	ch <- serviceQuorum
+	ch <- serviceRefused
 	ch <- backendState
 	describe(ch, applyFamilies)
 	describe(ch, probeFamilies)
@@ -175,6 +193,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		emit(ch, totalFamilies, totalsOf(s), s.Name)
 		if s.Quorum != "" {
 			ch <- gauge(serviceQuorum, boolValue(s.Quorum == engine.QuorumHeld), s.Name)
+		}
+		for _, reason := range refusalReasons {
+			if n := reason.count(s.Refused); n > 0 {
+				ch <- prometheus.MustNewConstMetric(serviceRefused, prometheus.CounterValue, float64(n), s.Name, reason.name)
+			}
 		}
 		inState := map[string]int{}
 		for _, b := range s.Backends {

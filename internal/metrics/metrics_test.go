@@ -86,7 +86,8 @@ func (p *prober) All() []health.Status {
 	return out
 }
 
-// counting adds packet, byte and flow counters to the fake's status, and fails it when broken.
+// counting adds packet, byte and flow counters and web's refusals to the fake's status, and fails
+// it when broken.
 type counting struct {
 	*fake.Datapath
 	broken atomic.Bool
@@ -98,6 +99,9 @@ func (d *counting) Status(ctx context.Context) ([]datapath.ServiceStatus, error)
 	}
 	status, err := d.Datapath.Status(ctx)
 	for i := range status {
+		if status[i].Name == "web" {
+			status[i].Refused = datapath.Refusals{SourceList: 4, NewConnectionsPerSecond: 2}
+		}
 		for j := range status[i].Backends {
 			b := &status[i].Backends[j]
 			b.Flows, b.Packets, b.Bytes = 7, 11, 13
@@ -195,6 +199,8 @@ func TestScrape(t *testing.T) {
 		`sluice_service_backends{service="web",state="down"} 1`,
 		`sluice_service_backends{service="dns",state="active"} 1`,
 		`sluice_service_quorum{service="dns"} 1`,
+		`sluice_service_refused_total{reason="source_list",service="web"} 4`,
+		`sluice_service_refused_total{reason="new_connections_per_second",service="web"} 2`,
 		`sluice_backend_active_flows{backend="10.0.0.1",service="web"} 5`,
 		`sluice_backend_active_flows{backend="10.0.0.2:8080",service="web"} 0`,
 		`sluice_backend_flows_total{backend="10.0.0.1",service="web"} 7`,
@@ -215,6 +221,11 @@ func TestScrape(t *testing.T) {
 		`sluice_health_checks_total{service="web",target="10.0.0.2:8080",type="tcp"} 3`,
 		`sluice_health_check_failures_total{service="web",target="10.0.0.2:8080",type="tcp"} 3`,
 	)
+	if refused := slices.DeleteFunc(slices.Clone(got), func(line string) bool {
+		return !strings.HasPrefix(line, "sluice_service_refused_total{")
+	}); len(refused) != 2 {
+		t.Errorf("refusal series %q, want only the non-zero ones", refused)
+	}
 	for _, prefix := range []string{
 		`sluice_datapath_applies_total `, `sluice_datapath_apply_duration_seconds_count{result="ok"} `,
 		`go_goroutines `, `process_cpu_seconds_total `,
