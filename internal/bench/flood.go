@@ -130,7 +130,8 @@ func floodCandidates() []floodCandidate {
 	out := []floodCandidate{
 		{sluiceCandidate{datapath: "nft", mode: "nat"}, "none"},
 		{synproxyCandidate{sluiceCandidate{datapath: "nft", mode: "nat"}}, "syn_protection (kernel synproxy)"},
-		{sluiceCandidate{datapath: "ebpf", mode: "nat"}, "none (ebpf has no syn_protection yet)"},
+		{sluiceCandidate{datapath: "ebpf", mode: "nat"}, "none"},
+		{synproxyCandidate{sluiceCandidate{datapath: "ebpf", mode: "nat"}}, "syn_protection (the service handed to the kernel's synproxy)"},
 	}
 	for _, p := range Peers() {
 		switch p.Name() {
@@ -167,7 +168,8 @@ func selectFloodCandidates(names []string) (out []floodCandidate, missing []stri
 	return out, missing, nil
 }
 
-// synproxyCandidate is Sluice nft with syn_protection: the VIP on the balancer's loopback and
+// synproxyCandidate is Sluice with syn_protection (on ebpf the service goes to the nft datapath's
+// synproxy, the program leaving its packets to the stack): the VIP on the balancer's loopback and
 // nf_conntrack_tcp_loose=0 in its namespace, as the synproxy needs (docs/nftables-datapath.md).
 type synproxyCandidate struct{ sluiceCandidate }
 

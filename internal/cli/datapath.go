@@ -13,7 +13,9 @@ import (
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/datapath/ebpf"
 	"github.com/sluicelb/sluice/internal/datapath/nft"
+	"github.com/sluicelb/sluice/internal/datapath/split"
 	"github.com/sluicelb/sluice/internal/netnslock"
+	"github.com/sluicelb/sluice/internal/plan"
 	"github.com/sluicelb/sluice/internal/state"
 )
 
@@ -35,7 +37,17 @@ func newDatapath(name config.Datapath, cfg *config.Config, log *slog.Logger) (da
 		if err := mountBPFFS(); err != nil {
 			return nil, err
 		}
-		return ebpf.New(log, opts)
+		dp, err := ebpf.New(log, opts)
+		if err != nil || cfg == nil {
+			return dp, err
+		}
+		// The kernel's synproxy answers the SYNs of the services with syn_protection: the nft
+		// datapath programs them, and the BPF program leaves their packets to the stack.
+		synproxy, err := nft.New(log)
+		if err != nil {
+			return nil, err
+		}
+		return split.New(dp, synproxy, func(s *plan.Service) bool { return s.SYNProtection }), nil
 	}
 	return nil, fmt.Errorf("unknown datapath %q", name)
 }
@@ -50,8 +62,8 @@ func datapathFor(cfg *config.Config, log *slog.Logger) (datapath.Datapath, error
 func flushOthers(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	var errs []error
 	for _, name := range config.Datapaths {
-		if name == cfg.Datapath {
-			continue
+		if name == cfg.Datapath || name == config.DatapathNFT && cfg.Datapath == config.DatapathEBPF {
+			continue // ebpf's services with syn_protection live in nft: it keeps those, and only those
 		}
 		dp, err := newDatapath(name, nil, log)
 		if err == nil {

@@ -55,7 +55,7 @@ func (l *Limits) fields() []struct {
 // protectionSupport says which datapaths program each protection key so far; a key a datapath
 // cannot program yet is refused rather than ignored.
 var protectionSupport = map[string][]Datapath{
-	"syn_protection": {DatapathNFT},
+	"syn_protection": {DatapathNFT, DatapathEBPF},
 	"limits":         {DatapathEBPF, DatapathNFT},
 	"source_allow":   {DatapathEBPF, DatapathNFT},
 	"source_deny":    {DatapathEBPF, DatapathNFT},

@@ -61,7 +61,7 @@ func TestBenchFlood(t *testing.T) {
 		t.Fatalf("JSON report: %v\n%s", err, data)
 	}
 	r := rep.Results
-	for _, want := range []string{"nft-nat", "nft-nat-synproxy", "ebpf-nat"} {
+	for _, want := range []string{"nft-nat", "nft-nat-synproxy", "ebpf-nat", "ebpf-nat-synproxy"} {
 		if !slices.Contains(r.Candidates, want) {
 			t.Errorf("candidates %v lack %s", r.Candidates, want)
 		}
@@ -77,7 +77,7 @@ func TestBenchFlood(t *testing.T) {
 			t.Errorf("table lacks %s:\n%s", c.Candidate, stdout)
 		}
 		switch c.Candidate {
-		case "nft-nat-synproxy":
+		case "nft-nat-synproxy", "ebpf-nat-synproxy":
 			if c.Backends.ForgedSYNs != 0 || c.Backends.HalfOpenPeak != 0 {
 				t.Errorf("behind the synproxy the flood reached the backends: %+v", c.Backends)
 			}

@@ -1,0 +1,230 @@
+// Package split is a datapath made of two: the services a predicate selects go to the second,
+// the others to the first. The ebpf datapath hands its services with syn_protection to the nft
+// datapath this way: the kernel's synproxy answers their SYNs, and the BPF program, which finds
+// no VIP entry for them, leaves their packets to the stack.
+package split
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/sluicelb/sluice/internal/datapath"
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+// Datapath sends each service of a plan to one of two datapaths.
+type Datapath struct {
+	first, second datapath.Datapath
+	// toSecond selects the services the second datapath programs.
+	toSecond func(*plan.Service) bool
+
+	mu sync.Mutex
+	// inSecond names the services the last Apply gave the second datapath.
+	inSecond map[string]bool
+	// secondEmpty tells that the second datapath was flushed and given nothing since.
+	secondEmpty bool
+}
+
+var (
+	_ datapath.Datapath         = (*Datapath)(nil)
+	_ datapath.Watcher          = (*Datapath)(nil)
+	_ datapath.ServiceReader    = (*Datapath)(nil)
+	_ datapath.Budgeter         = (*Datapath)(nil)
+	_ datapath.FlowLister       = (*Datapath)(nil)
+	_ datapath.StaleFlowDropper = (*Datapath)(nil)
+	_ datapath.ConntrackReader  = (*Datapath)(nil)
+)
+
+// New returns the datapath that programs the services toSecond selects with second, the others
+// with first.
+func New(first, second datapath.Datapath, toSecond func(*plan.Service) bool) *Datapath {
+	return &Datapath{first: first, second: second, toSecond: toSecond, inSecond: map[string]bool{}}
+}
+
+// divide splits a plan into the two datapaths' plans.
+func (d *Datapath) divide(p *plan.Plan) (first, second *plan.Plan) {
+	a, b := *p, *p
+	a.Services, b.Services = nil, nil
+	for i := range p.Services {
+		if d.toSecond(&p.Services[i]) {
+			b.Services = append(b.Services, p.Services[i])
+		} else {
+			a.Services = append(a.Services, p.Services[i])
+		}
+	}
+	return &a, &b
+}
+
+// Apply programs each half of the plan into its datapath: the second first, so that a service
+// moving from the first (its VIP entry goes) is served by the second's rules before it leaves
+// the first. A second datapath without services is flushed, once.
+func (d *Datapath) Apply(ctx context.Context, p *plan.Plan) error {
+	first, second := d.divide(p)
+	d.mu.Lock()
+	empty := d.secondEmpty
+	d.mu.Unlock()
+	var err error
+	switch {
+	case len(second.Services) > 0:
+		err = d.second.Apply(ctx, second)
+	case !empty:
+		err = d.second.Flush(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	if err := d.first.Apply(ctx, first); err != nil {
+		return err
+	}
+	in := make(map[string]bool, len(second.Services))
+	for _, s := range second.Services {
+		in[s.Name] = true
+	}
+	d.mu.Lock()
+	d.inSecond, d.secondEmpty = in, len(in) == 0
+	d.mu.Unlock()
+	return nil
+}
+
+// Resync has both datapaths compare with the kernel at their next Apply (an empty second one
+// is flushed again: others may have programmed it).
+func (d *Datapath) Resync() {
+	d.first.Resync()
+	d.second.Resync()
+	d.mu.Lock()
+	d.secondEmpty = false
+	d.mu.Unlock()
+}
+
+// Status lists both datapaths' services.
+func (d *Datapath) Status(ctx context.Context) ([]datapath.ServiceStatus, error) {
+	a, err := d.first.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b, err := d.second.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	all := slices.Concat(a, b)
+	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
+	return all, nil
+}
+
+// Flush empties both datapaths.
+func (d *Datapath) Flush(ctx context.Context) error {
+	err := errors.Join(d.first.Flush(ctx), d.second.Flush(ctx))
+	d.mu.Lock()
+	d.inSecond, d.secondEmpty = map[string]bool{}, err == nil
+	d.mu.Unlock()
+	return err
+}
+
+// holder is the datapath that programs the named service.
+func (d *Datapath) holder(service string) datapath.Datapath {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.inSecond[service] {
+		return d.second
+	}
+	return d.first
+}
+
+// ResetFlows resets the flows in the datapath that holds the service.
+func (d *Datapath) ResetFlows(ctx context.Context, s *plan.Service, b plan.Backend) (int, error) {
+	return d.holder(s.Name).ResetFlows(ctx, s, b)
+}
+
+// DropStaleFlows drops stale flows where the holding datapath can; none elsewhere.
+func (d *Datapath) DropStaleFlows(ctx context.Context, s *plan.Service, b plan.Backend) (int, error) {
+	if dropper, ok := d.holder(s.Name).(datapath.StaleFlowDropper); ok {
+		return dropper.DropStaleFlows(ctx, s, b)
+	}
+	return 0, nil
+}
+
+// ServiceStatus reads the service from the datapath that holds it, or from either when no Apply
+// said which.
+func (d *Datapath) ServiceStatus(ctx context.Context, name string) (datapath.ServiceStatus, bool, error) {
+	for _, dp := range []datapath.Datapath{d.holder(name), d.first, d.second} {
+		st, found, err := serviceStatus(ctx, dp, name)
+		if err != nil || found {
+			return st, found, err
+		}
+	}
+	return datapath.ServiceStatus{}, false, nil
+}
+
+// serviceStatus reads one service from a datapath, through ServiceReader when it has it.
+func serviceStatus(ctx context.Context, dp datapath.Datapath, name string) (datapath.ServiceStatus, bool, error) {
+	if r, ok := dp.(datapath.ServiceReader); ok {
+		return r.ServiceStatus(ctx, name)
+	}
+	all, err := dp.Status(ctx)
+	for _, st := range all {
+		if st.Name == name {
+			return st, true, err
+		}
+	}
+	return datapath.ServiceStatus{}, false, err
+}
+
+// Budget checks each half of the plan against its datapath's limits.
+func (d *Datapath) Budget(p *plan.Plan) error {
+	first, second := d.divide(p)
+	var errs []error
+	for _, half := range []struct {
+		dp datapath.Datapath
+		p  *plan.Plan
+	}{{d.first, first}, {d.second, second}} {
+		if b, ok := half.dp.(datapath.Budgeter); ok && len(half.p.Services) > 0 {
+			errs = append(errs, b.Budget(half.p))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Flows lists the service's flows in the datapath that holds it.
+func (d *Datapath) Flows(ctx context.Context, service string, filter datapath.FlowFilter) (datapath.FlowList, error) {
+	lister, ok := d.holder(service).(datapath.FlowLister)
+	if !ok {
+		return datapath.FlowList{}, fmt.Errorf("service %s: its datapath cannot list flows", service)
+	}
+	return lister.Flows(ctx, service, filter)
+}
+
+// Conntrack reads the connection table of the first datapath that has one.
+func (d *Datapath) Conntrack(ctx context.Context) (count, max uint64, err error) {
+	for _, dp := range []datapath.Datapath{d.first, d.second} {
+		if r, ok := dp.(datapath.ConntrackReader); ok {
+			return r.Conntrack(ctx)
+		}
+	}
+	return 0, 0, errors.New("neither datapath tracks connections")
+}
+
+// Watch watches both datapaths.
+func (d *Datapath) Watch(ctx context.Context, changed func(what string)) error {
+	var errs []error
+	for _, dp := range []datapath.Datapath{d.first, d.second} {
+		if w, ok := dp.(datapath.Watcher); ok {
+			errs = append(errs, w.Watch(ctx, changed))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close closes the datapaths that hold resources.
+func (d *Datapath) Close() error {
+	var errs []error
+	for _, dp := range []datapath.Datapath{d.first, d.second} {
+		if c, ok := dp.(interface{ Close() error }); ok {
+			errs = append(errs, c.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
