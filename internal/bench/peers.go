@@ -75,8 +75,13 @@ func (p *nftlbPeer) start(ctx context.Context, e *Env) error {
 	if err != nil {
 		return err
 	}
+	return p.apply(ctx, e, farm)
+}
+
+// apply writes nftlb's JSON config and applies it in the balancer.
+func (p *nftlbPeer) apply(ctx context.Context, e *Env, config []byte) error {
 	path := filepath.Join(e.Dir(), p.Name()+".json")
-	if err := os.WriteFile(path, farm, 0o644); err != nil {
+	if err := os.WriteFile(path, config, 0o644); err != nil {
 		return err
 	}
 	return e.InNS(ctx, e.Lab.BalancerNS(), "nftlb", "-e", "-c", path)

@@ -1,0 +1,615 @@
+package bench
+
+// `sluice bench pps`: packets per second the way the field measures a balancer (the XDP paper's
+// method: one VIP, 100 reals, small UDP packets from many source ports). trafgen in the client
+// namespace sends 60-byte frames as fast as it can, for a set time, to the VIP or, for the
+// direct baseline, to the reals themselves; the reals are 100 addresses spread over the lab's
+// backend namespaces, which drop the packets at their ingress (nft netdev hook) so that no
+// backend stack becomes the bottleneck. What the client's veth sent and what the backends'
+// veths received give the forwarded rate and the drop share; /proc/stat gives the kernel's CPU.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/vishvananda/netlink"
+
+	"github.com/sluicelb/sluice/internal/lab"
+)
+
+// PPSOptions configure `sluice bench pps`.
+type PPSOptions struct {
+	// Duration is each send's length; Rounds how many times every candidate gets every workload.
+	Duration time.Duration
+	Rounds   int
+	// Workloads and Candidates select by name; empty means all (all installed, for peers).
+	Workloads  []string
+	Candidates []string
+	// KeepLab leaves the lab up afterwards.
+	KeepLab bool
+}
+
+// Check reports the first option out of range, naming its flag.
+func (o PPSOptions) Check() error {
+	errs := []error{checkDuration("duration", o.Duration, time.Second), checkCount("rounds", o.Rounds, 1)}
+	if len(o.Workloads) > 0 {
+		errs = append(errs, checkOneOf("workloads", "workload", o.Workloads, ppsWorkloadNames))
+	}
+	if len(o.Candidates) > 0 {
+		errs = append(errs, checkOneOf("candidates", "candidate", o.Candidates, PPSCandidateNames()))
+	}
+	return firstError(errs...)
+}
+
+// ppsReals is how many real servers the VIP has, as in the XDP paper's IPVS comparison.
+const ppsReals = 100
+
+// ppsFrameLen is the length of every generated frame: Ethernet's minimum without the FCS.
+const ppsFrameLen = 60
+
+// PPSResults are what `sluice bench pps` measured.
+type PPSResults struct {
+	Duration string `json:"duration"`
+	Rounds   int    `json:"rounds"`
+	Reals    int    `json:"reals"`
+	// BackendNamespaces hold the reals, round-robin.
+	BackendNamespaces int      `json:"backend_namespaces"`
+	FrameBytes        int      `json:"frame_bytes"`
+	Generator         string   `json:"generator"`
+	CPUs              int      `json:"cpus"`
+	Workloads         []string `json:"workloads"`
+	Candidates        []string `json:"candidates"`
+	// Missing are the peers that were not installed, so not measured.
+	Missing []string  `json:"missing_peers,omitempty"`
+	Cells   []PPSCell `json:"cells"`
+}
+
+// PPSCell is one candidate under one workload: medians over the rounds, and the rounds.
+type PPSCell struct {
+	Candidate string `json:"candidate"`
+	Workload  string `json:"workload"`
+	// SentPPS is what the generator put on the wire, ForwardedPPS what reached the backends.
+	SentPPS      float64 `json:"sent_pps"`
+	ForwardedPPS float64 `json:"forwarded_pps"`
+	// DropShare is the share of the sent packets that never reached a backend.
+	DropShare float64 `json:"drop_share"`
+	// KernelCores is the machine's system+softirq+irq time during the send, in cores; PPSPerCore
+	// is ForwardedPPS over it.
+	KernelCores float64 `json:"kernel_cpu_cores"`
+	PPSPerCore  float64 `json:"forwarded_pps_per_core"`
+	// Ratio is ForwardedPPS over direct's; RatioPerCore is PPSPerCore over direct's.
+	Ratio        float64     `json:"ratio_to_direct"`
+	RatioPerCore float64     `json:"per_core_ratio_to_direct"`
+	Rounds       []PPSSample `json:"rounds"`
+}
+
+// PPSSample is one send of one workload through one candidate.
+type PPSSample struct {
+	Seconds     float64 `json:"seconds"`
+	Sent        int64   `json:"sent"`
+	Arrived     int64   `json:"arrived"`
+	KernelCores float64 `json:"kernel_cpu_cores"`
+}
+
+func (s PPSSample) sentPPS() float64      { return ratio(float64(s.Sent), s.Seconds) }
+func (s PPSSample) forwardedPPS() float64 { return ratio(float64(s.Arrived), s.Seconds) }
+func (s PPSSample) dropShare() float64    { return max(0, 1-ratio(float64(s.Arrived), float64(s.Sent))) }
+
+// ppsWorkload is what the generator sends: the layer-4 part of its trafgen packet.
+type ppsWorkload struct {
+	name, what string
+	// l4 is the trafgen header after IPv4 (proto header syntax); srcs the IPv4 source fields.
+	l4, srcs string
+}
+
+var ppsWorkloads = []ppsWorkload{
+	{"udp", "UDP to port 80 from one source address, random source ports",
+		"udp(sp=drnd(1024, 65535), dp=80)", "sa=10.91.1.2"},
+	{"syn", "TCP SYN to port 80 from random sources in 10.200.0.0/16 and ports: every packet a new flow",
+		"tcp(sp=drnd(1024, 65535), dp=80, syn, seq=drnd())", "sa=10.200.0.0, sa[2]=drnd(), sa[3]=drnd()"},
+}
+
+var ppsWorkloadNames = func() []string {
+	var names []string
+	for _, w := range ppsWorkloads {
+		names = append(names, w.name)
+	}
+	return names
+}()
+
+// ppsCandidate is one way through the balancer namespace.
+type ppsCandidate interface {
+	Name() string
+	start(ctx context.Context, e *Env) error
+	stop(ctx context.Context, e *Env) error
+}
+
+// ppsDirect is the baseline: the generator sends to the reals themselves, routed by the
+// balancer namespace with no balancing.
+type ppsDirect struct{}
+
+func (ppsDirect) Name() string                      { return "direct" }
+func (ppsDirect) start(context.Context, *Env) error { return nil }
+func (ppsDirect) stop(context.Context, *Env) error  { return nil }
+
+// ppsSluice is Sluice with one datapath, mode and attach point, serving the VIP over UDP and
+// TCP with the 100 reals.
+type ppsSluice struct{ datapath, mode, attach string }
+
+func (s ppsSluice) Name() string {
+	if s.attach == "xdp" {
+		return s.datapath + "-" + s.mode + "-xdp"
+	}
+	return s.datapath + "-" + s.mode
+}
+
+func (s ppsSluice) start(ctx context.Context, e *Env) error {
+	if s.attach == "xdp" {
+		if err := setPeerXDP(e, true); err != nil {
+			return err
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "datapath: %s\n", s.datapath)
+	if s.attach != "" {
+		fmt.Fprintf(&b, "attach: %s\n", s.attach)
+	}
+	b.WriteString("services:\n")
+	for _, proto := range []string{"udp", "tcp"} {
+		fmt.Fprintf(&b, "  - name: pps-%s\n    vip: %s\n    port: %d\n    protocol: %s\n    mode: %s\n    backends:\n", proto, lab.VIP4, vipPort, proto, s.mode)
+		for _, r := range ppsRealAddrs() {
+			fmt.Fprintf(&b, "      - address: %s\n", r)
+		}
+	}
+	return e.ApplyConfig(ctx, s.Name(), b.String())
+}
+
+func (s ppsSluice) stop(ctx context.Context, e *Env) error {
+	err := e.ResetBalancer(ctx)
+	if s.attach == "xdp" {
+		err = errors.Join(err, setPeerXDP(e, false))
+	}
+	return err
+}
+
+// ppsNftlb is nftlb in dnat mode with a UDP and a TCP farm on the VIP over the 100 reals.
+type ppsNftlb struct{ *nftlbPeer }
+
+func (p ppsNftlb) start(ctx context.Context, e *Env) error {
+	var farms []nftlbFarm
+	for _, proto := range []string{"udp", "tcp"} {
+		farm := nftlbFarm{Name: "pps-" + proto, Family: "ipv4", VIP: lab.VIP4, Ports: fmt.Sprint(vipPort),
+			Protocol: proto, Mode: p.mode, Sched: "hash", Param: "srcip srcport", State: "up"}
+		for i, r := range ppsRealAddrs() {
+			farm.Backends = append(farm.Backends, nftlbBackend{Name: fmt.Sprintf("r%d", i+1), IP: r.String(), Port: fmt.Sprint(vipPort), State: "up"})
+		}
+		farms = append(farms, farm)
+	}
+	conf, err := json.MarshalIndent(map[string][]nftlbFarm{"farms": farms}, "", "  ")
+	if err != nil {
+		return err
+	}
+	return p.apply(ctx, e, conf)
+}
+
+// ppsIptables is iptables DNAT: one rule per protocol whose target is the range of the reals'
+// addresses, among which netfilter's NAT picks by a hash of the flow (its cheapest spreading,
+// with no rule per real).
+type ppsIptables struct{}
+
+func (ppsIptables) Name() string    { return "iptables-dnat" }
+func (ppsIptables) available() bool { return installed("iptables") }
+
+func (ppsIptables) start(ctx context.Context, e *Env) error {
+	reals := ppsRealAddrs()
+	to := fmt.Sprintf("%s-%s", reals[0], reals[len(reals)-1])
+	for _, proto := range []string{"udp", "tcp"} {
+		if err := e.InNS(ctx, e.Lab.BalancerNS(), "iptables", "-t", "nat", "-A", "PREROUTING", "-d", lab.VIP4,
+			"-p", proto, "--dport", fmt.Sprint(vipPort), "-j", "DNAT", "--to-destination", to); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stop flushes the nat table and, with iptables-nft, removes it, so that no empty NAT hook
+// stays registered for the candidates after it.
+func (ppsIptables) stop(ctx context.Context, e *Env) error {
+	ns := e.Lab.BalancerNS()
+	err := e.InNS(ctx, ns, "iptables", "-t", "nat", "-F")
+	_ = e.InNS(ctx, ns, "nft", "delete", "table", "ip", "nat") // absent with iptables-legacy
+	return errors.Join(err, e.InNS(ctx, ns, "conntrack", "-F"))
+}
+
+// ppsCandidates are direct, Sluice's datapaths in nat and dsr (ebpf at tc and at XDP), then
+// the peers nftlb dnat and iptables DNAT, installed or not.
+func ppsCandidates() []ppsCandidate {
+	out := []ppsCandidate{ppsDirect{}}
+	for _, dp := range []string{"nft", "ebpf"} {
+		for _, attach := range []string{"", "xdp"} {
+			if dp == "nft" && attach != "" {
+				continue
+			}
+			for _, mode := range []string{"nat", "dsr"} {
+				out = append(out, ppsSluice{datapath: dp, mode: mode, attach: attach})
+			}
+		}
+	}
+	return append(out, ppsNftlb{&nftlbPeer{mode: "dnat"}}, ppsIptables{})
+}
+
+// PPSCandidateNames are the candidates `sluice bench pps` knows, peers included.
+func PPSCandidateNames() []string {
+	var names []string
+	for _, c := range ppsCandidates() {
+		names = append(names, c.Name())
+	}
+	return names
+}
+
+// selectPPS returns the candidates named (direct always) and installed, and the peers missing.
+func selectPPS(names []string) (out []ppsCandidate, missing []string, err error) {
+	for _, c := range ppsCandidates() {
+		wanted := len(names) == 0 || c.Name() == (ppsDirect{}).Name() || slices.Contains(names, c.Name())
+		if p, ok := c.(interface{ available() bool }); ok && !p.available() {
+			if len(names) > 0 && slices.Contains(names, c.Name()) {
+				return nil, nil, fmt.Errorf("--candidates: %s is not installed", c.Name())
+			}
+			missing = append(missing, c.Name())
+			continue
+		}
+		if wanted {
+			out = append(out, c)
+		}
+	}
+	return out, missing, nil
+}
+
+// ppsRealAddrs are the reals: 10.91.2.11 to 10.91.2.110, on the backends' segment.
+func ppsRealAddrs() []netip.Addr {
+	out := make([]netip.Addr, ppsReals)
+	for k := range out {
+		out[k] = netip.AddrFrom4([4]byte{10, 91, 2, byte(11 + k)})
+	}
+	return out
+}
+
+// realNS is the index of the backend namespace holding real k (0-based): round-robin, so that
+// backend i's own address, 10.91.2.(10+i), is real i-1.
+func realNS(k, backends int) int { return k%backends + 1 }
+
+// RunPPS brings up the lab, makes the reals, and sends every workload through every candidate,
+// candidates interleaved within each round (the order rotates per round), then reports medians.
+// o must pass Check.
+func RunPPS(ctx context.Context, e *Env, o PPSOptions) (*PPSResults, error) {
+	if !installed("trafgen") {
+		return nil, errors.New("trafgen not found (Debian package netsniff-ng; scripts/deps.sh installs it)")
+	}
+	workloads := slices.DeleteFunc(slices.Clone(ppsWorkloads), func(w ppsWorkload) bool {
+		return len(o.Workloads) > 0 && !slices.Contains(o.Workloads, w.name)
+	})
+	candidates, missing, err := selectPPS(o.Candidates)
+	if err != nil {
+		return nil, err
+	}
+	samples := map[[2]string][]PPSSample{}
+	err = e.InLab(ctx, o.KeepLab, func() error {
+		if err := errors.Join(e.ResetBalancer(ctx), (&nftlbPeer{}).stop(ctx, e)); err != nil {
+			return err
+		}
+		e.Progress.Step("making %d reals on %d backend namespaces", ppsReals, e.Lab.Backends)
+		if err := makeReals(ctx, e); err != nil {
+			return err
+		}
+		return interleave(o.Rounds, len(candidates), func(round, i int) error {
+			c := candidates[i]
+			return e.measurePPS(ctx, c, workloads, o.Duration, roundLabel(round, o.Rounds), func(w string, s PPSSample) {
+				samples[[2]string{c.Name(), w}] = append(samples[[2]string{c.Name(), w}], s)
+			})
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return summarizePPS(e.Lab.Backends, o, workloads, candidates, missing, samples), nil
+}
+
+// measurePPS sets candidate c up, sends every workload through it and tears it down.
+func (e *Env) measurePPS(ctx context.Context, c ppsCandidate, workloads []ppsWorkload, d time.Duration, round string, record func(string, PPSSample)) (err error) {
+	e.Progress.Step("%s: setting up %s", round, c.Name())
+	if err := c.start(ctx, e); err != nil {
+		return errors.Join(fmt.Errorf("start %s: %w", c.Name(), err), c.stop(context.WithoutCancel(ctx), e))
+	}
+	defer func() {
+		if serr := c.stop(context.WithoutCancel(ctx), e); serr != nil {
+			err = errors.Join(err, fmt.Errorf("stop %s: %w", c.Name(), serr))
+		}
+	}()
+	_, direct := c.(ppsDirect)
+	for _, w := range workloads {
+		e.Progress.Step("%s: %s, %s (%s)", round, c.Name(), w.name, d)
+		s, err := e.sendPPS(ctx, w, direct, d)
+		if err != nil {
+			return fmt.Errorf("%s, %s: %w", c.Name(), w.name, err)
+		}
+		record(w.name, s)
+	}
+	return nil
+}
+
+// makeReals puts the reals on the backends' eth0 (round-robin; the first ones are the backends'
+// own addresses), gives the balancer permanent neighbour entries for them (no ARP during a
+// send; XDP drops a dsr packet whose neighbour is unresolved), and makes every backend drop
+// port 80 at its ingress, where its veth has already counted the packet.
+func makeReals(ctx context.Context, e *Env) error {
+	macs := make([]net.HardwareAddr, e.Lab.Backends+1)
+	dir := filepath.Join(e.Dir(), "pps")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	drop := filepath.Join(dir, "drop.nft")
+	if err := os.WriteFile(drop, []byte(`table netdev sluice_pps {
+	chain ingress {
+		type filter hook ingress device "eth0" priority -500; policy accept;
+		meta l4proto { tcp, udp } th dport 80 drop
+	}
+}
+`), 0o644); err != nil {
+		return err
+	}
+	for i := 1; i <= e.Lab.Backends; i++ {
+		if err := e.InNS(ctx, e.Lab.BackendNS(i), "nft", "-f", drop); err != nil {
+			return err
+		}
+		mac, err := macOf(e, e.Lab.BackendNS(i), "eth0")
+		if err != nil {
+			return err
+		}
+		if macs[i], err = net.ParseMAC(mac); err != nil {
+			return err
+		}
+	}
+	for k, r := range ppsRealAddrs() {
+		i := realNS(k, e.Lab.Backends)
+		if err := lab.WithHandle(e.Lab.BackendNS(i), func(h *netlink.Handle) error {
+			link, err := h.LinkByName("eth0")
+			if err != nil {
+				return err
+			}
+			return h.AddrReplace(link, &netlink.Addr{IPNet: ipNet32(r, 24)})
+		}); err != nil {
+			return fmt.Errorf("real %s on %s: %w", r, e.Lab.BackendNS(i), err)
+		}
+		if err := lab.WithHandle(e.Lab.BalancerNS(), func(h *netlink.Handle) error {
+			link, err := h.LinkByName("eth1")
+			if err != nil {
+				return err
+			}
+			return h.NeighSet(&netlink.Neigh{LinkIndex: link.Attrs().Index, State: netlink.NUD_PERMANENT,
+				IP: r.AsSlice(), HardwareAddr: macs[i]})
+		}); err != nil {
+			return fmt.Errorf("neighbour %s in %s: %w", r, e.Lab.BalancerNS(), err)
+		}
+	}
+	return nil
+}
+
+func ipNet32(a netip.Addr, bits int) *net.IPNet {
+	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, 32)}
+}
+
+// setPeerXDP attaches (or detaches) an XDP program that passes every frame on the switch's end
+// of the balancer's backend-side veth: a frame an XDP program redirects into a veth is dropped
+// unless the peer runs XDP too (or has GRO on), docs/ebpf-datapath.md.
+func setPeerXDP(e *Env, on bool) error {
+	return e.Lab.Do(e.Lab.SwitchNS(), func() error {
+		link, err := netlink.LinkByName("lb")
+		if err != nil {
+			return err
+		}
+		if !on {
+			return netlink.LinkSetXdpFd(link, -1)
+		}
+		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+			Name: "pps_pass", Type: ebpf.XDP, License: "GPL",
+			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2), asm.Return()}, // XDP_PASS
+		})
+		if err != nil {
+			return fmt.Errorf("XDP pass program: %w", err)
+		}
+		defer prog.Close() // the attachment holds it
+		return netlink.LinkSetXdpFd(link, prog.FD())
+	})
+}
+
+// sendPPS runs trafgen in the client namespace for d (SIGINT at the deadline, SIGKILL if it
+// lingers), to the VIP or, for direct, to the reals in turn, and counts what left the client
+// and what reached the backends.
+func (e *Env) sendPPS(ctx context.Context, w ppsWorkload, direct bool, d time.Duration) (PPSSample, error) {
+	conf, err := e.trafgenConfig(w, direct)
+	if err != nil {
+		return PPSSample{}, err
+	}
+	path := filepath.Join(e.Dir(), "pps", w.name+map[bool]string{true: "-direct", false: "-vip"}[direct]+".cfg")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		return PPSSample{}, err
+	}
+	sent0, arrived0, err := e.ppsCounters()
+	if err != nil {
+		return PPSSample{}, err
+	}
+	cpu0 := kernelTicks()
+	start := time.Now()
+	sctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	cmd := e.Lab.Exec(sctx, e.Lab.ClientNS(), "trafgen", "--dev", "eth0", "--conf", path,
+		"--cpus", strconv.Itoa(runtime.NumCPU()), "-q")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGINT) }
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	seconds := time.Since(start).Seconds()
+	cores := float64(kernelTicks()-cpu0) / clockTicks / seconds
+	if ctx.Err() != nil {
+		return PPSSample{}, ctx.Err()
+	}
+	if sctx.Err() == nil { // trafgen ended before its deadline
+		return PPSSample{}, fmt.Errorf("trafgen: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	sent1, arrived1, err := e.ppsCounters()
+	if err != nil {
+		return PPSSample{}, err
+	}
+	return PPSSample{Seconds: seconds, Sent: sent1 - sent0, Arrived: arrived1 - arrived0, KernelCores: cores}, nil
+}
+
+// trafgenConfig is the packet of workload w in trafgen's syntax: 60 bytes, to the balancer's
+// MAC, to the VIP or (direct) to each real in turn; trafgen fills in the checksums.
+func (e *Env) trafgenConfig(w ppsWorkload, direct bool) (string, error) {
+	lbMAC, err := macOf(e, e.Lab.BalancerNS(), "eth0")
+	if err != nil {
+		return "", err
+	}
+	clientMAC, err := macOf(e, e.Lab.ClientNS(), "eth0")
+	if err != nil {
+		return "", err
+	}
+	dst := "da=" + lab.VIP4
+	if direct {
+		reals := ppsRealAddrs()
+		dst = fmt.Sprintf("da=%s, da[3]=dinc(%d, %d)", reals[0], reals[0].As4()[3], reals[len(reals)-1].As4()[3])
+	}
+	l4 := 8 // UDP header
+	if strings.HasPrefix(w.l4, "tcp") {
+		l4 = 20
+	}
+	return fmt.Sprintf("{\n  eth(da=%s, sa=%s, type=0x0800),\n  ipv4(%s, %s, ttl=64),\n  %s,\n  fill(0x00, %d)\n}\n",
+		lbMAC, clientMAC, w.srcs, dst, w.l4, ppsFrameLen-14-20-l4), nil
+}
+
+// ppsCounters reads what the client's eth0 sent (transmitted, and dropped on the way into the
+// balancer's backlog) and what the backends' eth0 received, summed.
+func (e *Env) ppsCounters() (sent, arrived int64, err error) {
+	stats := func(ns string) (*netlink.LinkStatistics, error) {
+		var st *netlink.LinkStatistics
+		err := lab.WithHandle(ns, func(h *netlink.Handle) error {
+			link, err := h.LinkByName("eth0")
+			if err == nil {
+				st = link.Attrs().Statistics
+			}
+			return err
+		})
+		if err == nil && st == nil {
+			err = fmt.Errorf("no statistics for eth0 in %s", ns)
+		}
+		return st, err
+	}
+	st, err := stats(e.Lab.ClientNS())
+	if err != nil {
+		return 0, 0, err
+	}
+	sent = int64(st.TxPackets + st.TxDropped)
+	for i := 1; i <= e.Lab.Backends; i++ {
+		st, err := stats(e.Lab.BackendNS(i))
+		if err != nil {
+			return 0, 0, err
+		}
+		arrived += int64(st.RxPackets)
+	}
+	return sent, arrived, nil
+}
+
+// kernelTicks is the machine's time in system, irq and softirq so far, summed over its CPUs
+// (/proc/stat, in clockTicks). Namespaces share the CPUs: this is the generator's, the
+// balancer's and the backends' kernel work together.
+func kernelTicks() int64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq ...
+	var sum int64
+	for _, i := range []int{3, 6, 7} {
+		if i < len(f) {
+			v, _ := strconv.ParseInt(f[i], 10, 64)
+			sum += v
+		}
+	}
+	return sum
+}
+
+// summarizePPS turns the samples into cells: medians, and ratios to direct of the same workload.
+func summarizePPS(backends int, o PPSOptions, workloads []ppsWorkload, candidates []ppsCandidate, missing []string, samples map[[2]string][]PPSSample) *PPSResults {
+	res := &PPSResults{Duration: o.Duration.String(), Rounds: o.Rounds, Reals: ppsReals, BackendNamespaces: backends,
+		FrameBytes: ppsFrameLen, Generator: "trafgen (netsniff-ng), one thread per CPU, in the client namespace",
+		CPUs: runtime.NumCPU(), Missing: missing}
+	for _, w := range workloads {
+		res.Workloads = append(res.Workloads, w.name)
+	}
+	for _, c := range candidates {
+		res.Candidates = append(res.Candidates, c.Name())
+	}
+	for _, w := range res.Workloads {
+		first := len(res.Cells)
+		for _, name := range res.Candidates {
+			ss := samples[[2]string{name, w}]
+			cell := PPSCell{Candidate: name, Workload: w, Rounds: ss,
+				SentPPS:      Median(pluck(ss, PPSSample.sentPPS)),
+				ForwardedPPS: Median(pluck(ss, PPSSample.forwardedPPS)),
+				DropShare:    Median(pluck(ss, PPSSample.dropShare)),
+				KernelCores:  Median(pluck(ss, func(s PPSSample) float64 { return s.KernelCores })),
+			}
+			cell.PPSPerCore = ratio(cell.ForwardedPPS, cell.KernelCores)
+			res.Cells = append(res.Cells, cell)
+		}
+		cells := res.Cells[first:]
+		base := cells[slices.IndexFunc(cells, func(c PPSCell) bool { return c.Candidate == (ppsDirect{}).Name() })]
+		for i := range cells {
+			cells[i].Ratio = ratio(cells[i].ForwardedPPS, base.ForwardedPPS)
+			cells[i].RatioPerCore = ratio(cells[i].PPSPerCore, base.PPSPerCore)
+		}
+	}
+	return res
+}
+
+// Table renders the cells per workload, with the method below.
+func (r *PPSResults) Table() string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "workload\tcandidate\tsent Mpps\tforwarded Mpps\tdropped\tvs direct\tkernel cores\tMpps/core\tper core vs direct\t")
+	for _, c := range r.Cells {
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%.1f%%\t%.1f%%\t%.2f\t%.3f\t%.1f%%\t\n", c.Workload, c.Candidate,
+			c.SentPPS/1e6, c.ForwardedPPS/1e6, 100*c.DropShare, 100*c.Ratio, c.KernelCores, c.PPSPerCore/1e6, 100*c.RatioPerCore)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(&b, "\n%d interleaved round(s), %s per send; medians over the rounds.\n", r.Rounds, r.Duration)
+	fmt.Fprintf(&b, "load: %s, %d-byte frames to one VIP with %d reals on %d backend namespaces (direct: to the reals in turn)\n",
+		r.Generator, r.FrameBytes, r.Reals, r.BackendNamespaces)
+	for _, w := range ppsWorkloads {
+		if slices.Contains(r.Workloads, w.name) {
+			fmt.Fprintf(&b, "  %s: %s\n", w.name, w.what)
+		}
+	}
+	fmt.Fprintf(&b, "forwarded: packets the backends' veths received (they drop them at ingress); dropped: the share of sent that never arrived\n")
+	fmt.Fprintf(&b, "kernel cores: system+irq+softirq time of all %d CPUs during the send, shared by the generator, the balancer and the backends\n", r.CPUs)
+	if len(r.Missing) > 0 {
+		fmt.Fprintf(&b, "not installed, not measured: %s\n", strings.Join(r.Missing, ", "))
+	}
+	return b.String()
+}

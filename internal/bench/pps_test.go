@@ -1,0 +1,62 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPPSOptionsCheck(t *testing.T) {
+	ok := PPSOptions{Duration: 5 * time.Second, Rounds: 3, Workloads: []string{"syn"}, Candidates: []string{"ebpf-dsr-xdp"}}
+	if err := ok.Check(); err != nil {
+		t.Fatal(err)
+	}
+	for flag, o := range map[string]PPSOptions{
+		"--duration":   {Duration: 500 * time.Millisecond, Rounds: 1},
+		"--rounds":     {Duration: time.Second},
+		"--workloads":  {Duration: time.Second, Rounds: 1, Workloads: []string{"tcp"}},
+		"--candidates": {Duration: time.Second, Rounds: 1, Candidates: []string{"ebpf-fullnat"}},
+	} {
+		if err := o.Check(); err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%+v: %v, want an error naming %s", o, err, flag)
+		}
+	}
+}
+
+func TestSelectPPSAlwaysMeasuresDirect(t *testing.T) {
+	got, _, err := selectPPS([]string{"nft-dsr"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Name() != "direct" || got[1].Name() != "nft-dsr" {
+		t.Errorf("got %v, want direct and nft-dsr", got)
+	}
+}
+
+func TestRealsRoundRobinFromTheBackendsOwnAddresses(t *testing.T) {
+	reals := ppsRealAddrs()
+	if len(reals) != ppsReals || reals[0].String() != "10.91.2.11" || reals[ppsReals-1].String() != "10.91.2.110" {
+		t.Fatalf("reals %v .. %v", reals[0], reals[len(reals)-1])
+	}
+	for k, want := range map[int]int{0: 1, 1: 2, 2: 3, 3: 1, 99: 1} {
+		if got := realNS(k, 3); got != want {
+			t.Errorf("real %d on backend %d, want %d", k, got, want)
+		}
+	}
+}
+
+func TestSummarizePPSRatiosToDirect(t *testing.T) {
+	o := PPSOptions{Duration: time.Second, Rounds: 2}
+	samples := map[[2]string][]PPSSample{
+		{"direct", "udp"}:  {{Seconds: 1, Sent: 1000, Arrived: 1000, KernelCores: 2}, {Seconds: 1, Sent: 1400, Arrived: 1400, KernelCores: 2}},
+		{"nft-nat", "udp"}: {{Seconds: 1, Sent: 1000, Arrived: 500, KernelCores: 1}, {Seconds: 1, Sent: 1000, Arrived: 700, KernelCores: 1}},
+	}
+	res := summarizePPS(3, o, ppsWorkloads[:1], []ppsCandidate{ppsDirect{}, ppsSluice{datapath: "nft", mode: "nat"}}, nil, samples)
+	c := res.Cells[1]
+	if c.ForwardedPPS != 600 || c.DropShare != 0.4 || c.Ratio != 0.5 || c.PPSPerCore != 600 || c.RatioPerCore != 1 {
+		t.Errorf("nft-nat cell %+v", c)
+	}
+	if !strings.Contains(res.Table(), "nft-nat") {
+		t.Errorf("table:\n%s", res.Table())
+	}
+}

@@ -1,0 +1,51 @@
+package cli
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicelb/sluice/internal/bench"
+)
+
+// benchPPSCmd is `sluice bench pps`: forwarded packets per second, drop share and kernel CPU
+// through every candidate, small UDP packets and TCP SYNs to one VIP with 100 reals.
+func benchPPSCmd(f *benchFlags) *cobra.Command {
+	o := bench.PPSOptions{}
+	var installPeers bool
+	cmd := &cobra.Command{
+		Use:   "pps",
+		Short: "Forwarded packets/s per candidate and per core, one VIP and 100 reals, interleaved rounds, medians",
+		Long: `Brings up the lab, puts 100 reals (addresses) on its backend namespaces, which drop what
+arrives at their ingress, and has trafgen (Debian netsniff-ng) in the client namespace send
+60-byte frames as fast as it can for --duration: UDP from random source ports (udp), or TCP SYNs
+from random sources (syn, every packet a new flow), to the VIP, or for the direct baseline to the
+reals in turn. It reports the packets sent and forwarded per second, the share dropped, the
+kernel's CPU time (system+irq+softirq over all CPUs, which the generator, the balancer and the
+backends share) and forwarded packets per second per core, with ratios to direct.
+Candidates: ` + strings.Join(bench.PPSCandidateNames(), ", ") + ` (peers when installed).
+
+It brings up its own lab (--prefix) and tears it down at the end, also on failure or interrupt.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return f.run(cmd, "pps", o, func(ctx context.Context, env *bench.Env) (bench.Result, error) {
+				if installPeers {
+					env.Progress.Step("installing peers: %v", bench.PeerPackages)
+					if err := bench.InstallPeers(ctx); err != nil {
+						return nil, err
+					}
+				}
+				return bench.RunPPS(ctx, env, o)
+			})
+		},
+	}
+	cmd.Flags().DurationVar(&o.Duration, "duration", 5*time.Second, "length of each send (at least 1s)")
+	cmd.Flags().IntVar(&o.Rounds, "rounds", 3, "rounds; every candidate gets every workload once per round")
+	cmd.Flags().StringSliceVar(&o.Workloads, "workloads", nil, "workloads to send: udp, syn (default both)")
+	cmd.Flags().StringSliceVar(&o.Candidates, "candidates", nil, "candidates to measure (default all installed; direct is always measured)")
+	cmd.Flags().BoolVar(&o.KeepLab, "keep-lab", false, "leave the lab up afterwards")
+	cmd.Flags().BoolVar(&installPeers, "install-peers", false, "install the peers (nftlb) from Debian packages first")
+	return cmd
+}
