@@ -29,6 +29,7 @@ const (
 	benchScaleKind = "sbs" // the lab `sluice bench scale` builds
 	benchFleetKind = "sbf" // the lab `sluice bench fleet` builds
 	benchFloodKind = "sbd" // the lab `sluice bench flood` builds
+	benchPPSKind   = "sbp" // the lab `sluice bench pps` builds
 )
 
 // runOwner is the pid of the run's supervising process, which names its labs.
@@ -163,7 +164,7 @@ func supervise() (code int) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := lab.TearDownGone(ctx, logf, labKind, fleetKind, benchLBKind, benchNetKind, benchScaleKind, benchFleetKind, benchFloodKind); err != nil {
+	if err := lab.TearDownGone(ctx, logf, labKind, fleetKind, benchLBKind, benchNetKind, benchScaleKind, benchFleetKind, benchFloodKind, benchPPSKind); err != nil {
 		logf("tearing down the labs of runs that are gone: %v", err)
 		return 1
 	}

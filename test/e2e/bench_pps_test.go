@@ -1,0 +1,89 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sluicelb/sluice/internal/lab"
+	"github.com/sluicelb/sluice/internal/testutil"
+)
+
+// benchPPSReport is the part of `sluice bench pps --json` the smoke test reads, decoded
+// independently of the product's types.
+type benchPPSReport struct {
+	Results struct {
+		Reals      int      `json:"reals"`
+		Workloads  []string `json:"workloads"`
+		Candidates []string `json:"candidates"`
+		Cells      []struct {
+			Candidate    string            `json:"candidate"`
+			Workload     string            `json:"workload"`
+			SentPPS      float64           `json:"sent_pps"`
+			ForwardedPPS float64           `json:"forwarded_pps"`
+			DropShare    float64           `json:"drop_share"`
+			KernelCores  float64           `json:"kernel_cpu_cores"`
+			Ratio        float64           `json:"ratio_to_direct"`
+			Rounds       []json.RawMessage `json:"rounds"`
+		} `json:"cells"`
+	} `json:"results"`
+}
+
+// TestBenchPPS is the smoke test of `sluice bench pps`: one round of 1 s sends through a few
+// candidates (tc and XDP among them), in its own lab. It checks the report's shape and that
+// every candidate forwarded packets of both workloads to the backends; rates are logged, never
+// asserted.
+func TestBenchPPS(t *testing.T) {
+	requireLab(t)
+	if _, err := exec.LookPath("trafgen"); err != nil {
+		testutil.Missing(t, "needs trafgen (netsniff-ng; scripts/deps.sh installs it): %v", err)
+	}
+	prefix := runPrefix(benchPPSKind)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := lab.New(prefix, 1).Down(ctx); err != nil {
+			t.Errorf("tearing down the bench's lab: %v", err)
+		}
+	})
+	jsonPath := filepath.Join(t.TempDir(), "pps.json")
+	candidates := []string{"direct", "nft-nat", "ebpf-dsr", "ebpf-dsr-xdp"}
+	stdout, _ := runBench(t, "bench", "pps", "--prefix", prefix, "--duration", "1s", "--rounds", "1",
+		"--candidates", "nft-nat,ebpf-dsr,ebpf-dsr-xdp", "--json", jsonPath)
+	t.Logf("\n%s", stdout)
+	if left := namespacesWithPrefix(prefix); len(left) > 0 {
+		t.Errorf("bench pps left namespaces behind: %v", left)
+	}
+	data, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep benchPPSReport
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatalf("JSON report: %v\n%s", err, data)
+	}
+	r := rep.Results
+	if r.Reals != 100 || !slices.Equal(r.Workloads, []string{"udp", "syn"}) || !slices.Equal(r.Candidates, candidates) {
+		t.Fatalf("reals %d, workloads %v, candidates %v; want 100, [udp syn], %v", r.Reals, r.Workloads, r.Candidates, candidates)
+	}
+	if len(r.Cells) != len(r.Workloads)*len(r.Candidates) {
+		t.Fatalf("%d cells for %d workloads of %d candidates", len(r.Cells), len(r.Workloads), len(r.Candidates))
+	}
+	for _, c := range r.Cells {
+		switch {
+		case len(c.Rounds) != 1:
+			t.Errorf("%s, %s: %d rounds, want 1", c.Candidate, c.Workload, len(c.Rounds))
+		case c.SentPPS <= 0 || c.ForwardedPPS <= 0:
+			t.Errorf("%s, %s: sent %.0f/s, forwarded %.0f/s: nothing got through", c.Candidate, c.Workload, c.SentPPS, c.ForwardedPPS)
+		case c.DropShare < 0 || c.DropShare > 1 || c.KernelCores <= 0 || c.Ratio <= 0:
+			t.Errorf("%s, %s: drop share %v, kernel cores %v, ratio %v", c.Candidate, c.Workload, c.DropShare, c.KernelCores, c.Ratio)
+		case c.Candidate == "direct" && c.Ratio != 1:
+			t.Errorf("direct, %s: ratio to itself %v", c.Workload, c.Ratio)
+		}
+	}
+}
