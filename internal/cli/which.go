@@ -26,8 +26,8 @@ one a tracked flow keeps, or the Maglev (or hash) choice for a new one. Nothing 
         ACK or a UDP datagram); a flow it did not track before is forgotten again.
   nft:  reads the tables back and computes the kernel's jhash of the flow; a tracked flow is its
         conntrack entry (nat, fullnat) or its element of the service's flow map (dsr).
-The datapath is the one the namespace holds (ebpf when its pins exist, nft otherwise), or
---datapath. IPv6 as [addr]:port.`,
+The datapath is the one the namespace holds (ebpf when its pins exist, nft otherwise, and nft for
+a service ebpf hands to the synproxy), or --datapath. IPv6 as [addr]:port.`,
 		Example: "  sluice which 10.91.9.100:80 10.91.1.2:40000\n  sluice --netns sluice-lb which -p udp [fd00:91:9::100]:53 [fd00:91:1::2]:40000",
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -45,6 +45,14 @@ The datapath is the one the namespace holds (ebpf when its pins exist, nft other
 			}
 			defer dp.Close()
 			c, err := dp.Which(protocol, vip, src)
+			if err != nil && dpName == "" {
+				// ebpf hands its syn_protection services to nft: ask nft before giving up.
+				if nftDP, nftErr := nft.New(g.logger()); nftErr == nil {
+					if nc, nftErr := nftDP.Which(protocol, vip, src); nftErr == nil {
+						c, err = nc, nil
+					}
+				}
+			}
 			if err != nil {
 				return err
 			}
