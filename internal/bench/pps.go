@@ -2,11 +2,14 @@ package bench
 
 // `sluice bench pps`: packets per second the way the field measures a balancer (the XDP paper's
 // method: one VIP, 100 reals, small UDP packets from many source ports). trafgen in the client
-// namespace sends 60-byte frames as fast as it can, for a set time, to the VIP or, for the
-// direct baseline, to the reals themselves; the reals are 100 addresses spread over the lab's
-// backend namespaces, which drop the packets at their ingress (nft netdev hook) so that no
-// backend stack becomes the bottleneck. What the client's veth sent and what the backends'
-// veths received give the forwarded rate and the drop share; /proc/stat gives the kernel's CPU.
+// namespace, on CPU 0, sends 60-byte frames as fast as it can, for a set time, to the VIP or, for
+// the direct baseline, to the reals themselves. A veth hands a frame to its peer on the sending
+// CPU, so the balancer, the switch and the backends' ingress all forward it on CPU 0, within
+// the send: the generator is paced by the path it drives. The reals are 100 addresses spread
+// over the lab's backend namespaces, which drop the packets at their ingress (nft netdev hook)
+// so that no backend stack becomes the bottleneck. What the client's veth sent and what the
+// backends' veths received give the forwarded rate and the drop share; /proc/stat gives CPU 0's
+// kernel time.
 
 import (
 	"context"
@@ -17,7 +20,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -68,12 +70,13 @@ type PPSResults struct {
 	Rounds   int    `json:"rounds"`
 	Reals    int    `json:"reals"`
 	// BackendNamespaces hold the reals, round-robin.
-	BackendNamespaces int      `json:"backend_namespaces"`
-	FrameBytes        int      `json:"frame_bytes"`
-	Generator         string   `json:"generator"`
-	CPUs              int      `json:"cpus"`
-	Workloads         []string `json:"workloads"`
-	Candidates        []string `json:"candidates"`
+	BackendNamespaces int    `json:"backend_namespaces"`
+	FrameBytes        int    `json:"frame_bytes"`
+	Generator         string `json:"generator"`
+	// CPU is the CPU the generator runs on, and with it the whole path.
+	CPU        int      `json:"cpu"`
+	Workloads  []string `json:"workloads"`
+	Candidates []string `json:"candidates"`
 	// Missing are the peers that were not installed, so not measured.
 	Missing []string  `json:"missing_peers,omitempty"`
 	Cells   []PPSCell `json:"cells"`
@@ -88,8 +91,8 @@ type PPSCell struct {
 	ForwardedPPS float64 `json:"forwarded_pps"`
 	// DropShare is the share of the sent packets that never reached a backend.
 	DropShare float64 `json:"drop_share"`
-	// KernelCores is the machine's system+softirq+irq time during the send, in cores; PPSPerCore
-	// is ForwardedPPS over it.
+	// KernelCores is CPU 0's system+irq+softirq time during the send, in cores (at most 1);
+	// PPSPerCore is ForwardedPPS over it.
 	KernelCores float64 `json:"kernel_cpu_cores"`
 	PPSPerCore  float64 `json:"forwarded_pps_per_core"`
 	// Ratio is ForwardedPPS over direct's; RatioPerCore is PPSPerCore over direct's.
@@ -453,18 +456,17 @@ func (e *Env) sendPPS(ctx context.Context, w ppsWorkload, direct bool, d time.Du
 	if err != nil {
 		return PPSSample{}, err
 	}
-	cpu0 := kernelTicks()
+	cpu0 := kernelTicks(ppsCPU)
 	start := time.Now()
 	sctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	cmd := e.Lab.Exec(sctx, e.Lab.ClientNS(), "trafgen", "--dev", "eth0", "--conf", path,
-		"--cpus", strconv.Itoa(runtime.NumCPU()), "-q")
+	cmd := e.Lab.Exec(sctx, e.Lab.ClientNS(), "taskset", "-c", strconv.Itoa(ppsCPU), "trafgen", "--dev", "eth0", "--conf", path, "--cpus", "1", "--no-sock-mem")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGINT) }
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
 	seconds := time.Since(start).Seconds()
-	cores := float64(kernelTicks()-cpu0) / clockTicks / seconds
+	cores := float64(kernelTicks(ppsCPU)-cpu0) / clockTicks / seconds
 	if ctx.Err() != nil {
 		return PPSSample{}, ctx.Err()
 	}
@@ -534,19 +536,27 @@ func (e *Env) ppsCounters() (sent, arrived int64, err error) {
 	return sent, arrived, nil
 }
 
-// kernelTicks is the machine's time in system, irq and softirq so far, summed over its CPUs
-// (/proc/stat, in clockTicks). Namespaces share the CPUs: this is the generator's, the
-// balancer's and the backends' kernel work together.
-func kernelTicks() int64 {
+// ppsCPU is the CPU the generator, and so the path it drives, runs on.
+const ppsCPU = 0
+
+// kernelTicks is the time in system, irq and softirq so far of CPU cpu (/proc/stat, in
+// clockTicks). Besides the balancer's forwarding it holds the generator's sends, the switch's
+// bridging and the backends' ingress, the same for every candidate.
+func kernelTicks(cpu int) int64 {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return 0
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq ...
 	var sum int64
-	for _, i := range []int{3, 6, 7} {
-		if i < len(f) {
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line) // cpuN user nice system idle iowait irq softirq ...
+		if len(f) < 8 || !strings.HasPrefix(f[0], "cpu") {
+			continue
+		}
+		if f[0] != "cpu"+strconv.Itoa(cpu) {
+			continue
+		}
+		for _, i := range []int{3, 6, 7} {
 			v, _ := strconv.ParseInt(f[i], 10, 64)
 			sum += v
 		}
@@ -557,8 +567,8 @@ func kernelTicks() int64 {
 // summarizePPS turns the samples into cells: medians, and ratios to direct of the same workload.
 func summarizePPS(backends int, o PPSOptions, workloads []ppsWorkload, candidates []ppsCandidate, missing []string, samples map[[2]string][]PPSSample) *PPSResults {
 	res := &PPSResults{Duration: o.Duration.String(), Rounds: o.Rounds, Reals: ppsReals, BackendNamespaces: backends,
-		FrameBytes: ppsFrameLen, Generator: "trafgen (netsniff-ng), one thread per CPU, in the client namespace",
-		CPUs: runtime.NumCPU(), Missing: missing}
+		FrameBytes: ppsFrameLen, Generator: "trafgen (netsniff-ng), one thread on CPU 0, in the client namespace",
+		CPU: ppsCPU, Missing: missing}
 	for _, w := range workloads {
 		res.Workloads = append(res.Workloads, w.name)
 	}
@@ -607,7 +617,8 @@ func (r *PPSResults) Table() string {
 		}
 	}
 	fmt.Fprintf(&b, "forwarded: packets the backends' veths received (they drop them at ingress); dropped: the share of sent that never arrived\n")
-	fmt.Fprintf(&b, "kernel cores: system+irq+softirq time of all %d CPUs during the send, shared by the generator, the balancer and the backends\n", r.CPUs)
+	fmt.Fprintf(&b, "kernel cores: system+irq+softirq time of CPU %d, where the generator sends and each veth hands the frame on, so the\n", r.CPU)
+	fmt.Fprintf(&b, "  balancer, the switch and the backends' ingress forward it within the send (the same overhead for every candidate)\n")
 	if len(r.Missing) > 0 {
 		fmt.Fprintf(&b, "not installed, not measured: %s\n", strings.Join(r.Missing, ", "))
 	}
