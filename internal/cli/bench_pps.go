@@ -19,12 +19,14 @@ func benchPPSCmd(f *benchFlags) *cobra.Command {
 		Use:   "pps",
 		Short: "Forwarded packets/s per candidate and per core, one VIP and 100 reals, interleaved rounds, medians",
 		Long: `Brings up the lab, puts 100 reals (addresses) on its backend namespaces, which drop what
-arrives at their ingress, and has trafgen (Debian netsniff-ng) in the client namespace send
-60-byte frames as fast as it can for --duration: UDP from random source ports (udp), or TCP SYNs
-from random sources (syn, every packet a new flow), to the VIP, or for the direct baseline to the
-reals in turn. It reports the packets sent and forwarded per second, the share dropped, the
-kernel's CPU time (system+irq+softirq over all CPUs, which the generator, the balancer and the
-backends share) and forwarded packets per second per core, with ratios to direct.
+arrives at their ingress, and has trafgen (Debian netsniff-ng) in the client namespace, on CPU 0,
+send 60-byte frames as fast as it can for --duration: UDP from random source ports (udp), or TCP
+SYNs from random sources (syn, every packet a new flow), to the VIP, or for the direct baseline
+to the reals in turn. Each veth hands a frame on within the send, so the balancer forwards it on
+CPU 0 too. It reports the packets sent and forwarded per second, the share dropped, CPU 0's
+kernel time (system+irq+softirq: the balancer's, and the generator's, switch's and backends'
+share, the same for every candidate) and forwarded packets per second per core, with ratios to
+direct.
 Candidates: ` + strings.Join(bench.PPSCandidateNames(), ", ") + ` (peers when installed).
 
 It brings up its own lab (--prefix) and tears it down at the end, also on failure or interrupt.`,
