@@ -96,9 +96,12 @@ type PPSCell struct {
 	KernelCores float64 `json:"kernel_cpu_cores"`
 	PPSPerCore  float64 `json:"forwarded_pps_per_core"`
 	// Ratio is ForwardedPPS over direct's; RatioPerCore is PPSPerCore over direct's.
-	Ratio        float64     `json:"ratio_to_direct"`
-	RatioPerCore float64     `json:"per_core_ratio_to_direct"`
-	Rounds       []PPSSample `json:"rounds"`
+	Ratio        float64 `json:"ratio_to_direct"`
+	RatioPerCore float64 `json:"per_core_ratio_to_direct"`
+	// AddedNS is the CPU time a packet costs over direct's, in ns: 1/PPSPerCore less direct's.
+	// The path's shared part (generator, switch, backends) cancels out.
+	AddedNS float64     `json:"added_ns_per_packet"`
+	Rounds  []PPSSample `json:"rounds"`
 }
 
 // PPSSample is one send of one workload through one candidate.
@@ -593,6 +596,9 @@ func summarizePPS(backends int, o PPSOptions, workloads []ppsWorkload, candidate
 		for i := range cells {
 			cells[i].Ratio = ratio(cells[i].ForwardedPPS, base.ForwardedPPS)
 			cells[i].RatioPerCore = ratio(cells[i].PPSPerCore, base.PPSPerCore)
+			if cells[i].PPSPerCore > 0 && base.PPSPerCore > 0 {
+				cells[i].AddedNS = 1e9/cells[i].PPSPerCore - 1e9/base.PPSPerCore
+			}
 		}
 	}
 	return res
@@ -602,10 +608,10 @@ func summarizePPS(backends int, o PPSOptions, workloads []ppsWorkload, candidate
 func (r *PPSResults) Table() string {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tcandidate\tsent Mpps\tforwarded Mpps\tdropped\tvs direct\tkernel cores\tMpps/core\tper core vs direct\t")
+	fmt.Fprintln(tw, "workload\tcandidate\tsent Mpps\tforwarded Mpps\tdropped\tvs direct\tkernel cores\tMpps/core\tper core vs direct\tadded ns/packet\t")
 	for _, c := range r.Cells {
-		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%.1f%%\t%.1f%%\t%.2f\t%.3f\t%.1f%%\t\n", c.Workload, c.Candidate,
-			c.SentPPS/1e6, c.ForwardedPPS/1e6, 100*c.DropShare, 100*c.Ratio, c.KernelCores, c.PPSPerCore/1e6, 100*c.RatioPerCore)
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%.1f%%\t%.1f%%\t%.2f\t%.3f\t%.1f%%\t%.0f\t\n", c.Workload, c.Candidate,
+			c.SentPPS/1e6, c.ForwardedPPS/1e6, 100*c.DropShare, 100*c.Ratio, c.KernelCores, c.PPSPerCore/1e6, 100*c.RatioPerCore, c.AddedNS)
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(&b, "\n%d interleaved round(s), %s per send; medians over the rounds.\n", r.Rounds, r.Duration)
@@ -619,6 +625,7 @@ func (r *PPSResults) Table() string {
 	fmt.Fprintf(&b, "forwarded: packets the backends' veths received (they drop them at ingress); dropped: the share of sent that never arrived\n")
 	fmt.Fprintf(&b, "kernel cores: system+irq+softirq time of CPU %d, where the generator sends and each veth hands the frame on, so the\n", r.CPU)
 	fmt.Fprintf(&b, "  balancer, the switch and the backends' ingress forward it within the send (the same overhead for every candidate)\n")
+	fmt.Fprintf(&b, "added ns/packet: CPU time per packet (1 / Mpps per core) over direct's, what the balancer adds to plain routing\n")
 	if len(r.Missing) > 0 {
 		fmt.Fprintf(&b, "not installed, not measured: %s\n", strings.Join(r.Missing, ", "))
 	}

@@ -53,7 +53,7 @@ func TestSummarizePPSRatiosToDirect(t *testing.T) {
 	}
 	res := summarizePPS(3, o, ppsWorkloads[:1], []ppsCandidate{ppsDirect{}, ppsSluice{datapath: "nft", mode: "nat"}}, nil, samples)
 	c := res.Cells[1]
-	if c.ForwardedPPS != 600 || c.DropShare != 0.4 || c.Ratio != 0.5 || c.PPSPerCore != 600 || c.RatioPerCore != 1 {
+	if c.ForwardedPPS != 600 || c.DropShare != 0.4 || c.Ratio != 0.5 || c.PPSPerCore != 600 || c.RatioPerCore != 1 || c.AddedNS != 0 {
 		t.Errorf("nft-nat cell %+v", c)
 	}
 	if !strings.Contains(res.Table(), "nft-nat") {
