@@ -3,6 +3,7 @@ package nft
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/vishvananda/netlink/nl"
@@ -40,14 +41,34 @@ func rulesetGeneration() uint32 {
 	return 0
 }
 
+// dumpTries is how many times a dump interrupted by a concurrent transaction is started again.
+const dumpTries = 5
+
+// dump runs a netlink dump that request builds, with replies of type reply; a dump that a
+// transaction committed meanwhile interrupts (its results would mix two rulesets: the kernel says
+// so) is started again.
+func dump(request func() *nl.NetlinkRequest, reply uint16) ([][]byte, error) {
+	var msgs [][]byte
+	var err error
+	for range dumpTries {
+		msgs, err = request().Execute(unix.NETLINK_NETFILTER, reply)
+		if !errors.Is(err, nl.ErrDumpInterrupted) {
+			break
+		}
+	}
+	return msgs, err
+}
+
 // readCounters reads every named counter of Sluice's table of family f in the current network
 // namespace, by name; none when the table does not exist.
 func readCounters(f knftables.Family) (map[string]*knftables.Counter, error) {
-	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETOBJ, unix.NLM_F_DUMP)
-	req.AddData(&nl.Nfgenmsg{NfgenFamily: nfproto[f], Version: unix.NFNETLINK_V0})
-	req.AddData(nl.NewRtAttr(unix.NFTA_OBJ_TABLE, nl.ZeroTerminated(TableName)))
-	req.AddData(nl.NewRtAttr(unix.NFTA_OBJ_TYPE, binary.BigEndian.AppendUint32(nil, unix.NFT_OBJECT_COUNTER)))
-	msgs, err := req.Execute(unix.NETLINK_NETFILTER, unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWOBJ)
+	msgs, err := dump(func() *nl.NetlinkRequest {
+		req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETOBJ, unix.NLM_F_DUMP)
+		req.AddData(&nl.Nfgenmsg{NfgenFamily: nfproto[f], Version: unix.NFNETLINK_V0})
+		req.AddData(nl.NewRtAttr(unix.NFTA_OBJ_TABLE, nl.ZeroTerminated(TableName)))
+		req.AddData(nl.NewRtAttr(unix.NFTA_OBJ_TYPE, binary.BigEndian.AppendUint32(nil, unix.NFT_OBJECT_COUNTER)))
+		return req
+	}, unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWOBJ)
 	if err != nil {
 		return nil, fmt.Errorf("reading the counters of %s %s: %w", f, TableName, err)
 	}

@@ -71,10 +71,12 @@ var packetPathKinds = map[serviceKind]bool{flowsMap: true, persistMap: true, src
 // dumpTable dumps the objects of one kind (request get, replies of type reply) of Sluice's table
 // of family f; tableAttr is the kind's table attribute. A missing table is errNoTable.
 func dumpTable(f knftables.Family, get, reply int, tableAttr uint16) ([][]byte, error) {
-	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|get, unix.NLM_F_DUMP)
-	req.AddData(&nl.Nfgenmsg{NfgenFamily: nfproto[f], Version: unix.NFNETLINK_V0})
-	req.AddData(nl.NewRtAttr(int(tableAttr), nl.ZeroTerminated(TableName)))
-	msgs, err := req.Execute(unix.NETLINK_NETFILTER, uint16(unix.NFNL_SUBSYS_NFTABLES<<8|reply))
+	msgs, err := dump(func() *nl.NetlinkRequest {
+		req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|get, unix.NLM_F_DUMP)
+		req.AddData(&nl.Nfgenmsg{NfgenFamily: nfproto[f], Version: unix.NFNETLINK_V0})
+		req.AddData(nl.NewRtAttr(int(tableAttr), nl.ZeroTerminated(TableName)))
+		return req
+	}, uint16(unix.NFNL_SUBSYS_NFTABLES<<8|reply))
 	if errors.Is(err, unix.ENOENT) {
 		return nil, errNoTable
 	}
@@ -83,11 +85,13 @@ func dumpTable(f knftables.Family, get, reply int, tableAttr uint16) ([][]byte, 
 
 // readElements reads the elements of one set into def, written the way rendering writes them.
 func readElements(def *setDef, f knftables.Family, set string) error {
-	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETSETELEM, unix.NLM_F_DUMP)
-	req.AddData(&nl.Nfgenmsg{NfgenFamily: nfproto[f], Version: unix.NFNETLINK_V0})
-	req.AddData(nl.NewRtAttr(unix.NFTA_SET_ELEM_LIST_TABLE, nl.ZeroTerminated(TableName)))
-	req.AddData(nl.NewRtAttr(unix.NFTA_SET_ELEM_LIST_SET, nl.ZeroTerminated(set)))
-	msgs, err := req.Execute(unix.NETLINK_NETFILTER, unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWSETELEM)
+	msgs, err := dump(func() *nl.NetlinkRequest {
+		req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETSETELEM, unix.NLM_F_DUMP)
+		req.AddData(&nl.Nfgenmsg{NfgenFamily: nfproto[f], Version: unix.NFNETLINK_V0})
+		req.AddData(nl.NewRtAttr(unix.NFTA_SET_ELEM_LIST_TABLE, nl.ZeroTerminated(TableName)))
+		req.AddData(nl.NewRtAttr(unix.NFTA_SET_ELEM_LIST_SET, nl.ZeroTerminated(set)))
+		return req
+	}, unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWSETELEM)
 	if err != nil {
 		return err
 	}
