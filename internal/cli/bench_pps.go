@@ -47,7 +47,7 @@ It brings up its own lab (--prefix) and tears it down at the end, also on failur
 	cmd.Flags().IntVar(&o.Rounds, "rounds", 3, "rounds; every candidate gets every workload once per round")
 	cmd.Flags().StringSliceVar(&o.Workloads, "workloads", nil, "workloads to send: udp, syn (default both)")
 	cmd.Flags().StringSliceVar(&o.Candidates, "candidates", nil, "candidates to measure (default all installed; direct is always measured)")
-	cmd.Flags().BoolVar(&o.KeepLab, "keep-lab", false, "leave the lab up afterwards")
+	cmd.Flags().BoolVar(&o.KeepLab, "keep-lab", false, "leave the lab up afterwards (its backends still drop port 80)")
 	cmd.Flags().BoolVar(&installPeers, "install-peers", false, "install the peers (nftlb) from Debian packages first")
 	return cmd
 }
