@@ -1,12 +1,8 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"testing"
-	"time"
-
-	"github.com/sluicelb/sluice/internal/lab"
 )
 
 // benchFleetReport is the part of `sluice bench fleet -o json` the smoke test reads, decoded
@@ -43,13 +39,7 @@ type benchFleetReport struct {
 func TestBenchFleet(t *testing.T) {
 	requireLab(t)
 	prefix := runPrefix(benchFleetKind)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := lab.New(prefix, 1).Down(ctx); err != nil {
-			t.Errorf("tearing down the bench's lab: %v", err)
-		}
-	})
+	downBenchLab(t, prefix)
 	stdout, _ := runBench(t, "bench", "fleet", "--prefix", prefix, "--duration", "1s", "--rounds", "1", "--nodes", "2",
 		"--datapath", "ebpf", "-o", "json")
 	if left := namespacesWithPrefix(prefix); len(left) > 0 {

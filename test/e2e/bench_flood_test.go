@@ -1,16 +1,12 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/sluicelb/sluice/internal/lab"
 )
 
 // benchFloodReport is the part of `sluice bench flood --json` the smoke test reads, decoded
@@ -40,13 +36,7 @@ type benchFloodReport struct {
 func TestBenchFlood(t *testing.T) {
 	requireLab(t)
 	prefix := runPrefix(benchFloodKind)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := lab.New(prefix, 1).Down(ctx); err != nil {
-			t.Errorf("tearing down the bench's lab: %v", err)
-		}
-	})
+	downBenchLab(t, prefix)
 	jsonPath := filepath.Join(t.TempDir(), "flood.json")
 	stdout, _ := runBench(t, "bench", "flood", "--prefix", prefix, "--duration", "2s", "--rounds", "1", "--json", jsonPath)
 	if left := namespacesWithPrefix(prefix); len(left) > 0 {

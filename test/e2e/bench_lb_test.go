@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
@@ -11,9 +10,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/sluicelb/sluice/internal/lab"
 )
 
 // benchLBReport is the part of `sluice bench lb --json` the smoke test reads, decoded
@@ -48,13 +44,7 @@ type benchLBReport struct {
 func TestBenchLB(t *testing.T) {
 	requireLab(t)
 	prefix := runPrefix(benchLBKind)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := lab.New(prefix, 1).Down(ctx); err != nil {
-			t.Errorf("tearing down the bench's lab: %v", err)
-		}
-	})
+	downBenchLab(t, prefix)
 	dir := t.TempDir()
 	jsonPath, svgPath := filepath.Join(dir, "lb.json"), filepath.Join(dir, "lb.svg")
 	stdout, stderr := runBench(t, "bench", "lb", "--prefix", prefix, "--duration", "1s", "--rounds", "1",

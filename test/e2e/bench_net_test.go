@@ -58,13 +58,7 @@ func TestBenchNet(t *testing.T) {
 		testutil.Missing(t, "bench net needs conntrack: %v", err)
 	}
 	// A safety net; the bench tears its lab down itself (checked below).
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := lab.New(prefix, 1).Down(ctx); err != nil {
-			t.Errorf("tearing down the bench's lab: %v", err)
-		}
-	})
+	downBenchLab(t, prefix)
 	jsonPath := filepath.Join(t.TempDir(), "net.json")
 	stdout, stderr := runBench(t, "bench", "net", "--prefix", prefix, "--backends", "1",
 		"--duration", "300ms", "--rounds", "1", "--json", jsonPath)
@@ -111,6 +105,18 @@ func TestBenchNet(t *testing.T) {
 		t.Errorf("paths %v, want %v", names, wantPaths)
 	}
 	t.Logf("sluice bench net (not asserted):\n%s", stdout)
+}
+
+// downBenchLab tears the bench's lab down when the test ends: a safety net, as a bench tears its
+// lab down itself.
+func downBenchLab(t *testing.T, prefix string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := lab.New(prefix, 1).Down(ctx); err != nil {
+			t.Errorf("tearing down the bench's lab: %v", err)
+		}
+	})
 }
 
 // runBench runs the sluice binary with args (a `sluice bench` command) and fails the test unless it

@@ -1,16 +1,12 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/sluicelb/sluice/internal/lab"
 )
 
 // benchScaleReport is the part of `sluice bench scale --json` the smoke test reads, decoded
@@ -44,13 +40,7 @@ type benchScaleReport struct {
 func TestBenchScale(t *testing.T) {
 	requireLab(t)
 	prefix := runPrefix(benchScaleKind)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := lab.New(prefix, 1).Down(ctx); err != nil {
-			t.Errorf("tearing down the bench's lab: %v", err)
-		}
-	})
+	downBenchLab(t, prefix)
 	jsonPath := filepath.Join(t.TempDir(), "scale.json")
 	stdout, stderr := runBench(t, "bench", "scale", "--prefix", prefix, "--services", "1,3",
 		"--backends-per-service", "4", "--reps", "1", "--rounds", "1", "--duration", "1s", "--limit", "1m", "--json", jsonPath)
