@@ -467,10 +467,12 @@ func renderDSRService(st *state, s *plan.Service, env Environment) error {
 	if s.Persistence > 0 {
 		// A new flow of a remembered client goes to its backend if that takes new flows (the
 		// new-flow map holds the marks of those), and is remembered as a flow like the others.
+		// Remembering the flow is a rule of its own: an update into a full flow map ends its rule,
+		// and the flow must still go on (unremembered) rather than fall to the drop below.
 		p = ptr(renderPersistence(st, f, s, n))
 		rules = append(rules, p.forget(n.newFlows),
-			fmt.Sprintf("%s update @%s { %s : meta mark } counter name meta mark map @%s meta mark vmap @%s",
-				p.recall(n.newFlows), n.flows, flowKey, n.newFlows, n.marks))
+			fmt.Sprintf("%s update @%s { %s : meta mark }", p.recall(n.newFlows), n.flows, flowKey),
+			fmt.Sprintf("%s counter name meta mark map @%s meta mark vmap @%s", p.recall(n.newFlows), n.newFlows, n.marks))
 	}
 	for i, b := range s.Backends {
 		dev, err := env.DeviceTo(b.Addr)
@@ -500,8 +502,11 @@ func renderDSRService(st *state, s *plan.Service, env Environment) error {
 		if p != nil {
 			rules = append(rules, "meta mark != 0 "+p.remember())
 		}
-		rules = append(rules, fmt.Sprintf("meta mark != 0 update @%s { %s : meta mark } counter name meta mark map @%s meta mark vmap @%s",
-			n.flows, flowKey, n.newFlows, n.marks))
+		// Two rules, so that a full flow map (a flood of new flows fills it) does not drop the
+		// new flows it cannot remember: they still go to their backend.
+		rules = append(rules,
+			fmt.Sprintf("meta mark != 0 update @%s { %s : meta mark }", n.flows, flowKey),
+			fmt.Sprintf("meta mark != 0 counter name meta mark map @%s meta mark vmap @%s", n.newFlows, n.marks))
 	}
 	rules = append(rules, "drop")
 	st.addChain(&knftables.Chain{Family: f, Name: n.chain}, rules...)
