@@ -1,16 +1,13 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
-	"time"
 
-	"github.com/sluicelb/sluice/internal/lab"
 	"github.com/sluicelb/sluice/internal/testutil"
 )
 
@@ -44,13 +41,7 @@ func TestBenchPPS(t *testing.T) {
 		testutil.Missing(t, "needs trafgen (netsniff-ng; scripts/deps.sh installs it): %v", err)
 	}
 	prefix := runPrefix(benchPPSKind)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := lab.New(prefix, 1).Down(ctx); err != nil {
-			t.Errorf("tearing down the bench's lab: %v", err)
-		}
-	})
+	downBenchLab(t, prefix)
 	jsonPath := filepath.Join(t.TempDir(), "pps.json")
 	candidates := []string{"direct", "nft-nat", "ebpf-dsr", "ebpf-dsr-xdp"}
 	stdout, _ := runBench(t, "bench", "pps", "--prefix", prefix, "--duration", "1s", "--rounds", "1",
