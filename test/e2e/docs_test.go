@@ -56,6 +56,7 @@ var notRun = map[string]string{
 	"sudo bin/sluice bench scale": "6 to 8 minutes; TestBenchScale runs it short",
 	"sudo bin/sluice bench fleet": "5 minutes; TestBenchFleet runs it short",
 	"sudo bin/sluice bench flood": "3 minutes with the peers; TestBenchFlood runs it short",
+	"sudo bin/sluice bench pps":   "5 minutes with the peers; TestBenchPPS runs it short",
 	"sudo bin/sluice bench net":   "sluice bench net runs as written in README.md",
 }
 
