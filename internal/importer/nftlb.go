@@ -17,18 +17,24 @@ import (
 
 // nftlbFarm is the part of an nftlb farm that converts; the rest is read key by key.
 type nftlbFarm struct {
-	Name       string         `yaml:"name"`
-	Addr       string         `yaml:"virtual-addr"`
-	Ports      string         `yaml:"virtual-ports"`
-	Protocol   string         `yaml:"protocol"`
-	Mode       string         `yaml:"mode"`
-	Scheduler  string         `yaml:"scheduler"`
-	SchedParam string         `yaml:"sched-param"`
-	Persist    string         `yaml:"persistence"`
-	PersistTTL string         `yaml:"persist-ttl"`
-	Helper     string         `yaml:"helper"`
-	State      string         `yaml:"state"`
-	Backends   []nftlbBackend `yaml:"backends"`
+	Name       string `yaml:"name"`
+	Addr       string `yaml:"virtual-addr"`
+	Ports      string `yaml:"virtual-ports"`
+	Protocol   string `yaml:"protocol"`
+	Mode       string `yaml:"mode"`
+	Scheduler  string `yaml:"scheduler"`
+	SchedParam string `yaml:"sched-param"`
+	Persist    string `yaml:"persistence"`
+	PersistTTL string `yaml:"persist-ttl"`
+	Helper     string `yaml:"helper"`
+	// NewRateLimit, NewRateBurst and ConnLimit are per client address; Verdict is what
+	// nftlb does with a client over them or matched by a policy.
+	NewRateLimit string         `yaml:"new-rtlimit"`
+	NewRateBurst string         `yaml:"new-rtlimit-burst"`
+	ConnLimit    string         `yaml:"est-connlimit"`
+	Verdict      string         `yaml:"verdict"`
+	State        string         `yaml:"state"`
+	Backends     []nftlbBackend `yaml:"backends"`
 }
 
 // nftlbBackend is one backend of a farm.
@@ -52,16 +58,16 @@ var nftlbDropped = map[string]string{
 	"oface": "Sluice routes by the kernel's table", "ether-addr": "Sluice resolves neighbours itself",
 	"source-addr": "fullnat picks the source address from the route", "tcp-strict": "conntrack checks TCP state",
 	"flow-offload": "not supported", "queue": "Sluice sends no packet to user space",
-	"new-rtlimit": "see issue 16 limits (not yet)", "new-rtlimit-burst": "see issue 16 limits (not yet)",
-	"rst-rtlimit": "see issue 16 limits (not yet)", "rst-rtlimit-burst": "see issue 16 limits (not yet)",
-	"est-connlimit": "see issue 16 limits (not yet)", "limits-ttl": "see issue 16 limits (not yet)",
-	"est-connlimit-log-prefix": "see issue 16 limits (not yet)", "new-rtlimit-log-prefix": "see issue 16 limits (not yet)",
-	"rst-rtlimit-log-prefix": "see issue 16 limits (not yet)", "intra-connect": "not supported",
-	"responsettl": "not supported", "virtual-addr6": "not supported",
+	"rst-rtlimit": "Sluice does not limit TCP resets", "rst-rtlimit-burst": "Sluice does not limit TCP resets",
+	"limits-ttl":               "Sluice keeps a client's rate in an LRU, not for a fixed time",
+	"est-connlimit-log-prefix": "Sluice logs events, not packets", "new-rtlimit-log-prefix": "Sluice logs events, not packets",
+	"rst-rtlimit-log-prefix": "Sluice logs events, not packets", "log-rtlimit": "Sluice logs events, not packets",
+	"intra-connect": "not supported",
+	"responsettl":   "not supported", "virtual-addr6": "not supported",
 }
 
 // nftlbConverted are the farm keys the converter reads (family: the addresses tell it).
-var nftlbConverted = []string{"name", "family", "virtual-addr", "virtual-ports", "protocol", "mode", "scheduler", "sched-param", "persistence", "persist-ttl", "helper", "state", "backends"}
+var nftlbConverted = []string{"name", "family", "virtual-addr", "virtual-ports", "protocol", "mode", "scheduler", "sched-param", "persistence", "persist-ttl", "helper", "state", "backends", "new-rtlimit", "new-rtlimit-burst", "est-connlimit", "verdict", "policies"}
 
 // Nftlb converts an nftlb JSON config ({"farms": [...]}) into services: one per farm, port list
 // item and protocol.
@@ -83,8 +89,12 @@ func Nftlb(path string) (*Result, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	doc := root.Content[0]
-	c := &nftlbConverter{file: path, names: namer{}}
+	c := &nftlbConverter{file: path, names: namer{}, policy: map[string]*nftlbPolicy{}}
 	res := &Result{Source: "nftlb " + path}
+	// Farms name the policies, which may come after them.
+	if policies := mapping(doc, "policies"); policies != nil {
+		c.policies(policies)
+	}
 	for i := 0; i+1 < len(doc.Content); i += 2 {
 		key, value := doc.Content[i], doc.Content[i+1]
 		switch key.Value {
@@ -93,7 +103,6 @@ func Nftlb(path string) (*Result, error) {
 				res.Services = append(res.Services, c.farm(farm)...)
 			}
 		case "policies":
-			c.errs.add(path, key.Line, "policies refused: Sluice has no client black- or whitelists, and dropping them would let their clients in")
 		default:
 			res.Notes = append(res.Notes, fmt.Sprintf("%s: dropped, Sluice has no equivalent.", key.Value))
 		}
@@ -101,16 +110,18 @@ func Nftlb(path string) (*Result, error) {
 	if err := c.errs.err(); err != nil {
 		return nil, err
 	}
+	c.unusedPolicies()
 	res.Notes = append(res.Notes, c.notes...)
 	return res, nil
 }
 
 // nftlbConverter converts the farms of one nftlb file.
 type nftlbConverter struct {
-	file  string
-	names namer
-	errs  problems
-	notes []string // about the whole file
+	file   string
+	names  namer
+	errs   problems
+	notes  []string                // about the whole file
+	policy map[string]*nftlbPolicy // by name
 }
 
 // mapping returns the value node of key in a mapping node, nil when absent.
@@ -190,10 +201,14 @@ func (c *nftlbConverter) farm(n *yaml.Node) []Service {
 		c.errs.add(c.file, line("persistence"), "persistence %s refused: Sluice keeps clients by source address (srcip) only", f.Persist)
 	}
 	c.backends(&f, &tmpl, note)
+	c.limits(&f, &tmpl, line, note)
+	if f.Verdict != "" && !strings.Contains(f.Verdict, "drop") && (tmpl.Limits != nil || mapping(n, "policies") != nil) {
+		c.errs.add(c.file, line("verdict"), "verdict %s refused: nftlb lets in what its limits and policies match, Sluice drops it", f.Verdict)
+	}
 	if len(c.errs) > before {
 		return nil
 	}
-	return c.expand(&f, tmpl, line)
+	return c.expand(n, &f, tmpl, line)
 }
 
 // scheduler maps nftlb's scheduler and sched-param.
@@ -291,10 +306,15 @@ func (c *nftlbConverter) backends(f *nftlbFarm, tmpl *Service, note func(string,
 }
 
 // expand makes a service per protocol ("all" is tcp and udp) and virtual-ports item.
-func (c *nftlbConverter) expand(f *nftlbFarm, tmpl Service, line func(string) int) []Service {
+func (c *nftlbConverter) expand(n *yaml.Node, f *nftlbFarm, tmpl Service, line func(string) int) []Service {
 	vip, err := parseAddr(f.Addr)
 	if err != nil {
 		c.errs.add(c.file, line("virtual-addr"), "virtual-addr: %v", err)
+		return nil
+	}
+	before := len(c.errs)
+	c.farmPolicies(n, f.Name, vip, &tmpl)
+	if len(c.errs) > before {
 		return nil
 	}
 	var protos []config.Protocol
