@@ -116,7 +116,10 @@ func serviceStatus(m *kernelMaps, s *serviceState, active map[uint32]uint64) (da
 				return out, err
 			}
 			bs.Connections = k.active()
-			bs.Overloaded = k.conns.Overloaded != 0 && bs.Connections > uint64(b.opts.MinConns) // the program clears it at its next pick
+			// The program marks a backend overloaded when a pick finds it full and clears the mark
+			// at a later pick: between picks the counts say it.
+			full := b.opts.MaxConns > 0 && bs.Connections >= uint64(b.opts.MaxConns)
+			bs.Overloaded = full || k.conns.Overloaded != 0 && bs.Connections > uint64(b.opts.MinConns)
 		}
 		out.Backends = append(out.Backends, bs)
 	}
