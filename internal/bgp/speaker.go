@@ -295,39 +295,32 @@ func (s *Speaker) peerList() []Peer {
 // announcements, and nothing for prefixes whose attributes did not change.
 func (s *Speaker) announce() error {
 	wanted := make(map[netip.Prefix]bool, len(s.desired))
-	var add []*apiutil.Path
-	var added []Announcement
+	var added, withdrawn []Announcement
 	for _, a := range s.desired {
 		wanted[a.Prefix] = true
-		if old, ok := s.sent[a.Prefix]; ok && old.Attributes.equal(a.Attributes) {
-			continue
+		if old, ok := s.sent[a.Prefix]; !ok || !old.Attributes.equal(a.Attributes) {
+			added = append(added, a)
 		}
-		p, err := pathOf(a)
-		if err != nil {
-			return fmt.Errorf("bgp: %w", err)
-		}
-		add = append(add, p)
-		added = append(added, a)
 	}
-	var withdraw []*apiutil.Path
-	var withdrawn []netip.Prefix
 	for prefix, a := range s.sent {
-		if wanted[prefix] {
-			continue
+		if !wanted[prefix] {
+			withdrawn = append(withdrawn, a)
 		}
-		p, err := pathOf(a)
-		if err != nil {
-			return fmt.Errorf("bgp: %w", err)
-		}
-		withdraw = append(withdraw, p)
-		withdrawn = append(withdrawn, prefix)
+	}
+	add, err := pathsOf(added)
+	if err != nil {
+		return err
+	}
+	withdraw, err := pathsOf(withdrawn)
+	if err != nil {
+		return err
 	}
 	if len(withdraw) > 0 {
 		if err := s.srv.DeletePath(apiutil.DeletePathRequest{Paths: withdraw}); err != nil {
 			return fmt.Errorf("bgp: withdraw %d prefixes: %w", len(withdraw), err)
 		}
-		for _, prefix := range withdrawn {
-			delete(s.sent, prefix)
+		for _, a := range withdrawn {
+			delete(s.sent, a.Prefix)
 		}
 	}
 	if len(add) > 0 {
@@ -339,6 +332,19 @@ func (s *Speaker) announce() error {
 		}
 	}
 	return nil
+}
+
+// pathsOf is the path of each announcement of as.
+func pathsOf(as []Announcement) ([]*apiutil.Path, error) {
+	paths := make([]*apiutil.Path, 0, len(as))
+	for _, a := range as {
+		p, err := pathOf(a)
+		if err != nil {
+			return nil, fmt.Errorf("bgp: %w", err)
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
 }
 
 // minLevel passes on records at or above its level only.
