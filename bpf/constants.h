@@ -5,73 +5,73 @@
 #include <linux/types.h>
 
 /* Default map sizes; the loader may resize before loading. */
-#define MAX_VIPS        65536      /* (vip, port, proto) entries: a port range takes one per port */
-#define MAX_SERVICES    16384      /* service ids 0..MAX_SERVICES-1 */
-#define MAX_BACKENDS    131072     /* backend ids 0..MAX_BACKENDS-1 */
-#define MAGLEV_SLOTS    (1 << 24)  /* all services' Maglev tables, end to end */
-#define MAX_FLOWS       (1 << 20)  /* tracked flows (LRU) */
-#define MAX_INTERFACES  4096       /* interfaces XDP runs on, with their MACs in if_macs */
-#define MAX_PERSIST     (1 << 18)  /* persistent clients (LRU); the loader sizes it max_flows/4 */
-#define MAX_COUNTED     1024       /* backends an lc/wlc service compares for a new flow */
-#define MAX_SOURCES     (1 << 20)  /* source_allow or source_deny prefixes, all services */
-#define MAX_CLIENTS     (1 << 18)  /* clients tracked for per-source limits (LRU), all services */
+#define MAX_VIPS       65536     /* (vip, port, proto) entries: a port range takes one per port */
+#define MAX_SERVICES   16384     /* service ids 0..MAX_SERVICES-1 */
+#define MAX_BACKENDS   131072    /* backend ids 0..MAX_BACKENDS-1 */
+#define MAGLEV_SLOTS   (1 << 24) /* all services' Maglev tables, end to end */
+#define MAX_FLOWS      (1 << 20) /* tracked flows (LRU) */
+#define MAX_INTERFACES 4096      /* interfaces XDP runs on, with their MACs in if_macs */
+#define MAX_PERSIST    (1 << 18) /* persistent clients (LRU); the loader sizes it max_flows/4 */
+#define MAX_COUNTED    1024      /* backends an lc/wlc service compares for a new flow */
+#define MAX_SOURCES    (1 << 20) /* source_allow or source_deny prefixes, all services */
+#define MAX_CLIENTS    (1 << 18) /* clients tracked for per-source limits (LRU), all services */
 
 /* The enums have the width of the field that holds them (a clang extension) so that the fields
  * can be typed and bpf2go -type generates their Go constants. */
 
 /* Forwarding modes (struct service.mode). */
 enum mode : __u8 {
-	MODE_NAT     = 1, /* rewrite the destination; replies are reverse-translated */
-	MODE_FULLNAT = 2, /* also rewrite the source to the balancer's address and a port of its own */
-	MODE_DSR     = 3, /* rewrite the destination MAC only; replies bypass the balancer */
+	MODE_NAT = 1,     /* rewrite the destination; replies are reverse-translated */
+	MODE_FULLNAT = 2, /* the source too: the balancer's address and a port of its own */
+	MODE_DSR = 3,     /* rewrite the destination MAC only; replies bypass the balancer */
 };
 
 /* What to do with a new flow when the service has no backend (struct service.fallback). */
 enum fallback : __u8 {
-	FALLBACK_DROP   = 0,
-	FALLBACK_REJECT = 1, /* TCP RST / ICMP unreachable is left to the stack: the packet is passed */
+	FALLBACK_DROP = 0,
+	FALLBACK_REJECT = 1, /* TCP RST / ICMP unreachable: left to the stack, the packet passes */
 };
 
 /* struct service.flags */
 enum service_flags : __u8 {
-	SERVICE_RETIRED     = 1,  /* left the config: its established flows are still forwarded,
+	SERVICE_RETIRED = 1,      /* left the config: its established flows are still forwarded,
 	                           * anything else passes to the stack */
 	SERVICE_HASH_SOURCE = 2,  /* sh: the table is indexed by a hash of the source address */
-	SERVICE_HASH_SPORT  = 4,  /* sh_port: and of the source port */
-	SERVICE_OPTS        = 8,  /* service_opts holds settings for new flows: persistence,
+	SERVICE_HASH_SPORT = 4,   /* sh_port: and of the source port */
+	SERVICE_OPTS = 8,         /* service_opts holds settings for new flows: persistence,
 	                           * access lists */
-	SERVICE_LEAST_CONN  = 16, /* lc/wlc: the ring lists the backends to compare, once each */
-	SERVICE_WEIGHTED    = 32, /* wlc: connections are compared relative to weights */
+	SERVICE_LEAST_CONN = 16,  /* lc/wlc: the ring lists the backends to compare, once each */
+	SERVICE_WEIGHTED = 32,    /* wlc: connections are compared relative to weights */
 	SERVICE_COUNT_CONNS = 64, /* the backends' active flows are counted (backend_conns) */
-	SERVICE_LIMITS      = 128, /* the service's and its clients' flows are limited and counted
-	                            * (service_opts, service_conns, client_conns) */
+	SERVICE_LIMITS = 128,     /* the service's and its clients' flows are limited and counted
+	                           * (service_opts, service_conns, client_conns) */
 };
 
 /* struct service_settings.sources: the access lists a service has. */
 enum source_lists : __u8 {
 	SOURCES_ALLOW = 1, /* only clients in source_allow may open new flows */
-	SOURCES_DENY  = 2, /* clients in source_deny may not */
+	SOURCES_DENY = 2,  /* clients in source_deny may not */
 };
 
 /* Why a service refused a new flow (its counter in struct refusals). */
 enum refusal : __u8 {
-	REFUSAL_NONE         = 0,
-	REFUSAL_SOURCE       = 1, /* source_allow / source_deny */
+	REFUSAL_NONE = 0,
+	REFUSAL_SOURCE = 1,       /* source_allow / source_deny */
 	REFUSAL_CLIENT_CONNS = 2, /* limits.connections_per_source */
-	REFUSAL_CONNS        = 3, /* limits.connections */
-	REFUSAL_CLIENT_RATE  = 4, /* limits.new_connections_per_source_per_second */
-	REFUSAL_RATE         = 5, /* limits.new_connections_per_second */
+	REFUSAL_CONNS = 3,        /* limits.connections */
+	REFUSAL_CLIENT_RATE = 4,  /* limits.new_connections_per_source_per_second */
+	REFUSAL_RATE = 5,         /* limits.new_connections_per_second */
 };
 
 /* struct service_settings.limit_action */
 enum limit_action : __u8 {
-	LIMIT_DROP  = 0,
-	LIMIT_RESET = 1, /* a TCP reset, left to the stack like fallback reject: the packet is passed */
+	LIMIT_DROP = 0,
+	LIMIT_RESET = 1, /* a TCP RST, left to the stack like fallback reject: the packet passes */
 };
 
 /* struct backend.flags */
 enum backend_flags : __u8 {
-	BACKEND_VALID     = 1, /* the id is in use; flows pinned to an invalid id pick again */
+	BACKEND_VALID = 1,     /* the id is in use; flows pinned to an invalid id pick again */
 	BACKEND_TAKES_NEW = 2, /* it may take new flows (weight > 0): persistence may pick it */
 };
 

@@ -14,9 +14,9 @@
 /* The backend serving a packet of a service's flow. */
 struct target {
 	struct backend *b;
-	__u32 id;
-	__be16 nat_port; /* fullnat: the balancer's source port */
-	__u8 new_flow;   /* the flow was (re)balanced by this packet */
+	__u32           id;
+	__be16          nat_port; /* fullnat: the balancer's source port */
+	__u8            new_flow; /* the flow was (re)balanced by this packet */
 };
 
 /* The service of VIP addr:port/proto, or NULL. */
@@ -63,7 +63,7 @@ static __always_inline bool addr_unset(const __u8 *a, __u32 n)
 /* The fullnat settings when a source address for the family and a port range are configured. */
 static __always_inline struct globals *fullnat_globals(__u8 family)
 {
-	__u32 zero = 0;
+	__u32           zero = 0;
 	struct globals *g = bpf_map_lookup_elem(&config, &zero);
 
 	if (!g || !g->port_low || g->port_high < g->port_low)
@@ -133,8 +133,12 @@ static __always_inline __be16 fullnat_port(const struct flow_key *k, const struc
 static __always_inline bool reply_reusable(const struct flow_key *rk, const struct reverse *r,
 					   __u64 now)
 {
-	struct flow_key ck = {.sport = r->cport, .dport = r->vport, .proto = rk->proto,
-			      .family = rk->family};
+	struct flow_key ck = {
+		.sport = r->cport,
+		.dport = r->vport,
+		.proto = rk->proto,
+		.family = rk->family,
+	};
 	struct flow *f;
 
 	__builtin_memcpy(ck.src, r->client, sizeof(ck.src));
@@ -171,7 +175,7 @@ static __always_inline int fullnat_claim(const struct flow_key *k, const struct 
 static __always_inline void reply_forget(const struct flow *f, const struct flow_key *k,
 					 const struct service *svc, const struct globals *g)
 {
-	__u32 id = f->backend_id;
+	__u32           id = f->backend_id;
 	struct backend *b = bpf_map_lookup_elem(&backends, &id);
 	struct reverse *r;
 	struct flow_key rk;
@@ -188,7 +192,7 @@ static __always_inline void reply_forget(const struct flow *f, const struct flow
 static __always_inline void reply_ensure(const struct flow_key *k, const struct service *svc,
 					 const struct globals *g, const struct target *t)
 {
-	struct reverse r;
+	struct reverse  r;
 	struct flow_key rk;
 
 	if (svc->mode == MODE_DSR)
@@ -212,9 +216,9 @@ static __always_inline void reply_ensure(const struct flow_key *k, const struct 
 static __always_inline int flow_create(const struct flow_key *k, const struct service *svc,
 				       const struct globals *g, struct target *t, __u64 now)
 {
-	struct flow f = {.service_id = svc->id, .last_seen = now};
+	struct flow     f = {.service_id = svc->id, .last_seen = now};
 	struct flow_key rk;
-	struct reverse r;
+	struct reverse  r;
 
 	switch (backend_pick(svc, k, now, &t->id)) {
 	case 0:

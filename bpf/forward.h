@@ -52,8 +52,8 @@ static __always_inline int verdict_drop(bool xdp)
 /* Looks up the route of a planned packet arriving on ifindex, and says how it leaves. XDP checks
  * the MTU against the IP length; tc leaves tot_len 0 so that the helper checks the skb, GSO
  * aware, and skips the neighbour lookup that bpf_redirect_neigh does anyway. */
-static __always_inline int route(void *ctx, bool xdp, const struct packet *p,
-				 const struct plan *pl, __u32 ifindex, struct bpf_fib_lookup *fib)
+static __always_inline int route(void *ctx, bool xdp, const struct packet *p, const struct plan *pl,
+				 __u32 ifindex, struct bpf_fib_lookup *fib)
 {
 	long rc;
 

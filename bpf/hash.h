@@ -11,6 +11,8 @@
 
 #define rol32(x, k) (((x) << (k)) | ((x) >> (32 - (k))))
 
+/* The lookup3 macros keep the reference's layout, three steps a line. */
+/* clang-format off */
 /* lookup3's mix of three words. */
 #define hash_mix(a, b, c)                          \
 	do {                                       \
@@ -33,12 +35,13 @@
 		b ^= a; b -= rol32(a, 14);   \
 		c ^= b; c -= rol32(b, 24);   \
 	} while (0)
+/* clang-format on */
 
 /* Hashes a flow's 5-tuple; salt varies the result (0 for backend selection). */
 static __always_inline __u32 flow_hash(const struct flow_key *k, __u32 salt)
 {
 	const __u32 *w = (const __u32 *)k;
-	__u32 a, b, c;
+	__u32        a, b, c;
 
 	_Static_assert(sizeof(*k) == 40, "flow_key is hashed as 10 words");
 	a = b = c = 0xdeadbeef + sizeof(*k) + HASH_SEED + salt;
@@ -58,7 +61,7 @@ static __always_inline __u32 flow_hash(const struct flow_key *k, __u32 salt)
 static __always_inline __u32 source_hash(const struct flow_key *k, int with_port)
 {
 	const __u32 *w = (const __u32 *)k->src;
-	__u32 a, b, c;
+	__u32        a, b, c;
 
 	a = b = c = 0xdeadbeef + 20 + HASH_SEED;
 	a += w[0];

@@ -26,24 +26,24 @@
 
 /* An IPv4 ICMP error from its IP header to the first 8 quoted L4 bytes. */
 struct icmp4_frame {
-	struct iphdr outer;
+	struct iphdr    outer;
 	struct icmp_hdr icmp;
-	struct iphdr inner;
-	__be16 sport;
-	__be16 dport;
-	__be16 w2;    /* UDP length, or half the TCP sequence number */
-	__sum16 w3;   /* UDP checksum, or the other half */
+	struct iphdr    inner;
+	__be16          sport;
+	__be16          dport;
+	__be16          w2; /* UDP length, or half the TCP sequence number */
+	__sum16         w3; /* UDP checksum, or the other half */
 };
 
 /* An ICMPv6 error from its IP header to the first 8 quoted L4 bytes. */
 struct icmp6_frame {
-	struct ipv6hdr outer;
+	struct ipv6hdr  outer;
 	struct icmp_hdr icmp;
-	struct ipv6hdr inner;
-	__be16 sport;
-	__be16 dport;
-	__be16 w2;
-	__sum16 w3;
+	struct ipv6hdr  inner;
+	__be16          sport;
+	__be16          dport;
+	__be16          w2;
+	__sum16         w3;
 };
 
 #define QUOTED_TCP_CHECK 16 /* offset of the checksum in a quoted TCP header */
@@ -115,10 +115,10 @@ static __always_inline int icmp_to_client(const struct packet *p, const struct f
 static __always_inline int icmp_to_backend(const struct service *svc, const struct flow_key *ck,
 					   struct plan *pl, struct flow_key *qout)
 {
-	struct flow *f = bpf_map_lookup_elem(&flows, ck);
+	struct flow    *f = bpf_map_lookup_elem(&flows, ck);
 	struct globals *g = NULL;
-	struct target t = {};
-	__u32 slot;
+	struct target   t = {};
+	__u32           slot;
 
 	if (svc->mode != MODE_NAT && svc->mode != MODE_FULLNAT && svc->mode != MODE_DSR)
 		return VERDICT_PASS;
@@ -150,8 +150,8 @@ static __always_inline int icmp_to_backend(const struct service *svc, const stru
 /* Plans an ICMP error quoting 5-tuple q: pl->out gets the outer addresses, qout the quoted
  * 5-tuple to write. An error goes to the quoted packet's source; others pass. A subprogram: a
  * stack frame of its own. */
-static __noinline int icmp_decide(const struct packet *p, const struct flow_key *q,
-				  struct plan *pl, struct flow_key *qout)
+static __noinline int icmp_decide(const struct packet *p, const struct flow_key *q, struct plan *pl,
+				  struct flow_key *qout)
 {
 	struct flow_key rq;
 	struct reverse *r;
@@ -176,11 +176,11 @@ struct icmp_work {
 		struct icmp4_frame v4;
 		struct icmp6_frame v6;
 	} fr;
-	struct flow_key q;    /* the quoted 5-tuple */
-	struct flow_key qout; /* the quoted 5-tuple to write */
+	struct flow_key       q;    /* the quoted 5-tuple */
+	struct flow_key       qout; /* the quoted 5-tuple to write */
 	struct bpf_fib_lookup fib;
-	__sum16 tcp_check;    /* the quoted TCP checksum, when has_tcp_check */
-	__u8 has_tcp_check;
+	__sum16               tcp_check; /* the quoted TCP checksum, when has_tcp_check */
+	__u8                  has_tcp_check;
 };
 
 /* Per-CPU working space of the ICMP error path (no state survives a packet; not pinned). Its
@@ -194,8 +194,7 @@ struct {
 
 /* Rewrites the quoted UDP checksum, or the quoted TCP one when quoted, by diff; returns the
  * difference made to the ICMP message. */
-static __always_inline __u32 quoted_l4_rewrite(struct icmp_work *w, __sum16 *udp_check,
-					       __u32 diff)
+static __always_inline __u32 quoted_l4_rewrite(struct icmp_work *w, __sum16 *udp_check, __u32 diff)
 {
 	__sum16 old;
 
@@ -216,9 +215,9 @@ static __always_inline void icmp4_rewrite(struct icmp4_frame *fr, const struct p
 					  const struct plan *pl, struct icmp_work *w, bool routed)
 {
 	struct csum_diffs d;
-	__u32 qa = addrs_diff(&w->q, &w->qout), qp = ports_diff(&w->q, &w->qout);
-	__u32 msg = csum_add(qa, qp);
-	__sum16 old = fr->inner.check;
+	__u32             qa = addrs_diff(&w->q, &w->qout), qp = ports_diff(&w->q, &w->qout);
+	__u32             msg = csum_add(qa, qp);
+	__sum16           old = fr->inner.check;
 
 	diffs_of(p, pl, routed, &d);
 	ipv4_rewrite(&fr->outer, pl, &d, routed);
@@ -237,8 +236,8 @@ static __always_inline void icmp6_rewrite(struct icmp6_frame *fr, const struct p
 					  const struct plan *pl, struct icmp_work *w, bool routed)
 {
 	struct csum_diffs d;
-	__u32 qa = addrs_diff(&w->q, &w->qout), qp = ports_diff(&w->q, &w->qout);
-	__u32 msg = csum_add(qa, qp);
+	__u32             qa = addrs_diff(&w->q, &w->qout), qp = ports_diff(&w->q, &w->qout);
+	__u32             msg = csum_add(qa, qp);
 
 	diffs_of(p, pl, routed, &d);
 	ipv6_rewrite(&fr->outer, pl, routed);
@@ -318,8 +317,8 @@ static __always_inline int icmp_send(void *ctx, bool xdp, struct icmp_work *w, _
 {
 	if (ctx_store(ctx, xdp, ETH_HLEN, &w->fr, frame_len))
 		return verdict_drop(xdp);
-	if (w->has_tcp_check && ctx_store(ctx, xdp, quoted_tcp_check_off(frame_len),
-					  &w->tcp_check, sizeof(w->tcp_check)))
+	if (w->has_tcp_check && ctx_store(ctx, xdp, quoted_tcp_check_off(frame_len), &w->tcp_check,
+					  sizeof(w->tcp_check)))
 		return verdict_drop(xdp);
 	if (egress == EGRESS_REDIRECT && ctx_store_macs(ctx, xdp, &w->fib))
 		return verdict_drop(xdp);
@@ -328,14 +327,14 @@ static __always_inline int icmp_send(void *ctx, bool xdp, struct icmp_work *w, _
 
 /* Handles an ICMP or ICMPv6 packet received on ifindex: errors about tracked flows are
  * translated and forwarded, everything else passes. pl is the caller's room for the plan. */
-static __always_inline int icmp_handle(void *ctx, bool xdp, const struct packet *p,
-				       struct plan *pl, __u32 ifindex)
+static __always_inline int icmp_handle(void *ctx, bool xdp, const struct packet *p, struct plan *pl,
+				       __u32 ifindex)
 {
-	bool v4 = p->key.family == AF_INET;
-	__u32 frame_len = v4 ? sizeof(struct icmp4_frame) : sizeof(struct icmp6_frame);
+	bool              v4 = p->key.family == AF_INET;
+	__u32             frame_len = v4 ? sizeof(struct icmp4_frame) : sizeof(struct icmp6_frame);
 	struct icmp_work *w;
-	__u32 zero = 0;
-	int egress;
+	__u32             zero = 0;
+	int               egress;
 
 	if (!icmp_is_error(p) || !(w = bpf_map_lookup_elem(&icmp_scratch, &zero)))
 		return verdict_pass(xdp);

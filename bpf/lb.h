@@ -7,16 +7,16 @@
 
 /* The outcome of a decision. */
 enum verdict {
-	VERDICT_PASS,    /* to the stack, untouched */
+	VERDICT_PASS, /* to the stack, untouched */
 	VERDICT_DROP,
 	VERDICT_FORWARD, /* rewritten per the plan and routed */
 };
 
 /* A forwarding plan: the 5-tuple the packet leaves with and the address to route it to. */
 struct plan {
-	struct flow_key out; /* the rewritten 5-tuple (the original one for dsr) */
-	__u8 nexthop[16];    /* route lookup address: out.dst, or the backend for dsr */
-	__u8 nat;            /* addresses or ports change */
+	struct flow_key out;         /* the rewritten 5-tuple (the original one for dsr) */
+	__u8            nexthop[16]; /* route lookup address: out.dst, or the backend for dsr */
+	__u8            nat;         /* addresses or ports change */
 };
 
 /* Fills the plan of a packet of a service's flow sent to backend t for the service's mode. */
@@ -41,7 +41,7 @@ static __always_inline void plan_service(const struct packet *p, const struct se
  * SYN to the VIP with a reset as for fallback reject) rather than dropped. */
 static __always_inline bool limit_reset(const struct service *svc, const struct flow_key *k)
 {
-	__u32 sid = svc->id;
+	__u32                    sid = svc->id;
 	struct service_settings *o = bpf_map_lookup_elem(&service_opts, &sid);
 
 	return o && o->limit_action == LIMIT_RESET && k->proto == IPPROTO_TCP;
@@ -52,8 +52,8 @@ static __always_inline int lb_service(const struct packet *p, const struct servi
 				      struct plan *pl)
 {
 	struct globals *g = NULL;
-	struct target t = {};
-	int err;
+	struct target   t = {};
+	int             err;
 
 	if (svc->mode != MODE_NAT && svc->mode != MODE_FULLNAT && svc->mode != MODE_DSR)
 		return VERDICT_PASS;
@@ -95,7 +95,7 @@ static __always_inline int lb_reply(const struct packet *p, struct plan *pl)
 static __noinline int lb_decide(const struct packet *p, struct plan *pl)
 {
 	const struct flow_key *k = &p->key;
-	struct service *svc = service_lookup(k->dst, k->dport, k->proto, k->family);
+	struct service        *svc = service_lookup(k->dst, k->dport, k->proto, k->family);
 
 	if (!svc)
 		return lb_reply(p, pl);

@@ -44,10 +44,11 @@ static __always_inline void client_key_of(struct client_key *ck, const struct fl
 }
 
 /* The state of flow k's client of service sid, made when missing; NULL when it cannot be. */
-static __always_inline struct client_state *client_of(struct client_key *ck,
+static __always_inline struct client_state *client_of(struct client_key     *ck,
 						      const struct flow_key *k, __u32 sid)
 {
 	static const struct client_state fresh = {};
+
 	struct client_state *cs;
 
 	client_key_of(ck, k, sid);
@@ -65,8 +66,8 @@ static __always_inline enum refusal over_limits(const struct service_settings *o
 						struct client_key *ck)
 {
 	struct client_state *cs = NULL;
-	struct conn_counts *c;
-	__u64 *tat, *lost;
+	struct conn_counts  *c;
+	__u64               *tat, *lost;
 
 	/* The counts first, which take nothing; then the client's rate before the service's, so
 	 * that one client's flood does not spend the service's rate. */
@@ -123,9 +124,9 @@ static __always_inline void count_refusal(__u32 sid, enum refusal why)
 static __always_inline void limits_count(__u8 flags, __u32 sid, const struct flow_key *k,
 					 bool opened)
 {
-	struct client_key ck;
+	struct client_key    ck;
 	struct client_state *cs;
-	struct conn_counts *c;
+	struct conn_counts  *c;
 
 	if (!(flags & SERVICE_LIMITS) || count_nothing)
 		return;

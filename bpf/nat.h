@@ -31,7 +31,7 @@ struct csum_diffs {
 
 /* The fixed IP header, staged for one store. */
 union l3_frame {
-	struct iphdr v4;
+	struct iphdr   v4;
 	struct ipv6hdr v6;
 };
 
@@ -39,7 +39,7 @@ union l3_frame {
 static __always_inline __u32 ttl_diff(const struct packet *p)
 {
 	union {
-		__u8 b[2];
+		__u8  b[2];
 		__u16 w;
 	} old, new;
 
@@ -106,9 +106,9 @@ static __always_inline void ipv6_rewrite(struct ipv6hdr *ip6, const struct plan 
 static __always_inline int tc_rewrite_l4(struct __sk_buff *skb, const struct packet *p,
 					 const struct plan *pl, const struct csum_diffs *d)
 {
-	bool udp = p->key.proto == IPPROTO_UDP;
-	__u32 csum_off = p->l4_off + (udp ? offsetof(struct udphdr, check)
-					  : offsetof(struct tcphdr, check));
+	bool  udp = p->key.proto == IPPROTO_UDP;
+	__u32 csum_off =
+		p->l4_off + (udp ? offsetof(struct udphdr, check) : offsetof(struct tcphdr, check));
 	__u64 flags = udp ? BPF_F_MARK_MANGLED_0 : 0;
 
 	if (bpf_l4_csum_replace(skb, csum_off, 0, d->addrs, flags | BPF_F_PSEUDO_HDR))
@@ -125,11 +125,11 @@ static __always_inline int tc_rewrite_l4(struct __sk_buff *skb, const struct pac
 static __always_inline int tc_rewrite(struct __sk_buff *skb, const struct packet *p,
 				      const struct plan *pl, bool routed)
 {
-	void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
-	union l3_frame h;
+	void             *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
+	union l3_frame    h;
 	struct csum_diffs d;
-	bool v6 = p->key.family == AF_INET6;
-	__u32 l3_len = v6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr);
+	bool              v6 = p->key.family == AF_INET6;
+	__u32             l3_len = v6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr);
 
 	if (!routed && !pl->nat)
 		return 0;
@@ -190,10 +190,10 @@ static __always_inline int xdp_rewrite(struct xdp_md *ctx, const struct packet *
 				       const struct plan *pl, const struct bpf_fib_lookup *fib,
 				       bool routed)
 {
-	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
-	struct ethhdr *eth = data;
+	void             *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr    *eth = data;
 	struct csum_diffs d;
-	__u32 l4_off = p->l4_off;
+	__u32             l4_off = p->l4_off;
 
 	if (!routed && !pl->nat)
 		return 0;
@@ -227,12 +227,12 @@ static __always_inline int xdp_rewrite(struct xdp_md *ctx, const struct packet *
 static __always_inline int forward(void *ctx, bool xdp, const struct packet *p,
 				   const struct plan *pl, __u32 ifindex)
 {
-	struct bpf_fib_lookup fib;
-	int egress = route(ctx, xdp, p, pl, ifindex, &fib);
+	struct bpf_fib_lookup        fib;
+	int                          egress = route(ctx, xdp, p, pl, ifindex, &fib);
 	const struct bpf_fib_lookup *macs = egress == EGRESS_REDIRECT ? &fib : NULL;
 	/* tc dsr: the neighbour layer writes the L2 header and nothing else changes (TTL kept) */
 	bool routed = (egress == EGRESS_REDIRECT || egress == EGRESS_NEIGH) && (xdp || pl->nat);
-	int err;
+	int  err;
 
 	if (egress == EGRESS_DROP)
 		return verdict_drop(xdp);

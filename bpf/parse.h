@@ -34,7 +34,7 @@
 #define TCP_SYN    0x02
 #define TCP_RST    0x04
 #define TCP_ACK    0x10
-#define L4_MIN_LEN 8      /* the bytes of an L4 header every parsed protocol has */
+#define L4_MIN_LEN 8 /* the bytes of an L4 header every parsed protocol has */
 
 /* An ICMP or ICMPv6 header. */
 struct icmp_hdr {
@@ -46,13 +46,13 @@ struct icmp_hdr {
 
 /* What the parser learnt about a frame. */
 struct packet {
-	struct flow_key key; /* the 5-tuple on the wire; ports are 0 for ICMP */
-	__u32 l4_off;        /* offset of the L4 header from the start of the frame */
-	__u32 l3_len;        /* IPv4 total length, or IPv6 header + payload length */
-	__u8  ttl;           /* TTL or hop limit */
-	__u8  tcp_flags;     /* TCP flags byte */
-	__u8  icmp_type;     /* ICMP or ICMPv6 type */
-	__u8  pad;
+	struct flow_key key;       /* the 5-tuple on the wire; ports are 0 for ICMP */
+	__u32           l4_off;    /* offset of the L4 header from the start of the frame */
+	__u32           l3_len;    /* IPv4 total length, or IPv6 header + payload length */
+	__u8            ttl;       /* TTL or hop limit */
+	__u8            tcp_flags; /* TCP flags byte */
+	__u8            icmp_type; /* ICMP or ICMPv6 type */
+	__u8            pad;
 };
 
 /* Parses the ports (TCP, UDP) or type (ICMP) of an L4 header of l4_len bytes at l4. */
@@ -63,7 +63,7 @@ static __always_inline int parse_l4(void *l4, void *data_end, __u32 l4_len, __u8
 		return -1;
 	if (proto == IPPROTO_UDP) {
 		struct udphdr *udp = l4;
-		__u16 ulen = bpf_ntohs(udp->len);
+		__u16          ulen = bpf_ntohs(udp->len);
 
 		/* A length under the header's or beyond the IP payload disagrees with the frame:
 		 * the stack judges it. (UDP over IPv6 jumbograms, length 0, are not balanced.) */
@@ -94,7 +94,7 @@ static __always_inline int parse_l4(void *l4, void *data_end, __u32 l4_len, __u8
 static __always_inline int parse_ipv4(void *data, void *data_end, __u32 len, struct packet *p)
 {
 	struct iphdr *ip = data + ETH_HLEN;
-	__u32 hlen, tot;
+	__u32         hlen, tot;
 
 	if ((void *)(ip + 1) > data_end || ip->version != 4 || ip->ihl < 5)
 		return -1;
@@ -118,7 +118,7 @@ static __always_inline int parse_ipv4(void *data, void *data_end, __u32 len, str
 static __always_inline int parse_ipv6(void *data, void *data_end, __u32 len, struct packet *p)
 {
 	struct ipv6hdr *ip6 = data + ETH_HLEN;
-	__u32 plen;
+	__u32           plen;
 
 	if ((void *)(ip6 + 1) > data_end || ip6->version != 6)
 		return -1;

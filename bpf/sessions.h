@@ -40,8 +40,8 @@ static __always_inline __u32 table_hash(__u8 flags, const struct flow_key *k)
 static __always_inline __u64 backend_active(__u32 id, struct conn_counts **conns)
 {
 	struct conn_counts *c = bpf_map_lookup_elem(&backend_conns, &id);
-	__u64 *lost = bpf_map_lookup_elem(&backend_lost, &id);
-	__s64 n;
+	__u64              *lost = bpf_map_lookup_elem(&backend_lost, &id);
+	__s64               n;
 
 	*conns = c;
 	if (!c)
@@ -54,9 +54,9 @@ static __always_inline __u64 backend_active(__u32 id, struct conn_counts **conns
  * overloaded, or no longer (down to min_conns). Updates the overload state. */
 static __always_inline bool backend_has_room(__u8 flags, __u32 id)
 {
-	struct conn_counts *c;
+	struct conn_counts      *c;
 	struct backend_settings *o;
-	__u64 n;
+	__u64                    n;
 
 	if (!(flags & SERVICE_COUNT_CONNS))
 		return true;
@@ -107,7 +107,7 @@ struct ring_scan {
 /* The backend id in slot i of a scan, when it is in use; false to skip it. */
 static __always_inline bool scan_slot(const struct ring_scan *s, __u64 i, __u32 *id)
 {
-	__u32 slot = s->offset + (__u32)((s->start + i) % s->size);
+	__u32  slot = s->offset + (__u32)((s->start + i) % s->size);
 	__u32 *bid = bpf_map_lookup_elem(&maglev, &slot);
 
 	if (!bid || !backend_get(*bid, s->family))
@@ -120,7 +120,7 @@ static __always_inline bool scan_slot(const struct ring_scan *s, __u64 i, __u32 
 static long probe_step(__u64 i, void *ctx)
 {
 	struct ring_scan *s = ctx;
-	__u32 id;
+	__u32             id;
 
 	if (!scan_slot(s, i, &id) || !backend_has_room(s->flags, id))
 		return 0;
@@ -132,11 +132,11 @@ static long probe_step(__u64 i, void *ctx)
 /* bpf_loop step: keeps the backend with the fewest active flows per weight. */
 static long least_step(__u64 i, void *ctx)
 {
-	struct ring_scan *s = ctx;
-	struct conn_counts *c;
+	struct ring_scan        *s = ctx;
+	struct conn_counts      *c;
 	struct backend_settings *o;
-	__u64 n, w = 1;
-	__u32 id;
+	__u64                    n, w = 1;
+	__u32                    id;
 
 	if (!scan_slot(s, i, &id) || !backend_has_room(s->flags, id))
 		return 0;
@@ -180,8 +180,12 @@ static __always_inline int table_lookup(const struct service *svc, const struct 
 static __always_inline int table_pick(const struct service *svc, const struct flow_key *k,
 				      __u32 *id)
 {
-	struct ring_scan s = {.offset = svc->ring_offset, .size = svc->ring_size,
-			      .flags = svc->flags, .family = k->family};
+	struct ring_scan s = {
+		.offset = svc->ring_offset,
+		.size = svc->ring_size,
+		.flags = svc->flags,
+		.family = k->family,
+	};
 
 	if (table_lookup(svc, k, &s.start, id))
 		return -1;
@@ -199,8 +203,12 @@ static __always_inline int table_pick(const struct service *svc, const struct fl
 static __always_inline int least_pick(const struct service *svc, const struct flow_key *k,
 				      __u32 *id)
 {
-	struct ring_scan s = {.offset = svc->ring_offset, .size = svc->ring_size,
-			      .flags = svc->flags, .family = k->family};
+	struct ring_scan s = {
+		.offset = svc->ring_offset,
+		.size = svc->ring_size,
+		.flags = svc->flags,
+		.family = k->family,
+	};
 
 	if (!svc->ring_size)
 		return -1;
@@ -218,7 +226,7 @@ static __always_inline void persist_key_of(struct persist_key *pk, const struct 
 					   __u32 svc_id, __u8 prefix)
 {
 	const __u32 *from = (const __u32 *)k->src;
-	__u32 *to = (__u32 *)pk->addr;
+	__u32       *to = (__u32 *)pk->addr;
 
 	__builtin_memset(pk, 0, sizeof(*pk));
 #pragma unroll
@@ -241,7 +249,7 @@ static __always_inline int persist_pick(const struct service *svc, const struct 
 					__u32 *id)
 {
 	struct persist_entry *e = bpf_map_lookup_elem(&persist, pk);
-	struct backend *b;
+	struct backend       *b;
 
 	if (!e || (__s64)(now - e->last_new) >= (__s64)o->persist_ns)
 		return -1;
@@ -255,10 +263,10 @@ static __always_inline int persist_pick(const struct service *svc, const struct 
 /* The keys a new flow's pick looks up with service_opts' settings: too big for the stack, which
  * they would share with the rest of the decision. */
 struct pick_work {
-	struct persist_key pk;
+	struct persist_key   pk;
 	struct persist_entry pe;
-	struct source_key sk;
-	struct client_key ck;
+	struct source_key    sk;
+	struct client_key    ck;
 };
 
 /* Per-CPU working space of backend_pick (unpinned, no state). */
@@ -295,9 +303,9 @@ static __always_inline int backend_pick(const struct service *svc, const struct 
 					__u64 now, __u32 *id)
 {
 	struct service_settings *o = NULL;
-	struct pick_work *w = NULL;
-	__u32 sid = svc->id, zero = 0;
-	int err = -1;
+	struct pick_work        *w = NULL;
+	__u32                    sid = svc->id, zero = 0;
+	int                      err = -1;
 
 	if (svc->flags & SERVICE_OPTS) {
 		o = bpf_map_lookup_elem(&service_opts, &sid);
@@ -324,7 +332,8 @@ static __always_inline int backend_pick(const struct service *svc, const struct 
 		}
 	}
 	if (err)
-		err = svc->flags & SERVICE_LEAST_CONN ? least_pick(svc, k, id) : table_pick(svc, k, id);
+		err = svc->flags & SERVICE_LEAST_CONN ? least_pick(svc, k, id)
+						      : table_pick(svc, k, id);
 	if (err || !w || count_nothing)
 		return err;
 	w->pe.backend_id = *id;

@@ -32,8 +32,7 @@ static __noinline int forward_tc(struct __sk_buff *skb, const struct packet *p,
 }
 
 /* forward() for XDP. */
-static __noinline int forward_xdp(struct xdp_md *ctx, const struct packet *p,
-				  const struct plan *pl)
+static __noinline int forward_xdp(struct xdp_md *ctx, const struct packet *p, const struct plan *pl)
 {
 	return forward(ctx, true, p, pl, ctx->ingress_ifindex);
 }
@@ -73,9 +72,9 @@ static __always_inline int tc_parse(struct __sk_buff *skb, struct packet *p)
  * PACKET_OTHERHOST for tc; an interface with no entry (not attached by the loader) has none. */
 static __always_inline bool xdp_for_another_host(struct xdp_md *ctx)
 {
-	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
+	void          *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
-	__u32 ifindex = ctx->ingress_ifindex;
+	__u32          ifindex = ctx->ingress_ifindex;
 	struct if_mac *own;
 
 	if ((void *)(eth + 1) > data_end || eth->h_dest[0] & 1)
@@ -95,8 +94,8 @@ SEC("tc")
 int sluice_tc(struct __sk_buff *skb)
 {
 	struct packet p;
-	struct plan pl;
-	int verdict;
+	struct plan   pl;
+	int           verdict;
 
 	/* A frame for another host's MAC (a switch flooding unknown unicast, as it does once the
 	 * node that held the MAC is gone) is the stack's to drop: balancing it would duplicate
@@ -116,10 +115,10 @@ int sluice_tc(struct __sk_buff *skb)
 SEC("xdp")
 int sluice_xdp(struct xdp_md *ctx)
 {
-	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
+	void         *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
 	struct packet p;
-	struct plan pl;
-	int verdict;
+	struct plan   pl;
+	int           verdict;
 
 	/* The stack drops a frame for another host's MAC, as sluice_tc leaves it to. */
 	if (xdp_for_another_host(ctx))

@@ -8,28 +8,28 @@
 
 /* A virtual service address: one per VIP, port and protocol. */
 struct vip_key {
-	__u8  addr[16];
+	__u8   addr[16];
 	__be16 port;
-	__u8  proto;  /* IPPROTO_TCP or IPPROTO_UDP */
-	__u8  family; /* AF_INET or AF_INET6 */
+	__u8   proto;  /* IPPROTO_TCP or IPPROTO_UDP */
+	__u8   family; /* AF_INET or AF_INET6 */
 };
 
 /* A service: how to pick a backend for a new flow and how to forward. */
 struct service {
-	__u32 id;          /* index into service_stats */
-	__u32 ring_offset; /* first slot of the service's Maglev table in maglev */
-	__u32 ring_size;   /* slots; 0 = no backend can take new flows (fallback) */
-	enum mode mode;
-	enum fallback fallback;
+	__u32              id;          /* index into service_stats */
+	__u32              ring_offset; /* first slot of the service's Maglev table in maglev */
+	__u32              ring_size;   /* slots; 0 = no backend can take new flows (fallback) */
+	enum mode          mode;
+	enum fallback      fallback;
 	enum service_flags flags;
-	__u8  pad;
+	__u8               pad;
 };
 
 /* A backend, indexed by its id. */
 struct backend {
-	__u8   addr[16];
-	__be16 port;   /* 0 = the port the client used */
-	__u8   family;
+	__u8               addr[16];
+	__be16             port; /* 0 = the port the client used */
+	__u8               family;
 	enum backend_flags flags;
 };
 
@@ -47,13 +47,14 @@ struct flow_key {
 
 /* A tracked client flow: the backend it was given, and for fullnat the source port used. */
 struct flow {
-	__u32  backend_id;
-	__u32  service_id;
-	__be16 nat_port;   /* fullnat: the balancer-side source port */
+	__u32           backend_id;
+	__u32           service_id;
+	__be16          nat_port; /* fullnat: the balancer-side source port */
 	enum flow_flags flags;
-	__u32  pad2;
-	__u64  last_seen;  /* CLOCK_MONOTONIC ns of the last packet (bpf_ktime_get_coarse_ns(): tick
-	                    * granularity), refreshed at most once a second */
+	__u32           pad2;
+	/* CLOCK_MONOTONIC ns of the last packet (bpf_ktime_get_coarse_ns(): tick granularity),
+	 * refreshed at most once a second */
+	__u64           last_seen;
 };
 
 /* The client side of a translated flow, keyed by the backend-side 5-tuple of its replies. */
@@ -69,16 +70,16 @@ struct reverse {
 
 /* A service's settings beyond struct service (which pinned maps fix in size), by service id. */
 struct service_settings {
-	__u64 persist_ns;       /* persistence timeout; 0: off */
-	__u64 rate_ns;          /* new flows at most one per rate_ns on average (GCRA, a second's
-	                         * burst); 0: no limit */
-	__u64 client_rate_ns;   /* the same for one client address */
-	__u32 max_conns;        /* active flows of the service; 0: no limit */
-	__u32 max_client_conns; /* active flows of one client address; 0: no limit */
-	__u8  persist_prefix;   /* prefix length the client address is masked to */
+	__u64             persist_ns; /* persistence timeout; 0: off */
+	/* new flows at most one per rate_ns on average (GCRA, a second's burst); 0: no limit */
+	__u64             rate_ns;
+	__u64             client_rate_ns;   /* the same for one client address */
+	__u32             max_conns;        /* active flows of the service; 0: no limit */
+	__u32             max_client_conns; /* active flows of one client address; 0: no limit */
+	__u8              persist_prefix;   /* prefix length the client address is masked to */
 	enum source_lists sources;
 	enum limit_action limit_action;
-	__u8  pad[5];
+	__u8              pad[5];
 };
 
 /* A client of a service, for per-source limits. */
@@ -161,11 +162,11 @@ struct if_mac {
 
 /* Global settings written by the loader. */
 struct globals {
-	__u8   snat4[4];     /* fullnat source address towards IPv4 backends */
-	__u8   snat6[16];    /* fullnat source address towards IPv6 backends */
-	__u16  port_low;     /* fullnat source port range, host byte order */
-	__u16  port_high;
-	__u32  pad;
+	__u8  snat4[4];  /* fullnat source address towards IPv4 backends */
+	__u8  snat6[16]; /* fullnat source address towards IPv6 backends */
+	__u16 port_low;  /* fullnat source port range, host byte order */
+	__u16 port_high;
+	__u32 pad;
 };
 
 #endif
