@@ -68,7 +68,9 @@ check-generated:
 	./scripts/check-generated.sh
 
 # golangci-lint is pinned and installed into bin/tools by scripts/tools.sh; .golangci.yml says what it checks.
+# The BPF C is clang-format-14's (.clang-format), from scripts/deps.sh.
 lint: check-generated
+	./scripts/check-format.sh
 	test -z "$$(gofmt -l cmd internal test packaging)" || (gofmt -l cmd internal test packaging; exit 1)
 	$(GO) vet ./...
 	./scripts/tools.sh
