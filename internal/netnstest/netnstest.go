@@ -26,24 +26,24 @@ func New(t testing.TB) netns.NsHandle {
 	if os.Geteuid() != 0 {
 		testutil.Missing(t, "needs root: creates a network namespace")
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	ns, err := netns.New() // switches the thread into it
-	if err != nil {
-		t.Fatal(err)
-	}
-	back(orig)
+	var ns netns.NsHandle
+	switched(t, func() (err error) {
+		ns, err = netns.New() // switches the thread into it
+		return err
+	}, func() {})
 	t.Cleanup(func() { ns.Close() })
 	return ns
 }
 
 // In runs fn on the calling goroutine's thread switched into ns, and switches it back afterwards.
 func In(t testing.TB, ns netns.NsHandle, fn func()) {
+	t.Helper()
+	switched(t, func() error { return netns.Set(ns) }, fn)
+}
+
+// switched runs fn on the calling goroutine's thread once enter has switched the thread to
+// another namespace, and switches it back afterwards.
+func switched(t testing.TB, enter func() error, fn func()) {
 	t.Helper()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -52,7 +52,7 @@ func In(t testing.TB, ns netns.NsHandle, fn func()) {
 		t.Fatal(err)
 	}
 	defer orig.Close()
-	if err := netns.Set(ns); err != nil {
+	if err := enter(); err != nil {
 		t.Fatal(err)
 	}
 	defer back(orig)
