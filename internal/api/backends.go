@@ -143,7 +143,7 @@ func (s *server) backendView(ctx context.Context, service, ref string) (engine.B
 	}
 	// The view lists the configured backends in config order, then the sorry servers; the
 	// address check catches a change made between the two reads.
-	if j < len(view.Backends) && !view.Backends[j].Sorry && view.Backends[j].Address == config.CanonicalAddress(b.Address) {
+	if j < len(view.Backends) && !view.Backends[j].Sorry && view.Backends[j].Address == b.Address.String() {
 		return view.Backends[j], nil
 	}
 	return engine.BackendView{}, fmt.Errorf("backend %q of service %s: %w", ref, service, engine.ErrNotFound)
@@ -171,9 +171,8 @@ func findBackend(svc *config.Service, ref string) (*config.Backend, int, error) 
 // "10.0.0.1:0" when it takes the client's port); valid is false for an address or port that
 // validation is going to reject.
 func backendRef(b config.Backend) (ref string, valid bool) {
-	addr, err := netip.ParseAddr(b.Address)
-	if err != nil || b.Port < 0 || b.Port > 65535 {
-		return b.Address, false
+	if !b.Address.IsValid() || b.Port < 0 || b.Port > 65535 {
+		return b.Address.String(), false
 	}
-	return netip.AddrPortFrom(addr.Unmap(), uint16(b.Port)).String(), true
+	return netip.AddrPortFrom(b.Address.Unmap(), uint16(b.Port)).String(), true
 }

@@ -21,6 +21,7 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 	oversize := `{"address": "` + strings.Repeat("1", MaxBodyBytes) + `"}`
 	f := newFixture(t)
 	badWeightYAML := strings.Replace(baseConfig, "{address: 10.0.0.2, port: 8080}", "{address: 10.0.0.2, port: 8080, weight: 5000}", 1)
+	badAddressYAML := strings.Replace(baseConfig, "{address: 10.0.0.2, port: 8080}", "{address: 10.0.0, port: 8080}", 1)
 	for _, tc := range []struct {
 		name        string
 		method      string
@@ -39,6 +40,8 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 		{"port as a boolean", http.MethodPost, services, mediaJSON, strings.Replace(validService, `443`, `true`, 1), 400, "port", 0},
 		{"invalid nested weight", http.MethodPost, services, mediaJSON, strings.Replace(validService, `"10.0.2.1"`, `"10.0.2.1", "weight": 5000`, 1), 400, "backends[0].weight", 0},
 		{"bad vip", http.MethodPost, services, mediaJSON, strings.Replace(validService, "192.0.2.20", "192.0.2", 1), 400, "vip", 0},
+		{"vip as a number", http.MethodPost, services, mediaJSON, strings.Replace(validService, `"192.0.2.20"`, "3221225492", 1), 400, "vip", 0},
+		{"source_allow entry with host bits", http.MethodPost, services, mediaJSON, strings.Replace(validService, `"port"`, `"source_allow": ["10.0.0.1/8"], "port"`, 1), 400, "source_allow[0]", 0},
 		{"existing vip and port", http.MethodPost, services, mediaJSON, strings.Replace(validService, `"192.0.2.20", "port": 443`, `"192.0.2.10", "port": 80`, 1), 400, "", 0},
 		{"service conflict", http.MethodPost, services, mediaJSON, strings.Replace(validService, `"api"`, `"web"`, 1), 409, "", 0},
 		{"not an object", http.MethodPost, services, mediaJSON, `[` + validService + `]`, 400, "", 0},
@@ -68,6 +71,7 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 
 		{"backend weight 5000", http.MethodPost, backends, mediaJSON, `{"address": "10.0.0.9", "port": 8080, "weight": 5000}`, 400, "weight", 0},
 		{"backend bad address", http.MethodPost, backends, mediaJSON, `{"address": "10.0.0", "port": 8080}`, 400, "address", 0},
+		{"backend address as a list", http.MethodPost, backends, mediaJSON, `{"address": ["10.0.0.9"], "port": 8080}`, 400, "address", 0},
 		{"backend port as a name", http.MethodPost, backends, mediaJSON, `{"address": "10.0.0.9", "port": "http"}`, 400, "port", 0},
 		{"backend port out of range", http.MethodPost, backends, mediaJSON, `{"address": "10.0.0.9", "port": 70000}`, 400, "port", 0},
 		{"backend of another family", http.MethodPost, backends, mediaJSON, `{"address": "fd00::9"}`, 400, "address", 0},
@@ -91,6 +95,7 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 		{"patch of a malformed reference", http.MethodPatch, "/v1/services/web/backends/not-an-ip", mediaJSON, `{"weight": 2}`, 400, "backend", 0},
 
 		{"yaml invalid weight", http.MethodPut, "/v1/config", yaml, badWeightYAML, 400, "services[0].backends[1].weight", 9},
+		{"yaml bad address", http.MethodPut, "/v1/config", yaml, badAddressYAML, 400, "services[0].backends[1].address", 9},
 		{"yaml unknown key", http.MethodPut, "/v1/config", yaml, baseConfig + "colour: red\n", 400, "colour", 18},
 		{"yaml two documents", http.MethodPut, "/v1/config", yaml, baseConfig + "---\n" + baseConfig, 400, "", 0},
 		{"yaml {}", http.MethodPut, "/v1/config", yaml, "{}\n", 400, "services", 0},

@@ -15,8 +15,8 @@ func TestDryRunChangesNothing(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	before, applies, programmed := f.engine.Config(), f.dp.Applies(), f.dp.Plan()
-	api := config.Service{Name: "api", VIP: "192.0.2.20", Port: config.Range{First: 443, Last: 443},
-		Backends: []config.Backend{{Address: "10.0.2.1"}}}
+	api := config.Service{Name: "api", VIP: config.IPOf("192.0.2.20"), Port: config.Range{First: 443, Last: 443},
+		Backends: []config.Backend{{Address: config.IPOf("10.0.2.1")}}}
 	web := before.Services[0]
 	web.Scheduler = "rr"
 
@@ -31,7 +31,7 @@ func TestDryRunChangesNothing(t *testing.T) {
 		},
 		"remove service": func() (plan.Change, error) { return f.client.RemoveService(ctx, "web", true) },
 		"add backend": func() (plan.Change, error) {
-			r, err := f.client.AddBackend(ctx, "web", config.Backend{Address: "10.0.0.4", Port: 8080}, true)
+			r, err := f.client.AddBackend(ctx, "web", config.Backend{Address: config.IPOf("10.0.0.4"), Port: 8080}, true)
 			return r.Change, err
 		},
 		"set weight": func() (plan.Change, error) {

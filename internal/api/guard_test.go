@@ -29,7 +29,7 @@ func TestExecChecksOverTCP(t *testing.T) {
 	}
 	web := serviceOf(t, f, "web")
 
-	web.Backends = append(web.Backends, config.Backend{Address: "10.0.0.4", Port: 8080})
+	web.Backends = append(web.Backends, config.Backend{Address: config.IPOf("10.0.0.4"), Port: 8080})
 	web.HealthCheck.Interval = "5s"
 	if _, err := f.client.PutService(ctx, web, false); err != nil {
 		t.Fatalf("a change beside the file's exec check: %v", err)
@@ -97,26 +97,26 @@ func TestRootOnTheSocketMayRunCommands(t *testing.T) {
 func TestAddressesOfAPIBodiesAreCanonical(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	added, err := f.client.AddBackend(ctx, "web", config.Backend{Address: "::ffff:10.0.0.9", Port: 8080}, false)
+	added, err := f.client.AddBackend(ctx, "web", config.Backend{Address: config.IPOf("::ffff:10.0.0.9"), Port: 8080}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if added.Backend.Address != "10.0.0.9" {
 		t.Fatalf("added backend %+v, want address 10.0.0.9", added.Backend)
 	}
-	if got := serviceOf(t, f, "web").Backends[3].Address; got != "10.0.0.9" {
+	if got := serviceOf(t, f, "web").Backends[3].Address; got.String() != "10.0.0.9" {
 		t.Fatalf("the running config holds %q", got)
 	}
 	var conflict *Error
-	if _, err := f.client.AddBackend(ctx, "web", config.Backend{Address: "10.0.0.9", Port: 8080}, false); !errors.As(err, &conflict) || conflict.Status != http.StatusConflict {
+	if _, err := f.client.AddBackend(ctx, "web", config.Backend{Address: config.IPOf("10.0.0.9"), Port: 8080}, false); !errors.As(err, &conflict) || conflict.Status != http.StatusConflict {
 		t.Fatalf("the same backend written the other way: %v, want 409", err)
 	}
-	api := config.Service{Name: "api", VIP: "::ffff:192.0.2.20", Port: config.Range{First: 443, Last: 443},
-		Backends: []config.Backend{{Address: "::ffff:10.0.2.1"}}}
+	api := config.Service{Name: "api", VIP: config.IPOf("::ffff:192.0.2.20"), Port: config.Range{First: 443, Last: 443},
+		Backends: []config.Backend{{Address: config.IPOf("::ffff:10.0.2.1")}}}
 	if _, err := f.client.AddService(ctx, api, false); err != nil {
 		t.Fatal(err)
 	}
-	if got := serviceOf(t, f, "api"); got.VIP != "192.0.2.20" || got.Backends[0].Address != "10.0.2.1" {
+	if got := serviceOf(t, f, "api"); got.VIP.String() != "192.0.2.20" || got.Backends[0].Address.String() != "10.0.2.1" {
 		t.Fatalf("the running config holds %s and %s", got.VIP, got.Backends[0].Address)
 	}
 }

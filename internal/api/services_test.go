@@ -26,8 +26,8 @@ func TestServiceCRUD(t *testing.T) {
 		t.Fatalf("services = %v, want web, dns", names)
 	}
 
-	api := config.Service{Name: "api", VIP: "192.0.2.20", Port: config.Range{First: 443, Last: 443},
-		Backends: []config.Backend{{Address: "10.0.2.1", Port: 8443}, {Address: "10.0.2.2", Port: 8443, Weight: weight(3)}}}
+	api := config.Service{Name: "api", VIP: config.IPOf("192.0.2.20"), Port: config.Range{First: 443, Last: 443},
+		Backends: []config.Backend{{Address: config.IPOf("10.0.2.1"), Port: 8443}, {Address: config.IPOf("10.0.2.2"), Port: 8443, Weight: weight(3)}}}
 	added, err := f.client.AddService(ctx, api, false)
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +58,7 @@ func TestServiceCRUD(t *testing.T) {
 		t.Fatalf("PUT with another name in the body: %v, want 400 on name", err)
 	}
 
-	created, err := f.client.PutService(ctx, config.Service{Name: "smtp", VIP: "192.0.2.25", Port: config.Range{First: 25, Last: 25}, Fallback: "reject"}, false)
+	created, err := f.client.PutService(ctx, config.Service{Name: "smtp", VIP: config.IPOf("192.0.2.25"), Port: config.Range{First: 25, Last: 25}, Fallback: "reject"}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestBackendCRUD(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 
-	added, err := f.client.AddBackend(ctx, "web", config.Backend{Address: "10.0.0.4", Port: 8080, Weight: weight(2)}, false)
+	added, err := f.client.AddBackend(ctx, "web", config.Backend{Address: config.IPOf("10.0.0.4"), Port: 8080, Weight: weight(2)}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestBackendCRUD(t *testing.T) {
 		t.Fatalf("AddBackend = %+v", added)
 	}
 	var conflict *Error
-	if _, err := f.client.AddBackend(ctx, "web", config.Backend{Address: "10.0.0.4", Port: 8080}, false); !errors.As(err, &conflict) || conflict.Status != http.StatusConflict {
+	if _, err := f.client.AddBackend(ctx, "web", config.Backend{Address: config.IPOf("10.0.0.4"), Port: 8080}, false); !errors.As(err, &conflict) || conflict.Status != http.StatusConflict {
 		t.Fatalf("adding 10.0.0.4:8080 again: %v, want 409", err)
 	}
 
@@ -138,8 +138,8 @@ func TestBackendCRUD(t *testing.T) {
 func TestIPv6BackendReference(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	v6 := config.Service{Name: "v6", VIP: "fd00::10", Port: config.Range{First: 80, Last: 80},
-		Backends: []config.Backend{{Address: "fd00::1", Port: 80}}}
+	v6 := config.Service{Name: "v6", VIP: config.IPOf("fd00::10"), Port: config.Range{First: 80, Last: 80},
+		Backends: []config.Backend{{Address: config.IPOf("fd00::1"), Port: 80}}}
 	if _, err := f.client.AddService(ctx, v6, false); err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func TestChangesReturnOnceApplied(t *testing.T) {
 	ctx := context.Background()
 	for i := range 20 {
 		weight := 1 + i%5
-		if _, err := f.client.AddBackend(ctx, "web", config.Backend{Address: "10.0.0.9", Port: 8080, Weight: &weight}, false); err != nil {
+		if _, err := f.client.AddBackend(ctx, "web", config.Backend{Address: config.IPOf("10.0.0.9"), Port: 8080, Weight: &weight}, false); err != nil {
 			t.Fatal(err)
 		}
 		view, err := f.client.Backend(ctx, "web", "10.0.0.9:8080")

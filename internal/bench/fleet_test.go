@@ -109,7 +109,7 @@ func TestFleetConfig(t *testing.T) {
 			t.Fatalf("%s: the nodes' config does not parse: %v\n%s", dp, err, text)
 		}
 		if len(c.Services) != 1 || c.Services[0].Mode != "dsr" || len(c.Services[0].Backends) != 3 || c.BGP == nil ||
-			len(c.BGP.Peers) != 1 || c.BGP.Peers[0].Address != l.RouterFrontAddr(false).String() {
+			len(c.BGP.Peers) != 1 || c.BGP.Peers[0].Address.Addr != l.RouterFrontAddr(false) {
 			t.Errorf("%s: config %+v", dp, c)
 		}
 	}

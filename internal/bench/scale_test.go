@@ -32,12 +32,12 @@ func TestScaleConfigIsValidAndSized(t *testing.T) {
 			if len(s.Backends) != want || cfg.Datapath != "nft" {
 				t.Errorf("service %s: %d backends, want %d", s.Name, len(s.Backends), want)
 			}
-			if i > 0 && s.VIP == lab.VIP4 {
+			if i > 0 && s.VIP.String() == lab.VIP4 {
 				t.Errorf("service %s shares the real service's VIP", s.Name)
 			}
 		}
 		real := cfg.Services[0]
-		if real.VIP != lab.VIP4 || real.Port.First != 80 {
+		if real.VIP.String() != lab.VIP4 || real.Port.First != 80 {
 			t.Errorf("the real service listens on %s:%s", real.VIP, real.Port)
 		}
 		for j, b := range real.Backends {

@@ -153,12 +153,12 @@ func kernelConfig(cfg *config.Config, status []datapath.ServiceStatus) (*config.
 		if err != nil {
 			return nil, fmt.Errorf("the kernel's service %s: port %q: %w", st.Name, st.Ports, err)
 		}
-		s := config.Service{Name: st.Name, VIP: st.VIP, Port: ports, Protocol: st.Protocol, Mode: st.Mode, Scheduler: st.Scheduler}
+		s := config.Service{Name: st.Name, VIP: config.IPOf(st.VIP), Port: ports, Protocol: st.Protocol, Mode: st.Mode, Scheduler: st.Scheduler}
 		file, _, err := engine.FindService(cfg, st.Name)
 		if err == nil {
 			// What the kernel's status does not tell is taken from the file.
 			s = *file
-			s.VIP, s.Port, s.Protocol, s.Mode, s.Scheduler = st.VIP, ports, st.Protocol, st.Mode, st.Scheduler
+			s.VIP, s.Port, s.Protocol, s.Mode, s.Scheduler = config.IPOf(st.VIP), ports, st.Protocol, st.Mode, st.Scheduler
 			s.SorryServers, s.Backends = nil, nil
 			if s.Fallback == config.FallbackSorry {
 				s.Fallback = "" // the kernel's sorry servers are among its backends
@@ -168,7 +168,7 @@ func kernelConfig(cfg *config.Config, status []datapath.ServiceStatus) (*config.
 			s.TableSize = st.Slots
 		}
 		for _, b := range st.Backends {
-			held := config.Backend{Address: b.Address, Port: b.Port, Weight: &b.Weight}
+			held := config.Backend{Address: config.IPOf(b.Address), Port: b.Port, Weight: &b.Weight}
 			if file != nil {
 				if fb, _, err := engine.FindBackend(file, engine.BackendID(b.Address, b.Port)); err == nil {
 					held.MaxConnections, held.MinConnections = fb.MaxConnections, fb.MinConnections

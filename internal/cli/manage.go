@@ -213,12 +213,12 @@ func findDrain(ctx context.Context, c *api.Client, service, backend string) (eng
 }
 
 // splitListener parses "10.0.0.1:80", "[fd00::1]:443" or "10.0.0.1:8000-8010".
-func splitListener(s string) (string, config.Range, error) {
+func splitListener(s string) (config.IP, config.Range, error) {
 	i := strings.LastIndex(s, ":")
 	if i < 0 {
-		return "", config.Range{}, fmt.Errorf("%q has no port", s)
+		return config.IP{}, config.Range{}, fmt.Errorf("%q has no port", s)
 	}
-	host := config.CanonicalAddress(strings.Trim(s[:i], "[]"))
+	host := config.IPOf(strings.Trim(s[:i], "[]")).Canonical()
 	ports, err := config.ParseRange(s[i+1:])
 	return host, ports, err
 }
@@ -238,7 +238,7 @@ func parseBackendSpec(spec string) (config.Backend, error) {
 	if err != nil {
 		return b, err
 	}
-	b.Address, b.Port = at.Addr().String(), int(at.Port())
+	b.Address, b.Port = config.IPFrom(at.Addr()), int(at.Port())
 	return b, nil
 }
 

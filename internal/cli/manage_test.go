@@ -26,7 +26,7 @@ func TestParseBackendSpec(t *testing.T) {
 		if err != nil {
 			got = err.Error()
 		} else {
-			got = b.Address + " port " + strconv.Itoa(b.Port) + " weight " + strconv.Itoa(b.WeightOrDefault())
+			got = b.Address.String() + " port " + strconv.Itoa(b.Port) + " weight " + strconv.Itoa(b.WeightOrDefault())
 		}
 		if got != want {
 			t.Errorf("%s: got %q, want %q", spec, got, want)
@@ -36,10 +36,10 @@ func TestParseBackendSpec(t *testing.T) {
 
 func TestSplitListener(t *testing.T) {
 	vip, ports, err := splitListener("[fd00::9]:8000-8010")
-	if err != nil || vip != "fd00::9" || ports.First != 8000 || ports.Last != 8010 {
+	if err != nil || vip.String() != "fd00::9" || ports.First != 8000 || ports.Last != 8010 {
 		t.Fatalf("got %s %v %v", vip, ports, err)
 	}
-	if vip, _, err := splitListener("[::ffff:10.0.0.9]:80"); err != nil || vip != "10.0.0.9" {
+	if vip, _, err := splitListener("[::ffff:10.0.0.9]:80"); err != nil || vip.String() != "10.0.0.9" {
 		t.Fatalf("an IPv4-mapped VIP gave %s %v", vip, err)
 	}
 	if _, _, err := splitListener("10.0.0.1"); err == nil {

@@ -9,30 +9,19 @@ import (
 // limitedBroadcast is 255.255.255.255, which no service or backend can have.
 var limitedBroadcast = netip.AddrFrom4([4]byte{255, 255, 255, 255})
 
-// parseIP parses a service or backend address: IPv4 or IPv6 without a zone, an IPv4-mapped IPv6
+// parseIP checks a service or backend address: IPv4 or IPv6 without a zone, an IPv4-mapped IPv6
 // address (::ffff:10.0.0.1) standing for its IPv4 address, and none that no flow can be balanced
-// to or from.
-func parseIP(s string) (netip.Addr, error) {
-	a, err := netip.ParseAddr(s)
-	if err != nil || a.Zone() != "" {
-		return netip.Addr{}, fmt.Errorf("%q is not an IP address", s)
+// to or from. It returns the address unmapped: the one form Sluice keeps.
+func parseIP(ip IP) (netip.Addr, error) {
+	a := ip.Addr
+	if !a.IsValid() || a.Zone() != "" {
+		return netip.Addr{}, fmt.Errorf("%q is not an IP address", ip)
 	}
 	a = a.Unmap()
 	if a.IsUnspecified() || a.IsMulticast() || a.IsLoopback() || a == limitedBroadcast {
-		return netip.Addr{}, fmt.Errorf("%q cannot be used (unspecified, multicast, loopback or broadcast)", s)
+		return netip.Addr{}, fmt.Errorf("%q cannot be used (unspecified, multicast, loopback or broadcast)", ip)
 	}
 	return a, nil
-}
-
-// CanonicalAddress writes an IP address in the one form Sluice keeps: an IPv4-mapped IPv6 address
-// as the IPv4 address it stands for (::ffff:10.0.0.1 is 10.0.0.1), IPv6 in its shortest form.
-// Text that is not an address comes back as it is, for validation to report.
-func CanonicalAddress(text string) string {
-	a, err := netip.ParseAddr(text)
-	if err != nil || a.Zone() != "" {
-		return text
-	}
-	return a.Unmap().String()
 }
 
 // ParseBackendRef reads how an operator names a backend: "10.0.0.1", "10.0.0.1:8080",
@@ -47,16 +36,6 @@ func ParseBackendRef(ref string) (at netip.AddrPort, bare bool, err error) {
 		return netip.AddrPort{}, false, fmt.Errorf("%q is not an address or address:port", ref)
 	}
 	return netip.AddrPortFrom(addr.Unmap(), 0), true, nil
-}
-
-// canonicalize rewrites *text, which parsed as a, in its canonical form (see CanonicalAddress),
-// so that every later comparison, and the datapath, sees one form of each address.
-func canonicalize(text *string, a netip.Addr) {
-	// netip parses IPv4 only in its canonical dotted form: text without a colon is already canonical.
-	if a.Is4() && !strings.Contains(*text, ":") {
-		return
-	}
-	*text = a.String()
 }
 
 // vipOwners maps every valid VIP of a config to the first service that has it.

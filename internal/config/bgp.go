@@ -15,7 +15,7 @@ type BGP struct {
 	// ASN is the node's autonomous system number.
 	ASN uint32 `yaml:"asn" json:"asn"`
 	// RouterID is the node's BGP identifier (IPv4); empty: the node's first IPv4 address.
-	RouterID string `yaml:"router_id,omitempty" json:"router_id,omitempty"`
+	RouterID IP `yaml:"router_id,omitempty" json:"router_id,omitzero"`
 	// ListenPort is the port the node accepts BGP sessions on; nil or -1: it only dials its peers.
 	ListenPort *int `yaml:"listen_port,omitempty" json:"listen_port,omitempty"`
 	// ShutdownGrace is how long the daemon keeps forwarding after it withdrew its VIPs on
@@ -27,7 +27,7 @@ type BGP struct {
 
 // BGPPeer is one router the node holds a BGP session with.
 type BGPPeer struct {
-	Address string `yaml:"address" json:"address"`
+	Address IP `yaml:"address" json:"address"`
 	// Port is the peer's BGP port; 0: 179.
 	Port int    `yaml:"port,omitempty" json:"port,omitempty"`
 	ASN  uint32 `yaml:"asn" json:"asn"`
@@ -36,7 +36,7 @@ type BGPPeer struct {
 	// Password turns on TCP MD5 signatures (RFC 2385) with this key.
 	Password string `yaml:"password,omitempty" json:"password,omitempty"`
 	// NextHop is the next hop announced to this peer; empty: the session's own address.
-	NextHop string `yaml:"next_hop,omitempty" json:"next_hop,omitempty"`
+	NextHop IP `yaml:"next_hop,omitempty" json:"next_hop,omitzero"`
 	// PathAttributes are added to every announcement to this peer.
 	PathAttributes `yaml:",inline"`
 }
@@ -107,8 +107,8 @@ func (c *Config) validateBGP(fail func(path, format string, args ...any)) {
 	if !validASN(b.ASN) {
 		fail("bgp.asn", "%s", asnRule(b.ASN))
 	}
-	if b.RouterID != "" {
-		if a, err := netip.ParseAddr(b.RouterID); err != nil || !a.Is4() || a.IsUnspecified() {
+	if !b.RouterID.IsZero() {
+		if a := b.RouterID; !a.Is4() || a.IsUnspecified() {
 			fail("bgp.router_id", "%q is not an IPv4 address (a BGP identifier is one)", b.RouterID)
 		}
 	}
@@ -131,12 +131,12 @@ func (c *Config) validateBGP(fail func(path, format string, args ...any)) {
 	for i := range b.Peers {
 		p := &b.Peers[i]
 		at := fmt.Sprintf("bgp.peers[%d]", i)
-		addr, err := netip.ParseAddr(p.Address)
-		if err != nil || addr.Zone() != "" || addr.IsUnspecified() || addr.IsMulticast() {
+		addr := p.Address.Unmap()
+		if !addr.IsValid() || addr.Zone() != "" || addr.IsUnspecified() || addr.IsMulticast() {
 			fail(at+".address", "%q is not a unicast IP address", p.Address)
 		} else {
-			canonicalize(&p.Address, addr.Unmap())
-			key := netip.AddrPortFrom(addr.Unmap(), uint16(max(p.Port, 0)))
+			p.Address.Addr = addr
+			key := netip.AddrPortFrom(addr, uint16(max(p.Port, 0)))
 			if j, dup := seen[key]; dup {
 				fail(at+".address", "%s is already bgp.peers[%d]", p.Address, j)
 			}
@@ -157,15 +157,15 @@ func (c *Config) validateBGP(fail func(path, format string, args ...any)) {
 		if len(p.Password) > maxMD5KeyLen {
 			fail(at+".password", "%d bytes is longer than the %d a TCP MD5 key can hold", len(p.Password), maxMD5KeyLen)
 		}
-		if p.NextHop != "" {
+		if !p.NextHop.IsZero() {
 			nh, err := parseIP(p.NextHop)
 			switch {
 			case err != nil:
 				fail(at+".next_hop", "%v", err)
-			case addr.IsValid() && nh.Is4() != addr.Unmap().Is4():
+			case addr.IsValid() && nh.Is4() != addr.Is4():
 				fail(at+".next_hop", "%s and the peer %s are of different address families (a peer carries its own family)", nh, p.Address)
 			default:
-				canonicalize(&p.NextHop, nh)
+				p.NextHop.Addr = nh
 			}
 		}
 		p.PathAttributes.validate(at, fail)
@@ -188,7 +188,7 @@ func (a *PathAttributes) validate(at string, fail func(path, format string, args
 // validateServiceBGP checks the services' path attributes: the services of one VIP share its
 // announcement, so they must agree on them.
 func (c *Config) validateServiceBGP(fail func(path, format string, args ...any)) {
-	first := map[string]int{}
+	first := map[IP]int{}
 	for i := range c.Services {
 		s := &c.Services[i]
 		if s.BGP == nil {

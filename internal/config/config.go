@@ -72,7 +72,7 @@ func (c *Config) EBPFMapSizes() EBPFSizes {
 // Service is one virtual service: VIP:port/protocol spread over backends.
 type Service struct {
 	Name      string    `yaml:"name" json:"name"`
-	VIP       string    `yaml:"vip" json:"vip"`
+	VIP       IP        `yaml:"vip" json:"vip"`
 	Port      Range     `yaml:"port" json:"port"`
 	Protocol  Protocol  `yaml:"protocol,omitempty" json:"protocol,omitempty"`
 	Mode      Mode      `yaml:"mode,omitempty" json:"mode,omitempty"`
@@ -112,8 +112,8 @@ type Service struct {
 	LimitAction LimitAction `yaml:"limit_action,omitempty" json:"limit_action,omitempty"`
 	// SourceAllow, when set, lists the only client prefixes (CIDR) that may open new flows;
 	// SourceDeny lists prefixes that may not (it wins over SourceAllow).
-	SourceAllow []string `yaml:"source_allow,omitempty" json:"source_allow,omitempty"`
-	SourceDeny  []string `yaml:"source_deny,omitempty" json:"source_deny,omitempty"`
+	SourceAllow []Prefix `yaml:"source_allow,omitempty" json:"source_allow,omitempty"`
+	SourceDeny  []Prefix `yaml:"source_deny,omitempty" json:"source_deny,omitempty"`
 	// HealthCheck probes the backends; without one every backend counts as up.
 	HealthCheck *HealthCheck `yaml:"health_check,omitempty" json:"health_check,omitempty"`
 	// BGP are the path attributes of the VIP's announcement (bgp section); the services of one
@@ -124,7 +124,7 @@ type Service struct {
 
 // Backend is one real server behind a service.
 type Backend struct {
-	Address string `yaml:"address" json:"address"`
+	Address IP `yaml:"address" json:"address"`
 	// Port is the backend's port; 0 means the port the client asked for.
 	Port int `yaml:"port,omitempty" json:"port,omitempty"`
 	// Weight is the share of new flows; 0 takes no new flows but keeps existing ones. nil means 1.

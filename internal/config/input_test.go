@@ -26,18 +26,18 @@ services:
 	}
 	a, b := cfg.Services[0], cfg.Services[1]
 	for got, want := range map[string]string{
-		a.VIP: "10.91.9.100", a.Backends[0].Address: "10.91.2.11", a.SorryServers[0].Address: "10.91.3.1",
-		b.VIP: "fd00:91:9::100", b.Backends[0].Address: "fd00:91:2::11",
+		a.VIP.String(): "10.91.9.100", a.Backends[0].Address.String(): "10.91.2.11", a.SorryServers[0].Address.String(): "10.91.3.1",
+		b.VIP.String(): "fd00:91:9::100", b.Backends[0].Address.String(): "fd00:91:2::11",
 	} {
 		if got != want {
 			t.Errorf("kept %q, want %q", got, want)
 		}
 	}
-	if got := CanonicalAddress("::ffff:10.0.0.1"); got != "10.0.0.1" {
-		t.Errorf("CanonicalAddress: %q", got)
+	if got := IPOf("::ffff:10.0.0.1").Canonical(); got.String() != "10.0.0.1" {
+		t.Errorf("Canonical: %q", got)
 	}
-	if got := CanonicalAddress("not an address"); got != "not an address" {
-		t.Errorf("CanonicalAddress changed text that is no address: %q", got)
+	if got := IPOf("not an address").Canonical(); got.String() != "not an address" {
+		t.Errorf("Canonical changed text that is no address: %q", got)
 	}
 }
 
@@ -101,7 +101,7 @@ services:
 	guard := NewAPIGuard(running)
 
 	same := running.Clone()
-	same.Services[0].Backends = append(same.Services[0].Backends, Backend{Address: "10.0.1.9"})
+	same.Services[0].Backends = append(same.Services[0].Backends, Backend{Address: IPOf("10.0.1.9")})
 	same.Services[0].HealthCheck.Interval = "5s"
 	if errs := guard.Check(same); len(errs) > 0 {
 		t.Errorf("a change beside the file's exec check refused: %v", errs)
@@ -114,7 +114,7 @@ services:
 	policy := running.Clone()
 	policy.API = &APIPolicy{AllowExecChecks: true}
 	peering := running.Clone()
-	peering.BGP = &BGP{ASN: 65100, Peers: []BGPPeer{{Address: "10.0.9.1", ASN: 65000}}}
+	peering.BGP = &BGP{ASN: 65100, Peers: []BGPPeer{{Address: IPOf("10.0.9.1"), ASN: 65000}}}
 	for name, c := range map[string]struct {
 		next *Config
 		want string

@@ -104,19 +104,18 @@ func (s *Service) validateProtection(at string, datapath Datapath, is6, vipOK bo
 	}
 	for _, list := range []struct {
 		key      string
-		prefixes []string
+		prefixes []Prefix
 	}{{"source_allow", s.SourceAllow}, {"source_deny", s.SourceDeny}} {
 		if len(list.prefixes) > MaxSourceList {
 			fail(at+"."+list.key, "%d prefixes is more than %d: aggregate them (a /16 for 256 /24s)", len(list.prefixes), MaxSourceList)
 			continue
 		}
-		for i, text := range list.prefixes {
-			p, err := ParseSourcePrefix(text)
-			switch {
+		for i, p := range list.prefixes {
+			switch err := p.Err(); {
 			case err != nil:
 				fail(fmt.Sprintf("%s.%s[%d]", at, list.key, i), "%v", err)
 			case vipOK && p.Addr().Is6() != is6:
-				fail(fmt.Sprintf("%s.%s[%d]", at, list.key, i), "%s is not of the vip's address family: its clients cannot have it", text)
+				fail(fmt.Sprintf("%s.%s[%d]", at, list.key, i), "%s is not of the vip's address family: its clients cannot have it", p)
 			}
 		}
 	}

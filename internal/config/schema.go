@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding"
 	"encoding/json"
 	"reflect"
 )
@@ -49,6 +50,9 @@ func JSONSchemaText() []byte {
 	return append(out, '\n')
 }
 
+// textMarshalerType is the type of values written as text (addresses, prefixes): strings to the schema.
+var textMarshalerType = reflect.TypeFor[encoding.TextMarshaler]()
+
 // schemaGen builds a schema; defs holds one definition per struct type below the top.
 type schemaGen struct{ defs map[string]*Schema }
 
@@ -74,7 +78,7 @@ func (g schemaGen) value(t reflect.Type, r rule) *Schema {
 		return &Schema{AnyOf: []*Schema{r.integer(t), {Type: "string", Pattern: rangePattern.String()}}}
 	case t.Kind() == reflect.Slice:
 		return &Schema{Type: "array", Items: g.value(t.Elem(), r.ofItems()), MinItems: r.minItems, MaxItems: r.maxItems}
-	case t.Kind() == reflect.Struct:
+	case t.Kind() == reflect.Struct && !t.Implements(textMarshalerType):
 		if _, done := g.defs[t.Name()]; !done {
 			g.defs[t.Name()] = g.object(t)
 		}

@@ -90,7 +90,7 @@ func (s *Service) validate(at string, vips vipOwners, datapath Datapath, fail fu
 	if vipErr != nil {
 		fail(at+".vip", "%v", vipErr)
 	} else {
-		canonicalize(&s.VIP, vip)
+		s.VIP.Addr = vip
 	}
 	if err := s.Port.Err(); err != nil {
 		fail(at+".port", "%v", err)
@@ -177,7 +177,7 @@ func (s *Service) validateBackends(at string, backends []Backend, vip netip.Addr
 			fail(bat()+".address", "%s and vip %s are of different address families", addr, vip)
 		}
 		if err == nil {
-			canonicalize(&b.Address, addr)
+			b.Address.Addr = addr
 		}
 		if !anyPortBounds.has(b.Port) {
 			fail(bat()+".port", "%d is not a port in %s", b.Port, portBounds)

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -65,7 +66,7 @@ type PeerView struct {
 type announcing struct {
 	speaker    Announcer   // nil while the config has no bgp section
 	configured *config.BGP // the section speaker runs with
-	vips       map[string]VIPView
+	vips       map[netip.Addr]VIPView
 	shutdown   bool // the daemon is stopping: everything is withdrawn
 }
 
@@ -127,12 +128,12 @@ func (e *Engine) announce(ctx context.Context, applyErr error) {
 // recordVIPs keeps the decisions for BGP views and publishes what changed.
 func (e *Engine) recordVIPs(decisions []vipDecision) {
 	now := time.Now()
-	next := make(map[string]VIPView, len(decisions))
+	next := make(map[netip.Addr]VIPView, len(decisions))
 	var changes []Event
 	e.mu.Lock()
 	for _, d := range decisions {
-		v := d.view
-		old, known := e.bgp.vips[v.VIP]
+		v, vip := d.view, d.ann.Prefix.Addr()
+		old, known := e.bgp.vips[vip]
 		v.Since = old.Since
 		if !known || old.Announced != v.Announced {
 			v.Since = now
@@ -144,11 +145,11 @@ func (e *Engine) recordVIPs(decisions []vipDecision) {
 				changes = append(changes, Event{Type: kind, Message: v.VIP + ": " + v.Reason})
 			}
 		}
-		next[v.VIP] = v
+		next[vip] = v
 	}
 	for vip, old := range e.bgp.vips {
 		if _, still := next[vip]; !still && old.Announced {
-			changes = append(changes, Event{Type: EventVIPWithdrawn, Message: vip + ": no service has it any more"})
+			changes = append(changes, Event{Type: EventVIPWithdrawn, Message: old.VIP + ": no service has it any more"})
 		}
 	}
 	e.bgp.vips = next
@@ -166,10 +167,7 @@ func (e *Engine) decide(applyErr error) []vipDecision {
 	byVIP := map[netip.Addr][]string{}
 	var order []netip.Addr
 	for _, s := range cfg.Services {
-		vip, err := netip.ParseAddr(s.VIP)
-		if err != nil {
-			continue
-		}
+		vip := s.VIP.Addr
 		if _, seen := byVIP[vip]; !seen {
 			order = append(order, vip)
 		}
@@ -284,7 +282,7 @@ func (e *Engine) serviceReadiness(s *plan.Service) readiness {
 // isSorryServer tells whether b is one of the service's sorry servers.
 func isSorryServer(cs *config.Service, b plan.Backend) bool {
 	for _, sorry := range cs.SorryServers {
-		if sorry.Address == b.Addr.String() && (sorry.Port == int(b.Port) || cs.Mode == config.ModeDSR) {
+		if sorry.Address.Addr == b.Addr && (sorry.Port == int(b.Port) || cs.Mode == config.ModeDSR) {
 			return true
 		}
 	}
@@ -294,7 +292,7 @@ func isSorryServer(cs *config.Service, b plan.Backend) bool {
 // serviceAttributes are the path attributes the services of vip set (they agree: validated).
 func serviceAttributes(cfg *config.Config, vip netip.Addr) *config.PathAttributes {
 	for i := range cfg.Services {
-		if s := &cfg.Services[i]; s.BGP != nil && s.VIP == vip.String() {
+		if s := &cfg.Services[i]; s.BGP != nil && s.VIP.Addr == vip {
 			return s.BGP
 		}
 	}
@@ -314,8 +312,8 @@ func bgpAttributes(a config.PathAttributes) bgp.Attributes {
 // node's first IPv4 address.
 func (e *Engine) speakerConfig(b *config.BGP) (bgp.Config, error) {
 	c := bgp.Config{ASN: b.ASN, ListenPort: int32(b.ListenPortOrDefault())}
-	if b.RouterID != "" {
-		c.RouterID = netip.MustParseAddr(b.RouterID)
+	if b.RouterID.IsValid() {
+		c.RouterID = b.RouterID.Addr
 	} else {
 		id, err := e.opts.RouterID()
 		if err != nil {
@@ -325,12 +323,9 @@ func (e *Engine) speakerConfig(b *config.BGP) (bgp.Config, error) {
 	}
 	for _, p := range b.Peers {
 		peer := bgp.Peer{
-			Address: netip.MustParseAddr(p.Address), Port: uint16(p.Port), ASN: p.ASN,
+			Address: p.Address.Addr, Port: uint16(p.Port), ASN: p.ASN, NextHop: p.NextHop.Addr,
 			HoldTime: p.HoldTimeOrDefault(), Password: p.Password,
 			Attributes: bgpAttributes(p.PathAttributes),
-		}
-		if p.NextHop != "" {
-			peer.NextHop = netip.MustParseAddr(p.NextHop)
 		}
 		c.Peers = append(c.Peers, peer)
 	}
@@ -398,14 +393,11 @@ func (e *Engine) BGP(ctx context.Context) (BGPView, error) {
 	e.mu.Lock()
 	speaker := e.bgp.speaker
 	view := BGPView{Enabled: e.cfg.BGP != nil, Peers: []PeerView{}, VIPs: []VIPView{}}
-	for _, v := range e.bgp.vips {
-		view.VIPs = append(view.VIPs, v)
+	for _, vip := range slices.SortedFunc(maps.Keys(e.bgp.vips), netip.Addr.Compare) {
+		view.VIPs = append(view.VIPs, e.bgp.vips[vip])
 	}
 	e.mu.Unlock()
 	view.Node = e.Node()
-	slices.SortFunc(view.VIPs, func(a, b VIPView) int {
-		return netip.MustParseAddr(a.VIP).Compare(netip.MustParseAddr(b.VIP))
-	})
 	if speaker == nil {
 		return view, nil
 	}

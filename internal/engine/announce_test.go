@@ -232,7 +232,7 @@ func TestBGPSectionChangesReconfigureOnlyWhenChanged(t *testing.T) {
 		t.Fatalf("configured %d times for a change outside the bgp section", n)
 	}
 	if _, err := h.Update(false, "test", func(c *config.Config) error {
-		c.BGP.Peers = append(c.BGP.Peers, config.BGPPeer{Address: "10.9.0.2", ASN: 65000})
+		c.BGP.Peers = append(c.BGP.Peers, config.BGPPeer{Address: config.IPOf("10.9.0.2"), ASN: 65000})
 		return nil
 	}); err != nil {
 		t.Fatal(err)

@@ -17,7 +17,7 @@ func BenchmarkUpdateOneBackend(b *testing.B) {
 			h := start(b, testutil.ManyServices(n, 10), Options{})
 			add := func(cfg *config.Config) error {
 				s := &cfg.Services[len(cfg.Services)-1]
-				s.Backends = append(s.Backends, config.Backend{Address: "10.200.0.1"})
+				s.Backends = append(s.Backends, config.Backend{Address: config.IPOf("10.200.0.1")})
 				return nil
 			}
 			b.ResetTimer()

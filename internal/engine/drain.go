@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/plan"
 )
 
 // DefaultDrainTimeout bounds a drain when the caller gives no timeout.
@@ -193,5 +194,5 @@ func configBackendID(s *config.Service, b config.Backend) string {
 	if s.Mode == config.ModeDSR {
 		port = 0
 	}
-	return BackendID(b.Address, port)
+	return plan.Backend{Addr: b.Address.Addr, Port: uint16(port)}.ID()
 }

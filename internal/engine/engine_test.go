@@ -417,7 +417,7 @@ func TestChangeOverTheDatapathsBudgetChangesNothing(t *testing.T) {
 	before := h.Config()
 	_, err := h.Update(false, "test", func(cfg *config.Config) error {
 		extra := cfg.Services[0]
-		extra.Name, extra.VIP = "third", "10.91.9.103"
+		extra.Name, extra.VIP = "third", config.IPOf("10.91.9.103")
 		cfg.Services = append(cfg.Services, extra)
 		return nil
 	})

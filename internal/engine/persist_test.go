@@ -43,7 +43,7 @@ func addBackend(h *harness, addr string) error {
 	_, err := h.Update(false, "test", func(cfg *config.Config) error {
 		s, _, err := FindService(cfg, "web")
 		if err == nil {
-			s.Backends = append(s.Backends, config.Backend{Address: addr})
+			s.Backends = append(s.Backends, config.Backend{Address: config.IPOf(addr)})
 		}
 		return err
 	})
@@ -52,7 +52,7 @@ func addBackend(h *harness, addr string) error {
 
 func hasBackend(cfg *config.Config, addr string) bool {
 	s, _, err := FindService(cfg, "web")
-	return err == nil && s.Backends[len(s.Backends)-1].Address == addr
+	return err == nil && s.Backends[len(s.Backends)-1].Address.String() == addr
 }
 
 func TestChangesAreSavedAndReloadReplacesThem(t *testing.T) {

@@ -3,7 +3,6 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
 
@@ -182,8 +181,7 @@ func FindBackend(s *config.Service, ref string) (*config.Backend, int, error) {
 	}
 	found := -1
 	for i, b := range s.Backends {
-		addr, err := netip.ParseAddr(b.Address)
-		if err != nil || addr.Unmap() != want.Addr() || (!bare && b.Port != int(want.Port())) {
+		if b.Address.Addr != want.Addr() || (!bare && b.Port != int(want.Port())) {
 			continue
 		}
 		if found >= 0 {

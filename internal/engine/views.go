@@ -125,14 +125,13 @@ func (e *Engine) Service(ctx context.Context, name string) (ServiceView, error) 
 
 func (e *Engine) serviceView(s *config.Service, k *datapath.ServiceStatus, available plan.Availability) ServiceView {
 	v := ServiceView{
-		Name: s.Name, Protocol: s.Protocol, VIP: s.VIP, Ports: s.Port.String(), Mode: s.Mode,
+		Name: s.Name, Protocol: s.Protocol, VIP: s.VIP.String(), Ports: s.Port.String(), Mode: s.Mode,
 		Scheduler: s.Scheduler, SHPort: s.SHPort, Fallback: s.Fallback.OrDefault(), Programmed: k != nil,
 		AvailableWeight: availableWeight(s, available),
 	}
 	v.Quorum = e.quorumState(s, v.AvailableWeight)
 	if d := s.PersistenceOrZero(); d > 0 {
-		addr, _ := netip.ParseAddr(s.VIP)
-		v.PersistenceTimeout, v.PersistencePrefix = s.PersistenceTimeout, s.PersistencePrefix(addr.Unmap().Is6())
+		v.PersistenceTimeout, v.PersistencePrefix = s.PersistenceTimeout, s.PersistencePrefix(s.VIP.Is6())
 	}
 	counters := map[string]datapath.BackendStatus{}
 	if k != nil {

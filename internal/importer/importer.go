@@ -52,9 +52,9 @@ type namer map[string]bool
 
 // name is "tcp-10-0-0-1-80" (IPv6 colons become dashes), cut to the 32 characters a service
 // name may hold by keeping the address's end, with -2, -3… added when the name is taken.
-func (n namer) name(proto config.Protocol, vip string, port config.Range) string {
+func (n namer) name(proto config.Protocol, vip config.IP, port config.Range) string {
 	proto = proto.OrDefault()
-	addr := strings.NewReplacer(".", "-", ":", "-").Replace(vip)
+	addr := strings.NewReplacer(".", "-", ":", "-").Replace(vip.String())
 	tail := "-" + port.String()
 	room := 32 - len(proto) - 1 - len(tail)
 	if len(addr) > room {

@@ -129,7 +129,7 @@ func TestNames(t *testing.T) {
 		{"2001:db8:aaaa:bbbb:cccc:dddd:eeee:1", "tcp-aa-bbbb-cccc-dddd-eeee-1-443"},
 		{"2001:db8:aaaa:bbbb:cccc:dddd:eeee:1", "tcp-aa-bbbb-cccc-dddd-eeee-1-4-2"},
 	} {
-		got := n.name(config.ProtocolTCP, tc.vip, port)
+		got := n.name(config.ProtocolTCP, config.IPOf(tc.vip), port)
 		if got != tc.want || len(got) > 32 {
 			t.Errorf("name of %s = %q, want %q", tc.vip, got, tc.want)
 		}

@@ -160,8 +160,8 @@ func parseAddrPort(text string) (netip.AddrPort, error) {
 	return netip.AddrPortFrom(addr, uint16(port)), nil
 }
 
-func hostPortText(addr string, port int) string {
-	return netip.AddrPortFrom(netip.MustParseAddr(addr), uint16(port)).String()
+func hostPortText(addr config.IP, port int) string {
+	return netip.AddrPortFrom(addr.Addr, uint16(port)).String()
 }
 
 // newIPVSService converts an -A line.
@@ -171,7 +171,7 @@ func newIPVSService(opts map[string]string, line int, fail func(string, ...any))
 		return nil
 	}
 	s := &ipvsService{line: line}
-	s.VIP, s.Port, s.Protocol = at.Addr().String(), config.Range{First: int(at.Port()), Last: int(at.Port())}, proto
+	s.VIP, s.Port, s.Protocol = config.IPFrom(at.Addr()), config.Range{First: int(at.Port()), Last: int(at.Port())}, proto
 	s.Notes = []string{fmt.Sprintf("from -A at line %d", line)}
 	sched, why, ok := ipvsScheduler(cmpOr(opts["-s"], "wlc"))
 	if !ok {
@@ -251,7 +251,7 @@ func addIPVSServer(opts map[string]string, byKey map[string]*ipvsService, fail f
 		fail("-r: %v", err)
 		return
 	}
-	b := config.Backend{Address: rip.Addr().String(), Port: int(rip.Port())}
+	b := config.Backend{Address: config.IPFrom(rip.Addr()), Port: int(rip.Port())}
 	if s.Mode == config.ModeDSR {
 		b.Port = 0
 	}

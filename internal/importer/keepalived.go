@@ -96,7 +96,7 @@ func (c *kaConverter) virtualServer(s *stmt) []Service {
 	var out []Service
 	for _, l := range listeners {
 		svc := Service{Service: tmpl.Service, Notes: append([]string{fmt.Sprintf("from %s (%s:%d)", origin, s.file(), s.line())}, tmpl.Notes...)}
-		svc.VIP = l.vip.String()
+		svc.VIP = config.IPFrom(l.vip)
 		svc.Port = config.Range{First: l.port, Last: l.port}
 		svc.Name = c.names.name(svc.Protocol, svc.VIP, svc.Port)
 		svc.Backends = slices.Clone(tmpl.Backends)
@@ -108,8 +108,8 @@ func (c *kaConverter) virtualServer(s *stmt) []Service {
 	return out
 }
 
-func (c *kaConverter) checkFamily(s *stmt, addr string, vip netip.Addr) {
-	if a, err := netip.ParseAddr(addr); err == nil && a.Is4() != vip.Is4() {
+func (c *kaConverter) checkFamily(s *stmt, addr config.IP, vip netip.Addr) {
+	if addr.IsValid() && addr.Is4() != vip.Is4() {
 		c.fail(s, "real server %s and VIP %s are of different address families", addr, vip)
 	}
 }
@@ -406,7 +406,7 @@ func (c *kaConverter) server(s *stmt, what string) (config.Backend, bool) {
 		c.fail(s, "%s: %v", what, err)
 		return config.Backend{}, false
 	}
-	return config.Backend{Address: addr.String(), Port: port}, true
+	return config.Backend{Address: config.IPFrom(addr), Port: port}, true
 }
 
 // realServer converts a real_server block into a backend and its health check.

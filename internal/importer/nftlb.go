@@ -258,7 +258,7 @@ func (c *nftlbConverter) backends(f *nftlbFarm, tmpl *Service, note func(string,
 			c.errs.add(c.file, nb.line, "backend %s: %v", nb.Name, err)
 			continue
 		}
-		b := config.Backend{Address: addr.String()}
+		b := config.Backend{Address: config.IPFrom(addr)}
 		if nb.Port != "" {
 			if b.Port, err = parsePort(nb.Port); err != nil {
 				c.errs.add(c.file, nb.line, "backend %s port: %v", nb.Name, err)
@@ -347,7 +347,7 @@ func (c *nftlbConverter) expand(n *yaml.Node, f *nftlbFarm, tmpl Service, line f
 		for _, r := range ports {
 			s := tmpl
 			s.Notes = slices.Clone(tmpl.Notes)
-			s.VIP, s.Port, s.Protocol = vip.String(), r, proto
+			s.VIP, s.Port, s.Protocol = config.IPFrom(vip), r, proto
 			s.Backends, s.SorryServers = slices.Clone(tmpl.Backends), slices.Clone(tmpl.SorryServers)
 			if r.IsRange() && s.Mode != config.ModeDSR {
 				for i := range s.Backends {

@@ -112,10 +112,10 @@ func (c *nftlbConverter) farmPolicies(n *yaml.Node, farm string, vip netip.Addr,
 			continue
 		}
 		p.used = true
-		var kept []string
+		var kept []config.Prefix
 		for _, prefix := range p.prefixes {
 			if prefix.Addr().Is6() == vip.Is6() {
-				kept = append(kept, prefix.String())
+				kept = append(kept, config.PrefixFrom(prefix))
 			}
 		}
 		if dropped := len(p.prefixes) - len(kept); dropped > 0 {

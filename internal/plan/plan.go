@@ -180,19 +180,19 @@ func defaultTableSize(datapath config.Datapath) func(n int) int {
 }
 
 func buildService(cs config.Service, available Availability, quorum QuorumRule, tables *recentTables, defaultSize func(int) int) (Service, error) {
-	vip, err := netip.ParseAddr(cs.VIP)
-	if err != nil {
-		return Service{}, err
+	if !cs.VIP.IsValid() {
+		return Service{}, fmt.Errorf("service %s: vip %q is not an IP address", cs.Name, cs.VIP)
 	}
 	s := Service{
-		Name: cs.Name, VIP: vip.Unmap(), Ports: cs.Port, Protocol: cs.Protocol, Mode: cs.Mode,
+		Name: cs.Name, VIP: cs.VIP.Unmap(), Ports: cs.Port, Protocol: cs.Protocol, Mode: cs.Mode,
 		Scheduler: cs.Scheduler.OrDefault().Canonical(), Fallback: cs.Fallback.OrDefault(), FlowTimeout: config.DefaultFlowTimeout,
 		SHPort: cs.SHPort, Persistence: cs.PersistenceOrZero(),
 	}
 	if s.Persistence > 0 {
 		s.PersistencePrefix = cs.PersistencePrefix(s.VIP.Is6())
 	}
-	if err := s.protect(&cs); err != nil {
+	err := s.protect(&cs)
+	if err != nil {
 		return Service{}, err
 	}
 	if cs.FlowTimeout != "" {
@@ -281,15 +281,14 @@ func (s *Service) protect(cs *config.Service) error {
 	return err
 }
 
-// prefixes parses a source list, sorted and without duplicates; nil when empty.
-func prefixes(list []string) ([]netip.Prefix, error) {
+// prefixes is a source list sorted and without duplicates; nil when empty.
+func prefixes(list []config.Prefix) ([]netip.Prefix, error) {
 	var out []netip.Prefix
-	for _, text := range list {
-		p, err := config.ParseSourcePrefix(text)
-		if err != nil {
+	for _, p := range list {
+		if err := p.Err(); err != nil {
 			return nil, err
 		}
-		out = append(out, p)
+		out = append(out, p.Prefix)
 	}
 	slices.SortFunc(out, func(a, b netip.Prefix) int {
 		if c := a.Addr().Compare(b.Addr()); c != 0 {
@@ -303,16 +302,15 @@ func prefixes(list []string) ([]netip.Prefix, error) {
 // BackendOf is a configured backend of a service in mode as the datapaths program it: dsr
 // cannot remap ports, so a dsr backend always takes the client's port (Port 0).
 func BackendOf(cb config.Backend, mode config.Mode) (Backend, error) {
-	addr, err := netip.ParseAddr(cb.Address)
-	if err != nil {
-		return Backend{}, err
+	if !cb.Address.IsValid() {
+		return Backend{}, fmt.Errorf("backend %q is not an IP address", cb.Address)
 	}
 	port := uint16(cb.Port)
 	if mode == config.ModeDSR {
 		port = 0
 	}
 	upper, lower := cb.ConnectionThresholds()
-	return Backend{Addr: addr.Unmap(), Port: port, Weight: cb.WeightOrDefault(), MaxConns: upper, MinConns: lower}, nil
+	return Backend{Addr: cb.Address.Unmap(), Port: port, Weight: cb.WeightOrDefault(), MaxConns: upper, MinConns: lower}, nil
 }
 
 // slots builds the slot table of a scheduler over the backends' weights. For maglev, the table is

@@ -51,7 +51,7 @@ func (r *rig) open() (*Store, *config.Config) {
 func (r *rig) apiChange(s *Store, cfg *config.Config, addr string) *config.Config {
 	r.t.Helper()
 	next := cfg.Clone()
-	next.Services[0].Backends = append(next.Services[0].Backends, config.Backend{Address: addr})
+	next.Services[0].Backends = append(next.Services[0].Backends, config.Backend{Address: config.IPOf(addr)})
 	if errs := next.Validate(); len(errs) > 0 {
 		r.t.Fatal(errs)
 	}
@@ -144,7 +144,7 @@ func TestReloadReplacesTheState(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, cfg = r.open()
-	if s.Start().Source != FromStateFile || backends(cfg) != 1 || cfg.Services[0].Backends[0].Address != "10.0.1.3" {
+	if s.Start().Source != FromStateFile || backends(cfg) != 1 || cfg.Services[0].Backends[0].Address.String() != "10.0.1.3" {
 		t.Fatalf("after a reload: %+v, backends %v", s.Start(), cfg.Services[0].Backends)
 	}
 }

@@ -16,7 +16,7 @@ func scaleConfig(n, extra int) *config.Config {
 	cfg := &config.Config{Datapath: "nft"}
 	for i := range n {
 		s := config.Service{
-			Name: fmt.Sprintf("svc%d", i), VIP: netip.AddrFrom4([4]byte{10, 92, byte(i >> 8), byte(i)}).String(),
+			Name: fmt.Sprintf("svc%d", i), VIP: config.IPFrom(netip.AddrFrom4([4]byte{10, 92, byte(i >> 8), byte(i)})),
 			Port: config.Range{First: 80, Last: 80}, Protocol: "tcp", Mode: "nat", Scheduler: "maglev",
 		}
 		backends := 10
@@ -24,7 +24,7 @@ func scaleConfig(n, extra int) *config.Config {
 			backends += extra
 		}
 		for j := range backends {
-			s.Backends = append(s.Backends, config.Backend{Address: fmt.Sprintf("10.91.2.%d", 100+j), Port: 8080})
+			s.Backends = append(s.Backends, config.Backend{Address: config.IPOf(fmt.Sprintf("10.91.2.%d", 100+j)), Port: 8080})
 		}
 		cfg.Services = append(cfg.Services, s)
 	}
