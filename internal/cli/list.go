@@ -157,7 +157,7 @@ func kernelViews(kernel []datapath.ServiceStatus) []engine.ServiceView {
 	for _, k := range kernel {
 		v := engine.ServiceView{
 			Name: k.Name, Protocol: k.Protocol, VIP: config.IPOf(k.VIP), Ports: k.Ports, Mode: k.Mode,
-			Scheduler: k.Scheduler, Programmed: true, Slots: k.Slots, Refused: k.Refused,
+			Scheduler: k.Scheduler, Programmed: true, Slots: k.Slots, Refused: k.Refused, SYNCookies: k.SYNCookies,
 		}
 		for _, b := range k.Backends {
 			bv := engine.BackendView{

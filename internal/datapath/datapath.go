@@ -73,6 +73,16 @@ type ServiceStatus struct {
 	Backends []BackendStatus `json:"backends"`
 	// Refused counts the new flows the service's access lists and limits refused.
 	Refused Refusals `json:"refused,omitzero"`
+	// SYNCookies counts what the SYN protection did (syn_protection only).
+	SYNCookies SYNCookies `json:"syn_cookies,omitzero"`
+}
+
+// SYNCookies count a service's SYN cookies: Sent answered a SYN; Validated came back in an ACK
+// that opened a connection to a backend; Rejected came back wrong, and the ACK was dropped.
+type SYNCookies struct {
+	Sent      uint64 `json:"sent"`
+	Validated uint64 `json:"validated"`
+	Rejected  uint64 `json:"rejected"`
 }
 
 // Refusals count the new flows a service refused, by the setting that refused them (named as

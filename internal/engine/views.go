@@ -37,8 +37,10 @@ type ServiceView struct {
 	AvailableWeight int    `json:"available_weight"`
 	Quorum          string `json:"quorum,omitempty"`
 	// Refused counts the new flows the service's access lists and limits refused, by setting.
-	Refused  datapath.Refusals `json:"refused,omitzero"`
-	Backends []BackendView     `json:"backends"`
+	Refused datapath.Refusals `json:"refused,omitzero"`
+	// SYNCookies counts the SYN protection's cookies (syn_protection only).
+	SYNCookies datapath.SYNCookies `json:"syn_cookies,omitzero"`
+	Backends   []BackendView       `json:"backends"`
 }
 
 // BackendView is one backend (or sorry server) of a service.
@@ -135,7 +137,7 @@ func (e *Engine) serviceView(s *config.Service, k *datapath.ServiceStatus, avail
 	}
 	counters := map[string]datapath.BackendStatus{}
 	if k != nil {
-		v.Slots, v.Refused = k.Slots, k.Refused
+		v.Slots, v.Refused, v.SYNCookies = k.Slots, k.Refused, k.SYNCookies
 		for _, b := range k.Backends {
 			counters[BackendID(b.Address, b.Port)] = b
 		}

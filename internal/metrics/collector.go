@@ -137,6 +137,9 @@ var (
 	serviceRefused = prometheus.NewDesc("sluice_service_refused_total",
 		"New flows the service's access lists and limits refused, by the setting that refused them; a reason that refused none has no series.",
 		[]string{"service", "reason"}, nil)
+	serviceSYNCookies = prometheus.NewDesc("sluice_service_syn_cookies_total",
+		"SYN cookies of a service with syn_protection: sent (answering a SYN), validated (opening a connection to a backend), rejected (a wrong cookie, the ACK dropped).",
+		[]string{"service", "result"}, nil)
 	perBackend = prometheus.NewDesc("sluice_metrics_per_backend",
 		"Whether this scrape has the per-backend and per-probe series (1), or only the per-service ones (0: more backends than the limit, or turned off).", nil, nil)
 )
@@ -159,6 +162,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- serviceBackends
 	ch <- serviceQuorum
 	ch <- serviceRefused
+	ch <- serviceSYNCookies
 	ch <- backendState
 	describe(ch, applyFamilies)
 	describe(ch, probeFamilies)
@@ -197,6 +201,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for _, reason := range refusalReasons {
 			if n := reason.count(s.Refused); n > 0 {
 				ch <- prometheus.MustNewConstMetric(serviceRefused, prometheus.CounterValue, float64(n), s.Name, reason.name)
+			}
+		}
+		if c := s.SYNCookies; c != (datapath.SYNCookies{}) {
+			for result, n := range map[string]uint64{"sent": c.Sent, "validated": c.Validated, "rejected": c.Rejected} {
+				ch <- prometheus.MustNewConstMetric(serviceSYNCookies, prometheus.CounterValue, float64(n), s.Name, result)
 			}
 		}
 		inState := map[string]int{}

@@ -101,6 +101,7 @@ func (d *counting) Status(ctx context.Context) ([]datapath.ServiceStatus, error)
 	for i := range status {
 		if status[i].Name == "web" {
 			status[i].Refused = datapath.Refusals{SourceList: 4, NewConnectionsPerSecond: 2}
+			status[i].SYNCookies = datapath.SYNCookies{Sent: 9, Validated: 7}
 		}
 		for j := range status[i].Backends {
 			b := &status[i].Backends[j]
@@ -201,6 +202,9 @@ func TestScrape(t *testing.T) {
 		`sluice_service_quorum{service="dns"} 1`,
 		`sluice_service_refused_total{reason="source_list",service="web"} 4`,
 		`sluice_service_refused_total{reason="new_connections_per_second",service="web"} 2`,
+		`sluice_service_syn_cookies_total{result="sent",service="web"} 9`,
+		`sluice_service_syn_cookies_total{result="validated",service="web"} 7`,
+		`sluice_service_syn_cookies_total{result="rejected",service="web"} 0`,
 		`sluice_backend_active_flows{backend="10.0.0.1",service="web"} 5`,
 		`sluice_backend_active_flows{backend="10.0.0.2:8080",service="web"} 0`,
 		`sluice_backend_flows_total{backend="10.0.0.1",service="web"} 7`,

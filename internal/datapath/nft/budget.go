@@ -25,7 +25,7 @@ const kernelBytesPerElement = 250
 // adds its map, counted full (persistenceSize), and its rules; under nat and fullnat also the
 // marks map and live set, with 2 elements and a rule per backend. Protection adds per access list
 // its set, counter, rule and prefixes; per limit its counter and rule, and its set (a per-source
-// one counted full, sourceSetSize); syn_protection a synproxy element and counter, and the base
+// one counted full, sourceSetSize); syn_protection 3 synproxy elements and counters, and the base
 // chains of the synproxy once.
 func elements(p *plan.Plan) int {
 	n := baseOperations
@@ -54,8 +54,8 @@ func elements(p *plan.Plan) int {
 	return n
 }
 
-// synproxyBaseOperations bounds the synproxy's base chains, rules and maps.
-const synproxyBaseOperations = 30
+// synproxyBaseOperations bounds the synproxy's 4 base chains, 12 maps and 33 rules.
+const synproxyBaseOperations = 50
 
 // protectionElements counts what a service's access lists, limits and syn_protection add.
 func protectionElements(s *plan.Service) int {
@@ -76,7 +76,7 @@ func protectionElements(s *plan.Service) int {
 		}
 	}
 	if s.SYNProtection {
-		n += 2
+		n += 2 * len(synproxyCounts)
 	}
 	return n
 }

@@ -24,6 +24,7 @@ const (
 	notrackChain         = "notrack"
 	synproxyInputChain   = "synproxy-input"
 	synproxyForwardChain = "synproxy-forward"
+	synproxyOutputChain  = "synproxy-output"
 )
 
 // ingressChain is the name of the DSR ingress chain of a device.
@@ -38,6 +39,8 @@ const (
 	fullNATKind   sharedKind = "fullnat"   // vip . port of the full-NAT services of a protocol
 	forwardedKind sharedKind = "forwarded" // conntrack tuple parts of a protocol : packet counter
 	synproxyKind  sharedKind = "synproxy"  // vip . port of the tcp services with syn_protection : SYN counter
+	cookieAckKind sharedKind = "cookieack" // the same : counter of the ACKs handed to the synproxy
+	cookieOKKind  sharedKind = "cookieok"  // the same : counter of the SYNs the synproxy sent on a valid cookie
 )
 
 // sharedObject names a shared set or map: "dispatch-port4", "fullnat-range-udp6",
@@ -78,7 +81,7 @@ func parseSharedObject(name string) (o sharedObject, ok bool) {
 	}
 	switch o.kind {
 	case dispatchKind:
-	case fullNATKind, forwardedKind, synproxyKind:
+	case fullNATKind, forwardedKind, synproxyKind, cookieAckKind, cookieOKKind:
 		if rest, ok = strings.CutPrefix(rest, "-"); !ok || len(rest) != len("tcp4") {
 			return sharedObject{}, false
 		}
@@ -129,18 +132,20 @@ const (
 
 	// Protection (protect.go): a set and a counter of the packets refused by each access list and
 	// limit, of the same kind; the counter of the SYNs answered with a cookie.
-	denyList     serviceKind = "deny"     // source_deny: an interval set of client prefixes
-	allowList    serviceKind = "allow"    // source_allow: an interval set of client prefixes
-	rateLimit    serviceKind = "rate"     // new_connections_per_second: no set, a limit statement
-	srcRateLimit serviceKind = "srcrate"  // new_connections_per_source_per_second: client : its rate, written by the packet path
-	connsLimit   serviceKind = "conns"    // connections: vip : its connection count, written by the packet path
-	srcConnLimit serviceKind = "srcconns" // connections_per_source: client : its connection count, written by the packet path
-	synCounter   serviceKind = "syn"      // syn_protection: SYNs answered with a cookie
+	denyList     serviceKind = "deny"      // source_deny: an interval set of client prefixes
+	allowList    serviceKind = "allow"     // source_allow: an interval set of client prefixes
+	rateLimit    serviceKind = "rate"      // new_connections_per_second: no set, a limit statement
+	srcRateLimit serviceKind = "srcrate"   // new_connections_per_source_per_second: client : its rate, written by the packet path
+	connsLimit   serviceKind = "conns"     // connections: vip : its connection count, written by the packet path
+	srcConnLimit serviceKind = "srcconns"  // connections_per_source: client : its connection count, written by the packet path
+	synCounter   serviceKind = "syn"       // syn_protection: SYNs answered with a cookie
+	cookieAcks   serviceKind = "cookieack" // syn_protection: ACKs handed to the synproxy
+	cookiesOK    serviceKind = "cookieok"  // syn_protection: SYNs the synproxy sent on a valid cookie
 )
 
 var serviceKinds = []serviceKind{serviceChain, slotsMap, membersMap, flowsMap, marksMap, newFlowsMap,
 	persistMap, liveSet, backendChains, chainCounter, packetCounter, newFlowCounter,
-	denyList, allowList, rateLimit, srcRateLimit, connsLimit, srcConnLimit, synCounter}
+	denyList, allowList, rateLimit, srcRateLimit, connsLimit, srcConnLimit, synCounter, cookieAcks, cookiesOK}
 
 // serviceObject names an object of one service: "<kind>-<service>-<hash>", and a DSR backend
 // chain also "-<hash of its device>": "svc-web-8c2c44ca", "be-web-8c2c44ca-1a2b".

@@ -15,6 +15,9 @@ func TestSharedObjectNamesRoundTrip(t *testing.T) {
 			for _, proto := range []string{"tcp", "udp"} {
 				objs = append(objs, sharedObject{fullNATKind, proto, v, ranged}, sharedObject{forwardedKind, proto, v, ranged})
 			}
+			for _, kind := range []sharedKind{synproxyKind, cookieAckKind, cookieOKKind} {
+				objs = append(objs, sharedObject{kind, "tcp", v, ranged})
+			}
 			for _, o := range objs {
 				got, ok := parseSharedObject(o.String())
 				if !ok || got != o {

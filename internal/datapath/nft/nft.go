@@ -340,6 +340,9 @@ func plannedStatus(s *plan.Service, counters *state, live *liveFlows) datapath.S
 	}
 	sort.Sort(byKeys{order, st.Backends})
 	st.Refused = refusals(counters, familyOf(s), s.Name, s.VIP)
+	if s.SYNProtection {
+		st.SYNCookies = synCookies(counters, s.Name, s.VIP)
+	}
 	return st
 }
 
@@ -398,7 +401,7 @@ func serviceStatus(st *state, live *liveFlows, f knftables.Family, dispatch *knf
 	}
 	n, vip, ports := d.names(), d.vip, d.ports
 	s := datapath.ServiceStatus{Name: d.name, Protocol: d.protocol, VIP: vip.String(), Ports: ports.String(), Mode: d.mode, Scheduler: d.scheduler,
-		Refused: refusals(st, f, d.name, vip)}
+		Refused: refusals(st, f, d.name, vip), SYNCookies: synCookies(st, d.name, vip)}
 	// Slots and dsr flows per backend chain (dsr ones hold marks, resolved via the marks map).
 	toChain := backendChainOf(st, f, n.marks)
 	owners := map[string]int{}

@@ -123,15 +123,18 @@ func refusalCounter(service string, vip netip.Addr, k serviceKind) string {
 	return protectionName(&plan.Service{Name: service, VIP: vip}, k, 0)
 }
 
+// protectionPackets reads the packets of a service's protection counter of kind k (0 if it has none).
+func protectionPackets(st *state, f knftables.Family, service string, vip netip.Addr, k serviceKind) uint64 {
+	if c := st.counters[objKey{f, refusalCounter(service, vip, k)}]; c != nil {
+		return deref(c.Packets)
+	}
+	return 0
+}
+
 // refusals reads a service's refusal counters (zero where it has no such list or limit): each
 // counts the packets its rule refused, the first packet of each refused flow and its retries.
 func refusals(st *state, f knftables.Family, service string, vip netip.Addr) datapath.Refusals {
-	n := func(k serviceKind) uint64 {
-		if c := st.counters[objKey{f, refusalCounter(service, vip, k)}]; c != nil {
-			return deref(c.Packets)
-		}
-		return 0
-	}
+	n := func(k serviceKind) uint64 { return protectionPackets(st, f, service, vip, k) }
 	return datapath.Refusals{
 		SourceList:                       n(denyList) + n(allowList),
 		ConnectionsPerSource:             n(srcConnLimit),
@@ -175,50 +178,84 @@ func protectionTag(s *plan.Service) []string {
 	}
 }
 
+// synproxyCounts are the synproxy's shared maps: each maps the vip . port of the tcp services of
+// one IP version with syn_protection to one of their counters.
+var synproxyCounts = []struct {
+	shared  sharedKind
+	counter serviceKind
+}{{synproxyKind, synCounter}, {cookieAckKind, cookieAcks}, {cookieOKKind, cookiesOK}}
+
 // renderSynproxyBase lays out the SYN protection of the inet table, as the nftables wiki and
-// nftlb do it: a raw prerouting chain counts the SYNs to the protected services (looked up in the
-// synproxy maps, whose values are their SYN counters) and takes them out of conntrack; the
-// input and forward chains hand the untracked SYNs and the invalid (untracked) ACKs of those
-// services to the kernel's synproxy, which answers a SYN with a cookie and, on an ACK that
-// returns a valid one, sends the SYN on through the output hook, where the nat chains balance it
-// as any new flow; what else of theirs is invalid is dropped. Conntrack must not pick an ACK up
-// as a connection (checkSynproxySysctl).
+// nftlb do it: a raw prerouting chain counts the SYNs to the protected services and takes them
+// out of conntrack; the input and forward chains count the invalid (untracked) ACKs of those
+// services and hand them and the untracked SYNs to the kernel's synproxy, which answers a SYN
+// with a cookie and, on an ACK that returns a valid one, sends the SYN on through the output
+// hook, where the nat chains balance it as any new flow; what else of theirs is invalid is
+// dropped. The raw output chain counts the SYNs the synproxy sends (those without a socket).
+// Conntrack must not pick an ACK up as a connection (checkSynproxySysctl).
+//
+// The synproxy announces no TCP timestamps, and so no window scaling or SACK, which its cookie
+// would carry in the timestamp: with timestamps, the ACK it sends a backend to open the
+// connection echoes the backend's timestamp shifted twice by its own offset, and recent kernels
+// (TcpExtTSEcrRejected, 6.18 here) ignore that ACK, so that a connection opens only when the client
+// sends data, and one whose server speaks first waits a second for a SYN-ACK retransmit.
 func renderSynproxyBase(st *state) {
 	const f = knftables.InetFamily
 	var notrack, guard []string
+	output := []string{"tcp flags & (syn | ack) == syn meta skuid 0-4294967295 return"} // a local socket's SYN
 	for _, v := range []ipv{ipv4, ipv6} {
-		for _, m := range synproxyMaps(v) {
-			st.addSet(f, m)
-			key := fmt.Sprintf("%s daddr . tcp dport", v.ip)
-			notrack = append(notrack, fmt.Sprintf("tcp flags & (syn | ack) == syn counter name %s map @%s notrack", key, m.Name))
+		key := fmt.Sprintf("%s daddr . tcp dport", v.ip)
+		for _, ranged := range []bool{false, true} {
+			syns, acks, ok := synproxyMap(v, synproxyKind, ranged), synproxyMap(v, cookieAckKind, ranged), synproxyMap(v, cookieOKKind, ranged)
+			st.addSet(f, syns)
+			st.addSet(f, acks)
+			st.addSet(f, ok)
+			notrack = append(notrack, fmt.Sprintf("tcp flags & (syn | ack) == syn counter name %s map @%s notrack", key, syns.Name))
 			guard = append(guard,
-				fmt.Sprintf("%s @%s ct state invalid,untracked counter synproxy mss %d wscale 7 timestamp sack-perm", key, m.Name, synproxyMSS[v.ip]),
-				fmt.Sprintf("%s @%s ct state invalid counter drop", key, m.Name))
+				fmt.Sprintf("tcp flags & (syn | ack) == ack ct state invalid,untracked counter name %s map @%s", key, acks.Name),
+				fmt.Sprintf("%s @%s ct state invalid,untracked counter synproxy mss %d", key, syns.Name, synproxyMSS[v.ip]),
+				fmt.Sprintf("%s @%s ct state invalid counter drop", key, syns.Name))
+			output = append(output, fmt.Sprintf("tcp flags & (syn | ack) == syn counter name %s map @%s", key, ok.Name))
 		}
 	}
 	st.addChain(baseChain(f, notrackChain, knftables.FilterType, knftables.PreroutingHook, knftables.RawPriority), notrack...)
 	st.addChain(baseChain(f, synproxyInputChain, knftables.FilterType, knftables.InputHook, knftables.FilterPriority), guard...)
 	st.addChain(baseChain(f, synproxyForwardChain, knftables.FilterType, knftables.ForwardHook, knftables.FilterPriority), guard...)
+	st.addChain(baseChain(f, synproxyOutputChain, knftables.FilterType, knftables.OutputHook, knftables.RawPriority), output...)
 }
 
-// synproxyMaps map the vip . port of the tcp services of one IP version with syn_protection to
-// their SYN counter: a hash map for single-port services, an interval map for port ranges.
-func synproxyMaps(v ipv) [2]*knftables.Map {
-	typ := v.addrType + " . inet_service : counter"
-	return [2]*knftables.Map{
-		{Name: sharedObject{synproxyKind, "tcp", v, false}.String(), Type: typ},
-		{Name: sharedObject{synproxyKind, "tcp", v, true}.String(), Type: typ, Flags: []knftables.SetFlag{knftables.IntervalFlag}},
+// synproxyMap is the synproxy's map of one kind (synproxyCounts) for the single-port services of
+// one IP version, or its interval map for port ranges.
+func synproxyMap(v ipv, kind sharedKind, ranged bool) *knftables.Map {
+	m := &knftables.Map{Name: sharedObject{kind, "tcp", v, ranged}.String(), Type: v.addrType + " . inet_service : counter"}
+	if ranged {
+		m.Flags = []knftables.SetFlag{knftables.IntervalFlag}
+	}
+	return m
+}
+
+// renderSynproxyService adds a service with syn_protection to the synproxy's maps, with its counters.
+func renderSynproxyService(st *state, s *plan.Service) {
+	const f = knftables.InetFamily
+	for _, c := range synproxyCounts {
+		counter := protectionName(s, c.counter, 0)
+		st.addCounter(f, counter)
+		st.shared(f, synproxyMap(ipvOf(s.VIP), c.shared, s.Ports.First != s.Ports.Last)).add(&knftables.Element{
+			Key: []string{s.VIP.String(), s.Ports.String()}, Value: []string{counter}, Comment: ptr(describe(s)),
+		})
 	}
 }
 
-// renderSynproxyService adds a service with syn_protection to its synproxy map, with its counter.
-func renderSynproxyService(st *state, s *plan.Service) {
-	const f = knftables.InetFamily
-	counter := protectionName(s, synCounter, 0)
-	st.addCounter(f, counter)
-	st.shared(f, synproxyMaps(ipvOf(s.VIP))[rangeIndex(s)]).add(&knftables.Element{
-		Key: []string{s.VIP.String(), s.Ports.String()}, Value: []string{counter}, Comment: ptr(describe(s)),
-	})
+// synCookies reads a service's synproxy counters (zero without syn_protection). Rejected is what
+// the synproxy was handed and did not pass on: an ACK whose cookie did not check out, or a stray
+// one; a retransmitted ACK the synproxy passes on again counts twice as validated.
+func synCookies(st *state, service string, vip netip.Addr) datapath.SYNCookies {
+	n := func(k serviceKind) uint64 { return protectionPackets(st, knftables.InetFamily, service, vip, k) }
+	c := datapath.SYNCookies{Sent: n(synCounter), Validated: n(cookiesOK)}
+	if acks := n(cookieAcks); acks > c.Validated {
+		c.Rejected = acks - c.Validated
+	}
+	return c
 }
 
 // tcpLoose is the sysctl that lets conntrack take a mid-stream packet for a new connection.

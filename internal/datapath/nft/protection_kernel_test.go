@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -286,7 +287,8 @@ func TestKernelConnectionLimits(t *testing.T) {
 
 // TestKernelSynproxy: with syn_protection, a client that completes the handshake reaches the
 // backend through the synproxy; a SYN alone is answered by the balancer and never reaches the
-// backend's namespace, where a counter sees every SYN to port 80.
+// backend's namespace, where a counter sees every SYN to port 80; an ACK with a forged cookie is
+// dropped. The service's cookie counters tell each apart.
 func TestKernelSynproxy(t *testing.T) {
 	inFreshNetns(t, func() {
 		strictTCPTracking(t)
@@ -322,13 +324,35 @@ func TestKernelSynproxy(t *testing.T) {
 		if got := backendSYNs(); got != 1 {
 			t.Fatalf("backend saw %d SYNs after one handshake, want 1", got)
 		}
-		in(t, client, func() { sendSYN(t, netip.MustParseAddr("10.91.1.2"), webVIP) })
+		in(t, backends, func() {
+			// The synproxy's ACK must open the connection on the backend: recent kernels
+			// ignore one whose timestamp echo is wrong (as the synproxy's is with timestamps on).
+			if n := netstat(t, "TcpExt", "TSEcrRejected"); n != 0 {
+				t.Errorf("the backend ignored %d segments for their timestamp echo", n)
+			}
+		})
+		in(t, client, func() { sendSegment(t, netip.MustParseAddr("10.91.1.2"), webVIP, tcpSYN) })
 		deadline := time.Now().Add(echoTimeout)
 		for counterPackets(t, d, synCounter) < 2 && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		if n := counterPackets(t, d, synCounter); n != 2 {
 			t.Fatalf("SYN counter %d, want 2 (the handshake's and the lone SYN)", n)
+		}
+		in(t, client, func() { sendSegment(t, netip.MustParseAddr("10.91.1.2"), webVIP, tcpACK) })
+		want := datapath.SYNCookies{Sent: 2, Validated: 1, Rejected: 1}
+		var got datapath.SYNCookies
+		for deadline := time.Now().Add(echoTimeout); ; time.Sleep(10 * time.Millisecond) {
+			status, _, err := d.ServiceStatus(context.Background(), "web")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got = status.SYNCookies; got == want || time.Now().After(deadline) {
+				break
+			}
+		}
+		if got != want {
+			t.Errorf("syn cookies %+v, want %+v (one handshake, one lone SYN, one forged ACK)", got, want)
 		}
 		if got := backendSYNs(); got != 1 {
 			t.Errorf("backend saw %d SYNs, want only the completed handshake's", got)
@@ -338,9 +362,41 @@ func TestKernelSynproxy(t *testing.T) {
 	})
 }
 
-// sendSYN sends one TCP SYN from src to dst on a raw socket, as a flood does: no socket of the
-// sender's waits for the answer.
-func sendSYN(t *testing.T, src netip.Addr, dst netip.AddrPort) {
+// netstat reads a counter of /proc/net/netstat in the current namespace (0 where the kernel has none).
+func netstat(t *testing.T, group, name string) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/net/netstat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(b), "\n")
+	for i := 0; i+1 < len(lines); i += 2 {
+		names, values := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+		if len(names) == 0 || names[0] != group+":" || len(values) != len(names) {
+			continue
+		}
+		for j, n := range names {
+			if n == name {
+				v, err := strconv.Atoi(values[j])
+				if err != nil {
+					t.Fatal(err)
+				}
+				return v
+			}
+		}
+	}
+	return 0
+}
+
+// TCP flags of the segments sendSegment sends.
+const (
+	tcpSYN = 0x02
+	tcpACK = 0x10
+)
+
+// sendSegment sends one TCP segment with flags from src to dst on a raw socket, as a flood does:
+// no socket of the sender's waits for the answer. An ACK acknowledges a made-up cookie.
+func sendSegment(t *testing.T, src netip.Addr, dst netip.AddrPort, flags byte) {
 	t.Helper()
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW, syscall.IPPROTO_TCP)
 	if err != nil {
@@ -352,7 +408,8 @@ func sendSYN(t *testing.T, src netip.Addr, dst netip.AddrPort) {
 	binary.BigEndian.PutUint16(seg[2:], dst.Port())
 	binary.BigEndian.PutUint32(seg[4:], 0x51ce0001)
 	seg[12] = 5 << 4 // header length: 5 words
-	seg[13] = 0x02   // SYN
+	binary.BigEndian.PutUint32(seg[8:], 0x0badc0de)
+	seg[13] = flags
 	binary.BigEndian.PutUint16(seg[14:], 64240)
 	s, d := src.As4(), dst.Addr().As4()
 	pseudo := append(append(append(s[:], d[:]...), 0, syscall.IPPROTO_TCP, 0, byte(len(seg))), seg...)
