@@ -128,8 +128,7 @@ func filterServices(services []engine.ServiceView, what string) ([]engine.Servic
 
 // listensOn tells whether a service's VIP and ports take at.
 func listensOn(s engine.ServiceView, at netip.AddrPort) bool {
-	vip, err := netip.ParseAddr(s.VIP)
-	if err != nil || vip.Unmap() != at.Addr().Unmap() {
+	if s.VIP.Addr != at.Addr().Unmap() {
 		return false
 	}
 	ports, err := config.ParseRange(s.Ports)
@@ -157,7 +156,7 @@ func kernelViews(kernel []datapath.ServiceStatus) []engine.ServiceView {
 	out := []engine.ServiceView{}
 	for _, k := range kernel {
 		v := engine.ServiceView{
-			Name: k.Name, Protocol: k.Protocol, VIP: k.VIP, Ports: k.Ports, Mode: k.Mode,
+			Name: k.Name, Protocol: k.Protocol, VIP: config.IPOf(k.VIP), Ports: k.Ports, Mode: k.Mode,
 			Scheduler: k.Scheduler, Programmed: true, Slots: k.Slots, Refused: k.Refused, SYNCookies: k.SYNCookies,
 		}
 		for _, b := range k.Backends {
@@ -189,7 +188,7 @@ func printTable(w io.Writer, services []engine.ServiceView, portNames map[string
 		row("  -> RemoteAddress:Port", "Weight", "State", "Share", "ActiveConn", "Conns", "InPkts", "InBytes", "")
 	}
 	for _, s := range services {
-		addr := strings.ToUpper(string(s.Protocol)) + "  " + hostPort(s.VIP, portName(s.Ports, string(s.Protocol), portNames))
+		addr := strings.ToUpper(string(s.Protocol)) + "  " + hostPort(s.VIP.String(), portName(s.Ports, string(s.Protocol), portNames))
 		if wide {
 			row(addr, s.Name, string(s.Scheduler), string(s.Mode), orDash(string(s.Fallback)), strconv.Itoa(s.Slots), "", "", "", "", "")
 		} else {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/netip"
 	"strings"
 	"time"
 
@@ -25,7 +24,7 @@ func printIPVS(w io.Writer, services []engine.ServiceView) error {
 		if sched.Canonical() == config.SchedulerMaglev {
 			sched = config.SchedulerMH
 		}
-		fmt.Fprintf(&b, "%-4s %s %s%s\n", strings.ToUpper(string(s.Protocol)), hostPort(s.VIP, s.Ports), sched, ipvsFlags(s))
+		fmt.Fprintf(&b, "%-4s %s %s%s\n", strings.ToUpper(string(s.Protocol)), hostPort(s.VIP.String(), s.Ports), sched, ipvsFlags(s))
 		forward := "Masq"
 		if s.Mode == config.ModeDSR {
 			forward = "Route"
@@ -59,12 +58,11 @@ func ipvsFlags(s engine.ServiceView) string {
 		return b.String()
 	}
 	fmt.Fprintf(&b, " persistent %d", int64(timeout/time.Second))
-	vip, _ := netip.ParseAddr(s.VIP)
 	switch prefix := s.PersistencePrefix; {
-	case prefix == 0 || !vip.IsValid():
-	case vip.Unmap().Is4() && prefix < 32:
+	case prefix == 0:
+	case s.VIP.Is4() && prefix < 32:
 		fmt.Fprintf(&b, " mask %s", net.IP(net.CIDRMask(prefix, 32)))
-	case vip.Unmap().Is6() && prefix < 128:
+	case s.VIP.Is6() && prefix < 128:
 		fmt.Fprintf(&b, " mask %d", prefix)
 	}
 	return b.String()

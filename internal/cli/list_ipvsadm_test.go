@@ -10,15 +10,15 @@ import (
 
 func TestPrintIPVS(t *testing.T) {
 	services := []engine.ServiceView{
-		{Protocol: config.ProtocolTCP, VIP: "10.91.9.100", Ports: "80", Mode: config.ModeNAT, Scheduler: config.SchedulerMaglev,
+		{Protocol: config.ProtocolTCP, VIP: config.IPOf("10.91.9.100"), Ports: "80", Mode: config.ModeNAT, Scheduler: config.SchedulerMaglev,
 			Backends: []engine.BackendView{{Address: "10.91.2.11", Port: 8080, ProgrammedWeight: 1, Flows: 7, ActiveFlows: 2}}},
-		{Protocol: config.ProtocolUDP, VIP: "fd00:91:9::100", Ports: "53", Mode: config.ModeDSR, Scheduler: config.SchedulerWLC,
+		{Protocol: config.ProtocolUDP, VIP: config.IPOf("fd00:91:9::100"), Ports: "53", Mode: config.ModeDSR, Scheduler: config.SchedulerWLC,
 			Backends: []engine.BackendView{{Address: "fd00:91:2::11", ProgrammedWeight: 0}}},
-		{Protocol: config.ProtocolTCP, VIP: "10.91.9.100", Ports: "81", Mode: config.ModeNAT, Scheduler: config.SchedulerSH,
+		{Protocol: config.ProtocolTCP, VIP: config.IPOf("10.91.9.100"), Ports: "81", Mode: config.ModeNAT, Scheduler: config.SchedulerSH,
 			SHPort: true, PersistenceTimeout: "300s", PersistencePrefix: 32},
-		{Protocol: config.ProtocolTCP, VIP: "10.91.9.100", Ports: "82", Mode: config.ModeNAT, Scheduler: config.SchedulerRR,
+		{Protocol: config.ProtocolTCP, VIP: config.IPOf("10.91.9.100"), Ports: "82", Mode: config.ModeNAT, Scheduler: config.SchedulerRR,
 			PersistenceTimeout: "1h0m0s", PersistencePrefix: 24},
-		{Protocol: config.ProtocolTCP, VIP: "fd00:91:9::100", Ports: "83", Mode: config.ModeNAT, Scheduler: config.SchedulerSH,
+		{Protocol: config.ProtocolTCP, VIP: config.IPOf("fd00:91:9::100"), Ports: "83", Mode: config.ModeNAT, Scheduler: config.SchedulerSH,
 			PersistenceTimeout: "60s", PersistencePrefix: 64},
 	}
 	var buf bytes.Buffer

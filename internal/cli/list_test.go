@@ -4,17 +4,18 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/engine"
 )
 
 func listFixture() []engine.ServiceView {
 	return []engine.ServiceView{
-		{Name: "web", Protocol: "tcp", VIP: "10.91.9.100", Ports: "80", Mode: "nat", Scheduler: "maglev", Fallback: "drop", Programmed: true, Slots: 65537,
+		{Name: "web", Protocol: "tcp", VIP: config.IPOf("10.91.9.100"), Ports: "80", Mode: "nat", Scheduler: "maglev", Fallback: "drop", Programmed: true, Slots: 65537,
 			Backends: []engine.BackendView{
 				{ID: "10.91.2.10", Address: "10.91.2.10", Weight: 1, ProgrammedWeight: 1, Health: "up", State: "active", Share: 0.5, Flows: 12, ActiveFlows: 3, Packets: 120, Bytes: 9000},
 				{ID: "10.91.2.11:8080", Address: "10.91.2.11", Port: 8080, Weight: 1, ProgrammedWeight: 0, Health: "down", State: "down"},
 			}},
-		{Name: "dns6", Protocol: "udp", VIP: "fd00:91:9::100", Ports: "5300-5310", Mode: "dsr", Scheduler: "hash", Slots: 0},
+		{Name: "dns6", Protocol: "udp", VIP: config.IPOf("fd00:91:9::100"), Ports: "5300-5310", Mode: "dsr", Scheduler: "hash", Slots: 0},
 	}
 }
 

@@ -86,7 +86,7 @@ func serviceRates(before, after []engine.ServiceView, elapsed time.Duration) []S
 	}
 	out := []ServiceRate{}
 	for _, s := range after {
-		r := ServiceRate{Name: s.Name, Protocol: string(s.Protocol), VIP: s.VIP, Ports: s.Ports, Backends: []BackendRate{}}
+		r := ServiceRate{Name: s.Name, Protocol: string(s.Protocol), VIP: s.VIP.String(), Ports: s.Ports, Backends: []BackendRate{}}
 		for _, b := range s.Backends {
 			old := was[s.Name+"/"+b.ID]
 			br := BackendRate{ID: b.ID, Address: b.Address, Port: b.Port, Rates: Rates{

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/engine"
 )
 
@@ -14,7 +15,7 @@ func TestServiceRates(t *testing.T) {
 		{ID: "10.0.0.1:80", Flows: 10, Packets: 100, Bytes: 10000},
 		{ID: "10.0.0.2:80", Flows: 50, Packets: 500, Bytes: 50000},
 	}}}
-	after := []engine.ServiceView{{Name: "web", Protocol: "tcp", VIP: "192.0.2.1", Ports: "80", Backends: []engine.BackendView{
+	after := []engine.ServiceView{{Name: "web", Protocol: "tcp", VIP: config.IPOf("192.0.2.1"), Ports: "80", Backends: []engine.BackendView{
 		{ID: "10.0.0.1:80", Address: "10.0.0.1", Port: 80, Flows: 30, Packets: 300, Bytes: 30000},
 		{ID: "10.0.0.2:80", Address: "10.0.0.2", Port: 80, Flows: 4, Packets: 40, Bytes: 4000}, // reset: from zero
 		{ID: "10.0.0.3:80", Address: "10.0.0.3", Port: 80, Flows: 2, Packets: 2, Bytes: 200},   // new

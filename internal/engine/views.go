@@ -17,7 +17,7 @@ import (
 type ServiceView struct {
 	Name      string           `json:"name"`
 	Protocol  config.Protocol  `json:"protocol"`
-	VIP       string           `json:"vip"`
+	VIP       config.IP        `json:"vip"`
 	Ports     string           `json:"ports"`
 	Mode      config.Mode      `json:"mode"`
 	Scheduler config.Scheduler `json:"scheduler"`
@@ -127,7 +127,7 @@ func (e *Engine) Service(ctx context.Context, name string) (ServiceView, error) 
 
 func (e *Engine) serviceView(s *config.Service, k *datapath.ServiceStatus, available plan.Availability) ServiceView {
 	v := ServiceView{
-		Name: s.Name, Protocol: s.Protocol, VIP: s.VIP.String(), Ports: s.Port.String(), Mode: s.Mode,
+		Name: s.Name, Protocol: s.Protocol, VIP: s.VIP, Ports: s.Port.String(), Mode: s.Mode,
 		Scheduler: s.Scheduler, SHPort: s.SHPort, Fallback: s.Fallback.OrDefault(), Programmed: k != nil,
 		AvailableWeight: availableWeight(s, available),
 	}

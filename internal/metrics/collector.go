@@ -192,7 +192,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	for _, s := range services {
-		ch <- gauge(serviceInfo, 1, s.Name, s.VIP, s.Ports, string(s.Protocol), string(s.Mode), string(s.Scheduler), string(s.Fallback))
+		ch <- gauge(serviceInfo, 1, s.Name, s.VIP.String(), s.Ports, string(s.Protocol), string(s.Mode), string(s.Scheduler), string(s.Fallback))
 		emit(ch, serviceFamilies, s, s.Name)
 		emit(ch, totalFamilies, totalsOf(s), s.Name)
 		if s.Quorum != "" {
