@@ -116,21 +116,8 @@ func TestFleet(t *testing.T) {
 	needFleetTools(t)
 	l := New(RunPrefix(fleetLabKind, os.Getpid()), 2)
 	l.Balancers = 2
-	t.Cleanup(func() {
-		if err := l.Down(context.Background()); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
 	ctx := t.Context()
-	rootBefore := rootLinks(t)
-	if err := l.Up(ctx); err != nil {
-		t.Fatalf("Up: %v", err)
-	}
-	st1 := status(t, l)
-	if err := l.Up(ctx); err != nil {
-		t.Fatalf("second Up: %v", err)
-	}
-	st2 := status(t, l)
+	rootBefore, st1, st2 := upTwice(t, l)
 	if !st2.Ready() || st2.Router == nil || st2.Router.BirdPID != st1.Router.BirdPID || len(st2.Balancers) != 2 {
 		t.Fatalf("second Up changed a ready fleet:\n%s\n%s", st1, st2)
 	}
@@ -279,27 +266,11 @@ func TestFleet(t *testing.T) {
 		if err := l.Down(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if names, err := l.labNamespaces(); err != nil || len(names) > 0 {
-			t.Errorf("namespaces left: %v %v", names, err)
-		}
-		if _, err := os.Stat(l.StateDir); !os.IsNotExist(err) {
-			t.Errorf("state dir left: %v", err)
-		}
 		pids := []int{st.Router.BirdPID}
 		for _, b := range st.Balancers {
 			pids = append(pids, b.KeepalivedPID)
 		}
-		for _, pid := range pids {
-			if running(pid, "") {
-				t.Errorf("pid %d still running", pid)
-			}
-		}
-		if pids := pidsMentioning(t, l.StateDir); len(pids) > 0 {
-			t.Errorf("processes mentioning %s: %v", l.StateDir, pids)
-		}
-		if after := rootLinks(t); !slices.Equal(rootBefore, after) {
-			t.Errorf("root namespace links changed:\nbefore %v\nafter  %v", rootBefore, after)
-		}
+		requireNothingLeft(t, l, rootBefore, pids)
 	})
 }
 

@@ -129,22 +129,8 @@ func TestLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.UDPResponderCmd = func(reply string) []string { return []string{exe, "-sluice.lab.udp-reply=" + reply} }
-	t.Cleanup(func() {
-		if err := l.Down(context.Background()); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
 	ctx := t.Context()
-	rootBefore := rootLinks(t)
-
-	if err := l.Up(ctx); err != nil {
-		t.Fatalf("first Up: %v", err)
-	}
-	st1 := status(t, l)
-	if err := l.Up(ctx); err != nil {
-		t.Fatalf("second Up: %v", err)
-	}
-	st2 := status(t, l)
+	rootBefore, st1, st2 := upTwice(t, l)
 	if !st2.Ready() || !slices.Equal(st1.Backends, st2.Backends) {
 		t.Fatalf("second Up changed a ready lab:\n%s\n%s", st1, st2)
 	}
@@ -305,26 +291,55 @@ func TestLab(t *testing.T) {
 		if err := l.Down(ctx); err != nil {
 			t.Fatalf("second Down: %v", err)
 		}
-		if names, err := l.labNamespaces(); err != nil || len(names) > 0 {
-			t.Errorf("namespaces left: %v %v", names, err)
-		}
-		if _, err := os.Stat(l.StateDir); !os.IsNotExist(err) {
-			t.Errorf("state dir left: %v", err)
-		}
+		var pids []int
 		for _, b := range st.Backends {
-			for _, pid := range []int{b.NginxPID, b.UDPPID} {
-				if running(pid, "") {
-					t.Errorf("backend %d: pid %d still running", b.Index, pid)
-				}
-			}
+			pids = append(pids, b.NginxPID, b.UDPPID)
 		}
-		if pids := pidsMentioning(t, l.StateDir); len(pids) > 0 {
-			t.Errorf("processes mentioning %s: %v", l.StateDir, pids)
-		}
-		if after := rootLinks(t); !slices.Equal(rootBefore, after) {
-			t.Errorf("root namespace links changed:\nbefore %v\nafter  %v", rootBefore, after)
+		requireNothingLeft(t, l, rootBefore, pids)
+	})
+}
+
+// upTwice brings l up twice, the second time over a ready lab, and tears it down when the test
+// ends. It returns the root namespace's links from before and l's status after each Up.
+func upTwice(t *testing.T, l *Lab) (rootBefore []string, first, second Status) {
+	t.Helper()
+	t.Cleanup(func() {
+		if err := l.Down(context.Background()); err != nil {
+			t.Errorf("cleanup: %v", err)
 		}
 	})
+	rootBefore = rootLinks(t)
+	if err := l.Up(t.Context()); err != nil {
+		t.Fatalf("first Up: %v", err)
+	}
+	first = status(t, l)
+	if err := l.Up(t.Context()); err != nil {
+		t.Fatalf("second Up: %v", err)
+	}
+	return rootBefore, first, status(t, l)
+}
+
+// requireNothingLeft checks that a torn-down l left no namespace, state dir or process behind
+// (pids were its daemons), and the root namespace's links as they were before (rootBefore).
+func requireNothingLeft(t *testing.T, l *Lab, rootBefore []string, pids []int) {
+	t.Helper()
+	if names, err := l.labNamespaces(); err != nil || len(names) > 0 {
+		t.Errorf("namespaces left: %v %v", names, err)
+	}
+	if _, err := os.Stat(l.StateDir); !os.IsNotExist(err) {
+		t.Errorf("state dir left: %v", err)
+	}
+	for _, pid := range pids {
+		if running(pid, "") {
+			t.Errorf("pid %d still running", pid)
+		}
+	}
+	if pids := pidsMentioning(t, l.StateDir); len(pids) > 0 {
+		t.Errorf("processes mentioning %s: %v", l.StateDir, pids)
+	}
+	if after := rootLinks(t); !slices.Equal(rootBefore, after) {
+		t.Errorf("root namespace links changed:\nbefore %v\nafter  %v", rootBefore, after)
+	}
 }
 
 func status(t *testing.T, l *Lab) Status {

@@ -38,13 +38,8 @@ type benchFleetReport struct {
 // fast anything is.
 func TestBenchFleet(t *testing.T) {
 	requireLab(t)
-	prefix := runPrefix(benchFleetKind)
-	downBenchLab(t, prefix)
-	stdout, _ := runBench(t, "bench", "fleet", "--prefix", prefix, "--duration", "1s", "--rounds", "1", "--nodes", "2",
+	stdout, _ := benchSmoke(t, benchFleetKind, "fleet", "--duration", "1s", "--rounds", "1", "--nodes", "2",
 		"--datapath", "ebpf", "-o", "json")
-	if left := namespacesWithPrefix(prefix); len(left) > 0 {
-		t.Errorf("bench fleet left namespaces behind: %v", left)
-	}
 	var rep benchFleetReport
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatalf("JSON report: %v\n%s", err, stdout)

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -35,21 +34,10 @@ type benchFloodReport struct {
 // DNAT the forged SYNs did (so the counter counts). Throughput is logged, never asserted.
 func TestBenchFlood(t *testing.T) {
 	requireLab(t)
-	prefix := runPrefix(benchFloodKind)
-	downBenchLab(t, prefix)
 	jsonPath := filepath.Join(t.TempDir(), "flood.json")
-	stdout, _ := runBench(t, "bench", "flood", "--prefix", prefix, "--duration", "2s", "--rounds", "1", "--json", jsonPath)
-	if left := namespacesWithPrefix(prefix); len(left) > 0 {
-		t.Errorf("bench flood left namespaces behind: %v", left)
-	}
-	data, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stdout, _ := benchSmoke(t, benchFloodKind, "flood", "--duration", "2s", "--rounds", "1", "--json", jsonPath)
 	var rep benchFloodReport
-	if err := json.Unmarshal(data, &rep); err != nil {
-		t.Fatalf("JSON report: %v\n%s", err, data)
-	}
+	readReport(t, jsonPath, &rep)
 	r := rep.Results
 	for _, want := range []string{"nft-nat", "nft-nat-synproxy", "ebpf-nat", "ebpf-nat-synproxy"} {
 		if !slices.Contains(r.Candidates, want) {

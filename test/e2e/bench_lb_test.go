@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"encoding/xml"
 	"errors"
 	"io"
@@ -43,27 +42,16 @@ type benchLBReport struct {
 // how fast anything is.
 func TestBenchLB(t *testing.T) {
 	requireLab(t)
-	prefix := runPrefix(benchLBKind)
-	downBenchLab(t, prefix)
 	dir := t.TempDir()
 	jsonPath, svgPath := filepath.Join(dir, "lb.json"), filepath.Join(dir, "lb.svg")
-	stdout, stderr := runBench(t, "bench", "lb", "--prefix", prefix, "--duration", "1s", "--rounds", "1",
+	stdout, stderr := benchSmoke(t, benchLBKind, "lb", "--duration", "1s", "--rounds", "1",
 		"--json", jsonPath, "--svg", svgPath)
-	if left := namespacesWithPrefix(prefix); len(left) > 0 {
-		t.Errorf("bench lb left namespaces behind: %v", left)
-	}
 	if !strings.Contains(stderr, "round 1/1: ebpf-dsr, latency") {
 		t.Errorf("no progress on stderr:\n%s", stderr)
 	}
 
-	data, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var rep benchLBReport
-	if err := json.Unmarshal(data, &rep); err != nil {
-		t.Fatalf("JSON report: %v\n%s", err, data)
-	}
+	readReport(t, jsonPath, &rep)
 	r := rep.Results
 	for _, want := range []string{"direct", "ecmp", "nft-nat", "nft-fullnat", "nft-dsr", "ebpf-nat", "ebpf-fullnat", "ebpf-dsr"} {
 		if !slices.Contains(r.Candidates, want) {

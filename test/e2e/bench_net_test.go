@@ -53,18 +53,12 @@ type benchNetReport struct {
 // figure and that the lab is gone afterwards; never how fast anything is.
 func TestBenchNet(t *testing.T) {
 	requireLab(t)
-	prefix := runPrefix(benchNetKind)
 	if _, err := exec.LookPath("conntrack"); err != nil {
 		testutil.Missing(t, "bench net needs conntrack: %v", err)
 	}
-	// A safety net; the bench tears its lab down itself (checked below).
-	downBenchLab(t, prefix)
 	jsonPath := filepath.Join(t.TempDir(), "net.json")
-	stdout, stderr := runBench(t, "bench", "net", "--prefix", prefix, "--backends", "1",
+	stdout, stderr := benchSmoke(t, benchNetKind, "net", "--backends", "1",
 		"--duration", "300ms", "--rounds", "1", "--json", jsonPath)
-	if left := namespacesWithPrefix(prefix); len(left) > 0 {
-		t.Errorf("bench net left namespaces behind: %v", left)
-	}
 	if !strings.Contains(stderr, "round 1/1: vxlan latency") {
 		t.Errorf("no progress on stderr:\n%s", stderr)
 	}
@@ -76,14 +70,8 @@ func TestBenchNet(t *testing.T) {
 		}
 	}
 
-	data, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var rep benchNetReport
-	if err := json.Unmarshal(data, &rep); err != nil {
-		t.Fatalf("JSON report: %v\n%s", err, data)
-	}
+	readReport(t, jsonPath, &rep)
 	if !strings.Contains(rep.Command, "bench net") || rep.Machine.Kernel == "" || rep.Machine.CPUs < 1 {
 		t.Errorf("report envelope %q, machine %+v: want the command and the machine", rep.Command, rep.Machine)
 	}
@@ -117,6 +105,32 @@ func downBenchLab(t *testing.T, prefix string) {
 			t.Errorf("tearing down the bench's lab: %v", err)
 		}
 	})
+}
+
+// benchSmoke runs `sluice bench name --prefix P args...` in a lab of its own named after kind,
+// with downBenchLab as a safety net, and fails t if the bench left any of that lab's namespaces
+// behind.
+func benchSmoke(t *testing.T, kind, name string, args ...string) (stdout, stderr string) {
+	t.Helper()
+	prefix := runPrefix(kind)
+	downBenchLab(t, prefix)
+	stdout, stderr = runBench(t, append([]string{"bench", name, "--prefix", prefix}, args...)...)
+	if left := namespacesWithPrefix(prefix); len(left) > 0 {
+		t.Errorf("bench %s left namespaces behind: %v", name, left)
+	}
+	return stdout, stderr
+}
+
+// readReport decodes the JSON report a bench wrote to path into rep, failing t if it cannot.
+func readReport(t *testing.T, path string, rep any) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, rep); err != nil {
+		t.Fatalf("JSON report: %v\n%s", err, data)
+	}
 }
 
 // runBench runs the sluice binary with args (a `sluice bench` command) and fails the test unless it

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -40,24 +39,13 @@ func TestBenchPPS(t *testing.T) {
 	if _, err := exec.LookPath("trafgen"); err != nil {
 		testutil.Missing(t, "needs trafgen (netsniff-ng; scripts/deps.sh installs it): %v", err)
 	}
-	prefix := runPrefix(benchPPSKind)
-	downBenchLab(t, prefix)
 	jsonPath := filepath.Join(t.TempDir(), "pps.json")
 	candidates := []string{"direct", "nft-nat", "ebpf-dsr", "ebpf-dsr-xdp"}
-	stdout, _ := runBench(t, "bench", "pps", "--prefix", prefix, "--duration", "1s", "--rounds", "1",
+	stdout, _ := benchSmoke(t, benchPPSKind, "pps", "--duration", "1s", "--rounds", "1",
 		"--candidates", "nft-nat,ebpf-dsr,ebpf-dsr-xdp", "--json", jsonPath)
 	t.Logf("\n%s", stdout)
-	if left := namespacesWithPrefix(prefix); len(left) > 0 {
-		t.Errorf("bench pps left namespaces behind: %v", left)
-	}
-	data, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var rep benchPPSReport
-	if err := json.Unmarshal(data, &rep); err != nil {
-		t.Fatalf("JSON report: %v\n%s", err, data)
-	}
+	readReport(t, jsonPath, &rep)
 	r := rep.Results
 	if r.Reals != 100 || !slices.Equal(r.Workloads, []string{"udp", "syn"}) || !slices.Equal(r.Candidates, candidates) {
 		t.Fatalf("reals %d, workloads %v, candidates %v; want 100, [udp syn], %v", r.Reals, r.Workloads, r.Candidates, candidates)

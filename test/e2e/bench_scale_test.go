@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -39,26 +37,15 @@ type benchScaleReport struct {
 // every size produced every figure; never how fast anything is.
 func TestBenchScale(t *testing.T) {
 	requireLab(t)
-	prefix := runPrefix(benchScaleKind)
-	downBenchLab(t, prefix)
 	jsonPath := filepath.Join(t.TempDir(), "scale.json")
-	stdout, stderr := runBench(t, "bench", "scale", "--prefix", prefix, "--services", "1,3",
+	stdout, stderr := benchSmoke(t, benchScaleKind, "scale", "--services", "1,3",
 		"--backends-per-service", "4", "--reps", "1", "--rounds", "1", "--duration", "1s", "--limit", "1m", "--json", jsonPath)
-	if left := namespacesWithPrefix(prefix); len(left) > 0 {
-		t.Errorf("bench scale left namespaces behind: %v", left)
-	}
 	if !strings.Contains(stderr, "nft, 3 services: adding one backend with sluice backend add (1/1)") {
 		t.Errorf("no progress on stderr:\n%s", stderr)
 	}
 
-	data, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var rep benchScaleReport
-	if err := json.Unmarshal(data, &rep); err != nil {
-		t.Fatalf("JSON report: %v\n%s", err, data)
-	}
+	readReport(t, jsonPath, &rep)
 	r := rep.Results
 	if want := len(r.Options.Datapaths) * len(r.Options.Services); len(r.Options.Services) != 2 || len(r.Results) != want {
 		t.Fatalf("%d results for sizes %v and datapaths %v", len(r.Results), r.Options.Services, r.Options.Datapaths)
