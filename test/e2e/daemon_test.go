@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -465,16 +464,13 @@ func freshBalancer(t *testing.T) {
 // TestDaemon runs the daemon's tests over every mode of both datapaths.
 func TestDaemon(t *testing.T) {
 	requireLab(t)
-	for _, f := range slices.Concat(nftFlavors, ebpfFlavors) {
-		t.Run(f.Datapath+"-"+f.Name, func(t *testing.T) {
-			t.Cleanup(func() { flush(t) })
-			t.Run("health-under-load", func(t *testing.T) { testHealthUnderLoad(t, f) })
-			t.Run("on-failure-reset", func(t *testing.T) { testOnFailure(t, f, "reset") })
-			t.Run("on-failure-inhibit", func(t *testing.T) { testOnFailure(t, f, "inhibit") })
-			t.Run("drain", func(t *testing.T) { testDrain(t, f) })
-			t.Run("sorry-server", func(t *testing.T) { testSorryServer(t, f) })
-		})
-	}
+	forEveryFlavor(t, func(t *testing.T, f Flavor) {
+		t.Run("health-under-load", func(t *testing.T) { testHealthUnderLoad(t, f) })
+		t.Run("on-failure-reset", func(t *testing.T) { testOnFailure(t, f, "reset") })
+		t.Run("on-failure-inhibit", func(t *testing.T) { testOnFailure(t, f, "inhibit") })
+		t.Run("drain", func(t *testing.T) { testDrain(t, f) })
+		t.Run("sorry-server", func(t *testing.T) { testSorryServer(t, f) })
+	})
 }
 
 // execCheck is a health check the test flips without touching nginx: a backend is down while a
@@ -484,20 +480,28 @@ func execCheck(dir, onFailure string) string {
 		dir, onFailure)
 }
 
+// startHeld starts a daemon serving svc in f on a fresh balancer and holds a keep-alive
+// connection to svc: it returns the daemon, the connection, the backend that answered it (b1..b3)
+// and that backend's address.
+func startHeld(t *testing.T, f Flavor, svc Service) (d *daemon, k *keepAlive, held, addr string) {
+	t.Helper()
+	freshBalancer(t)
+	d = startDaemon(t, writeConfig(t, "sluice.yaml", f.Config(svc)))
+	k = dialKeepAlive(t, svc.Addr())
+	held, err := k.get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, k, held, theLab.BackendAddr(backendIndex(held), false).String()
+}
+
 // testOnFailure: a backend that fails its check while nginx still serves takes no new flows; with
 // on_failure: reset the connection it held fails at its next request, with inhibit it goes on.
 func testOnFailure(t *testing.T, f Flavor, onFailure string) {
 	dir := t.TempDir()
 	svc := webService("maglev", equalPool(false))
 	svc.Extra = []string{execCheck(dir, onFailure)}
-	freshBalancer(t)
-	d := startDaemon(t, writeConfig(t, "sluice.yaml", f.Config(svc)))
-	k := dialKeepAlive(t, svc.Addr())
-	held, err := k.get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := theLab.BackendAddr(backendIndex(held), false).String()
+	d, k, held, addr := startHeld(t, f, svc)
 	if err := os.WriteFile(filepath.Join(dir, addr), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -526,14 +530,7 @@ func testOnFailure(t *testing.T, f Flavor, onFailure string) {
 // the drain ends at its timeout).
 func testDrain(t *testing.T, f Flavor) {
 	svc := webService("maglev", equalPool(false))
-	freshBalancer(t)
-	d := startDaemon(t, writeConfig(t, "sluice.yaml", f.Config(svc)))
-	k := dialKeepAlive(t, svc.Addr())
-	held, err := k.get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := theLab.BackendAddr(backendIndex(held), false).String()
+	d, k, held, addr := startHeld(t, f, svc)
 	timeout := "20s"
 	if f.DrainWaitsForIdle {
 		timeout = "2s"

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -19,13 +18,10 @@ const refusedDial = 700 * time.Millisecond
 // cut by a limit.
 func TestProtection(t *testing.T) {
 	requireLab(t)
-	for _, f := range slices.Concat(nftFlavors, ebpfFlavors) {
-		t.Run(f.Datapath+"-"+f.Name, func(t *testing.T) {
-			t.Cleanup(func() { flush(t) })
-			t.Run("source-lists", func(t *testing.T) { testSourceLists(t, f) })
-			t.Run("limits", func(t *testing.T) { testLimits(t, f) })
-		})
-	}
+	forEveryFlavor(t, func(t *testing.T, f Flavor) {
+		t.Run("source-lists", func(t *testing.T) { testSourceLists(t, f) })
+		t.Run("limits", func(t *testing.T) { testLimits(t, f) })
+	})
 }
 
 // dialOnce opens one connection to the service and says whether it was accepted, refused (a

@@ -24,21 +24,18 @@ const (
 // max_connections takes no more. The nft datapath refuses lc and max_connections, naming why.
 func TestSessions(t *testing.T) {
 	requireLab(t)
-	for _, f := range slices.Concat(nftFlavors, ebpfFlavors) {
-		t.Run(f.Datapath+"-"+f.Name, func(t *testing.T) {
-			t.Cleanup(func() { flush(t) })
-			t.Run("persistence", func(t *testing.T) { testPersistence(t, f) })
-			t.Run("sh", func(t *testing.T) { testSourceHash(t, f) })
-			if f.Datapath != "ebpf" {
-				t.Run("lc-refused", func(t *testing.T) {
-					requireRefused(t, f.Config(webService("lc", equalPool(false))), "lc needs datapath ebpf")
-				})
-				return
-			}
-			t.Run("lc", func(t *testing.T) { testLeastConnections(t, f) })
-			t.Run("max-connections", func(t *testing.T) { testMaxConnections(t, f) })
-		})
-	}
+	forEveryFlavor(t, func(t *testing.T, f Flavor) {
+		t.Run("persistence", func(t *testing.T) { testPersistence(t, f) })
+		t.Run("sh", func(t *testing.T) { testSourceHash(t, f) })
+		if f.Datapath != "ebpf" {
+			t.Run("lc-refused", func(t *testing.T) {
+				requireRefused(t, f.Config(webService("lc", equalPool(false))), "lc needs datapath ebpf")
+			})
+			return
+		}
+		t.Run("lc", func(t *testing.T) { testLeastConnections(t, f) })
+		t.Run("max-connections", func(t *testing.T) { testMaxConnections(t, f) })
+	})
 }
 
 // oneBackendOnly sends sessionConns one-request connections (kernel-chosen source ports) and

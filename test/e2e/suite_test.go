@@ -45,6 +45,17 @@ func TestEBPF(t *testing.T) {
 	}
 }
 
+// forEveryFlavor runs body as a subtest per flavor of both datapaths, named datapath-mode, and
+// flushes the balancer after each.
+func forEveryFlavor(t *testing.T, body func(t *testing.T, f Flavor)) {
+	for _, f := range slices.Concat(nftFlavors, ebpfFlavors) {
+		t.Run(f.Datapath+"-"+f.Name, func(t *testing.T) {
+			t.Cleanup(func() { flush(t) })
+			body(t, f)
+		})
+	}
+}
+
 // runSuite is the datapath-independent suite: everything it knows about a datapath's behaviour is
 // in the flavor. Every test starts from `sluice flush` and applies its own config.
 func runSuite(t *testing.T, f Flavor) {
