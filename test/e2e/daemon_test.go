@@ -204,13 +204,28 @@ const (
 	loadDuration = 40 * time.Second
 )
 
+// background is the goroutines of a load, which run until stop is closed; a load embeds it.
+type background struct {
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// finish stops the goroutines and waits for them; a second call only waits.
+func (b *background) finish() {
+	select {
+	case <-b.stop:
+	default:
+		close(b.stop)
+	}
+	b.wg.Wait()
+}
+
 // steadyLoad makes one-request connections from the client namespace, each worker as fast as it
 // goes, until stopped or out of its bounds.
 type steadyLoad struct {
+	background
 	mu       sync.Mutex
 	requests []request
-	stop     chan struct{}
-	wg       sync.WaitGroup
 }
 
 func startLoad(t *testing.T, workers int, once func() (string, error)) *steadyLoad {
@@ -219,7 +234,7 @@ func startLoad(t *testing.T, workers int, once func() (string, error)) *steadyLo
 
 // startLoadIn is startLoad from the client namespace of lab l.
 func startLoadIn(t *testing.T, l *lab.Lab, workers int, once func() (string, error)) *steadyLoad {
-	load := &steadyLoad{stop: make(chan struct{})}
+	load := &steadyLoad{background: background{stop: make(chan struct{})}}
 	deadline := time.Now().Add(loadDuration)
 	for range workers {
 		load.wg.Go(func() {
@@ -250,15 +265,6 @@ func (l *steadyLoad) goesOn(deadline time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.requests) < loadRequests && time.Now().Before(deadline)
-}
-
-func (l *steadyLoad) finish() {
-	select {
-	case <-l.stop:
-	default:
-		close(l.stop)
-	}
-	l.wg.Wait()
 }
 
 // since sums up the requests started at or after t: count, failures (with the first errors), per backend.

@@ -362,17 +362,16 @@ type longLived struct {
 
 // longLivedLoad is a set of long-lived connections to one address.
 type longLivedLoad struct {
+	background
 	mu    sync.Mutex
 	conns []*longLived
-	stop  chan struct{}
-	wg    sync.WaitGroup
 }
 
 // startLongLived opens n keep-alive connections from the fleet's client to to and makes requests
 // on each until finish (or loadDuration).
 func startLongLived(t *testing.T, n int, to netip.AddrPort) *longLivedLoad {
 	t.Helper()
-	l := &longLivedLoad{stop: make(chan struct{})}
+	l := &longLivedLoad{background: background{stop: make(chan struct{})}}
 	deadline := time.Now().Add(loadDuration)
 	for range n {
 		var k *keepAlive
@@ -414,15 +413,6 @@ func startLongLived(t *testing.T, n int, to netip.AddrPort) *longLivedLoad {
 	}
 	t.Cleanup(l.finish)
 	return l
-}
-
-func (l *longLivedLoad) finish() {
-	select {
-	case <-l.stop:
-	default:
-		close(l.stop)
-	}
-	l.wg.Wait()
 }
 
 // requireKept stops the connections and fails t for each one that broke or changed backend; it

@@ -147,15 +147,14 @@ type soakRequest struct {
 // churn makes one-request connections to the VIP from a pool of reused client ports, with the
 // suite's number of workers, as fast as they go until the soak's end (or finished before).
 type churn struct {
+	background
 	origin time.Time
 	end    time.Time
-	stop   chan struct{}
-	wg     sync.WaitGroup
 	parts  [][]soakRequest // per worker, appended by that worker only
 }
 
 func startChurn(t *testing.T, origin, end time.Time, vip netip.AddrPort) *churn {
-	c := &churn{origin: origin, end: end, stop: make(chan struct{}), parts: make([][]soakRequest, workers)}
+	c := &churn{background: background{stop: make(chan struct{})}, origin: origin, end: end, parts: make([][]soakRequest, workers)}
 	ports := newReusedPorts(soakPortFirst, soakPorts)
 	for w := range workers {
 		c.wg.Go(func() {
@@ -180,15 +179,6 @@ func startChurn(t *testing.T, origin, end time.Time, vip netip.AddrPort) *churn 
 	}
 	t.Cleanup(c.finish)
 	return c
-}
-
-func (c *churn) finish() {
-	select {
-	case <-c.stop:
-	default:
-		close(c.stop)
-	}
-	c.wg.Wait()
 }
 
 // requests are every request made, once finished.
