@@ -34,12 +34,16 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } maglev SEC(".maps");
 
-/* Client flows -> their backend, so established flows survive backend changes. */
+/* Client flows -> their backend, so established flows survive backend changes. flows and replies
+ * keep an LRU list per CPU (BPF_F_NO_COMMON_LRU): a new flow's inserts take their nodes from the
+ * CPU's own list, without the lock of the list all CPUs share, and each CPU evicts within its share
+ * (max_entries / possible CPUs). The loader adopts maps pinned with the common list. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__type(key, struct flow_key);
 	__type(value, struct flow);
 	__uint(max_entries, MAX_FLOWS);
+	__uint(map_flags, BPF_F_NO_COMMON_LRU);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } flows SEC(".maps");
 
@@ -49,6 +53,7 @@ struct {
 	__type(key, struct flow_key);
 	__type(value, struct reverse);
 	__uint(max_entries, MAX_FLOWS);
+	__uint(map_flags, BPF_F_NO_COMMON_LRU);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } replies SEC(".maps");
 

@@ -151,6 +151,9 @@ func loadObjects(dir, program string, sizes MapSizes) (*kernelMaps, *ebpf.Progra
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := fitLRUs(spec, dir); err != nil {
+		return nil, nil, err
+	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}})
 	if errors.Is(err, ebpf.ErrMapIncompatible) {
 		return nil, nil, fmt.Errorf("the maps pinned under %s do not fit this version of the program or the configured sizes (ebpf.max_flows, ebpf.maglev_slots); `sluice flush` removes them and drops every flow: %w", dir, err)
@@ -190,6 +193,7 @@ func openPinned(dir string) (*kernelMaps, error) {
 		if _, ok := resizable[name]; ok {
 			ms.MaxEntries = m.MaxEntries()
 		}
+		adoptLRUFlags(ms, m)
 		if err := ms.Compatible(m); err != nil {
 			return nil, fmt.Errorf("pinned map %s: %w", name, err)
 		}

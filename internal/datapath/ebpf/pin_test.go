@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cilium/ebpf"
 )
 
 // TestPinPathMustBeOnBPFFS refuses a pin path that is not on a BPF filesystem, and makes nothing.
@@ -30,8 +33,16 @@ func TestMapSizes(t *testing.T) {
 	sizes := MapSizes{Flows: 4096, MaglevSlots: 8192}
 	d := r.datapath(Options{Sizes: sizes})
 	r.apply(d, planFromYAML(t, oneService))
-	for name, m := range map[string]interface{ MaxEntries() uint32 }{"flows": d.maps.Flows, "replies": d.maps.Replies, "maglev": d.maps.Maglev} {
-		if want := sizes.resizable()[name]; m.MaxEntries() != want {
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, m := range map[string]*ebpf.Map{"flows": d.maps.Flows, "replies": d.maps.Replies, "maglev": d.maps.Maglev} {
+		want := sizes.resizable()[name]
+		if m.Flags()&noCommonLRU != 0 {
+			want = perCPUEntries(want, uint32(cpus)) // a multiple of the CPUs, as the kernel makes it
+		}
+		if m.MaxEntries() != want {
 			t.Errorf("%s holds %d entries, want %d", name, m.MaxEntries(), want)
 		}
 	}
@@ -39,7 +50,7 @@ func TestMapSizes(t *testing.T) {
 	flowAt(t, d.maps, 1, ids.of(t, "web"), ids.of(t, "web/10.91.2.11"), monotonicNow())
 
 	other := r.datapath(Options{Sizes: MapSizes{Flows: 8192}})
-	_, err := other.apply(context.Background(), planFromYAML(t, oneService))
+	_, err = other.apply(context.Background(), planFromYAML(t, oneService))
 	if err == nil || !strings.Contains(err.Error(), "ebpf.max_flows") || !strings.Contains(err.Error(), "sluice flush") {
 		t.Fatalf("restarting with other sizes: %v; want a refusal naming the sizes and sluice flush", err)
 	}
@@ -86,5 +97,81 @@ func TestPinsMadeBeforeAddedMaps(t *testing.T) {
 	}
 	if info := r.linkInfo("veth0-xdp"); info.Program != progIDOf(t, restarted.prog) {
 		t.Errorf("the link runs program %d, want the loaded %d, which reads the new if_macs", info.Program, progIDOf(t, restarted.prog))
+	}
+}
+
+// TestPinsWithCommonLRU adopts flows and replies pinned by a version before per-CPU LRU lists,
+// with the common list they were made with: reads, which and a restart keep their flows, and a
+// flush makes them anew with per-CPU lists.
+func TestPinsWithCommonLRU(t *testing.T) {
+	r := newRig(t)
+	d := r.datapath(Options{})
+	r.apply(d, planFromYAML(t, oneService))
+	ids := idsOf(t, d)
+	backend := ids.of(t, "web/10.91.2.11")
+	flowAt(t, d.maps, 1, ids.of(t, "web"), backend, monotonicNow())
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{sluiceMapFlows, sluiceMapReplies} {
+		pinCommonLRU(t, filepath.Join(r.pin, name))
+	}
+
+	if st, err := r.datapath(Options{}).Status(context.Background()); err != nil || len(st) != 1 {
+		t.Fatalf("Status over common-LRU pins: %+v, %v", st, err)
+	}
+	restarted := r.datapath(Options{})
+	r.apply(restarted, planFromYAML(t, oneService))
+	if f, rep := countFlows(t, restarted.maps, backend); f != 1 || rep != 1 {
+		t.Errorf("the restart left %d flows and %d replies, want the 1 and 1 there were", f, rep)
+	}
+	for name, m := range map[string]*ebpf.Map{"flows": restarted.maps.Flows, "replies": restarted.maps.Replies} {
+		if m.Flags()&noCommonLRU != 0 {
+			t.Errorf("the restart made %s anew (flags %#x), want the pinned one adopted", name, m.Flags())
+		}
+	}
+	client, vip := netip.MustParseAddrPort("10.91.1.1:40001"), netip.MustParseAddrPort("10.91.9.100:80")
+	if c, err := restarted.Which("tcp", vip, client); err != nil || !c.Tracked {
+		t.Errorf("which over common-LRU pins: %+v, %v; want the tracked flow", c, err)
+	}
+
+	if err := restarted.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	flushed := r.datapath(Options{})
+	r.apply(flushed, planFromYAML(t, oneService))
+	for name, m := range map[string]*ebpf.Map{"flows": flushed.maps.Flows, "replies": flushed.maps.Replies} {
+		if m.Flags()&noCommonLRU == 0 {
+			t.Errorf("after a flush %s has flags %#x, want per-CPU lists", name, m.Flags())
+		}
+	}
+}
+
+// pinCommonLRU replaces the per-CPU LRU map pinned at path by a copy made with the common list,
+// as a version before per-CPU lists pinned it, entries included.
+func pinCommonLRU(t *testing.T, path string) {
+	t.Helper()
+	m, err := ebpf.LoadPinnedMap(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	old, err := ebpf.NewMap(&ebpf.MapSpec{
+		Name: filepath.Base(path), Type: m.Type(), KeySize: m.KeySize(), ValueSize: m.ValueSize(),
+		MaxEntries: m.MaxEntries(), Flags: m.Flags() &^ noCommonLRU,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	key, value := make([]byte, m.KeySize()), make([]byte, m.ValueSize())
+	it := m.Iterate()
+	for it.Next(&key, &value) {
+		if err := old.Put(key, value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := errors.Join(it.Err(), os.Remove(path), old.Pin(path)); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -90,6 +90,9 @@ func (d *Datapath) whichProgram(m *kernelMaps) (*ebpf.Program, error) {
 	for pin, x := range m.byName() {
 		if x != nil {
 			pinned[pin] = x
+			if ms := spec.Maps[pin]; ms != nil {
+				adoptLRUFlags(ms, x)
+			}
 		}
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: pinned})
