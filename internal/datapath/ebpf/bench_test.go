@@ -10,35 +10,44 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicelb/sluice/internal/config"
 )
 
 // BenchmarkProgRun reports the program's own time per packet ("prog-ns/pkt": the duration
-// BPF_PROG_TEST_RUN measures around the program, not the syscall around it) for a nat flow's
-// first packet (a SYN from a new client address and port: Maglev pick, flow and reply entries
-// written into tables of the default size that are not full) and for an established flow's
-// packet, with 1, 1,000 and 10,000 services loaded, on tc and XDP. Each run is one packet on a
-// fresh copy of the frame, routed for real in the fixture network.
+// BPF_PROG_TEST_RUN measures around the program, not the syscall around it) for a flow's first
+// packet (a SYN from a new client address and port: Maglev pick, the flow entry and for nat the
+// reply entry written into tables of the default size that are not full) and for an established
+// flow's packet, in nat and dsr, with 1, 1,000 and 10,000 services loaded, on tc and XDP. Each
+// run is one packet on a fresh copy of the frame, routed for real in the fixture network.
 func BenchmarkProgRun(b *testing.B) {
 	n := newFxNet(b)
 	for _, h := range []hook{hookTC, hookXDP} {
-		for _, services := range []int{1, 1000, 10000} {
-			b.Run(fmt.Sprintf("%s/services=%d", h, services), func(b *testing.B) {
-				objs := loadBenchWorld(b, services)
-				if err := objs.IfMacs.Put(n.client, sluiceIfMac{Addr: [6]byte(macLBClient)}); err != nil {
-					b.Fatal(err) // recorded, as Apply does for XDP: the frames are for it
-				}
-				vip := ap(benchVIP(services), 80) // the last service's
-				b.Run("new-flow", func(b *testing.B) {
-					n.enter(b)
-					benchRun(b, h, objs, tcpPkt(cli4, vip).synPkt().frame(), n.client, true)
+		for _, mode := range []config.Mode{config.ModeNAT, config.ModeDSR} {
+			for _, services := range []int{1, 1000, 10000} {
+				b.Run(fmt.Sprintf("%s/%s/services=%d", h, mode, services), func(b *testing.B) {
+					benchProgRun(b, n, h, mode, services)
 				})
-				b.Run("established", func(b *testing.B) {
-					n.enter(b)
-					benchRun(b, h, objs, tcpPkt(cli4, vip).frame(), n.client, false)
-				})
-			})
+			}
 		}
 	}
+}
+
+// benchProgRun is one BenchmarkProgRun case: a new flow's packet and an established one's.
+func benchProgRun(b *testing.B, n *fxNet, h hook, mode config.Mode, services int) {
+	objs := loadBenchWorld(b, services, mode)
+	if err := objs.IfMacs.Put(n.client, sluiceIfMac{Addr: [6]byte(macLBClient)}); err != nil {
+		b.Fatal(err) // recorded, as Apply does for XDP: the frames are for it
+	}
+	vip := ap(benchVIP(services), 80) // the last service's
+	b.Run("new-flow", func(b *testing.B) {
+		n.enter(b)
+		benchRun(b, h, objs, tcpPkt(cli4, vip).synPkt().frame(), n.client, true)
+	})
+	b.Run("established", func(b *testing.B) {
+		n.enter(b)
+		benchRun(b, h, objs, tcpPkt(cli4, vip).frame(), n.client, false)
+	})
 }
 
 // benchClients counts the benchmark's new flows, each from a client address and port of its own.
@@ -50,9 +59,9 @@ const benchRingSize = 251
 // benchVIP is the VIP of benchmark service id.
 func benchVIP(id int) netip.Addr { return netip.AddrFrom4([4]byte{10, 1, byte(id >> 8), byte(id)}) }
 
-// loadBenchWorld loads the programs with services nat services to the backends of the fixture
-// network with neighbours (ids 1-3, filling every ring in turn).
-func loadBenchWorld(b *testing.B, services int) *sluiceObjects {
+// loadBenchWorld loads the programs with services services of a mode to the backends of the
+// fixture network with neighbours (ids 1-3, filling every ring in turn).
+func loadBenchWorld(b *testing.B, services int, mode config.Mode) *sluiceObjects {
 	objs := loadUnpinned(b, map[string]uint32{
 		sluiceMapMaglev: uint32(services+1) * benchRingSize,
 	})
@@ -71,7 +80,7 @@ func loadBenchWorld(b *testing.B, services int) *sluiceObjects {
 			ids = append(ids, 1+(uint32(id)+i)%3)
 		}
 		keys = append(keys, vipKeyOf(benchVIP(id), 80, protoTCP))
-		values = append(values, sluiceService{Id: uint32(id), RingOffset: uint32(id) * benchRingSize, RingSize: benchRingSize, Mode: wireModes["nat"]})
+		values = append(values, sluiceService{Id: uint32(id), RingOffset: uint32(id) * benchRingSize, RingSize: benchRingSize, Mode: wireModes[mode]})
 	}
 	if _, err := objs.Maglev.BatchUpdate(slots, ids, nil); err != nil {
 		b.Fatal(err)
