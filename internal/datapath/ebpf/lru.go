@@ -2,6 +2,7 @@ package ebpf
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -41,7 +42,7 @@ func fitLRUs(spec *ebpf.CollectionSpec, dir string) error {
 			adoptLRUFlags(ms, m)
 			m.Close()
 		case !errors.Is(err, os.ErrNotExist):
-			return err
+			return fmt.Errorf("opening pinned map %s: %w", name, err)
 		}
 		if ms.Flags&noCommonLRU != 0 {
 			ms.MaxEntries = perCPUEntries(ms.MaxEntries, uint32(cpus))
