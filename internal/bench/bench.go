@@ -23,6 +23,8 @@ type Env struct {
 	// Sluice is the sluice binary run as `sluice --netns LB apply|flush` to program the balancer.
 	Sluice   string
 	Progress *Progress
+	// xdpSwitch is set while the lab's switch and hosts take frames in XDP (--switch xdp).
+	xdpSwitch bool
 }
 
 // NewEnv returns an environment over a lab named prefix with the given backend count, whose

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -73,16 +74,39 @@ func (ecmp) targets(e *Env) []netip.AddrPort {
 	return sameTarget(e, netip.AddrPortFrom(netip.MustParseAddr(lab.Anycast4), vipPort))
 }
 
-// sluiceCandidate is Sluice with one datapath in one forwarding mode.
-type sluiceCandidate struct{ datapath, mode string }
+// sluiceCandidate is Sluice with one datapath in one forwarding mode, at one attach point
+// (empty: the datapath's default).
+type sluiceCandidate struct{ datapath, mode, attach string }
 
-func (s sluiceCandidate) Name() string { return s.datapath + "-" + s.mode }
-
-func (s sluiceCandidate) start(ctx context.Context, e *Env) error {
-	return e.ApplyConfig(ctx, s.Name(), s.config(e))
+func (s sluiceCandidate) Name() string {
+	if s.attach == "xdp" {
+		return s.datapath + "-" + s.mode + "-xdp"
+	}
+	return s.datapath + "-" + s.mode
 }
 
-func (s sluiceCandidate) stop(ctx context.Context, e *Env) error { return e.ResetBalancer(ctx) }
+// start puts XDP where an XDP candidate's frames land (setCandidateXDP) first, and takes it
+// away again when the config fails.
+func (s sluiceCandidate) start(ctx context.Context, e *Env) error {
+	if s.attach != "xdp" {
+		return e.ApplyConfig(ctx, s.Name(), s.config(e))
+	}
+	if err := setCandidateXDP(e, true); err != nil {
+		return err
+	}
+	if err := e.ApplyConfig(ctx, s.Name(), s.config(e)); err != nil {
+		return errors.Join(err, setCandidateXDP(e, false))
+	}
+	return nil
+}
+
+func (s sluiceCandidate) stop(ctx context.Context, e *Env) error {
+	err := e.ResetBalancer(ctx)
+	if s.attach == "xdp" {
+		err = errors.Join(err, setCandidateXDP(e, false))
+	}
+	return err
+}
 
 func (sluiceCandidate) targets(e *Env) []netip.AddrPort { return vipTargets(e) }
 func (sluiceCandidate) pids() []int                     { return nil }
@@ -90,8 +114,12 @@ func (sluiceCandidate) pids() []int                     { return nil }
 // config is the benchmark's one service: the VIP over every lab backend, Maglev.
 func (s sluiceCandidate) config(e *Env) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "datapath: %s\nservices:\n  - name: bench\n    vip: %s\n    port: %d\n    protocol: tcp\n    mode: %s\n    backends:\n",
-		s.datapath, lab.VIP4, vipPort, s.mode)
+	fmt.Fprintf(&b, "datapath: %s\n", s.datapath)
+	if s.attach != "" {
+		fmt.Fprintf(&b, "attach: %s\n", s.attach)
+	}
+	fmt.Fprintf(&b, "services:\n  - name: bench\n    vip: %s\n    port: %d\n    protocol: tcp\n    mode: %s\n    backends:\n",
+		lab.VIP4, vipPort, s.mode)
 	for _, t := range backendTargets(e) {
 		fmt.Fprintf(&b, "      - address: %s\n", t.Addr())
 	}

@@ -22,16 +22,20 @@ type LBOptions struct {
 	// Workloads and Candidates select by name; empty means all (all installed, for peers).
 	Workloads  []string
 	Candidates []string
+	// Switch is how the lab's switch and the backends take frames, for every candidate alike.
+	Switch Switch
 	// KeepLab leaves the lab up afterwards.
 	KeepLab bool
 }
 
 // LBResults are what `sluice bench lb` measured.
 type LBResults struct {
-	Duration   string     `json:"duration"`
-	Rounds     int        `json:"rounds"`
-	Rate       int        `json:"latency_rate"`
-	Backends   int        `json:"backends"`
+	Duration string `json:"duration"`
+	Rounds   int    `json:"rounds"`
+	Rate     int    `json:"latency_rate"`
+	Backends int    `json:"backends"`
+	// Switch is how the lab's switch and the backends took frames: stack or xdp.
+	Switch     Switch     `json:"switch"`
 	Workloads  []Workload `json:"workloads"`
 	Candidates []string   `json:"candidates"`
 	// Missing are the peers that were not installed, so not measured.
@@ -81,6 +85,7 @@ func (o LBOptions) Check() error {
 		checkDuration("duration", o.Duration, 0),
 		checkCount("rounds", o.Rounds, 1),
 		checkCount("rate", o.Rate, 1),
+		checkSwitch(o.Switch),
 	)
 }
 
@@ -100,10 +105,15 @@ func RunLB(ctx context.Context, e *Env, o LBOptions) (res *LBResults, err error)
 	}
 	samples := map[[2]string][]LBSample{}
 	ports := portRanges{}
-	err = e.InLab(ctx, o.KeepLab, func() error {
+	err = e.InLab(ctx, o.KeepLab, func() (err error) {
 		if err := errors.Join(e.ResetBalancer(ctx), (&nftlbPeer{}).stop(ctx, e)); err != nil {
 			return err
 		}
+		stopSwitch, err := startSwitch(e, o.Switch, false)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, stopSwitch()) }()
 		return interleave(o.Rounds, len(candidates), func(round, i int) error {
 			c := candidates[i]
 			return e.measure(ctx, c, workloads, o, &ports, func(w string, s LBSample) {
@@ -161,13 +171,17 @@ func (e *Env) runWorkload(ctx context.Context, w Workload, targets []netip.AddrP
 var baselines = []candidate{direct{}, ecmp{}}
 
 // selectCandidates returns the baselines, then every Sluice datapath in every mode, then the
-// installed peers, filtered by names; missing are the peers not installed.
+// ebpf datapath at XDP in every mode, then the installed peers, filtered by names; missing are
+// the peers not installed.
 func selectCandidates(names []string) (out []candidate, missing []string, err error) {
 	all := slices.Clone(baselines)
 	for _, dp := range config.Datapaths {
 		for _, m := range config.Modes {
 			all = append(all, sluiceCandidate{datapath: string(dp), mode: string(m)})
 		}
+	}
+	for _, m := range config.Modes {
+		all = append(all, sluiceCandidate{datapath: string(config.DatapathEBPF), mode: string(m), attach: string(config.AttachXDP)})
 	}
 	for _, p := range Peers() {
 		if p.available() {
@@ -197,7 +211,8 @@ func selectCandidates(names []string) (out []candidate, missing []string, err er
 
 // summarize turns the samples into cells: medians, and ratios to direct.
 func summarize(o LBOptions, backends int, workloads []Workload, candidates []candidate, missing []string, samples map[[2]string][]LBSample) *LBResults {
-	res := &LBResults{Duration: o.Duration.String(), Rounds: o.Rounds, Rate: o.Rate, Backends: backends, Workloads: workloads, Missing: missing}
+	res := &LBResults{Duration: o.Duration.String(), Rounds: o.Rounds, Rate: o.Rate, Backends: backends, Switch: o.Switch.orStack(),
+		Workloads: workloads, Missing: missing}
 	for _, c := range candidates {
 		res.Candidates = append(res.Candidates, c.Name())
 	}

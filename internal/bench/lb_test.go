@@ -115,7 +115,7 @@ func sampleResults() *LBResults {
 	cpu := 0.5
 	o := LBOptions{Duration: time.Second, Rounds: 3, Rate: 1000}
 	ws, _ := selectWorkloads([]string{"keepalive", "latency"})
-	cands := []candidate{direct{}, ecmp{}, sluiceCandidate{"nft", "nat"}, &proxyPeer{name: "haproxy"}}
+	cands := []candidate{direct{}, ecmp{}, sluiceCandidate{datapath: "nft", mode: "nat"}, &proxyPeer{name: "haproxy"}}
 	samples := map[[2]string][]LBSample{}
 	for i, c := range cands {
 		for _, w := range ws {

@@ -11,7 +11,7 @@ import (
 // Table renders the results for people: one block per workload, one row per candidate.
 func (r *LBResults) Table() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "sluice bench lb: %d backends, %d round(s) of %s per candidate and workload, medians\n\n", r.Backends, r.Rounds, r.Duration)
+	fmt.Fprintf(&b, "sluice bench lb: %d backends, %d round(s) of %s per candidate and workload, medians, switch %s\n\n", r.Backends, r.Rounds, r.Duration, r.Switch)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "WORKLOAD\tCANDIDATE\tREQ/S\tVS DIRECT\tVS ECMP\tP50\tP99\tLB CPU\tERRORS\t")
 	for _, w := range r.Workloads {

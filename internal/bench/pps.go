@@ -27,8 +27,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 	"github.com/vishvananda/netlink"
 
 	"github.com/sluicelb/sluice/internal/lab"
@@ -42,13 +40,15 @@ type PPSOptions struct {
 	// Workloads and Candidates select by name; empty means all (all installed, for peers).
 	Workloads  []string
 	Candidates []string
+	// Switch is how the lab's switch and the backends take frames, for every candidate alike.
+	Switch Switch
 	// KeepLab leaves the lab up afterwards.
 	KeepLab bool
 }
 
 // Check reports the first option out of range, naming its flag.
 func (o PPSOptions) Check() error {
-	errs := []error{checkDuration("duration", o.Duration, time.Second), checkCount("rounds", o.Rounds, 1)}
+	errs := []error{checkDuration("duration", o.Duration, time.Second), checkCount("rounds", o.Rounds, 1), checkSwitch(o.Switch)}
 	if len(o.Workloads) > 0 {
 		errs = append(errs, checkOneOf("workloads", "workload", o.Workloads, ppsWorkloadNames))
 	}
@@ -74,7 +74,9 @@ type PPSResults struct {
 	FrameBytes        int    `json:"frame_bytes"`
 	Generator         string `json:"generator"`
 	// CPU is the CPU the generator runs on, and with it the whole path.
-	CPU        int      `json:"cpu"`
+	CPU int `json:"cpu"`
+	// Switch is how the lab's switch and the backends took frames: stack or xdp.
+	Switch     Switch   `json:"switch"`
 	Workloads  []string `json:"workloads"`
 	Candidates []string `json:"candidates"`
 	// Missing are the peers that were not installed, so not measured.
@@ -166,7 +168,7 @@ func (s ppsSluice) Name() string {
 
 func (s ppsSluice) start(ctx context.Context, e *Env) error {
 	if s.attach == "xdp" {
-		if err := setPeerXDP(e, true); err != nil {
+		if err := setCandidateXDP(e, true); err != nil {
 			return err
 		}
 	}
@@ -188,7 +190,7 @@ func (s ppsSluice) start(ctx context.Context, e *Env) error {
 func (s ppsSluice) stop(ctx context.Context, e *Env) error {
 	err := e.ResetBalancer(ctx)
 	if s.attach == "xdp" {
-		err = errors.Join(err, setPeerXDP(e, false))
+		err = errors.Join(err, setCandidateXDP(e, false))
 	}
 	return err
 }
@@ -314,7 +316,7 @@ func RunPPS(ctx context.Context, e *Env, o PPSOptions) (*PPSResults, error) {
 		return nil, err
 	}
 	samples := map[[2]string][]PPSSample{}
-	err = e.InLab(ctx, o.KeepLab, func() error {
+	err = e.InLab(ctx, o.KeepLab, func() (err error) {
 		if err := errors.Join(e.ResetBalancer(ctx), (&nftlbPeer{}).stop(ctx, e)); err != nil {
 			return err
 		}
@@ -322,6 +324,11 @@ func RunPPS(ctx context.Context, e *Env, o PPSOptions) (*PPSResults, error) {
 		if err := makeReals(ctx, e); err != nil {
 			return err
 		}
+		stopSwitch, err := startSwitch(e, o.Switch, true)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, stopSwitch()) }()
 		return interleave(o.Rounds, len(candidates), func(round, i int) error {
 			c := candidates[i]
 			return e.measurePPS(ctx, c, workloads, o.Duration, roundLabel(round, o.Rounds), func(w string, s PPSSample) {
@@ -417,30 +424,6 @@ func makeReals(ctx context.Context, e *Env) error {
 
 func ipNet32(a netip.Addr, bits int) *net.IPNet {
 	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, 32)}
-}
-
-// setPeerXDP attaches (or detaches) an XDP program that passes every frame on the switch's end
-// of the balancer's backend-side veth: a frame an XDP program redirects into a veth is dropped
-// unless the peer runs XDP too (or has GRO on), docs/ebpf-datapath.md.
-func setPeerXDP(e *Env, on bool) error {
-	return e.Lab.Do(e.Lab.SwitchNS(), func() error {
-		link, err := netlink.LinkByName("lb")
-		if err != nil {
-			return err
-		}
-		if !on {
-			return netlink.LinkSetXdpFd(link, -1)
-		}
-		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-			Name: "pps_pass", Type: ebpf.XDP, License: "GPL",
-			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2), asm.Return()}, // XDP_PASS
-		})
-		if err != nil {
-			return fmt.Errorf("XDP pass program: %w", err)
-		}
-		defer prog.Close() // the attachment holds it
-		return netlink.LinkSetXdpFd(link, prog.FD())
-	})
 }
 
 // sendPPS runs trafgen in the client namespace for d (SIGINT at the deadline, SIGKILL if it
@@ -571,7 +554,7 @@ func kernelTicks(cpu int) int64 {
 func summarizePPS(backends int, o PPSOptions, workloads []ppsWorkload, candidates []ppsCandidate, missing []string, samples map[[2]string][]PPSSample) *PPSResults {
 	res := &PPSResults{Duration: o.Duration.String(), Rounds: o.Rounds, Reals: ppsReals, BackendNamespaces: backends,
 		FrameBytes: ppsFrameLen, Generator: "trafgen (netsniff-ng), one thread on CPU 0, in the client namespace",
-		CPU: ppsCPU, Missing: missing}
+		CPU: ppsCPU, Switch: o.Switch.orStack(), Missing: missing}
 	for _, w := range workloads {
 		res.Workloads = append(res.Workloads, w.name)
 	}
@@ -623,6 +606,7 @@ func (r *PPSResults) Table() string {
 		}
 	}
 	fmt.Fprintf(&b, "forwarded: packets the backends' veths received (they drop them at ingress); dropped: the share of sent that never arrived\n")
+	fmt.Fprintf(&b, "switch: %s (stack: the lab's switch bridges in its stack; xdp: its ports forward by MAC at XDP, the backends drop at XDP)\n", r.Switch)
 	fmt.Fprintf(&b, "kernel cores: system+irq+softirq time of CPU %d, where the generator sends and each veth hands the frame on, so the\n", r.CPU)
 	fmt.Fprintf(&b, "  balancer, the switch and the backends' ingress forward it within the send (the same overhead for every candidate)\n")
 	fmt.Fprintf(&b, "added ns/packet: CPU time per packet (1 / Mpps per core) over direct's, what the balancer adds to plain routing\n")

@@ -51,6 +51,8 @@ It brings up its own lab (--prefix) and tears it down at the end, also on failur
 	cmd.Flags().IntVar(&o.Rate, "rate", 2000, "offered requests/s of the latency workload")
 	cmd.Flags().StringSliceVar(&o.Workloads, "workloads", nil, "workloads to run (default all)")
 	cmd.Flags().StringSliceVar(&o.Candidates, "candidates", nil, "candidates to measure (default all installed; direct is always measured)")
+	cmd.Flags().StringVar((*string)(&o.Switch), "switch", string(bench.SwitchStack),
+		"how the lab's switch and hosts take frames, for every candidate: stack (bridge) or xdp (forward by MAC at XDP)")
 	cmd.Flags().BoolVar(&o.KeepLab, "keep-lab", false, "leave the lab up afterwards")
 	cmd.Flags().StringVar(&svgPath, "svg", "", "also draw the results as an SVG chart to this file")
 	cmd.Flags().BoolVar(&installPeers, "install-peers", false, "install the peers (nftlb, haproxy, nginx stream) from Debian packages first")

@@ -47,6 +47,8 @@ It brings up its own lab (--prefix) and tears it down at the end, also on failur
 	cmd.Flags().IntVar(&o.Rounds, "rounds", 3, "rounds; every candidate gets every workload once per round")
 	cmd.Flags().StringSliceVar(&o.Workloads, "workloads", nil, "workloads to send: udp, syn (default both)")
 	cmd.Flags().StringSliceVar(&o.Candidates, "candidates", nil, "candidates to measure (default all installed; direct is always measured)")
+	cmd.Flags().StringVar((*string)(&o.Switch), "switch", string(bench.SwitchStack),
+		"how the lab's switch and hosts take frames, for every candidate: stack (bridge) or xdp (forward by MAC at XDP)")
 	cmd.Flags().BoolVar(&o.KeepLab, "keep-lab", false, "leave the lab up afterwards (its backends still drop port 80)")
 	cmd.Flags().BoolVar(&installPeers, "install-peers", false, "install the peers (nftlb) from Debian packages first")
 	return cmd
