@@ -3,6 +3,7 @@ package nft
 import (
 	"context"
 	"flag"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -210,6 +211,31 @@ func TestRenderRefusesConnectionCounting(t *testing.T) {
 	} {
 		if _, err := renderService(&s, testEnv); err == nil || !strings.Contains(err.Error(), "service "+s.Name) {
 			t.Errorf("rendering %s: %v; want an error naming it", s.Name, err)
+		}
+	}
+}
+
+// TestSharedUseIsWhatServicesFill: the base chains look up exactly the shared sets and maps the
+// services put elements in, for every golden config (every mode, protocol, IP version, port
+// ranges and syn_protection among them).
+func TestSharedUseIsWhatServicesFill(t *testing.T) {
+	dirs, _ := filepath.Glob("testdata/golden/*")
+	for _, dir := range dirs {
+		p := loadPlan(t, filepath.Join(dir, "config.yaml"))
+		filled := sharedUse{}
+		for i := range p.Services {
+			st, err := renderService(&p.Services[i], testEnv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for key, set := range st.sets {
+				if o, ok := parseSharedObject(key.name); ok && len(set.elems) > 0 {
+					filled.add(key.family, o)
+				}
+			}
+		}
+		if used := sharedUseOf(p); !maps.EqualFunc(used, filled, maps.Equal) {
+			t.Errorf("%s: the base looks up %v, the services fill %v", dir, used, filled)
 		}
 	}
 }

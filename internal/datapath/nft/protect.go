@@ -199,7 +199,7 @@ var synproxyCounts = []struct {
 // connection echoes the backend's timestamp shifted twice by its own offset, and recent kernels
 // (TcpExtTSEcrRejected, 6.18 here) ignore that ACK, so that a connection opens only when the client
 // sends data, and one whose server speaks first waits a second for a SYN-ACK retransmit.
-func renderSynproxyBase(st *state) {
+func renderSynproxyBase(st *state, used sharedUse) {
 	const f = knftables.InetFamily
 	var notrack, guard []string
 	output := []string{"tcp flags & (syn | ack) == syn meta skuid 0-4294967295 return"} // a local socket's SYN
@@ -210,6 +210,9 @@ func renderSynproxyBase(st *state) {
 			st.addSet(f, syns)
 			st.addSet(f, acks)
 			st.addSet(f, ok)
+			if !used.has(f, sharedObject{synproxyKind, "tcp", v, ranged}) {
+				continue
+			}
 			notrack = append(notrack, fmt.Sprintf("tcp flags & (syn | ack) == syn counter name %s map @%s notrack", key, syns.Name))
 			guard = append(guard,
 				fmt.Sprintf("tcp flags & (syn | ack) == ack ct state invalid,untracked counter name %s map @%s", key, acks.Name),

@@ -59,19 +59,62 @@ func ipvOf(a netip.Addr) ipv {
 // the sets that every service adds elements to.
 func renderBase(p *plan.Plan, env Environment) (*state, error) {
 	st := newState()
-	renderInetBase(st)
+	used := sharedUseOf(p)
+	renderInetBase(st, used)
 	if slices.ContainsFunc(p.Services, func(s plan.Service) bool { return s.Mode != config.ModeDSR }) {
-		renderForwarded(st)
+		renderForwarded(st, used)
 	}
 	if slices.ContainsFunc(p.Services, func(s plan.Service) bool { return s.Mode == config.ModeDSR }) {
-		if err := renderNetdevBase(st, env.DSRDevices); err != nil {
+		if err := renderNetdevBase(st, env.DSRDevices, used); err != nil {
 			return nil, err
 		}
 	}
 	if slices.ContainsFunc(p.Services, func(s plan.Service) bool { return s.SYNProtection }) {
-		renderSynproxyBase(st)
+		renderSynproxyBase(st, used)
 	}
 	return st, nil
+}
+
+// sharedUse is the shared sets and maps that hold elements, by family. The base chains look up
+// only those: every rule of a base chain costs each packet that reaches it, so a config with no
+// port range, no IPv6 or no UDP service has no rule for them (the sets stay, empty).
+type sharedUse map[knftables.Family]map[sharedObject]bool
+
+func (u sharedUse) has(f knftables.Family, o sharedObject) bool { return u[f][o] }
+
+func (u sharedUse) add(f knftables.Family, o sharedObject) {
+	if u[f] == nil {
+		u[f] = map[sharedObject]bool{}
+	}
+	u[f][o] = true
+}
+
+// sharedUseOf is the shared sets and maps the plan's services put elements in: those renderService
+// fills (TestSharedUseIsWhatServicesFill holds the two together).
+func sharedUseOf(p *plan.Plan) sharedUse {
+	u := sharedUse{}
+	for i := range p.Services {
+		s := &p.Services[i]
+		v, ranged, proto := ipvOf(s.VIP), rangeIndex(s) == 1, string(s.Protocol)
+		if s.Mode == config.ModeDSR {
+			u.add(knftables.NetDevFamily, sharedObject{kind: dispatchKind, v: v, ranged: ranged})
+			continue
+		}
+		const f = knftables.InetFamily
+		u.add(f, sharedObject{kind: dispatchKind, v: v, ranged: ranged})
+		if len(s.Backends) > 0 { // a counter per backend
+			u.add(f, sharedObject{forwardedKind, proto, v, ranged})
+		}
+		if s.Mode == config.ModeFullNAT {
+			u.add(f, sharedObject{fullNATKind, proto, v, ranged})
+		}
+		if s.SYNProtection {
+			for _, c := range synproxyCounts {
+				u.add(f, sharedObject{c.shared, proto, v, ranged})
+			}
+		}
+	}
+	return u
 }
 
 // renderService renders one service's objects, and its elements of the base's sets.
@@ -95,20 +138,26 @@ func renderService(s *plan.Service, env Environment) (*state, error) {
 }
 
 // renderInetBase lays out the inet table: dispatch verdict maps keyed by proto . vip . port, the
-// nat hooks that consult them, and the sets of full-NAT services whose flows are masqueraded.
-func renderInetBase(st *state) {
+// nat hooks that consult those that are used, and the sets of full-NAT services whose flows are
+// masqueraded. The nat postrouting chain stays, even empty: the kernel's nat hooks are
+// registered with the first nat chain, and its postrouting hook undoes a reply's DNAT.
+func renderInetBase(st *state, used sharedUse) {
 	const f = knftables.InetFamily
 	st.tables[f] = true
 	var pre, post []string
 	for _, v := range []ipv{ipv4, ipv6} {
-		for _, m := range dispatchMaps(v) {
+		for i, m := range dispatchMaps(v) {
 			st.addSet(f, m)
-			pre = append(pre, fmt.Sprintf("meta l4proto . %s daddr . th dport vmap @%s", v.ip, m.Name))
+			if used.has(f, sharedObject{kind: dispatchKind, v: v, ranged: i == 1}) {
+				pre = append(pre, fmt.Sprintf("meta l4proto . %s daddr . th dport vmap @%s", v.ip, m.Name))
+			}
 		}
 		for _, proto := range []string{"tcp", "udp"} {
-			for _, set := range fullNATSets(proto, v) {
+			for i, set := range fullNATSets(proto, v) {
 				st.addSet(f, set)
-				post = append(post, fmt.Sprintf("meta l4proto %s ct original %s daddr . ct original proto-dst @%s masquerade", proto, v.ip, set.Name))
+				if used.has(f, sharedObject{fullNATKind, proto, v, i == 1}) {
+					post = append(post, fmt.Sprintf("meta l4proto %s ct original %s daddr . ct original proto-dst @%s masquerade", proto, v.ip, set.Name))
+				}
 			}
 		}
 	}
@@ -131,15 +180,18 @@ func fullNATSets(proto string, v ipv) [2]*knftables.Set {
 // service: a filter chain after the nat hooks looks the packet's conntrack entry up, service side
 // (original destination) and backend side (reply source), in maps of per-backend counters. Reply
 // packets and flows Sluice did not balance (no element: a client talking to a backend directly)
-// are not counted. One rule per protocol and IP version, as nft 1.0.6 types ct proto-dst only
-// after a protocol match.
-func renderForwarded(st *state) {
+// are not counted. One rule per map in use (nft 1.0.6 types ct proto-dst only after a protocol
+// match, so protocols cannot share one).
+func renderForwarded(st *state, used sharedUse) {
 	const f = knftables.InetFamily
 	var rules []string
 	for _, v := range []ipv{ipv4, ipv6} {
 		for _, proto := range []string{"tcp", "udp"} {
-			for _, m := range forwardedMaps(proto, v) {
+			for i, m := range forwardedMaps(proto, v) {
 				st.addSet(f, m)
+				if !used.has(f, sharedObject{forwardedKind, proto, v, i == 1}) {
+					continue
+				}
 				rules = append(rules, fmt.Sprintf("meta l4proto %s ct direction original counter name ct original %s daddr . ct original proto-dst . ct reply %s saddr . ct reply proto-src map @%s",
 					proto, v.ip, v.ip, m.Name))
 			}
@@ -166,7 +218,7 @@ func forwardedMap(s *plan.Service) *knftables.Map {
 
 // renderNetdevBase lays out the netdev table: an ingress chain per DSR device dispatching by
 // proto . vip . port.
-func renderNetdevBase(st *state, devices []string) error {
+func renderNetdevBase(st *state, devices []string, used sharedUse) error {
 	if len(devices) == 0 {
 		return fmt.Errorf("dsr needs at least one ingress interface")
 	}
@@ -177,8 +229,11 @@ func renderNetdevBase(st *state, devices []string) error {
 	// balancer's packets.
 	rules := []string{"meta pkttype != host accept"}
 	for _, v := range []ipv{ipv4, ipv6} {
-		for _, m := range dispatchMaps(v) {
+		for i, m := range dispatchMaps(v) {
 			st.addSet(f, m)
+			if !used.has(f, sharedObject{kind: dispatchKind, v: v, ranged: i == 1}) {
+				continue
+			}
 			rules = append(rules, fmt.Sprintf("meta protocol %s meta l4proto . %s daddr . th dport vmap @%s", v.ip, v.ip, m.Name))
 		}
 	}
