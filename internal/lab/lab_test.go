@@ -167,6 +167,19 @@ func TestLab(t *testing.T) {
 		}
 	})
 
+	t.Run("the switch is plain layer 2", func(t *testing.T) {
+		for _, table := range []string{"arptables", "iptables", "ip6tables"} {
+			path := "/proc/sys/net/bridge/bridge-nf-call-" + table
+			out, err := l.Exec(ctx, l.SwitchNS(), "cat", path).CombinedOutput()
+			if err != nil && strings.Contains(string(out), "No such file") {
+				t.Skip("no br_netfilter in this kernel")
+			}
+			if got := strings.TrimSpace(string(out)); err != nil || got != "0" {
+				t.Errorf("%s in the switch: %q, %v", path, got, err)
+			}
+		}
+	})
+
 	t.Run("static files and status", func(t *testing.T) {
 		if out := curl(t, l, "-o", "/dev/null", "-w", "%{size_download}", "http://10.91.2.12/640k"); out != "655360" {
 			t.Errorf("/640k size %s", out)
