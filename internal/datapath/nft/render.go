@@ -396,7 +396,7 @@ func renderNATService(st *state, s *plan.Service) {
 		variant, first = markCleared, []string{"meta mark set 0"}
 		rules = append(rules, natPersistenceRules(st, s, n)...)
 	case len(s.Slots) > 0:
-		slots := st.addSet(f, &knftables.Map{Name: n.slots, TypeOf: "numgen inc mod 2 : verdict"})
+		slots := st.addSet(f, maglevTable(n.slots, "verdict", len(s.Slots)))
 		for slot, bi := range s.Slots {
 			slots.add(&knftables.Element{Key: []string{strconv.Itoa(slot)}, Value: []string{gotoVerdict(backendChain(s.Name, string(s.Protocol), s.Backends[bi].ID(), ""))}})
 		}
@@ -419,6 +419,13 @@ func renderNATService(st *state, s *plan.Service) {
 	}
 }
 
+// maglevTable is a service's Maglev table, slot : value. Its size is the slot count, which its name
+// fixes: the kernel then keeps it in a fixed hash table hashing one word (nft_hash_fast), which
+// a new flow looks up faster than the resizable table (rhash) of a map without a size.
+func maglevTable(name, value string, slots int) *knftables.Map {
+	return &knftables.Map{Name: name, TypeOf: "numgen inc mod 2 : " + value, Size: ptr(uint64(slots))}
+}
+
 // natPersistenceRules add the objects of a nat or fullnat service with persistence and return its
 // chain's rules: as under dsr, the slots hold backend marks and the marks map sends a mark to its
 // backend's chain, so that the remembered and the chosen backend pass through the packet mark
@@ -438,7 +445,7 @@ func natPersistenceRules(st *state, s *plan.Service, n serviceNames) []string {
 	if len(s.Slots) == 0 {
 		return rules
 	}
-	slots := st.addSet(f, &knftables.Map{Name: n.slots, TypeOf: "numgen inc mod 2 : meta mark"})
+	slots := st.addSet(f, maglevTable(n.slots, "meta mark", len(s.Slots)))
 	for slot, bi := range s.Slots {
 		mark := strconv.FormatUint(uint64(marks[bi]), 10)
 		slots.add(&knftables.Element{Key: []string{strconv.Itoa(slot)}, Value: []string{mark}})
@@ -547,7 +554,7 @@ func renderDSRService(st *state, s *plan.Service, env Environment) error {
 			fmt.Sprintf("fwd %s to %s device %q", v.ip, b.Addr, dev))
 	}
 	if len(s.Slots) > 0 {
-		slots := st.addSet(f, &knftables.Map{Name: n.slots, TypeOf: "numgen inc mod 2 : meta mark"})
+		slots := st.addSet(f, maglevTable(n.slots, "meta mark", len(s.Slots)))
 		for slot, bi := range s.Slots {
 			slots.add(&knftables.Element{Key: []string{strconv.Itoa(slot)}, Value: []string{strconv.FormatUint(uint64(marks[bi]), 10)}})
 		}
