@@ -3,8 +3,9 @@ package bench
 // XDP on the lab's veth. A frame an XDP program redirects into a veth is dropped unless the
 // veth's other end runs XDP too (or has GRO on): docs/ebpf-datapath.md. With --switch stack the
 // lab's switch bridges in its stack, and a candidate that redirects at XDP gets a pass program
-// on the ends its frames land on. With --switch xdp frames stay in XDP for every candidate: the switch's ports forward each frame straight to the port owning its destination
-// MAC (devmap redirect), and the ends the switch and the balancer hand frames to run XDP.
+// on the ends its frames land on. With --switch xdp frames stay in XDP for every candidate: the
+// switch's ports forward each frame straight to the port owning its destination MAC (devmap
+// redirect), and the ends the switch and the balancer hand frames to run XDP.
 
 import (
 	"cmp"
@@ -120,16 +121,18 @@ func labEnds(e *Env) []labEnd {
 // SwitchStack): the switch's ports forward by MAC, the client's ends and the backends' eth0 run a
 // pass program (with dropPort, a program dropping the bench's port instead), and the balancer's
 // backend veth, where Sluice may attach its own XDP, gets GRO, which lets a veth take redirected
-// frames too. Every veth sends complete checksums (setTxChecksums). It returns what undoes it all; on failure it undoes itself.
+// frames too. Every veth sends complete checksums (setTxChecksums). It returns what undoes it
+// all; on failure it undoes itself.
 func startSwitch(e *Env, mode Switch, dropPort bool) (stop func() error, err error) {
 	if mode != SwitchXDP {
 		return func() error { return nil }, nil
 	}
 	e.Progress.Step("switch: XDP on the switch's ports and the ends they forward to")
 	var attached []labEnd
+	gro := labEnd{e.Lab.BalancerNS(), "eth1"}
 	undo := func() error {
 		e.xdpSwitch = false
-		return errors.Join(detachXDP(e, attached...), setOffload(e, labEnd{e.Lab.BalancerNS(), "eth1"}, unix.ETHTOOL_SGRO, false), setTxChecksums(e, true, labEnds(e)...))
+		return errors.Join(detachXDP(e, attached...), setOffload(e, gro, unix.ETHTOOL_SGRO, false), setTxChecksums(e, true, labEnds(e)...))
 	}
 	defer func() {
 		if err != nil {
@@ -172,7 +175,7 @@ func startSwitch(e *Env, mode Switch, dropPort bool) (stop func() error, err err
 			return nil, err
 		}
 	}
-	if err := errors.Join(setOffload(e, labEnd{e.Lab.BalancerNS(), "eth1"}, unix.ETHTOOL_SGRO, true),
+	if err := errors.Join(setOffload(e, gro, unix.ETHTOOL_SGRO, true),
 		setTxChecksums(e, false, labEnds(e)...)); err != nil {
 		return nil, err
 	}

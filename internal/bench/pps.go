@@ -6,8 +6,8 @@ package bench
 // the direct baseline, to the reals themselves. A veth hands a frame to its peer on the sending
 // CPU, so the balancer, the switch and the backends' ingress all forward it on CPU 0, within
 // the send: the generator is paced by the path it drives. The reals are 100 addresses spread
-// over the lab's backend namespaces, which drop the packets at their ingress (nft netdev hook)
-// so that no backend stack becomes the bottleneck. What the client's veth sent and what the
+// over the lab's backend namespaces, which drop the packets at their ingress (nft netdev hook,
+// or XDP with --switch xdp) so that no backend stack becomes the bottleneck. What the client's veth sent and what the
 // backends' veths received give the forwarded rate and the drop share; /proc/stat gives CPU 0's
 // kernel time.
 
