@@ -53,7 +53,7 @@ func TestBenchLB(t *testing.T) {
 	var rep benchLBReport
 	readReport(t, jsonPath, &rep)
 	r := rep.Results
-	for _, want := range []string{"direct", "ecmp", "nft-nat", "nft-fullnat", "nft-dsr", "ebpf-nat", "ebpf-fullnat", "ebpf-dsr"} {
+	for _, want := range []string{"direct", "ecmp", "nft-nat", "nft-fullnat", "nft-dsr", "ebpf-nat", "ebpf-fullnat", "ebpf-dsr", "ebpf-nat-xdp", "ebpf-fullnat-xdp", "ebpf-dsr-xdp"} {
 		if !slices.Contains(r.Candidates, want) {
 			t.Errorf("candidates %v lack %s", r.Candidates, want)
 		}

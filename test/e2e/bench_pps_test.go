@@ -15,6 +15,7 @@ import (
 type benchPPSReport struct {
 	Results struct {
 		Reals      int      `json:"reals"`
+		Switch     string   `json:"switch"`
 		Workloads  []string `json:"workloads"`
 		Candidates []string `json:"candidates"`
 		Cells      []struct {
@@ -31,22 +32,31 @@ type benchPPSReport struct {
 }
 
 // TestBenchPPS is the smoke test of `sluice bench pps`: one round of 1 s sends through a few
-// candidates (tc and XDP among them), in its own lab. It checks the report's shape and that
-// every candidate forwarded packets of both workloads to the backends; rates are logged, never
-// asserted.
+// candidates (tc and XDP among them), in its own lab, with the lab's switch in its stack and at
+// XDP. It checks the report's shape and that every candidate forwarded packets of both
+// workloads to the backends; rates are logged, never asserted.
 func TestBenchPPS(t *testing.T) {
 	requireLab(t)
 	if _, err := exec.LookPath("trafgen"); err != nil {
 		testutil.Missing(t, "needs trafgen (netsniff-ng; scripts/deps.sh installs it): %v", err)
 	}
+	for _, sw := range []string{"stack", "xdp"} {
+		t.Run("switch "+sw, func(t *testing.T) { testBenchPPS(t, sw) })
+	}
+}
+
+func testBenchPPS(t *testing.T, sw string) {
 	jsonPath := filepath.Join(t.TempDir(), "pps.json")
 	candidates := []string{"direct", "nft-nat", "ebpf-dsr", "ebpf-dsr-xdp"}
-	stdout, _ := benchSmoke(t, benchPPSKind, "pps", "--duration", "1s", "--rounds", "1",
+	stdout, _ := benchSmoke(t, benchPPSKind, "pps", "--duration", "1s", "--rounds", "1", "--switch", sw,
 		"--candidates", "nft-nat,ebpf-dsr,ebpf-dsr-xdp", "--json", jsonPath)
 	t.Logf("\n%s", stdout)
 	var rep benchPPSReport
 	readReport(t, jsonPath, &rep)
 	r := rep.Results
+	if r.Switch != sw {
+		t.Errorf("switch %q in the report, want %q", r.Switch, sw)
+	}
 	if r.Reals != 100 || !slices.Equal(r.Workloads, []string{"udp", "syn"}) || !slices.Equal(r.Candidates, candidates) {
 		t.Fatalf("reals %d, workloads %v, candidates %v; want 100, [udp syn], %v", r.Reals, r.Workloads, r.Candidates, candidates)
 	}
