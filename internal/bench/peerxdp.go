@@ -13,14 +13,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"runtime"
-	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/sluicelb/sluice/internal/ethtool"
 	"github.com/sluicelb/sluice/internal/lab"
 )
 
@@ -343,32 +342,8 @@ func detachXDP(e *Env, ends ...labEnd) error {
 
 // setOffload turns an offload of end on or off by the ethtool ioctl cmd (ETHTOOL_SGRO, ...).
 func setOffload(e *Env, end labEnd, cmd uint32, on bool) error {
-	err := e.Lab.Do(end.ns, func() error {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		defer unix.Close(fd)
-		value := &struct{ cmd, data uint32 }{cmd: cmd}
-		if on {
-			value.data = 1
-		}
-		var ifr struct {
-			name [unix.IFNAMSIZ]byte
-			data uintptr
-			_    [16]byte
-		}
-		copy(ifr.name[:], end.dev)
-		ifr.data = uintptr(unsafe.Pointer(value))
-		_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&ifr)))
-		runtime.KeepAlive(value)
-		if errno != 0 {
-			return errno
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("ethtool command %#x on %s in %s: %w", cmd, end.dev, end.ns, err)
+	if err := e.Lab.Do(end.ns, func() error { return ethtool.Set(end.dev, cmd, on) }); err != nil {
+		return fmt.Errorf("in %s: %w", end.ns, err)
 	}
 	return nil
 }

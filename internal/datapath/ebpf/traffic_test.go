@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -22,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/ethtool"
 	"github.com/sluicelb/sluice/internal/netnstest"
 	"github.com/sluicelb/sluice/internal/testutil"
 )
@@ -334,26 +334,8 @@ func TestTrafficThroughTheBalancer(t *testing.T) {
 
 // setTxChecksumming turns a device's transmit checksum offload on or off (ETHTOOL_STXCSUM).
 func setTxChecksumming(t *testing.T, name string, on bool) {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
+	if err := ethtool.Set(name, unix.ETHTOOL_STXCSUM, on); err != nil {
 		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	value := &struct{ cmd, data uint32 }{cmd: unix.ETHTOOL_STXCSUM}
-	if on {
-		value.data = 1
-	}
-	var ifr struct {
-		name [unix.IFNAMSIZ]byte
-		data uintptr
-		_    [16]byte
-	}
-	copy(ifr.name[:], name)
-	ifr.data = uintptr(unsafe.Pointer(value))
-	_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&ifr)))
-	runtime.KeepAlive(value)
-	if errno != 0 {
-		t.Fatalf("turning tx checksumming of %s off: %v", name, errno)
 	}
 }
 
