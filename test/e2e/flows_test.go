@@ -135,12 +135,8 @@ func checkFlows(t *testing.T, f Flavor, svc Service, cli func(args ...string) cl
 	one := held[0].backend
 	for _, filter := range []string{one.String(), one.Addr().String()} {
 		got := flows("--backend", filter)
-		var want []string
-		for _, l := range all.Flows {
-			if l.Backend == one.String() {
-				want = append(want, l.Client)
-			}
-		}
+		// A stray packet may add a flow since the first listing (see below): every held
+		// connection to that backend must be listed, and nothing to another backend.
 		var clients []string
 		for _, l := range got.Flows {
 			clients = append(clients, l.Client)
@@ -148,8 +144,13 @@ func checkFlows(t *testing.T, f Flavor, svc Service, cli func(args ...string) cl
 				t.Errorf("--backend %s lists a flow to %s: %+v", filter, l.Backend, l)
 			}
 		}
-		if !slices.Equal(clients, want) || got.Total != len(want) {
-			t.Errorf("--backend %s lists %v (total %d), want %v", filter, clients, got.Total, want)
+		for _, h := range held {
+			if h.backend == one && !slices.Contains(clients, h.client.String()) {
+				t.Errorf("--backend %s lists %v (total %d), without the held connection from %s", filter, clients, got.Total, h.client)
+			}
+		}
+		if got.Total != len(got.Flows) {
+			t.Errorf("--backend %s lists %d flows of a total %d", filter, len(got.Flows), got.Total)
 		}
 	}
 
