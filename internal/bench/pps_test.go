@@ -60,3 +60,24 @@ func TestSummarizePPSRatiosToDirect(t *testing.T) {
 		t.Errorf("table:\n%s", res.Table())
 	}
 }
+
+func TestGeneratorRestartsAreOnlyForAFullSendBuffer(t *testing.T) {
+	backedOff := "1 packets to schedule\n60 bytes in total\nRunning! Hang up with ^C!\n\nFlushing TX_RING failed: Resource temporarily unavailable!\n"
+	if !generatorBackedOff([]byte(backedOff)) {
+		t.Errorf("a full send buffer is not recognised: %q", backedOff)
+	}
+	for _, other := range []string{"Cannot find device eth0!", "Flushing TX_RING failed: No such device or address!", ""} {
+		if generatorBackedOff([]byte(other)) {
+			t.Errorf("%q taken for a full send buffer", other)
+		}
+	}
+	o := PPSOptions{Duration: time.Second, Rounds: 2}
+	samples := map[[2]string][]PPSSample{
+		{"direct", "udp"}:  {{Seconds: 1, Sent: 10, Arrived: 10, KernelCores: 1}, {Seconds: 1, Sent: 10, Arrived: 10, KernelCores: 1}},
+		{"nft-nat", "udp"}: {{Seconds: 1, Sent: 10, Arrived: 9, KernelCores: 1, GeneratorRestarts: 2}, {Seconds: 1, Sent: 10, Arrived: 9, KernelCores: 1, GeneratorRestarts: 1}},
+	}
+	table := summarizePPS(3, o, ppsWorkloads[:1], []ppsCandidate{ppsDirect{}, ppsSluice{datapath: "nft", mode: "nat"}}, nil, samples).Table()
+	if !strings.Contains(table, "udp, nft-nat: trafgen found its send buffer full and was started again 3 time(s)") || strings.Contains(table, "direct: trafgen") {
+		t.Errorf("restarts not reported per cell:\n%s", table)
+	}
+}
