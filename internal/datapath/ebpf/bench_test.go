@@ -2,13 +2,17 @@ package ebpf
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
 	"runtime"
+	"slices"
+	"sync"
 	"testing"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicelb/sluice/internal/config"
@@ -62,9 +66,14 @@ func benchVIP(id int) netip.Addr { return netip.AddrFrom4([4]byte{10, 1, byte(id
 // loadBenchWorld loads the programs with services services of a mode to the backends of the
 // fixture network with neighbours (ids 1-3, filling every ring in turn).
 func loadBenchWorld(b *testing.B, services int, mode config.Mode) *sluiceObjects {
-	objs := loadUnpinned(b, map[string]uint32{
+	return loadBenchWorldEdited(b, services, mode, func(*ebpf.MapSpec) {})
+}
+
+// loadBenchWorldEdited is loadBenchWorld with edit applied to every map's spec before loading.
+func loadBenchWorldEdited(b *testing.B, services int, mode config.Mode, edit func(*ebpf.MapSpec)) *sluiceObjects {
+	objs := loadUnpinnedEdited(b, map[string]uint32{
 		sluiceMapMaglev: uint32(services+1) * benchRingSize,
-	})
+	}, edit)
 	for id, a := range map[uint32]netip.Addr{1: b1v4, 2: b2v4, 3: b3v4} {
 		w, family := wireAddr(a)
 		if err := objs.Backends.Put(id, sluiceBackend{Addr: w, Family: family, Flags: sluiceBackendFlagsBACKEND_VALID}); err != nil {
@@ -131,6 +140,16 @@ func testRunDuration(b *testing.B, prog *ebpf.Program, frame []byte, ctx any) ui
 	if err != nil {
 		b.Fatal(err)
 	}
+	d, err := testRun(prog, frame, ctxIn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+// testRun runs prog once on frame with the encoded context ctxIn and returns the kernel's
+// measure of the run in nanoseconds.
+func testRun(prog *ebpf.Program, frame, ctxIn []byte) (uint32, error) {
 	attr := testRunAttr{
 		progFD: uint32(prog.FD()), dataSizeIn: uint32(len(frame)), dataIn: uint64(uintptr(unsafe.Pointer(&frame[0]))),
 		repeat: 1, ctxSizeIn: uint32(len(ctxIn)), ctxIn: uint64(uintptr(unsafe.Pointer(&ctxIn[0]))),
@@ -139,7 +158,95 @@ func testRunDuration(b *testing.B, prog *ebpf.Program, frame []byte, ctx any) ui
 	runtime.KeepAlive(frame)
 	runtime.KeepAlive(ctxIn)
 	if errno != 0 {
-		b.Fatalf("BPF_PROG_TEST_RUN: %v", errno)
+		return 0, fmt.Errorf("BPF_PROG_TEST_RUN: %w", errno)
 	}
-	return attr.duration
+	return attr.duration, nil
+}
+
+// BenchmarkNewFlowsOnTwoCPUs runs new flows through the tc program on two CPUs at once, one
+// thread pinned to each, with the flow and reply tables keeping one LRU free list per CPU (as
+// the loader makes them) and one common list (as versions before 2026-11 pinned them), to show
+// what the per-CPU lists save when CPUs insert at the same time. It reports the program's mean
+// time per packet over both CPUs.
+func BenchmarkNewFlowsOnTwoCPUs(b *testing.B) {
+	if runtime.NumCPU() < 2 {
+		b.Skip("needs two CPUs")
+	}
+	n := newFxNet(b)
+	lists := []struct {
+		name string
+		edit func(*ebpf.MapSpec)
+	}{
+		{"per-cpu-lru", func(*ebpf.MapSpec) {}},
+		{"common-lru", func(ms *ebpf.MapSpec) { ms.Flags &^= noCommonLRU }},
+	}
+	for _, mode := range []config.Mode{config.ModeNAT, config.ModeDSR} {
+		for _, l := range lists {
+			b.Run(fmt.Sprintf("%s/%s", mode, l.name), func(b *testing.B) {
+				objs := loadBenchWorldEdited(b, 1, mode, l.edit)
+				if got := objs.Flows.Flags() & noCommonLRU; (got != 0) != (l.name == "per-cpu-lru") {
+					b.Fatalf("flows has flags %#x", objs.Flows.Flags())
+				}
+				frame := tcpPkt(cli4, ap(benchVIP(1), 80)).synPkt().frame()
+				var total [2]uint64
+				var errs [2]error
+				var wg sync.WaitGroup
+				b.ResetTimer()
+				for cpu := range 2 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						total[cpu], errs[cpu] = runNewFlowsOnCPU(n, objs, slices.Clone(frame), cpu, b.N)
+					}()
+				}
+				wg.Wait()
+				if err := errors.Join(errs[:]...); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(total[0]+total[1])/float64(2*b.N), "prog-ns/pkt")
+			})
+		}
+	}
+}
+
+// runNewFlowsOnCPU runs count new flows' first packets through the tc program on a thread pinned
+// to cpu in the fixture network, each from a client address and port of its own (the second
+// byte of the address is the CPU's), and returns the program's total time.
+func runNewFlowsOnCPU(n *fxNet, objs *sluiceObjects, frame []byte, cpu, count int) (total uint64, err error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return 0, err
+	}
+	defer orig.Close()
+	if err := netns.Set(n.ns); err != nil {
+		return 0, err
+	}
+	defer func() {
+		if berr := netns.Set(orig); berr != nil {
+			panic(berr) // a thread must never stay in a test namespace
+		}
+	}()
+	var set unix.CPUSet
+	set.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		return 0, err
+	}
+	ctx, err := binary.Append(nil, binary.NativeEndian, hookTC.runContext(len(frame), n.client))
+	if err != nil {
+		return 0, err
+	}
+	frame[14+13] = byte(cpu)
+	for i := range count {
+		frame[14+14] = byte(i >> 24)
+		frame[14+15] = byte(i >> 16)
+		binary.BigEndian.PutUint16(frame[14+20:], uint16(i))
+		d, err := testRun(objs.SluiceTc, frame, ctx)
+		if err != nil {
+			return 0, err
+		}
+		total += uint64(d)
+	}
+	return total, nil
 }

@@ -27,6 +27,12 @@ var testMapSizes = map[string]uint32{sluiceMapFlows: 1 << 12, sluiceMapReplies: 
 // sizes over the defaults, closed when the test ends. It skips the test without root.
 func loadUnpinned(tb testing.TB, sizes map[string]uint32) *sluiceObjects {
 	tb.Helper()
+	return loadUnpinnedEdited(tb, sizes, func(*ebpf.MapSpec) {})
+}
+
+// loadUnpinnedEdited is loadUnpinned with edit applied to every map's spec before loading.
+func loadUnpinnedEdited(tb testing.TB, sizes map[string]uint32, edit func(*ebpf.MapSpec)) *sluiceObjects {
+	tb.Helper()
 	if os.Geteuid() != 0 {
 		tb.Skip("needs root: loads BPF programs")
 	}
@@ -39,6 +45,7 @@ func loadUnpinned(tb testing.TB, sizes map[string]uint32) *sluiceObjects {
 		if n, ok := sizes[name]; ok {
 			ms.MaxEntries = n
 		}
+		edit(ms)
 	}
 	var objs sluiceObjects
 	if err := spec.LoadAndAssign(&objs, nil); err != nil {
