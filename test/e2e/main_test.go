@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -139,6 +140,9 @@ func supervise() (code int) {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
+	// The digest of failures goes last, after the teardown's lines: the tail of a CI log.
+	digest := &failureDigest{}
+	defer func() { fmt.Fprint(os.Stderr, digest.String()) }()
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -177,7 +181,7 @@ func supervise() (code int) {
 
 	child := exec.Command(os.Args[0], os.Args[1:]...)
 	child.Env = append(os.Environ(), envChild+"="+strconv.Itoa(runOwner), envSluice+"="+bin)
-	child.Stdin, child.Stdout, child.Stderr = nil, os.Stdout, os.Stderr
+	child.Stdin, child.Stdout, child.Stderr = nil, io.MultiWriter(os.Stdout, digest), os.Stderr
 	if err := child.Start(); err != nil {
 		logf("start tests: %v", err)
 		return 1
