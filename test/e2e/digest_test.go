@@ -42,7 +42,8 @@ var _ io.Writer = (*failureDigest)(nil)
 func (d *failureDigest) Write(p []byte) (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	data := append(d.partial, p...)
+	d.partial = append(d.partial, p...)
+	data := d.partial
 	for {
 		i := bytes.IndexByte(data, '\n')
 		if i < 0 {
