@@ -2,11 +2,15 @@ package cli
 
 import (
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sluicelb/sluice/internal/lab"
+	"github.com/sluicelb/sluice/internal/packetgen"
 )
 
 func labCmd() *cobra.Command {
@@ -60,6 +64,7 @@ func labCmd() *cobra.Command {
 			},
 		},
 		udpResponderCmd(),
+		ppsSenderCmd(),
 	)
 	return cmd
 }
@@ -75,5 +80,72 @@ func udpResponderCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&listen, "listen", ":5353", "address to listen on")
 	cmd.Flags().StringVar(&reply, "reply", "", "reply payload")
+	return cmd
+}
+
+// ppsSenderCmd is the generator of `sluice bench pps`: frames on an interface for a while, as fast
+// as the kernel takes them, waiting whenever the socket's send buffer is full.
+func ppsSenderCmd() *cobra.Command {
+	var (
+		kind, dstMAC, source, sourceNet string
+		destinations                    []string
+		spec                            packetgen.Spec
+		duration                        time.Duration
+	)
+	cmd := &cobra.Command{
+		Use: "pps-sender", Hidden: true, Args: cobra.NoArgs,
+		Short: "Send small UDP or SYN frames as fast as the kernel takes them, print how many (bench pps)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			switch kind {
+			case "udp":
+				spec.Kind = packetgen.UDP
+			case "syn":
+				spec.Kind = packetgen.SYN
+			default:
+				return fmt.Errorf("--kind: %q is neither udp nor syn", kind)
+			}
+			if spec.DstMAC, err = net.ParseMAC(dstMAC); err != nil {
+				return fmt.Errorf("--dst-mac: %w", err)
+			}
+			ifi, err := net.InterfaceByName(spec.Interface)
+			if err != nil {
+				return fmt.Errorf("--dev: %w", err)
+			}
+			spec.SrcMAC = ifi.HardwareAddr
+			if source != "" {
+				if spec.Source, err = netip.ParseAddr(source); err != nil {
+					return fmt.Errorf("--source: %w", err)
+				}
+			}
+			if sourceNet != "" {
+				if spec.SourceNet, err = netip.ParsePrefix(sourceNet); err != nil {
+					return fmt.Errorf("--source-net: %w", err)
+				}
+			}
+			for _, d := range destinations {
+				a, err := netip.ParseAddr(d)
+				if err != nil {
+					return fmt.Errorf("--dst: %w", err)
+				}
+				spec.Destinations = append(spec.Destinations, a)
+			}
+			sent, err := packetgen.Send(cmd.Context(), spec, duration)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%d\n", sent)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&spec.Interface, "dev", "eth0", "interface to send on")
+	f.StringVar(&kind, "kind", "udp", "udp (one source, random ports) or syn (random sources and ports)")
+	f.StringVar(&dstMAC, "dst-mac", "", "next hop's MAC address")
+	f.StringVar(&source, "source", "", "UDP source address")
+	f.StringVar(&sourceNet, "source-net", "", "SYN source network")
+	f.StringSliceVar(&destinations, "dst", nil, "destination addresses, used in turn")
+	f.Uint16Var(&spec.DstPort, "port", 80, "destination port")
+	f.DurationVar(&duration, "duration", 5*time.Second, "how long to send")
 	return cmd
 }
