@@ -43,6 +43,9 @@ type PPSOptions struct {
 	Candidates []string
 	// Switch is how the lab's switch and the backends take frames, for every candidate alike.
 	Switch Switch
+	// Steer gives the balancer CPU 1 to itself (RPS) and drives it with Sluice's own sender on
+	// CPU 0, so that CPU 1's busy time is the balancer's alone (see pps_steer.go).
+	Steer bool
 	// KeepLab leaves the lab up afterwards.
 	KeepLab bool
 }
@@ -55,6 +58,12 @@ func (o PPSOptions) Check() error {
 	}
 	if len(o.Candidates) > 0 {
 		errs = append(errs, checkOneOf("candidates", "candidate", o.Candidates, PPSCandidateNames()))
+	}
+	if o.Steer && o.Switch.orStack() != SwitchStack {
+		errs = append(errs, errors.New("--steer needs --switch stack: an XDP switch port runs in a NAPI poll on the balancer's CPU"))
+	}
+	if o.Steer && slices.ContainsFunc(o.Candidates, isXDPCandidate) {
+		errs = append(errs, errors.New("--candidates: with --steer the XDP candidates cannot be measured (their program runs on the generator's CPU, before RPS)"))
 	}
 	return firstError(errs...)
 }
@@ -74,8 +83,10 @@ type PPSResults struct {
 	BackendNamespaces int    `json:"backend_namespaces"`
 	FrameBytes        int    `json:"frame_bytes"`
 	Generator         string `json:"generator"`
-	// CPU is the CPU the generator runs on, and with it the whole path.
-	CPU int `json:"cpu"`
+	// CPU is the CPU whose time is measured: the generator's, with the whole path on it, or with
+	// Steered the balancer's alone.
+	CPU     int  `json:"cpu"`
+	Steered bool `json:"steered,omitempty"`
 	// Switch is how the lab's switch and the backends took frames: stack or xdp.
 	Switch     Switch   `json:"switch"`
 	Workloads  []string `json:"workloads"`
@@ -107,6 +118,9 @@ type PPSCell struct {
 	Rounds  []PPSSample `json:"rounds"`
 }
 
+// isXDPCandidate says whether the candidate runs its program at XDP.
+func isXDPCandidate(name string) bool { return strings.HasSuffix(name, "-xdp") }
+
 // generatorRestarts is how often trafgen was started again over the cell's rounds.
 func (c PPSCell) generatorRestarts() (n int) {
 	for _, s := range c.Rounds {
@@ -136,10 +150,17 @@ type ppsWorkload struct {
 	l4, srcs string
 }
 
+// The workloads' sources: the client's address for udp, a /16 outside the lab for syn.
+const (
+	ppsUDPSource  = "10.91.1.2"
+	ppsSYNSources = "10.200.0.0/16"
+)
+
+// ppsWorkloads are named as `sluice lab pps-sender --kind` names them.
 var ppsWorkloads = []ppsWorkload{
 	{"udp", "UDP to port 80 from one source address, random source ports",
-		"udp(sp=drnd(1024, 65535), dp=80)", "sa=10.91.1.2"},
-	{"syn", "TCP SYN to port 80 from random sources in 10.200.0.0/16 and ports: every packet a new flow",
+		"udp(sp=drnd(1024, 65535), dp=80)", "sa=" + ppsUDPSource},
+	{"syn", "TCP SYN to port 80 from random sources in " + ppsSYNSources + " and ports: every packet a new flow",
 		"tcp(sp=drnd(1024, 65535), dp=80, syn, seq=drnd())", "sa=10.200.0.0, sa[2]=drnd(), sa[3]=drnd()"},
 }
 
@@ -316,7 +337,7 @@ func realNS(k, backends int) int { return k%backends + 1 }
 // candidates interleaved within each round (the order rotates per round), then reports medians.
 // o must pass Check.
 func RunPPS(ctx context.Context, e *Env, o PPSOptions) (*PPSResults, error) {
-	if !installed("trafgen") {
+	if !o.Steer && !installed("trafgen") {
 		return nil, errors.New("trafgen not found (Debian package netsniff-ng; scripts/deps.sh installs it)")
 	}
 	workloads := slices.DeleteFunc(slices.Clone(ppsWorkloads), func(w ppsWorkload) bool {
@@ -325,6 +346,9 @@ func RunPPS(ctx context.Context, e *Env, o PPSOptions) (*PPSResults, error) {
 	candidates, missing, err := selectPPS(o.Candidates)
 	if err != nil {
 		return nil, err
+	}
+	if o.Steer {
+		candidates = slices.DeleteFunc(candidates, func(c ppsCandidate) bool { return isXDPCandidate(c.Name()) })
 	}
 	samples := map[[2]string][]PPSSample{}
 	err = e.InLab(ctx, o.KeepLab, func() (err error) {
@@ -340,9 +364,16 @@ func RunPPS(ctx context.Context, e *Env, o PPSOptions) (*PPSResults, error) {
 			return err
 		}
 		defer func() { err = errors.Join(err, stopSwitch()) }()
+		if o.Steer {
+			unsteer, err := steerBalancer(ctx, e)
+			if err != nil {
+				return err
+			}
+			defer func() { err = errors.Join(err, unsteer()) }()
+		}
 		return interleave(o.Rounds, len(candidates), func(round, i int) error {
 			c := candidates[i]
-			return e.measurePPS(ctx, c, workloads, o.Duration, roundLabel(round, o.Rounds), func(w string, s PPSSample) {
+			return e.measurePPS(ctx, c, workloads, o, roundLabel(round, o.Rounds), func(w string, s PPSSample) {
 				samples[[2]string{c.Name(), w}] = append(samples[[2]string{c.Name(), w}], s)
 			})
 		})
@@ -354,7 +385,7 @@ func RunPPS(ctx context.Context, e *Env, o PPSOptions) (*PPSResults, error) {
 }
 
 // measurePPS sets candidate c up, sends every workload through it and tears it down.
-func (e *Env) measurePPS(ctx context.Context, c ppsCandidate, workloads []ppsWorkload, d time.Duration, round string, record func(string, PPSSample)) (err error) {
+func (e *Env) measurePPS(ctx context.Context, c ppsCandidate, workloads []ppsWorkload, o PPSOptions, round string, record func(string, PPSSample)) (err error) {
 	e.Progress.Step("%s: setting up %s", round, c.Name())
 	if err := c.start(ctx, e); err != nil {
 		return errors.Join(fmt.Errorf("start %s: %w", c.Name(), err), c.stop(context.WithoutCancel(ctx), e))
@@ -366,8 +397,12 @@ func (e *Env) measurePPS(ctx context.Context, c ppsCandidate, workloads []ppsWor
 	}()
 	_, direct := c.(ppsDirect)
 	for _, w := range workloads {
-		e.Progress.Step("%s: %s, %s (%s)", round, c.Name(), w.name, d)
-		s, err := e.sendPPS(ctx, w, direct, d)
+		e.Progress.Step("%s: %s, %s (%s)", round, c.Name(), w.name, o.Duration)
+		send := e.sendPPS
+		if o.Steer {
+			send = e.sendSteered
+		}
+		s, err := send(ctx, w, direct, o.Duration)
 		if err != nil {
 			return fmt.Errorf("%s, %s: %w", c.Name(), w.name, err)
 		}
@@ -594,6 +629,10 @@ func summarizePPS(backends int, o PPSOptions, workloads []ppsWorkload, candidate
 	res := &PPSResults{Duration: o.Duration.String(), Rounds: o.Rounds, Reals: ppsReals, BackendNamespaces: backends,
 		FrameBytes: ppsFrameLen, Generator: "trafgen (netsniff-ng), one thread on CPU 0, in the client namespace",
 		CPU: ppsCPU, Switch: o.Switch.orStack(), Missing: missing}
+	if o.Steer {
+		res.Generator = "sluice lab pps-sender (AF_PACKET, sendmmsg of 64), one thread on CPU 0, in the client namespace"
+		res.CPU, res.Steered = steerBalancerCPU, true
+	}
 	for _, w := range workloads {
 		res.Workloads = append(res.Workloads, w.name)
 	}
@@ -646,8 +685,13 @@ func (r *PPSResults) Table() string {
 	}
 	fmt.Fprintf(&b, "forwarded: packets the backends' veths received (they drop them at ingress); dropped: the share of sent that never arrived\n")
 	fmt.Fprintf(&b, "switch: %s (stack: the lab's switch bridges in its stack; xdp: its ports forward by MAC at XDP, the backends drop at XDP)\n", r.Switch)
-	fmt.Fprintf(&b, "kernel cores: system+irq+softirq time of CPU %d, where the generator sends and each veth hands the frame on, so the\n", r.CPU)
-	fmt.Fprintf(&b, "  balancer, the switch and the backends' ingress forward it within the send (the same overhead for every candidate)\n")
+	if r.Steered {
+		fmt.Fprintf(&b, "kernel cores: busy time of CPU %d (wall less idle, from the nohz idle clock, less user time), where RPS puts the\n", r.CPU)
+		fmt.Fprintf(&b, "  balancer namespace's receive alone; the generator, the switch and the backends run on CPU %d (XDP candidates left out)\n", steerGeneratorCPU)
+	} else {
+		fmt.Fprintf(&b, "kernel cores: system+irq+softirq time of CPU %d, where the generator sends and each veth hands the frame on, so the\n", r.CPU)
+		fmt.Fprintf(&b, "  balancer, the switch and the backends' ingress forward it within the send (the same overhead for every candidate)\n")
+	}
 	fmt.Fprintf(&b, "added ns/packet: CPU time per packet (1 / Mpps per core) over direct's, what the balancer adds to plain routing\n")
 	for _, c := range r.Cells {
 		if n := c.generatorRestarts(); n > 0 {

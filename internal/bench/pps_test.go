@@ -16,6 +16,8 @@ func TestPPSOptionsCheck(t *testing.T) {
 		"--rounds":     {Duration: time.Second},
 		"--workloads":  {Duration: time.Second, Rounds: 1, Workloads: []string{"tcp"}},
 		"--candidates": {Duration: time.Second, Rounds: 1, Candidates: []string{"ebpf-fullnat"}},
+		"--switch":     {Duration: time.Second, Rounds: 1, Steer: true, Switch: SwitchXDP},
+		"XDP":          {Duration: time.Second, Rounds: 1, Steer: true, Candidates: []string{"ebpf-dsr", "ebpf-nat-xdp"}},
 	} {
 		if err := o.Check(); err == nil || !strings.Contains(err.Error(), flag) {
 			t.Errorf("%+v: %v, want an error naming %s", o, err, flag)
@@ -79,5 +81,21 @@ func TestGeneratorRestartsAreOnlyForAFullSendBuffer(t *testing.T) {
 	table := summarizePPS(3, o, ppsWorkloads[:1], []ppsCandidate{ppsDirect{}, ppsSluice{datapath: "nft", mode: "nat"}}, nil, samples).Table()
 	if !strings.Contains(table, "udp, nft-nat: trafgen found its send buffer full and was started again 3 time(s)") || strings.Contains(table, "direct: trafgen") {
 		t.Errorf("restarts not reported per cell:\n%s", table)
+	}
+}
+
+// TestBusyClockReadsThisMachine: the steered bench's clock reads /proc/stat's CPU 0 and gives a
+// share of a core; a CPU that does not exist is an error, not an idle CPU.
+func TestBusyClockReadsThisMachine(t *testing.T) {
+	c, err := startBusyClock(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if cores, err := c.cores(); err != nil || cores < 0 || cores > 1 {
+		t.Errorf("CPU 0 busy %v cores, %v", cores, err)
+	}
+	if _, _, err := cpuIdleUser(1 << 20); err == nil {
+		t.Error("CPU 1048576 read without an error")
 	}
 }

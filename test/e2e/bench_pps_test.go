@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sluicelb/sluice/internal/testutil"
@@ -16,6 +17,8 @@ type benchPPSReport struct {
 	Results struct {
 		Reals      int      `json:"reals"`
 		Switch     string   `json:"switch"`
+		CPU        int      `json:"cpu"`
+		Steered    bool     `json:"steered"`
 		Workloads  []string `json:"workloads"`
 		Candidates []string `json:"candidates"`
 		Cells      []struct {
@@ -33,7 +36,8 @@ type benchPPSReport struct {
 
 // TestBenchPPS is the smoke test of `sluice bench pps`: one round of 1 s sends through a few
 // candidates (tc and XDP among them), in its own lab, with the lab's switch in its stack and at
-// XDP. It checks the report's shape and that every candidate forwarded packets of both
+// XDP, and with the balancer steered to a CPU of its own (--steer, Sluice's sender, no XDP
+// candidates). It checks the report's shape and that every candidate forwarded packets of both
 // workloads to the backends; rates are logged, never asserted.
 func TestBenchPPS(t *testing.T) {
 	requireLab(t)
@@ -41,21 +45,27 @@ func TestBenchPPS(t *testing.T) {
 		testutil.Missing(t, "needs trafgen (netsniff-ng; scripts/deps.sh installs it): %v", err)
 	}
 	for _, sw := range []string{"stack", "xdp"} {
-		t.Run("switch "+sw, func(t *testing.T) { testBenchPPS(t, sw) })
+		t.Run("switch "+sw, func(t *testing.T) {
+			testBenchPPS(t, sw, false, []string{"nft-nat", "ebpf-dsr", "ebpf-dsr-xdp"})
+		})
 	}
+	t.Run("steered", func(t *testing.T) { testBenchPPS(t, "stack", true, []string{"nft-nat", "ebpf-dsr"}) })
 }
 
-func testBenchPPS(t *testing.T, sw string) {
+func testBenchPPS(t *testing.T, sw string, steer bool, measured []string) {
 	jsonPath := filepath.Join(t.TempDir(), "pps.json")
-	candidates := []string{"direct", "nft-nat", "ebpf-dsr", "ebpf-dsr-xdp"}
-	stdout, _ := benchSmoke(t, benchPPSKind, "pps", "--duration", "1s", "--rounds", "1", "--switch", sw,
-		"--candidates", "nft-nat,ebpf-dsr,ebpf-dsr-xdp", "--json", jsonPath)
+	candidates := append([]string{"direct"}, measured...)
+	args := []string{"--duration", "1s", "--rounds", "1", "--switch", sw, "--candidates", strings.Join(measured, ","), "--json", jsonPath}
+	if steer {
+		args = append(args, "--steer")
+	}
+	stdout, _ := benchSmoke(t, benchPPSKind, "pps", args...)
 	t.Logf("\n%s", stdout)
 	var rep benchPPSReport
 	readReport(t, jsonPath, &rep)
 	r := rep.Results
-	if r.Switch != sw {
-		t.Errorf("switch %q in the report, want %q", r.Switch, sw)
+	if r.Switch != sw || r.Steered != steer || (steer && r.CPU != 1) {
+		t.Errorf("switch %q, steered %v, measured CPU %d in the report; want %q, %v (CPU 1 when steered)", r.Switch, r.Steered, r.CPU, sw, steer)
 	}
 	if r.Reals != 100 || !slices.Equal(r.Workloads, []string{"udp", "syn"}) || !slices.Equal(r.Candidates, candidates) {
 		t.Fatalf("reals %d, workloads %v, candidates %v; want 100, [udp syn], %v", r.Reals, r.Workloads, r.Candidates, candidates)
