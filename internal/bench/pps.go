@@ -43,7 +43,7 @@ type PPSOptions struct {
 	Candidates []string
 	// Switch is how the lab's switch and the backends take frames, for every candidate alike.
 	Switch Switch
-	// Steer gives the balancer CPU 1 to itself (RPS) and drives it with Sluice's own sender on
+	// Steer gives the balancer CPU 1 to itself (threaded NAPI) and drives it with Sluice's own sender on
 	// CPU 0, so that CPU 1's busy time is the balancer's alone (see pps_steer.go).
 	Steer bool
 	// KeepLab leaves the lab up afterwards.
@@ -58,12 +58,6 @@ func (o PPSOptions) Check() error {
 	}
 	if len(o.Candidates) > 0 {
 		errs = append(errs, checkOneOf("candidates", "candidate", o.Candidates, PPSCandidateNames()))
-	}
-	if o.Steer && o.Switch.orStack() != SwitchStack {
-		errs = append(errs, errors.New("--steer needs --switch stack: an XDP switch port runs in a NAPI poll on the balancer's CPU"))
-	}
-	if o.Steer && slices.ContainsFunc(o.Candidates, isXDPCandidate) {
-		errs = append(errs, errors.New("--candidates: with --steer the XDP candidates cannot be measured (their program runs on the generator's CPU, before RPS)"))
 	}
 	return firstError(errs...)
 }
@@ -117,9 +111,6 @@ type PPSCell struct {
 	AddedNS float64     `json:"added_ns_per_packet"`
 	Rounds  []PPSSample `json:"rounds"`
 }
-
-// isXDPCandidate says whether the candidate runs its program at XDP.
-func isXDPCandidate(name string) bool { return strings.HasSuffix(name, "-xdp") }
 
 // generatorRestarts is how often trafgen was started again over the cell's rounds.
 func (c PPSCell) generatorRestarts() (n int) {
@@ -346,9 +337,6 @@ func RunPPS(ctx context.Context, e *Env, o PPSOptions) (*PPSResults, error) {
 	candidates, missing, err := selectPPS(o.Candidates)
 	if err != nil {
 		return nil, err
-	}
-	if o.Steer {
-		candidates = slices.DeleteFunc(candidates, func(c ppsCandidate) bool { return isXDPCandidate(c.Name()) })
 	}
 	samples := map[[2]string][]PPSSample{}
 	err = e.InLab(ctx, o.KeepLab, func() (err error) {
@@ -686,8 +674,8 @@ func (r *PPSResults) Table() string {
 	fmt.Fprintf(&b, "forwarded: packets the backends' veths received (they drop them at ingress); dropped: the share of sent that never arrived\n")
 	fmt.Fprintf(&b, "switch: %s (stack: the lab's switch bridges in its stack; xdp: its ports forward by MAC at XDP, the backends drop at XDP)\n", r.Switch)
 	if r.Steered {
-		fmt.Fprintf(&b, "kernel cores: busy time of CPU %d (wall less idle, from the nohz idle clock, less user time), where RPS puts the\n", r.CPU)
-		fmt.Fprintf(&b, "  balancer namespace's receive alone; the generator, the switch and the backends run on CPU %d (XDP candidates left out)\n", steerGeneratorCPU)
+		fmt.Fprintf(&b, "kernel cores: busy time of CPU %d (wall less idle, from the nohz idle clock, less user time), where the NAPI thread\n", r.CPU)
+		fmt.Fprintf(&b, "  of the balancer's receive runs alone; the generator, the switch and the backends run on CPU %d\n", steerGeneratorCPU)
 	} else {
 		fmt.Fprintf(&b, "kernel cores: system+irq+softirq time of CPU %d, where the generator sends and each veth hands the frame on, so the\n", r.CPU)
 		fmt.Fprintf(&b, "  balancer, the switch and the backends' ingress forward it within the send (the same overhead for every candidate)\n")

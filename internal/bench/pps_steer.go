@@ -1,12 +1,14 @@
 package bench
 
-// `sluice bench pps --steer`: the balancer gets CPU 1 to itself. RPS on the balancer's client-side
-// veth queues each arriving frame to CPU 1, where the balancer namespace receives, balances and
-// hands it on; RPS on the switch's port from the balancer queues it back to CPU 0, where the
-// generator, the switch and the backends run. CPU 1's busy time is then the balancer's alone.
-// trafgen cannot drive this (frames queued for the other CPU fill its socket's send buffer and it
-// exits on EAGAIN); `sluice lab pps-sender` waits for room instead. XDP candidates are left out:
-// a veth runs its peer's XDP program in a NAPI poll on the sending CPU, before RPS.
+// `sluice bench pps --steer`: the balancer gets CPU 1 to itself. The balancer's client-side veth
+// and the switch's port from the balancer each get a NAPI instance (GRO on) polled by a kernel
+// thread of its own (threaded NAPI): the balancer's thread is pinned to CPU 1, where the balancer
+// namespace receives, balances (at XDP or in the stack) and hands each frame on; the switch's
+// thread is pinned to CPU 0, where the generator, the switch and the backends run. CPU 1's busy
+// time is then the balancer's alone, for the tc and the XDP candidates alike (RPS would leave an
+// XDP program on the sender's CPU: a veth runs it in its NAPI poll, before RPS). trafgen cannot
+// drive this (frames waiting for the other CPU fill its socket's send buffer and it exits on
+// EAGAIN); `sluice lab pps-sender` waits for room instead.
 
 import (
 	"context"
@@ -18,7 +20,10 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sluicelb/sluice/internal/lab"
+	"github.com/sluicelb/sluice/internal/napi"
 )
 
 // Under --steer the generator and the rest of the path run on steerGeneratorCPU, the balancer on
@@ -28,32 +33,91 @@ const (
 	steerBalancerCPU  = 1
 )
 
-// switchPortFromBalancer is the switch's port whose peer is the balancer's eth1 (internal/lab).
-const switchPortFromBalancer = "lb"
+// steerPollers are the two veth ends whose NAPI threads --steer pins, with their CPUs: the
+// balancer's receive from the generator, and the switch's receive from the balancer.
+func steerPollers(e *Env) []steerPoller {
+	return []steerPoller{
+		{labEnd{e.Lab.BalancerNS(), "eth0"}, labEnd{e.Lab.ClientNS(), "eth0"}, steerBalancerCPU},
+		{labEnd{e.Lab.SwitchNS(), "lb"}, labEnd{e.Lab.BalancerNS(), "eth1"}, steerGeneratorCPU},
+	}
+}
 
-// steerBalancer sets the RPS masks of the balancer's eth0 and of the switch's port from the
-// balancer (every receive queue), and returns what puts them back.
+// steerPoller is a veth end whose NAPI thread runs on cpu, and the peer that sends into it.
+type steerPoller struct {
+	end, peer labEnd
+	cpu       int
+}
+
+// steerBalancer puts the steerPollers in threaded NAPI mode and returns what puts them back. GRO
+// on gives a veth its NAPI instance without XDP, and TSO off on its peer makes every frame take
+// it (a veth hands a frame from a TSO-capable peer to the sending CPU's backlog instead; XDP on
+// a veth turns its peer's TSO off itself). Undone: threaded and GRO off, TSO on (veth defaults).
 func steerBalancer(ctx context.Context, e *Env) (undo func() error, err error) {
-	set := func(ctx context.Context, ns, dev string, cpu int) error {
-		mask := "0"
-		if cpu >= 0 {
-			mask = strconv.FormatInt(1<<cpu, 16)
-		}
+	threaded := func(ctx context.Context, end labEnd, on bool) error {
 		// ip netns exec mounts the namespace's own /sys for the shell.
-		script := fmt.Sprintf("for q in /sys/class/net/%s/queues/rx-*; do echo %s > $q/rps_cpus || exit 1; done", dev, mask)
-		if err := e.InNS(ctx, ns, "sh", "-c", script); err != nil {
-			return fmt.Errorf("RPS of %s in %s: %w", dev, ns, err)
+		script := fmt.Sprintf("echo %d > /sys/class/net/%s/threaded", boolInt(on), end.dev)
+		if err := e.InNS(ctx, end.ns, "sh", "-c", script); err != nil {
+			return fmt.Errorf("threaded NAPI on %s in %s: %w", end.dev, end.ns, err)
 		}
 		return nil
 	}
 	undo = func() error {
 		ctx := context.WithoutCancel(ctx)
-		return errors.Join(set(ctx, e.Lab.BalancerNS(), "eth0", -1), set(ctx, e.Lab.SwitchNS(), switchPortFromBalancer, -1))
+		var errs []error
+		for _, p := range steerPollers(e) {
+			errs = append(errs, threaded(ctx, p.end, false), setOffload(e, p.end, unix.ETHTOOL_SGRO, false),
+				setPeerTSO(e, p.peer, true))
+		}
+		return errors.Join(errs...)
 	}
-	if err := errors.Join(set(ctx, e.Lab.BalancerNS(), "eth0", steerBalancerCPU), set(ctx, e.Lab.SwitchNS(), switchPortFromBalancer, steerGeneratorCPU)); err != nil {
-		return nil, errors.Join(err, undo())
+	for _, p := range steerPollers(e) {
+		err := errors.Join(setPeerTSO(e, p.peer, false), setOffload(e, p.end, unix.ETHTOOL_SGRO, true), threaded(ctx, p.end, true))
+		if err != nil {
+			return nil, errors.Join(err, undo())
+		}
 	}
 	return undo, nil
+}
+
+// setPeerTSO turns TSO of end on or off; an end whose peer runs XDP has none to turn (XDP on a
+// veth takes its peer's TSO away while it is attached).
+func setPeerTSO(e *Env, end labEnd, on bool) error {
+	if err := setOffload(e, end, unix.ETHTOOL_STSO, on); err != nil && !errors.Is(err, unix.EOPNOTSUPP) {
+		return err
+	}
+	return nil
+}
+
+// pollerPriority is the SCHED_FIFO priority of the steered NAPI threads: the switch's must
+// preempt the sender on CPU 0 as a softirq would, or its ring overflows while the sender runs.
+const pollerPriority = 50
+
+// pinPollers pins the steerPollers' NAPI threads to their CPUs (SCHED_FIFO). Attaching or removing an XDP
+// program recreates a veth's NAPI instance and its thread, so this runs before every send.
+func pinPollers(e *Env) error {
+	for _, p := range steerPollers(e) {
+		err := e.Lab.Do(p.end.ns, func() error {
+			instances, err := napi.Of(p.end.dev)
+			if err != nil {
+				return err
+			}
+			if len(instances) == 0 {
+				return fmt.Errorf("%s has no NAPI instance", p.end.dev)
+			}
+			return napi.Place(instances, p.cpu, pollerPriority)
+		})
+		if err != nil {
+			return fmt.Errorf("NAPI thread of %s in %s: %w", p.end.dev, p.end.ns, err)
+		}
+	}
+	return nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // busyClock measures how busy one CPU is: wall time less its idle and iowait time, which the
@@ -119,6 +183,9 @@ func (e *Env) sendSteered(ctx context.Context, w ppsWorkload, direct bool, d tim
 			reals = append(reals, r.String())
 		}
 		dst = strings.Join(reals, ",")
+	}
+	if err := pinPollers(e); err != nil {
+		return PPSSample{}, err
 	}
 	sent0, arrived0, err := e.ppsCounters()
 	if err != nil {

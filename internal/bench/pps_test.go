@@ -16,8 +16,7 @@ func TestPPSOptionsCheck(t *testing.T) {
 		"--rounds":     {Duration: time.Second},
 		"--workloads":  {Duration: time.Second, Rounds: 1, Workloads: []string{"tcp"}},
 		"--candidates": {Duration: time.Second, Rounds: 1, Candidates: []string{"ebpf-fullnat"}},
-		"--switch":     {Duration: time.Second, Rounds: 1, Steer: true, Switch: SwitchXDP},
-		"XDP":          {Duration: time.Second, Rounds: 1, Steer: true, Candidates: []string{"ebpf-dsr", "ebpf-nat-xdp"}},
+		"--switch":     {Duration: time.Second, Rounds: 1, Switch: "fast"},
 	} {
 		if err := o.Check(); err == nil || !strings.Contains(err.Error(), flag) {
 			t.Errorf("%+v: %v, want an error naming %s", o, err, flag)

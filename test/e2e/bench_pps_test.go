@@ -36,8 +36,8 @@ type benchPPSReport struct {
 
 // TestBenchPPS is the smoke test of `sluice bench pps`: one round of 1 s sends through a few
 // candidates (tc and XDP among them), in its own lab, with the lab's switch in its stack and at
-// XDP, and with the balancer steered to a CPU of its own (--steer, Sluice's sender, no XDP
-// candidates). It checks the report's shape and that every candidate forwarded packets of both
+// XDP, and with the balancer steered to a CPU of its own (--steer: Sluice's sender, threaded
+// NAPI pollers pinned). It checks the report's shape and that every candidate forwarded packets of both
 // workloads to the backends; rates are logged, never asserted.
 func TestBenchPPS(t *testing.T) {
 	requireLab(t)
@@ -49,7 +49,7 @@ func TestBenchPPS(t *testing.T) {
 			testBenchPPS(t, sw, false, []string{"nft-nat", "ebpf-dsr", "ebpf-dsr-xdp"})
 		})
 	}
-	t.Run("steered", func(t *testing.T) { testBenchPPS(t, "stack", true, []string{"nft-nat", "ebpf-dsr"}) })
+	t.Run("steered", func(t *testing.T) { testBenchPPS(t, "stack", true, []string{"nft-nat", "ebpf-dsr", "ebpf-dsr-xdp"}) })
 }
 
 func testBenchPPS(t *testing.T, sw string, steer bool, measured []string) {
