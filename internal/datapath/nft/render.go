@@ -177,10 +177,12 @@ func fullNATSets(proto string, v ipv) [2]*knftables.Set {
 }
 
 // renderForwarded counts every packet forwarded from a client to a backend of a nat or fullnat
-// service: a filter chain after the nat hooks looks the packet's conntrack entry up, service side
-// (original destination) and backend side (reply source), in maps of per-backend counters. Reply
-// packets and flows Sluice did not balance (no element: a client talking to a backend directly)
-// are not counted. One rule per map in use (nft 1.0.6 types ct proto-dst only after a protocol
+// service: a filter chain after the nat hooks looks the flow's service up in its conntrack entry
+// (original destination) and its backend in the packet (the destination DNAT wrote), in maps of
+// per-backend counters. The backend comes from the packet, not from the entry's reply tuple:
+// that is another cache line of the entry, a miss per packet in a large table, which cost a
+// fifth of the nat path's rate per core. Reply packets and flows Sluice did not balance (no
+// element: a client talking to a backend directly) are not counted. One rule per map in use (nft 1.0.6 types ct proto-dst only after a protocol
 // match, so protocols cannot share one).
 func renderForwarded(st *state, used sharedUse) {
 	const f = knftables.InetFamily
@@ -192,7 +194,7 @@ func renderForwarded(st *state, used sharedUse) {
 				if !used.has(f, sharedObject{forwardedKind, proto, v, i == 1}) {
 					continue
 				}
-				rules = append(rules, fmt.Sprintf("meta l4proto %s ct direction original counter name ct original %s daddr . ct original proto-dst . ct reply %s saddr . ct reply proto-src map @%s",
+				rules = append(rules, fmt.Sprintf("meta l4proto %s ct direction original counter name ct original %s daddr . ct original proto-dst . %s daddr . th dport map @%s",
 					proto, v.ip, v.ip, m.Name))
 			}
 		}
