@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"testing"
 
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicelb/sluice/internal/ethtool"
+	"github.com/sluicelb/sluice/internal/netnstest"
 	"github.com/sluicelb/sluice/internal/testutil"
 )
 
@@ -27,11 +27,23 @@ func TestThreadedPollersArePlaced(t *testing.T) {
 	run(t, "ip", "-n", ns, "link", "set", "napi0", "up")
 	run(t, "ip", "-n", ns, "link", "set", "napi1", "up")
 
+	handle, err := netns.GetFromName(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { handle.Close() })
+	inNS := func(fn func() error) {
+		t.Helper()
+		var err error
+		netnstest.In(t, handle, func() { err = fn() })
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	of := func() []Instance {
 		t.Helper()
 		var got []Instance
-		inNS(t, ns, func() error {
-			var err error
+		inNS(func() (err error) {
 			got, err = Of("napi0")
 			return err
 		})
@@ -40,7 +52,7 @@ func TestThreadedPollersArePlaced(t *testing.T) {
 	if got := of(); len(got) != 0 {
 		t.Fatalf("a veth without GRO or XDP: %v, want no NAPI instance", got)
 	}
-	inNS(t, ns, func() error { return ethtool.Set("napi0", unix.ETHTOOL_SGRO, true) })
+	inNS(func() error { return ethtool.Set("napi0", unix.ETHTOOL_SGRO, true) })
 	got := of()
 	if len(got) == 0 || got[0].ID == 0 || got[0].PID != 0 {
 		t.Fatalf("GRO on: %v, want instances with an id and no thread", got)
@@ -76,32 +88,5 @@ func run(t *testing.T, argv ...string) {
 	t.Helper()
 	if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
 		t.Fatalf("%v: %v: %s", argv, err, out)
-	}
-}
-
-// inNS runs fn on this goroutine's thread switched into the named namespace, and back.
-func inNS(t *testing.T, name string, fn func() error) {
-	t.Helper()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	target, err := netns.GetFromName(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer target.Close()
-	if err := netns.Set(target); err != nil {
-		t.Fatal(err)
-	}
-	err = fn()
-	if rerr := netns.Set(orig); rerr != nil {
-		panic(rerr) // the thread must not go back to the pool in the wrong namespace
-	}
-	if err != nil {
-		t.Fatal(err)
 	}
 }
