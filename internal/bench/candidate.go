@@ -75,14 +75,36 @@ func (ecmp) targets(e *Env) []netip.AddrPort {
 }
 
 // sluiceCandidate is Sluice with one datapath in one forwarding mode, at one attach point
-// (empty: the datapath's default).
-type sluiceCandidate struct{ datapath, mode, attach string }
+// (empty: the datapath's default); uncounted turns nft.packet_counters off.
+type sluiceCandidate struct {
+	datapath, mode, attach string
+	uncounted              bool
+}
 
-func (s sluiceCandidate) Name() string {
-	if s.attach == "xdp" {
-		return s.datapath + "-" + s.mode + "-xdp"
+func (s sluiceCandidate) Name() string { return sluiceName(s.datapath, s.mode, s.attach, s.uncounted) }
+
+// sluiceName names a Sluice candidate: datapath-mode, then -xdp at XDP or -uncounted with
+// nft.packet_counters off.
+func sluiceName(datapath, mode, attach string, uncounted bool) string {
+	name := datapath + "-" + mode
+	if attach == "xdp" {
+		name += "-xdp"
 	}
-	return s.datapath + "-" + s.mode
+	if uncounted {
+		name += "-uncounted"
+	}
+	return name
+}
+
+// writeSluiceHeader writes what a candidate's config sets before its services.
+func writeSluiceHeader(b *strings.Builder, datapath, attach string, uncounted bool) {
+	fmt.Fprintf(b, "datapath: %s\n", datapath)
+	if attach != "" {
+		fmt.Fprintf(b, "attach: %s\n", attach)
+	}
+	if uncounted {
+		b.WriteString("nft:\n  packet_counters: false\n")
+	}
 }
 
 // start puts XDP where an XDP candidate's frames land (setCandidateXDP) first, and takes it
@@ -114,10 +136,7 @@ func (sluiceCandidate) pids() []int                     { return nil }
 // config is the benchmark's one service: the VIP over every lab backend, Maglev.
 func (s sluiceCandidate) config(e *Env) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "datapath: %s\n", s.datapath)
-	if s.attach != "" {
-		fmt.Fprintf(&b, "attach: %s\n", s.attach)
-	}
+	writeSluiceHeader(&b, s.datapath, s.attach, s.uncounted)
 	fmt.Fprintf(&b, "services:\n  - name: bench\n    vip: %s\n    port: %d\n    protocol: tcp\n    mode: %s\n    backends:\n",
 		lab.VIP4, vipPort, s.mode)
 	for _, t := range backendTargets(e) {

@@ -170,9 +170,16 @@ func (e *Env) runWorkload(ctx context.Context, w Workload, targets []netip.AddrP
 // (each thread's connections spread over the backends by routing), every ratio's denominators.
 var baselines = []candidate{direct{}, ecmp{}}
 
+// onRequest are candidates measured only when named: nft nat and fullnat with
+// nft.packet_counters off, which show what counting costs.
+var onRequest = []candidate{
+	sluiceCandidate{datapath: string(config.DatapathNFT), mode: string(config.ModeNAT), uncounted: true},
+	sluiceCandidate{datapath: string(config.DatapathNFT), mode: string(config.ModeFullNAT), uncounted: true},
+}
+
 // selectCandidates returns the baselines, then every Sluice datapath in every mode, then the
-// ebpf datapath at XDP in every mode, then the installed peers, filtered by names; missing are
-// the peers not installed.
+// ebpf datapath at XDP in every mode, then the installed peers, filtered by names, then the
+// candidates on request that are named; missing are the peers not installed.
 func selectCandidates(names []string) (out []candidate, missing []string, err error) {
 	all := slices.Clone(baselines)
 	for _, dp := range config.Datapaths {
@@ -198,6 +205,12 @@ func selectCandidates(names []string) (out []candidate, missing []string, err er
 			out = append(out, c)
 		}
 	}
+	for _, c := range onRequest {
+		if slices.Contains(names, c.Name()) {
+			out = append(out, c)
+		}
+	}
+	all = append(all, onRequest...)
 	for _, n := range names {
 		switch {
 		case slices.Contains(missing, n):

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"io"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicelb/sluice/internal/lab"
 )
 
 func TestParseWrk(t *testing.T) {
@@ -108,6 +111,17 @@ func TestSelect(t *testing.T) {
 	cs, _, err := selectCandidates([]string{"nft-dsr"})
 	if err != nil || len(cs) != 3 || cs[0].Name() != "direct" || cs[1].Name() != "ecmp" || cs[2].Name() != "nft-dsr" {
 		t.Errorf("selected %v, %v: want direct and ecmp added as the baselines", cs, err)
+	}
+	all, _, err := selectCandidates(nil)
+	if err != nil || slices.ContainsFunc(all, func(c candidate) bool { return strings.HasSuffix(c.Name(), "-uncounted") }) {
+		t.Errorf("all candidates %v (%v): the uncounted ones are measured only when named", all, err)
+	}
+	cs, _, err = selectCandidates([]string{"nft-nat-uncounted", "nft-nat"})
+	if err != nil || len(cs) != 4 || cs[2].Name() != "nft-nat" || cs[3].Name() != "nft-nat-uncounted" {
+		t.Fatalf("selected %v, %v: want the baselines, nft-nat and nft-nat-uncounted", cs, err)
+	}
+	if config := cs[3].(sluiceCandidate).config(&Env{Lab: &lab.Lab{Backends: 1}}); !strings.Contains(config, "nft:\n  packet_counters: false\n") {
+		t.Errorf("nft-nat-uncounted's config:\n%s", config)
 	}
 }
 

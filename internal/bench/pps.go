@@ -180,14 +180,12 @@ func (ppsDirect) stop(context.Context, *Env) error  { return nil }
 
 // ppsSluice is Sluice with one datapath, mode and attach point, serving the VIP over UDP and
 // TCP with the 100 reals.
-type ppsSluice struct{ datapath, mode, attach string }
-
-func (s ppsSluice) Name() string {
-	if s.attach == "xdp" {
-		return s.datapath + "-" + s.mode + "-xdp"
-	}
-	return s.datapath + "-" + s.mode
+type ppsSluice struct {
+	datapath, mode, attach string
+	uncounted              bool
 }
+
+func (s ppsSluice) Name() string { return sluiceName(s.datapath, s.mode, s.attach, s.uncounted) }
 
 func (s ppsSluice) start(ctx context.Context, e *Env) error {
 	if s.attach == "xdp" {
@@ -196,10 +194,7 @@ func (s ppsSluice) start(ctx context.Context, e *Env) error {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "datapath: %s\n", s.datapath)
-	if s.attach != "" {
-		fmt.Fprintf(&b, "attach: %s\n", s.attach)
-	}
+	writeSluiceHeader(&b, s.datapath, s.attach, s.uncounted)
 	b.WriteString("services:\n")
 	for _, proto := range []string{"udp", "tcp"} {
 		fmt.Fprintf(&b, "  - name: pps-%s\n    vip: %s\n    port: %d\n    protocol: %s\n    mode: %s\n    backends:\n", proto, lab.VIP4, vipPort, proto, s.mode)
@@ -284,19 +279,26 @@ func ppsCandidates() []ppsCandidate {
 	return append(out, ppsNftlb{&nftlbPeer{mode: "dnat"}}, ppsIptables{})
 }
 
-// PPSCandidateNames are the candidates `sluice bench pps` knows, peers included.
+// ppsOnRequest are candidates measured only when named: nft nat with nft.packet_counters off.
+var ppsOnRequest = []ppsCandidate{ppsSluice{datapath: "nft", mode: "nat", uncounted: true}}
+
+// PPSCandidateNames are the candidates `sluice bench pps` knows, peers and those on request
+// included.
 func PPSCandidateNames() []string {
 	var names []string
-	for _, c := range ppsCandidates() {
+	for _, c := range append(ppsCandidates(), ppsOnRequest...) {
 		names = append(names, c.Name())
 	}
 	return names
 }
 
-// selectPPS returns the candidates named (direct always) and installed, and the peers missing.
+// selectPPS returns the candidates named (direct always) and installed, and the peers missing;
+// without names, every candidate but those on request.
 func selectPPS(names []string) (out []ppsCandidate, missing []string, err error) {
-	for _, c := range ppsCandidates() {
-		wanted := len(names) == 0 || c.Name() == (ppsDirect{}).Name() || slices.Contains(names, c.Name())
+	for _, c := range append(ppsCandidates(), ppsOnRequest...) {
+		named := slices.Contains(names, c.Name())
+		onRequest := slices.ContainsFunc(ppsOnRequest, func(r ppsCandidate) bool { return r.Name() == c.Name() })
+		wanted := named || c.Name() == (ppsDirect{}).Name() || len(names) == 0 && !onRequest
 		if p, ok := c.(interface{ available() bool }); ok && !p.available() {
 			if len(names) > 0 && slices.Contains(names, c.Name()) {
 				return nil, nil, fmt.Errorf("--candidates: %s is not installed", c.Name())

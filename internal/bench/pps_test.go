@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +32,17 @@ func TestSelectPPSAlwaysMeasuresDirect(t *testing.T) {
 	}
 	if len(got) != 2 || got[0].Name() != "direct" || got[1].Name() != "nft-dsr" {
 		t.Errorf("got %v, want direct and nft-dsr", got)
+	}
+}
+
+func TestSelectPPSUncountedOnlyWhenNamed(t *testing.T) {
+	all, _, err := selectPPS(nil)
+	if err != nil || slices.ContainsFunc(all, func(c ppsCandidate) bool { return c.Name() == "nft-nat-uncounted" }) {
+		t.Errorf("all candidates %v (%v): nft-nat-uncounted is measured only when named", all, err)
+	}
+	got, _, err := selectPPS([]string{"nft-nat-uncounted"})
+	if err != nil || len(got) != 2 || got[1].Name() != "nft-nat-uncounted" {
+		t.Errorf("got %v (%v), want direct and nft-nat-uncounted", got, err)
 	}
 }
 

@@ -21,6 +21,8 @@ func benchLBCmd(f *benchFlags) *cobra.Command {
 		Long: `Brings up the lab and runs the same wrk load through every candidate in turn: direct (the
 baseline: client to backends routed through the balancer namespace, no balancing), every Sluice
 datapath in every mode, and the peers installed (nftlb dnat/snat/dsr, HAProxy TCP, nginx stream).
+Only when named in --candidates: nft-nat-uncounted and nft-fullnat-uncounted, the nft datapath
+with nft.packet_counters false (what per-packet counting costs).
 Workloads: ` + workloadList() + `.
 
 It brings up its own lab (--prefix) and tears it down at the end, also on failure or interrupt.`,

@@ -27,7 +27,8 @@ CPU 0 too. It reports the packets sent and forwarded per second, the share dropp
 kernel time (system+irq+softirq: the balancer's, and the generator's, switch's and backends'
 share, the same for every candidate) and forwarded packets per second per core, with ratios to
 direct.
-Candidates: ` + strings.Join(bench.PPSCandidateNames(), ", ") + ` (peers when installed).
+Candidates: ` + strings.Join(bench.PPSCandidateNames(), ", ") + ` (peers when installed;
+nft-nat-uncounted, nft nat with nft.packet_counters false, only when named).
 
 It brings up its own lab (--prefix) and tears it down at the end, also on failure or interrupt.`,
 		Args: cobra.NoArgs,

@@ -174,6 +174,14 @@ func kernelViews(kernel []datapath.ServiceStatus) []engine.ServiceView {
 	return out
 }
 
+// optionalCount is a count, or "-" for one the datapath does not keep.
+func optionalCount(n *uint64) string {
+	if n == nil {
+		return "-"
+	}
+	return strconv.FormatUint(*n, 10)
+}
+
 // printTable writes the ipvsadm -L layout: a line per service, an indented line per backend; wide
 // adds the fallback, the programmed weight and the health. No line ends in a space.
 func printTable(w io.Writer, services []engine.ServiceView, portNames map[string]string, wide bool) error {
@@ -201,7 +209,7 @@ func printTable(w io.Writer, services []engine.ServiceView, portNames map[string
 			}
 			addr := "  -> " + hostPort(b.Address, port)
 			share := fmt.Sprintf("%.1f%%", 100*b.Share)
-			counters := []string{strconv.FormatUint(b.ActiveFlows, 10), strconv.FormatUint(b.Flows, 10), strconv.FormatUint(b.Packets, 10), strconv.FormatUint(b.Bytes, 10), ""}
+			counters := []string{strconv.FormatUint(b.ActiveFlows, 10), strconv.FormatUint(b.Flows, 10), optionalCount(b.Packets), optionalCount(b.Bytes), ""}
 			if wide {
 				row(append([]string{addr, strconv.Itoa(b.Weight), strconv.Itoa(b.ProgrammedWeight), orDash(b.Health), orDash(b.State), share}, counters...)...)
 			} else {

@@ -12,8 +12,8 @@ func listFixture() []engine.ServiceView {
 	return []engine.ServiceView{
 		{Name: "web", Protocol: "tcp", VIP: config.IPOf("10.91.9.100"), Ports: "80", Mode: "nat", Scheduler: "maglev", Fallback: "drop", Programmed: true, Slots: 65537,
 			Backends: []engine.BackendView{
-				{ID: "10.91.2.10", Address: "10.91.2.10", Weight: 1, ProgrammedWeight: 1, Health: "up", State: "active", Share: 0.5, Flows: 12, ActiveFlows: 3, Packets: 120, Bytes: 9000},
-				{ID: "10.91.2.11:8080", Address: "10.91.2.11", Port: 8080, Weight: 1, ProgrammedWeight: 0, Health: "down", State: "down"},
+				{ID: "10.91.2.10", Address: "10.91.2.10", Weight: 1, ProgrammedWeight: 1, Health: "up", State: "active", Share: 0.5, Flows: 12, ActiveFlows: 3, Packets: count(120), Bytes: count(9000)},
+				{ID: "10.91.2.11:8080", Address: "10.91.2.11", Port: 8080, Weight: 1, ProgrammedWeight: 0, Health: "down", State: "down"}, // packets not counted
 			}},
 		{Name: "dns6", Protocol: "udp", VIP: config.IPOf("fd00:91:9::100"), Ports: "5300-5310", Mode: "dsr", Scheduler: "hash", Slots: 0},
 	}
@@ -29,7 +29,7 @@ func TestListTable(t *testing.T) {
 		"  -> RemoteAddress:Port          Weight  State      Share  ActiveConn  Conns  InPkts  InBytes\n" +
 		"TCP  10.91.9.100:http            web     maglev     nat    65537\n" +
 		"  -> 10.91.2.10:http             1       active     50.0%  3           12     120     9000\n" +
-		"  -> 10.91.2.11:8080             1       down       0.0%   0           0      0       0\n" +
+		"  -> 10.91.2.11:8080             1       down       0.0%   0           0      -       -\n" + // packets not counted
 		"UDP  [fd00:91:9::100]:5300-5310  dns6    hash       dsr    0\n"
 	if out.String() != want {
 		t.Fatalf("got\n%s\nwant\n%s", out.String(), want)

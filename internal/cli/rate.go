@@ -41,9 +41,10 @@ type BackendRate struct {
 
 // Rates are counters' growth per second.
 type Rates struct {
-	CPS   float64 `json:"cps"`
-	InPPS float64 `json:"in_pps"`
-	InBPS float64 `json:"in_bps"`
+	CPS float64 `json:"cps"`
+	// InPPS and InBPS are absent where the datapath does not count packets (nft.packet_counters).
+	InPPS *float64 `json:"in_pps,omitempty"`
+	InBPS *float64 `json:"in_bps,omitempty"`
 }
 
 // runRate reads the counters twice, interval apart, and prints their rates.
@@ -91,12 +92,12 @@ func serviceRates(before, after []engine.ServiceView, elapsed time.Duration) []S
 			old := was[s.Name+"/"+b.ID]
 			br := BackendRate{ID: b.ID, Address: b.Address, Port: b.Port, Rates: Rates{
 				CPS:   perSecond(old.Flows, b.Flows, elapsed),
-				InPPS: perSecond(old.Packets, b.Packets, elapsed),
-				InBPS: perSecond(old.Bytes, b.Bytes, elapsed),
+				InPPS: countPerSecond(old.Packets, b.Packets, elapsed),
+				InBPS: countPerSecond(old.Bytes, b.Bytes, elapsed),
 			}}
 			r.Rates.CPS += br.Rates.CPS
-			r.Rates.InPPS += br.Rates.InPPS
-			r.Rates.InBPS += br.Rates.InBPS
+			r.Rates.InPPS = addRate(r.Rates.InPPS, br.Rates.InPPS)
+			r.Rates.InBPS = addRate(r.Rates.InBPS, br.Rates.InBPS)
 			r.Backends = append(r.Backends, br)
 		}
 		out = append(out, r)
@@ -116,6 +117,31 @@ func perSecond(before, after uint64, elapsed time.Duration) float64 {
 	return float64(after-before) / elapsed.Seconds()
 }
 
+// countPerSecond is perSecond of an optional count: nil when after is not counted.
+func countPerSecond(before, after *uint64, elapsed time.Duration) *float64 {
+	if after == nil {
+		return nil
+	}
+	var from uint64
+	if before != nil {
+		from = *before
+	}
+	r := perSecond(from, *after, elapsed)
+	return &r
+}
+
+// addRate adds an optional rate to an optional sum.
+func addRate(sum, r *float64) *float64 {
+	if r == nil {
+		return sum
+	}
+	total := *r
+	if sum != nil {
+		total += *sum
+	}
+	return &total
+}
+
 // printRates writes the ipvsadm -Ln --rate layout: a line per service, an indented line per backend.
 func printRates(w io.Writer, rates []ServiceRate) error {
 	var buf bytes.Buffer
@@ -124,7 +150,7 @@ func printRates(w io.Writer, rates []ServiceRate) error {
 	row("Prot LocalAddress:Port", "Name", "CPS", "InPPS", "InBPS")
 	row("  -> RemoteAddress:Port", "", "", "", "")
 	cells := func(r Rates) []string {
-		return []string{rate(r.CPS), rate(r.InPPS), rate(r.InBPS)}
+		return []string{rate(r.CPS), optionalRate(r.InPPS), optionalRate(r.InBPS)}
 	}
 	for _, s := range rates {
 		row(append([]string{strings.ToUpper(s.Protocol) + "  " + hostPort(s.VIP, s.Ports), s.Name}, cells(s.Rates)...)...)
@@ -143,6 +169,14 @@ func printRates(w io.Writer, rates []ServiceRate) error {
 }
 
 // rate writes a rate as a whole number, as ipvsadm does, or with one decimal under 10.
+// optionalRate is rate, or "-" for a rate not counted.
+func optionalRate(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return rate(*v)
+}
+
 func rate(v float64) string {
 	if v < 10 {
 		return strconv.FormatFloat(v, 'f', 1, 64)

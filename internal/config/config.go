@@ -28,8 +28,8 @@ type Config struct {
 	Interfaces []string `yaml:"interfaces,omitempty" json:"interfaces,omitempty"`
 	// EBPF sizes the ebpf datapath's preallocated maps; nil keeps the defaults.
 	EBPF *EBPFSizes `yaml:"ebpf,omitempty" json:"ebpf,omitempty"`
-	// NFT bounds what the nft datapath may program; nil keeps the defaults.
-	NFT *NFTLimits `yaml:"nft,omitempty" json:"nft,omitempty"`
+	// NFT tunes the nft datapath; nil keeps the defaults.
+	NFT *NFTOptions `yaml:"nft,omitempty" json:"nft,omitempty"`
 	// API says what the daemon's TCP API may change; nil allows no exec check.
 	API *APIPolicy `yaml:"api,omitempty" json:"api,omitempty"`
 	// BGP announces the VIPs to routers; nil announces nothing.
@@ -169,8 +169,12 @@ func (c *Config) Clone() *Config {
 		out.API = &policy
 	}
 	if c.NFT != nil {
-		limits := *c.NFT
-		out.NFT = &limits
+		options := *c.NFT
+		if c.NFT.PacketCounters != nil {
+			options.PacketCounters = new(bool)
+			*options.PacketCounters = *c.NFT.PacketCounters
+		}
+		out.NFT = &options
 	}
 	out.BGP = c.BGP.Clone()
 	out.Services = make([]Service, len(c.Services))

@@ -163,3 +163,23 @@ func TestRedactedPasswordsRoundTrip(t *testing.T) {
 		t.Fatalf("a changed password: %v", errs)
 	}
 }
+
+// TestNFTPacketCounters: nft.packet_counters is on unless set false, takes only a boolean, and
+// applies to datapath nft only.
+func TestNFTPacketCounters(t *testing.T) {
+	const services = "services: []\n"
+	for text, want := range map[string]bool{"": true, "nft: {packet_counters: true}\n": true, "nft: {packet_counters: false}\n": false, "nft: {max_elements: 2048}\n": true} {
+		cfg, err := Parse("x", []byte(text+services))
+		if err != nil || cfg.NFTPacketCounters() != want {
+			t.Errorf("%q: counters %v (%v), want %v", text, cfg != nil && cfg.NFTPacketCounters(), err, want)
+		}
+	}
+	for text, want := range map[string]string{
+		"nft:\n  packet_counters: sometimes\n": `x:2: nft.packet_counters: expected true or false`,
+		"datapath: ebpf\nnft: {packet_counters: false}\n": `x:2: nft: only applies to datapath nft, not ebpf`,
+	} {
+		if _, err := Parse("x", []byte(text+services)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", text, err, want)
+		}
+	}
+}

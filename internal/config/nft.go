@@ -1,11 +1,15 @@
 package config
 
-// NFTLimits bound what the nft datapath may program, so that a config it cannot load is refused
-// before anything changes instead of exhausting the machine's memory.
-type NFTLimits struct {
+// NFTOptions tune the nft datapath: the bound on what it may program, so that a config it cannot
+// load is refused before anything changes instead of exhausting the machine's memory, and what it
+// counts on the hot path.
+type NFTOptions struct {
 	// MaxElements is the most nftables elements and objects (map elements, chains, rules,
 	// counters) the config may take; 0 keeps DefaultNFTMaxElements.
 	MaxElements int `yaml:"max_elements,omitempty" json:"max_elements,omitempty"`
+	// PacketCounters counts the packets and bytes forwarded to each backend of a nat or fullnat
+	// service, a map lookup on every packet; unset is true. DSR services always count them.
+	PacketCounters *bool `yaml:"packet_counters,omitempty" json:"packet_counters,omitempty"`
 }
 
 // Limits of nft.max_elements. nft 1.0.6 holds about 1 KB per element while it loads a batch and
@@ -23,6 +27,11 @@ func (c *Config) NFTMaxElements() int {
 		return c.NFT.MaxElements
 	}
 	return DefaultNFTMaxElements
+}
+
+// NFTPacketCounters is nft.packet_counters, the default filled in.
+func (c *Config) NFTPacketCounters() bool {
+	return c.NFT == nil || c.NFT.PacketCounters == nil || *c.NFT.PacketCounters
 }
 
 // validateNFT checks the nft section.

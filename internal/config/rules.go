@@ -70,8 +70,8 @@ var rules = map[reflect.Type]map[string]rule{
 		"max_flows":    zeroOr(maxFlowsBounds),
 		"maglev_slots": zeroOr(maglevSlotsBounds),
 	},
-	reflect.TypeFor[NFTLimits](): {"max_elements": zeroOr(nftElementsBounds)},
-	reflect.TypeFor[State]():     {"persist": {enum: Persists, def: DefaultPersist}},
+	reflect.TypeFor[NFTOptions](): {"max_elements": zeroOr(nftElementsBounds)},
+	reflect.TypeFor[State]():      {"persist": {enum: Persists, def: DefaultPersist}},
 	reflect.TypeFor[Service](): {
 		"name":                    {pattern: serviceName, required: true},
 		"vip":                     {required: true},

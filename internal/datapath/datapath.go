@@ -106,9 +106,10 @@ type BackendStatus struct {
 	Flows uint64 `json:"flows"`
 	// ActiveFlows is the number of flows the datapath tracks to the backend right now.
 	ActiveFlows uint64 `json:"active_flows"`
-	// Packets and Bytes count what the balancer forwarded from clients to the backend.
-	Packets uint64 `json:"packets"`
-	Bytes   uint64 `json:"bytes"`
+	// Packets and Bytes count what the balancer forwarded from clients to the backend; nil
+	// where the datapath does not count them (nft nat and fullnat with nft.packet_counters false).
+	Packets *uint64 `json:"packets,omitempty"`
+	Bytes   *uint64 `json:"bytes,omitempty"`
 	// Connections is the active flow count the datapath picks by (lc, wlc, max_connections);
 	// Overloaded tells that the backend reached max_connections and takes no new flow until it
 	// is down to min_connections. Both zero where the datapath does not count.

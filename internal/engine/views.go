@@ -63,8 +63,9 @@ type BackendView struct {
 	Share       float64 `json:"share"`
 	Flows       uint64  `json:"flows"`
 	ActiveFlows uint64  `json:"active_flows"`
-	Packets     uint64  `json:"packets"`
-	Bytes       uint64  `json:"bytes"`
+	// Packets and Bytes are absent where the datapath does not count them (nft.packet_counters).
+	Packets *uint64 `json:"packets,omitempty"`
+	Bytes   *uint64 `json:"bytes,omitempty"`
 	// Connections is the active flow count the datapath picks by (ebpf: lc, wlc,
 	// max_connections); MaxConnections and MinConnections are the thresholds (0: no limit).
 	Connections    uint64 `json:"connections,omitempty"`

@@ -38,10 +38,20 @@ type family[T any] struct {
 	desc  *prometheus.Desc
 	typ   prometheus.ValueType
 	value func(T) float64
+	// counted tells whether an item has the value; nil: every item has it.
+	counted func(T) bool
 }
 
 func newFamily[T any](name, help string, labels []string, typ prometheus.ValueType, value func(T) float64) family[T] {
-	return family[T]{prometheus.NewDesc("sluice_"+name, help, labels, nil), typ, value}
+	return family[T]{desc: prometheus.NewDesc("sluice_"+name, help, labels, nil), typ: typ, value: value}
+}
+
+// newCountFamily is a counter read from an optional count: an item whose datapath does not count
+// it (nil) has no series rather than a 0 that reads as no traffic.
+func newCountFamily[T any](name, help string, labels []string, count func(T) *uint64) family[T] {
+	f := newFamily(name, help, labels, prometheus.CounterValue, func(item T) float64 { return float64(*count(item)) })
+	f.counted = func(item T) bool { return count(item) != nil }
+	return f
 }
 
 var (
@@ -82,10 +92,10 @@ var backendFamilies = []family[engine.BackendView]{
 		func(b engine.BackendView) float64 { return float64(b.Flows) }),
 	newFamily("backend_active_flows", "Flows the datapath tracks to the backend now.", backendLabels, prometheus.GaugeValue,
 		func(b engine.BackendView) float64 { return float64(b.ActiveFlows) }),
-	newFamily("backend_packets_total", "Packets forwarded from clients to the backend.", backendLabels, prometheus.CounterValue,
-		func(b engine.BackendView) float64 { return float64(b.Packets) }),
-	newFamily("backend_bytes_total", "Bytes forwarded from clients to the backend.", backendLabels, prometheus.CounterValue,
-		func(b engine.BackendView) float64 { return float64(b.Bytes) }),
+	newCountFamily("backend_packets_total", "Packets forwarded from clients to the backend (no series where the datapath does not count them: nft.packet_counters).", backendLabels,
+		func(b engine.BackendView) *uint64 { return b.Packets }),
+	newCountFamily("backend_bytes_total", "Bytes forwarded from clients to the backend (no series where the datapath does not count them).", backendLabels,
+		func(b engine.BackendView) *uint64 { return b.Bytes }),
 	newFamily("backend_weight", "Configured weight of the backend.", backendLabels, prometheus.GaugeValue,
 		func(b engine.BackendView) float64 { return float64(b.Weight) }),
 	newFamily("backend_programmed_weight", "Weight the datapath holds for the backend, after health.", backendLabels, prometheus.GaugeValue,
@@ -96,9 +106,11 @@ var backendFamilies = []family[engine.BackendView]{
 		func(b engine.BackendView) float64 { return boolValue(b.Health != "down") }),
 }
 
-// serviceTotals sums the counters of a service's backends.
+// serviceTotals sums the counters of a service's backends; packets and bytes are nil when no
+// backend's are counted.
 type serviceTotals struct {
-	flows, activeFlows, packets, bytes uint64
+	flows, activeFlows uint64
+	packets, bytes     *uint64
 }
 
 func totalsOf(s engine.ServiceView) serviceTotals {
@@ -106,10 +118,22 @@ func totalsOf(s engine.ServiceView) serviceTotals {
 	for _, b := range s.Backends {
 		t.flows += b.Flows
 		t.activeFlows += b.ActiveFlows
-		t.packets += b.Packets
-		t.bytes += b.Bytes
+		t.packets = addCount(t.packets, b.Packets)
+		t.bytes = addCount(t.bytes, b.Bytes)
 	}
 	return t
+}
+
+// addCount adds an optional count to an optional sum.
+func addCount(sum, n *uint64) *uint64 {
+	if n == nil {
+		return sum
+	}
+	total := *n
+	if sum != nil {
+		total += *sum
+	}
+	return &total
 }
 
 var totalFamilies = []family[serviceTotals]{
@@ -117,10 +141,10 @@ var totalFamilies = []family[serviceTotals]{
 		func(t serviceTotals) float64 { return float64(t.flows) }),
 	newFamily("service_active_flows", "Flows the datapath tracks to the service's backends now.", serviceLabels, prometheus.GaugeValue,
 		func(t serviceTotals) float64 { return float64(t.activeFlows) }),
-	newFamily("service_packets_total", "Packets forwarded from clients to the service's backends.", serviceLabels, prometheus.CounterValue,
-		func(t serviceTotals) float64 { return float64(t.packets) }),
-	newFamily("service_bytes_total", "Bytes forwarded from clients to the service's backends.", serviceLabels, prometheus.CounterValue,
-		func(t serviceTotals) float64 { return float64(t.bytes) }),
+	newCountFamily("service_packets_total", "Packets forwarded from clients to the service's backends (no series where the datapath does not count them).", serviceLabels,
+		func(t serviceTotals) *uint64 { return t.packets }),
+	newCountFamily("service_bytes_total", "Bytes forwarded from clients to the service's backends (no series where the datapath does not count them).", serviceLabels,
+		func(t serviceTotals) *uint64 { return t.bytes }),
 }
 
 var (
@@ -261,7 +285,9 @@ func describe[T any](ch chan<- *prometheus.Desc, families []family[T]) {
 
 func emit[T any](ch chan<- prometheus.Metric, families []family[T], item T, labels ...string) {
 	for _, f := range families {
-		ch <- prometheus.MustNewConstMetric(f.desc, f.typ, f.value(item), labels...)
+		if f.counted == nil || f.counted(item) {
+			ch <- prometheus.MustNewConstMetric(f.desc, f.typ, f.value(item), labels...)
+		}
 	}
 }
 

@@ -87,10 +87,10 @@ func (p *prober) All() []health.Status {
 }
 
 // counting adds packet, byte and flow counters and web's refusals to the fake's status, and fails
-// it when broken.
+// it when broken; uncounted leaves packets and bytes out, as nft with nft.packet_counters false.
 type counting struct {
 	*fake.Datapath
-	broken atomic.Bool
+	broken, uncounted atomic.Bool
 }
 
 func (d *counting) Status(ctx context.Context) ([]datapath.ServiceStatus, error) {
@@ -105,7 +105,11 @@ func (d *counting) Status(ctx context.Context) ([]datapath.ServiceStatus, error)
 		}
 		for j := range status[i].Backends {
 			b := &status[i].Backends[j]
-			b.Flows, b.Packets, b.Bytes = 7, 11, 13
+			packets, bytes := uint64(11), uint64(13)
+			b.Flows, b.Packets, b.Bytes = 7, &packets, &bytes
+			if d.uncounted.Load() {
+				b.Packets, b.Bytes = nil, nil
+			}
 		}
 	}
 	return status, err
@@ -240,6 +244,23 @@ func TestScrape(t *testing.T) {
 	}
 	if problems, err := testutil.GatherAndLint(m.reg); err != nil || len(problems) > 0 {
 		t.Errorf("lint: %v %v", problems, err)
+	}
+}
+
+// TestUncountedPackets: where the datapath does not count packets and bytes, their series are
+// absent rather than 0, which would read as no traffic; the flow series stay.
+func TestUncountedPackets(t *testing.T) {
+	m, _, dp := start(t)
+	dp.uncounted.Store(true)
+	got := scrape(t, m)
+	wantLines(t, got,
+		`sluice_service_flows_total{service="web"} 14`,
+		`sluice_backend_flows_total{backend="10.0.0.1",service="web"} 7`,
+	)
+	for _, prefix := range []string{"sluice_service_packets_total", "sluice_service_bytes_total", "sluice_backend_packets_total", "sluice_backend_bytes_total"} {
+		if slices.ContainsFunc(got, func(line string) bool { return strings.HasPrefix(line, prefix) }) {
+			t.Errorf("%s has series for uncounted packets", prefix)
+		}
 	}
 }
 

@@ -52,7 +52,10 @@ type Service struct {
 	// SourceAllow (when not empty) and SourceDeny are the client prefixes that may or may not
 	// open new flows, sorted and without duplicates.
 	SourceAllow, SourceDeny []netip.Prefix
-	Backends                []Backend // every configured backend, weight 0 included
+	// Uncounted tells the nft datapath not to count the packets and bytes forwarded to the
+	// backends of a nat or fullnat service (nft.packet_counters: false).
+	Uncounted bool
+	Backends  []Backend // every configured backend, weight 0 included
 	// Slots maps a slot to an index in Backends; a new flow picks slot hash(5-tuple) mod len(Slots)
 	// (maglev, hash) or counter mod len(Slots) (rr, wrr, random). Empty when no backend takes new flows.
 	// Read-only: the plans of one Builder share it.
@@ -138,6 +141,7 @@ func (b *Builder) Build(cfg *config.Config, available Availability) (*Plan, erro
 		if err != nil {
 			return nil, fmt.Errorf("service %s: %w", cs.Name, err)
 		}
+		s.Uncounted = !cfg.NFTPacketCounters()
 		p.Services = append(p.Services, s)
 	}
 	b.tables = kept // forget the services that are gone

@@ -93,7 +93,7 @@ func TestProgramReadsWhatApplyWrote(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, b := range st[0].Backends {
-		if b.Address == to.Addr().String() && (b.Flows != 1 || b.ActiveFlows != 1 || b.Packets != 1) {
+		if b.Address == to.Addr().String() && (b.Flows != 1 || b.ActiveFlows != 1 || b.Packets == nil || *b.Packets != 1) {
 			t.Errorf("backend %s: %+v, want 1 flow, 1 active flow and 1 packet", b.Address, b)
 		}
 	}

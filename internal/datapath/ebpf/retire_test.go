@@ -86,7 +86,7 @@ func TestRemovedBackendKeepsItsFlows(t *testing.T) {
 	if got := idsOf(t, d).of(t, "web/10.91.2.12"); got != gone {
 		t.Errorf("the next new backend got id %d, want the freed %d", got, gone)
 	}
-	if st, err := d.Status(context.Background()); err != nil || st[0].Backends[1].Packets != 0 {
+	if st, err := d.Status(context.Background()); err != nil || st[0].Backends[1].Packets == nil || *st[0].Backends[1].Packets != 0 {
 		t.Errorf("the new backend starts with %+v (%v), want zero counters", st[0].Backends[1], err)
 	}
 }

@@ -109,7 +109,7 @@ func serviceStatus(m *kernelMaps, s *serviceState, active map[uint32]uint64) (da
 		if err != nil {
 			return out, err
 		}
-		bs.Flows, bs.Packets, bs.Bytes = c.Flows, c.Packets, c.Bytes
+		bs.Flows, bs.Packets, bs.Bytes = c.Flows, &c.Packets, &c.Bytes
 		if rec.counted() { // the program's own count: what it picks by
 			k, err := readCounts(m, b.id)
 			if err != nil {

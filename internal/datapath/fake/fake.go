@@ -6,6 +6,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/plan"
 )
@@ -67,10 +68,14 @@ func (d *Datapath) Status(context.Context) ([]datapath.ServiceStatus, error) {
 		}
 		share := s.Share()
 		for i, b := range s.Backends {
-			st.Backends = append(st.Backends, datapath.BackendStatus{
+			bs := datapath.BackendStatus{
 				Address: b.Addr.String(), Port: int(b.Port), Weight: b.Weight, Share: share[i],
 				ActiveFlows: d.active[s.Name+"/"+b.ID()],
-			})
+			}
+			if !s.Uncounted || s.Mode == config.ModeDSR { // what nft counts; nothing passes here
+				bs.Packets, bs.Bytes = new(uint64), new(uint64)
+			}
+			st.Backends = append(st.Backends, bs)
 		}
 		out = append(out, st)
 	}

@@ -20,7 +20,8 @@ const kernelBytesPerElement = 250
 // elements bounds the elements and objects (map elements, chains, rules, counters) the tables
 // hold for a plan, without rendering it: a nat or fullnat service takes its dispatch (and
 // full-NAT) element, a chain of at most 4 rules, its members and slot maps with their elements,
-// and per backend a chain of 2 rules, 2 counters and 1 forwarded element; a dsr service its
+// and per backend a chain of 2 rules, 2 counters and 1 forwarded element (1 counter and no
+// element with nft.packet_counters false); a dsr service its
 // flows, marks and new-flow maps and per backend 2 counters and 2 more elements. Persistence
 // adds its map, counted full (persistenceSize), and its rules; under nat and fullnat also the
 // marks map and live set, with 2 elements and a rule per backend. Protection adds per access list
@@ -39,6 +40,9 @@ func elements(p *plan.Plan) int {
 			n += 10 + 8*b + len(s.Slots)
 		} else {
 			n += 9 + 7*b + len(s.Slots)
+			if s.Uncounted {
+				n -= 2 * b
+			}
 		}
 		switch {
 		case s.Persistence == 0:

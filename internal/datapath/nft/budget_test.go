@@ -93,7 +93,7 @@ func TestKernelApplyRefusesAPlanOverBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg := scaleConfig(50, 0)
-		cfg.NFT = &config.NFTLimits{MaxElements: config.MinNFTMaxElements}
+		cfg.NFT = &config.NFTOptions{MaxElements: config.MinNFTMaxElements}
 		big, err := plan.Build(cfg, nil)
 		if err != nil {
 			t.Fatal(err)

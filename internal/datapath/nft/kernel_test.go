@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -472,7 +473,8 @@ func TestKernelNATFlows(t *testing.T) {
 				client, d, dns, web := natRig(t, mode)
 
 				echoFrom(t, client, "tcp4", "10.91.2.11:80")
-				if got := backendsOf(t, d, "web")["10.91.2.11"]; got != (datapath.BackendStatus{Address: "10.91.2.11", Weight: 1, Share: 1}) {
+				zero := uint64(0)
+				if got := backendsOf(t, d, "web")["10.91.2.11"]; !reflect.DeepEqual(got, datapath.BackendStatus{Address: "10.91.2.11", Weight: 1, Share: 1, Packets: &zero, Bytes: &zero}) {
 					t.Errorf("a client talking to backend 10.91.2.11 directly shows in its status: %+v", got)
 				}
 				echoFrom(t, client, "tcp4", "10.91.9.100:80").Close() // closing: counted, not active
@@ -485,10 +487,10 @@ func TestKernelNATFlows(t *testing.T) {
 					minPackets, maxPackets uint64
 				}{{"web", 2, 6, 20}, {"dns", 1, 1, 1}} { // web: SYN, ACK, data, FIN and ACKs; dns: the query, not the answer
 					b := backendsOf(t, d, svc.name)
-					if got := b["10.91.2.11"]; got.Flows != svc.flows || got.ActiveFlows != 1 || got.Packets < svc.minPackets || got.Packets > svc.maxPackets || got.Bytes == 0 {
+					if got := b["10.91.2.11"]; got.Flows != svc.flows || got.ActiveFlows != 1 || got.Packets == nil || *got.Packets < svc.minPackets || *got.Packets > svc.maxPackets || deref(got.Bytes) == 0 {
 						t.Errorf("%s: backend 10.91.2.11 = %+v, want %d flows, 1 active, %d-%d packets", svc.name, got, svc.flows, svc.minPackets, svc.maxPackets)
 					}
-					if got := b["10.91.2.12"]; got.Flows != 0 || got.ActiveFlows != 0 || got.Packets != 0 {
+					if got := b["10.91.2.12"]; got.Flows != 0 || got.ActiveFlows != 0 || deref(got.Packets) != 0 {
 						t.Errorf("%s: backend 10.91.2.12 = %+v, want nothing", svc.name, got)
 					}
 				}
@@ -512,6 +514,44 @@ func TestKernelNATFlows(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestKernelNATUncounted turns nft.packet_counters off and on under live flows: off, the backends
+// still count new flows and active ones, and have no packet or byte count (nil, not 0), and no
+// forwarded chain is left in the kernel; on again, the packet counters start from 0 and count.
+func TestKernelNATUncounted(t *testing.T) {
+	inFreshNetns(t, func() {
+		client, d, dns, web := natRig(t, "nat")
+		uncounted := twoBackendPlan("nat", 0, dns, web)
+		for i := range uncounted.Services {
+			uncounted.Services[i].Uncounted = true
+		}
+		apply(t, d, uncounted)
+		if out, err := exec.Command("nft", "list", "table", "inet", TableName).CombinedOutput(); err != nil || strings.Contains(string(out), "chain "+forwardedChain) {
+			t.Errorf("with packet counters off the table still has the forwarded chain (%v):\n%s", err, out)
+		}
+		held := echoFrom(t, client, "tcp4", "10.91.9.100:80")
+		echoFrom(t, client, "udp4", "10.91.9.100:53")
+		got := waitFor(t, d, "web", "10.91.2.11", func(b datapath.BackendStatus) bool { return b.ActiveFlows == 1 })
+		if got.Flows != 1 || got.Packets != nil || got.Bytes != nil {
+			t.Errorf("web, uncounted: backend 10.91.2.11 = %+v, want 1 flow and no packet or byte count", got)
+		}
+		if got := backendsOf(t, d, "dns")["10.91.2.11"]; got.Flows != 1 || got.Packets != nil {
+			t.Errorf("dns, uncounted: backend 10.91.2.11 = %+v, want 1 flow and no packet count", got)
+		}
+
+		apply(t, d, twoBackendPlan("nat", 0, dns, web))
+		if _, err := held.Write([]byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(held, make([]byte, 4)); err != nil {
+			t.Fatalf("the held flow after turning packet counters on: %v", err)
+		}
+		got = waitFor(t, d, "web", "10.91.2.11", func(b datapath.BackendStatus) bool { return deref(b.Packets) >= 1 })
+		if got.Flows != 1 || got.ActiveFlows != 1 || got.Bytes == nil || *got.Bytes == 0 {
+			t.Errorf("web, counted again: backend 10.91.2.11 = %+v, want the held flow's packets counted", got)
+		}
+	})
 }
 
 // TestKernelDSRFlows sends packets into a dsr service (out of veth1, into veth0's ingress):
@@ -552,8 +592,8 @@ func TestKernelDSRFlows(t *testing.T) {
 			}
 			c.Close()
 		}
-		got := waitFor(t, d, "game", "10.91.2.11", func(b datapath.BackendStatus) bool { return b.Packets >= 4 })
-		if got.Flows != 2 || got.Packets != 4 || got.ActiveFlows != 2 {
+		got := waitFor(t, d, "game", "10.91.2.11", func(b datapath.BackendStatus) bool { return deref(b.Packets) >= 4 })
+		if got.Flows != 2 || deref(got.Packets) != 4 || got.ActiveFlows != 2 {
 			t.Errorf("backend 10.91.2.11 = %+v, want 2 flows, 4 packets, 2 active", got)
 		}
 

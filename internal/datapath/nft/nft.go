@@ -468,9 +468,9 @@ func backendChainOf(st *state, f knftables.Family, marksMap string) func(string)
 }
 
 // backendCounters reads a backend's flows, packets and bytes. The backend chain counts new flows
-// under nat and fullnat (the forwarded chain counts packets) and packets under dsr (the service
-// chain counts new flows).
-func backendCounters(st *state, f knftables.Family, mode, service, backendID string) (flows, packets, bytes uint64) {
+// under nat and fullnat (the forwarded chain counts packets, nil when it does not) and packets
+// under dsr (the service chain counts new flows).
+func backendCounters(st *state, f knftables.Family, mode, service, backendID string) (flows uint64, packets, bytes *uint64) {
 	flowsPrefix, packetsPrefix := chainCounter, packetCounter
 	if mode == "dsr" {
 		flowsPrefix, packetsPrefix = newFlowCounter, chainCounter
@@ -479,7 +479,7 @@ func backendCounters(st *state, f knftables.Family, mode, service, backendID str
 		flows = deref(c.Packets)
 	}
 	if c := st.counters[objKey{f, counterName(packetsPrefix, service, backendID)}]; c != nil {
-		packets, bytes = deref(c.Packets), deref(c.Bytes)
+		packets, bytes = ptr(deref(c.Packets)), ptr(deref(c.Bytes))
 	}
 	return flows, packets, bytes
 }

@@ -61,7 +61,7 @@ func renderBase(p *plan.Plan, env Environment) (*state, error) {
 	st := newState()
 	used := sharedUseOf(p)
 	renderInetBase(st, used)
-	if slices.ContainsFunc(p.Services, func(s plan.Service) bool { return s.Mode != config.ModeDSR }) {
+	if slices.ContainsFunc(p.Services, func(s plan.Service) bool { return countsForwarded(&s) }) {
 		renderForwarded(st, used)
 	}
 	if slices.ContainsFunc(p.Services, func(s plan.Service) bool { return s.Mode == config.ModeDSR }) {
@@ -102,7 +102,7 @@ func sharedUseOf(p *plan.Plan) sharedUse {
 		}
 		const f = knftables.InetFamily
 		u.add(f, sharedObject{kind: dispatchKind, v: v, ranged: ranged})
-		if len(s.Backends) > 0 { // a counter per backend
+		if len(s.Backends) > 0 && countsForwarded(s) { // a counter per backend
 			u.add(f, sharedObject{forwardedKind, proto, v, ranged})
 		}
 		if s.Mode == config.ModeFullNAT {
@@ -201,6 +201,10 @@ func renderForwarded(st *state, used sharedUse) {
 	}
 	st.addChain(baseChain(f, forwardedChain, knftables.FilterType, knftables.PostroutingHook, forwardedPriority), rules...)
 }
+
+// countsForwarded tells whether the forwarded chain counts a service's packets: nat and fullnat
+// services unless nft.packet_counters is false (dsr counts in its backend chains).
+func countsForwarded(s *plan.Service) bool { return s.Mode != config.ModeDSR && !s.Uncounted }
 
 // forwardedMaps map the conntrack tuple parts of one protocol and IP version's flows to the
 // packet counter of their backend: a hash map for the flows of single-port services, looked up in
@@ -390,7 +394,6 @@ func renderNATService(st *state, s *plan.Service) {
 	if s.SYNProtection {
 		renderSynproxyService(st, s)
 	}
-	forwarded := st.shared(f, forwardedMap(s))
 	rules := append([]string{ctTimeoutRule(string(s.Protocol))}, protectionRules(st, f, s)...)
 	variant, first := "", []string(nil)
 	switch {
@@ -415,9 +418,11 @@ func renderNATService(st *state, s *plan.Service) {
 			append(first,
 				fmt.Sprintf("counter name %q", counterName(chainCounter, s.Name, b.ID())),
 				fmt.Sprintf("meta l4proto %s dnat %s to %s", s.Protocol, v.ip, to))...)
-		packets := counterName(packetCounter, s.Name, b.ID())
-		st.addCounter(f, packets)
-		forwarded.add(forwardedElement(s, b, packets))
+		if countsForwarded(s) {
+			packets := counterName(packetCounter, s.Name, b.ID())
+			st.addCounter(f, packets)
+			st.shared(f, forwardedMap(s)).add(forwardedElement(s, b, packets))
+		}
 	}
 }
 
