@@ -175,7 +175,7 @@ func TestNFTPacketCounters(t *testing.T) {
 		}
 	}
 	for text, want := range map[string]string{
-		"nft:\n  packet_counters: sometimes\n": `x:2: nft.packet_counters: expected true or false`,
+		"nft:\n  packet_counters: sometimes\n":            `x:2: nft.packet_counters: expected true or false`,
 		"datapath: ebpf\nnft: {packet_counters: false}\n": `x:2: nft: only applies to datapath nft, not ebpf`,
 	} {
 		if _, err := Parse("x", []byte(text+services)); err == nil || !strings.Contains(err.Error(), want) {
