@@ -58,10 +58,16 @@ type labEnd struct{ ns, dev string }
 
 // redirectEnds are where an XDP candidate's frames land with --switch stack: the switch's end of
 // the balancer's backend veth (forward) and the client's end of its client veth (nat replies).
-// They are also the senders into the balancer's XDP, so they send complete checksums meanwhile.
+// They are also the senders into the balancer's XDP, so they send complete checksums and queue
+// (setPortQueues) meanwhile.
 func redirectEnds(e *Env) []labEnd {
-	return []labEnd{{e.Lab.SwitchNS(), "lb"}, {e.Lab.ClientNS(), "eth0"}}
+	return []labEnd{{e.Lab.SwitchNS(), "lb"}, clientEnd(e)}
 }
+
+// clientEnd is the client's end of its veth to the balancer. The balancer's XDP hands it nat
+// replies frame by frame, the way a wire does, so meanwhile it merges them (GRO) as a host's NIC
+// does; the stack path hands it whole GSO packets.
+func clientEnd(e *Env) labEnd { return labEnd{e.Lab.ClientNS(), "eth0"} }
 
 // setCandidateXDP attaches (on) or detaches a pass program on the redirectEnds, for a candidate
 // that redirects at XDP. With --switch xdp they run XDP for the whole run already.
@@ -70,7 +76,8 @@ func setCandidateXDP(e *Env, on bool) error {
 		return nil
 	}
 	undo := func() error {
-		return errors.Join(detachXDP(e, redirectEnds(e)...), setTxChecksums(e, true, redirectEnds(e)...))
+		return errors.Join(detachXDP(e, redirectEnds(e)...), setTxChecksums(e, true, redirectEnds(e)...),
+			setPortQueues(e, false, redirectEnds(e)...), setOffload(e, clientEnd(e), unix.ETHTOOL_SGRO, false))
 	}
 	if !on {
 		return undo()
@@ -80,7 +87,8 @@ func setCandidateXDP(e *Env, on bool) error {
 		return err
 	}
 	defer pass.Close() // the attachments hold it
-	if err := setTxChecksums(e, false, redirectEnds(e)...); err != nil {
+	if err := errors.Join(setTxChecksums(e, false, redirectEnds(e)...), setPortQueues(e, true, redirectEnds(e)...),
+		setOffload(e, clientEnd(e), unix.ETHTOOL_SGRO, true)); err != nil {
 		return errors.Join(err, undo())
 	}
 	for _, end := range redirectEnds(e) {
@@ -131,7 +139,8 @@ func startSwitch(e *Env, mode Switch, dropPort bool) (stop func() error, err err
 	gro := labEnd{e.Lab.BalancerNS(), "eth1"}
 	undo := func() error {
 		e.xdpSwitch = false
-		return errors.Join(detachXDP(e, attached...), setOffload(e, gro, unix.ETHTOOL_SGRO, false), setTxChecksums(e, true, labEnds(e)...))
+		return errors.Join(detachXDP(e, attached...), setOffload(e, gro, unix.ETHTOOL_SGRO, false),
+			setTxChecksums(e, true, labEnds(e)...), setPortQueues(e, false, labEnds(e)...))
 	}
 	defer func() {
 		if err != nil {
@@ -175,7 +184,7 @@ func startSwitch(e *Env, mode Switch, dropPort bool) (stop func() error, err err
 		}
 	}
 	if err := errors.Join(setOffload(e, gro, unix.ETHTOOL_SGRO, true),
-		setTxChecksums(e, false, labEnds(e)...)); err != nil {
+		setTxChecksums(e, false, labEnds(e)...), setPortQueues(e, true, labEnds(e)...)); err != nil {
 		return nil, err
 	}
 	e.xdpSwitch = true
@@ -335,6 +344,39 @@ func detachXDP(e *Env, ends ...labEnd) error {
 		})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("removing XDP from %s in %s: %w", end.dev, end.ns, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// setPortQueues gives every end a pfifo queue as long as its txqueuelen (on), or takes it away
+// again (off: a veth's default, noqueue). A veth whose other end runs XDP or GRO takes frames
+// through a ring of 256; a noqueue sender drops whatever finds the ring full (a 64 KiB response
+// the switch segments for an XDP receiver is 45 frames at once), while a queued sender's veth
+// stops the queue until the ring drains, as a switch port buffers a burst.
+func setPortQueues(e *Env, on bool, ends ...labEnd) error {
+	var errs []error
+	for _, end := range ends {
+		err := lab.WithHandle(end.ns, func(h *netlink.Handle) error {
+			link, err := h.LinkByName(end.dev)
+			if err != nil {
+				if on {
+					return err
+				}
+				return nil // gone, and its queue with it
+			}
+			q := &netlink.GenericQdisc{QdiscType: "pfifo", QdiscAttrs: netlink.QdiscAttrs{
+				LinkIndex: link.Attrs().Index, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT}}
+			if on {
+				return h.QdiscReplace(q)
+			}
+			if err := h.QdiscDel(q); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+				return err
+			}
+			return nil
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("queue on %s in %s: %w", end.dev, end.ns, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -9,6 +9,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/sluicelb/sluice/internal/lab"
 )
 
 // benchLBReport is the part of `sluice bench lb --json` the smoke test reads, decoded
@@ -100,4 +104,48 @@ func countSVGBars(svg []byte) (int, error) {
 			n++
 		}
 	}
+}
+
+// TestBenchLBXDPFramesAreQueued runs 64 KiB responses through ebpf-nat-xdp, where the switch
+// segments every response into wire frames for the balancer's XDP, and checks that the switch's
+// port to the balancer dropped none of them (it queues them while the balancer's veth ring is
+// full) and that the candidate's lab settings are gone afterwards. Without the queue the port
+// dropped a thousand frames in 2 s, and backends retransmitted what it dropped.
+func TestBenchLBXDPFramesAreQueued(t *testing.T) {
+	requireLab(t)
+	prefix := runPrefix(benchLBKind)
+	downBenchLab(t, prefix)
+	runBench(t, "bench", "lb", "--prefix", prefix, "--keep-lab", "--candidates", "ebpf-nat-xdp",
+		"--workloads", "64k", "--duration", "2s", "--rounds", "1")
+
+	l := lab.New(prefix, labBackends)
+	checkEnd := func(ns, dev string, wantNoDrops bool) {
+		err := lab.WithHandle(ns, func(h *netlink.Handle) error {
+			link, err := h.LinkByName(dev)
+			if err != nil {
+				return err
+			}
+			if x := link.Attrs().Xdp; x != nil && x.Attached {
+				t.Errorf("%s/%s: XDP program %d left attached", ns, dev, x.ProgId)
+			}
+			if s := link.Attrs().Statistics; wantNoDrops && (s == nil || s.TxDropped != 0) {
+				t.Errorf("%s/%s: statistics %+v, want no frame dropped on the way to the balancer's XDP", ns, dev, s)
+			}
+			qdiscs, err := h.QdiscList(link)
+			if err != nil {
+				return err
+			}
+			for _, q := range qdiscs {
+				if q.Type() != "noqueue" {
+					t.Errorf("%s/%s: qdisc %s left behind", ns, dev, q.Type())
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Errorf("%s/%s: %v", ns, dev, err)
+		}
+	}
+	checkEnd(l.SwitchNS(), "lb", true)
+	checkEnd(l.ClientNS(), "eth0", false)
 }
