@@ -52,7 +52,7 @@ var notRun = map[string]string{
 	"make install":                "installs into the host; packaging/TestDeb runs make install into a scratch DESTDIR",
 	"systemctl":                   "the host's systemd",
 	"curl -s -H \"Authorization":  "needs a daemon with --listen and a token file; internal/cli's listener tests cover the TCP API",
-	"sudo bin/sluice bench lb":    "19 minutes with every peer; TestBenchLB runs it short",
+	"sudo bin/sluice bench lb":    "26 minutes with every peer; TestBenchLB runs it short",
 	"sudo bin/sluice bench scale": "6 to 8 minutes; TestBenchScale runs it short",
 	"sudo bin/sluice bench fleet": "5 minutes; TestBenchFleet runs it short",
 	"sudo bin/sluice bench flood": "3 minutes with the peers; TestBenchFlood runs it short",
