@@ -11,7 +11,9 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
+	"github.com/sluicelb/sluice/internal/ethtool"
 	"github.com/sluicelb/sluice/internal/lab"
 )
 
@@ -109,8 +111,8 @@ func countSVGBars(svg []byte) (int, error) {
 // TestBenchLBXDPFramesAreQueued runs 64 KiB responses through ebpf-nat-xdp, where the switch
 // segments every response into wire frames for the balancer's XDP, and checks that the switch's
 // port to the balancer dropped none of them (it queues them while the balancer's veth ring is
-// full) and that the candidate's lab settings are gone afterwards. Without the queue the port
-// dropped a thousand frames in 2 s, and backends retransmitted what it dropped.
+// full) and that the candidate's lab settings (XDP, queues, GRO, checksums) are gone afterwards.
+// Without the queue the port dropped a thousand frames in 2 s, and backends retransmitted them.
 func TestBenchLBXDPFramesAreQueued(t *testing.T) {
 	requireLab(t)
 	prefix := runPrefix(benchLBKind)
@@ -148,4 +150,18 @@ func TestBenchLBXDPFramesAreQueued(t *testing.T) {
 	}
 	checkEnd(l.SwitchNS(), "lb", true)
 	checkEnd(l.ClientNS(), "eth0", false)
+	err := l.Do(l.ClientNS(), func() error {
+		gro, err := ethtool.Get("eth0", unix.ETHTOOL_GGRO)
+		if err == nil && gro {
+			t.Errorf("%s/eth0: GRO left on", l.ClientNS())
+		}
+		txsum, err2 := ethtool.Get("eth0", unix.ETHTOOL_GTXCSUM)
+		if err2 == nil && !txsum {
+			t.Errorf("%s/eth0: transmit checksum offload left off", l.ClientNS())
+		}
+		return errors.Join(err, err2)
+	})
+	if err != nil {
+		t.Error(err)
+	}
 }
