@@ -50,12 +50,21 @@ func readJSON[T any](r *http.Request) (T, error) {
 	return v, err
 }
 
-// decodeJSON decodes exactly one JSON object into v, strictly: an empty body, an unknown field, a
-// value of the wrong type or data after the object is a 400 naming the field where it can.
+// MaxJSONDepth bounds how deep a JSON body may nest objects and arrays; no config comes near it
+// (services[].health_check.expect_status[] is 4 deep). It is checked by one pass over the bytes
+// before any decoding, so that a deep body costs neither memory nor time.
+const MaxJSONDepth = 32
+
+// decodeJSON decodes exactly one JSON object into v, strictly: an empty body, a body nested deeper
+// than MaxJSONDepth, an unknown field, a key given twice, a value of the wrong type or data after
+// the object is a 400 naming the field where it can.
 func decodeJSON(data []byte, v any) error {
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 {
 		return invalid("", "the request body is empty: send a JSON object")
+	}
+	if at, deep := tooDeep(data, MaxJSONDepth); deep {
+		return invalid("", "the JSON nests objects and arrays more than %d deep (at byte %d): %d is the limit", MaxJSONDepth, at, MaxJSONDepth)
 	}
 	if trimmed[0] != '{' {
 		return invalid("", "the request body must be a JSON object")
@@ -74,70 +83,114 @@ func decodeJSON(data []byte, v any) error {
 	return nil
 }
 
+// tooDeep tells whether a JSON text opens more than limit objects and arrays within each other,
+// and at which byte; brackets inside strings do not count. It reads each byte once and allocates
+// nothing, whether the text is JSON or not.
+func tooDeep(data []byte, limit int) (at int, deep bool) {
+	depth, inString, escaped := 0, false, false
+	for i, c := range data {
+		switch {
+		case escaped:
+			escaped = false
+		case inString:
+			escaped, inString = c == '\\', c != '"'
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			if depth++; depth > limit {
+				return i, true
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return 0, false
+}
+
 // duplicateKey finds a key given twice in one object of a JSON text, which encoding/json would
 // take silently, the last one winning, as it matches keys to fields regardless of case. It
 // returns the second key's path ("backends[1].weight") and the first key. JSON that does not
-// parse has none: decoding reports it.
+// parse has none: decoding reports it. The path is built only for the duplicate found, and one
+// map holds the keys of every object, so the work is linear in the text.
 func duplicateKey(data []byte) (path, key string, dup bool) {
-	// scope is an object or array being read: where it is and what it has held so far.
-	type scope struct {
-		path  string
-		keys  map[string]string // an object's keys, folded to lower case, to the key as given; nil for an array
-		key   string            // the object's key whose value comes next, when keyed
-		keyed bool              // a key was read and its value comes next
-		index int               // the array's next index
+	// seenKey is a key (folded to lower case) of the object numbered object.
+	type seenKey struct {
+		object int
+		key    string
 	}
-	// next is the path of the value about to be read in s, and steps past it.
-	next := func(s *scope) string {
-		if s.keys == nil {
-			s.index++
-			return fmt.Sprintf("%s[%d]", s.path, s.index-1)
-		}
-		s.keyed = false
-		if s.path == "" {
-			return s.key
-		}
-		return s.path + "." + s.key
-	}
+	seen := map[seenKey]string{} // to the key as given
 	dec := json.NewDecoder(bytes.NewReader(data))
-	stack := []*scope{{}}
+	var stack []jsonScope
+	objects := 0
 	for {
 		tok, err := dec.Token()
 		if err != nil {
 			return "", "", false
 		}
-		top := stack[len(stack)-1]
 		switch tok {
 		case json.Delim('{'), json.Delim('['):
-			s := &scope{path: top.path}
-			if len(stack) > 1 {
-				s.path = next(top)
+			if len(stack) > 0 {
+				stack[len(stack)-1].step()
 			}
-			if tok == json.Delim('{') {
-				s.keys = map[string]string{}
-			}
-			stack = append(stack, s)
+			objects++
+			stack = append(stack, jsonScope{object: tok == json.Delim('{'), id: objects, index: -1})
 			continue
 		case json.Delim('}'), json.Delim(']'):
-			if stack = stack[:len(stack)-1]; len(stack) == 1 {
+			if stack = stack[:len(stack)-1]; len(stack) == 0 {
 				return "", "", false
 			}
 			continue
 		}
-		if text, isKey := tok.(string); isKey && top.keys != nil && !top.keyed {
-			top.key, top.keyed = text, true
-			folded := strings.ToLower(text)
-			if first, seen := top.keys[folded]; seen {
-				return next(top), first, true
-			}
-			top.keys[folded] = text
-			continue
-		}
-		if len(stack) == 1 {
+		if len(stack) == 0 {
 			return "", "", false
 		}
-		next(top)
+		top := &stack[len(stack)-1]
+		text, isKey := tok.(string)
+		if !isKey || !top.object || top.keyed {
+			top.step()
+			continue
+		}
+		top.key, top.keyed = text, true
+		k := seenKey{top.id, strings.ToLower(text)}
+		if first, ok := seen[k]; ok {
+			return scopePath(stack), first, true
+		}
+		seen[k] = text
 	}
+}
+
+// jsonScope is an object or array duplicateKey is in: which one, and where in it.
+type jsonScope struct {
+	object bool   // an object, else an array
+	id     int    // numbers the scope in the text
+	key    string // an object's last key
+	keyed  bool   // an object's key was read and its value comes next
+	index  int    // an array's last index (-1 before the first value)
+}
+
+// step moves past a value of the scope: the value of an object's key, or an array's next one.
+func (s *jsonScope) step() {
+	if s.object {
+		s.keyed = false
+	} else {
+		s.index++
+	}
+}
+
+// scopePath is the path of the innermost scope's current key ("backends[1].weight").
+func scopePath(stack []jsonScope) string {
+	var b strings.Builder
+	for _, s := range stack {
+		switch {
+		case !s.object:
+			fmt.Fprintf(&b, "[%d]", s.index)
+		case b.Len() > 0:
+			b.WriteString("." + s.key)
+		default:
+			b.WriteString(s.key)
+		}
+	}
+	return b.String()
 }
 
 // jsonError explains why a body did not decode.
