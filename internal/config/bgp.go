@@ -127,20 +127,16 @@ func (c *Config) validateBGP(fail func(path, format string, args ...any)) {
 		fail("bgp.peers", "%d peers is more than %d: peer with route reflectors instead of every router", len(b.Peers), MaxBGPPeers)
 		return
 	}
-	seen := map[netip.AddrPort]int{}
+	seen := map[netip.Addr][]int{}
 	for i := range b.Peers {
 		p := &b.Peers[i]
 		at := fmt.Sprintf("bgp.peers[%d]", i)
-		addr := p.Address.Unmap()
-		if !addr.IsValid() || addr.Zone() != "" || addr.IsUnspecified() || addr.IsMulticast() {
-			fail(at+".address", "%q is not a unicast IP address", p.Address)
+		addr, err := peerAddress(p.Address)
+		if err != nil {
+			fail(at+".address", "%v", err)
 		} else {
 			p.Address.Addr = addr
-			key := netip.AddrPortFrom(addr, uint16(max(p.Port, 0)))
-			if j, dup := seen[key]; dup {
-				fail(at+".address", "%s is already bgp.peers[%d]", p.Address, j)
-			}
-			seen[key] = i
+			seen[addr] = append(seen[addr], i)
 		}
 		if !anyPortBounds.has(p.Port) {
 			fail(at+".port", "%d is not a port in %s", p.Port, portBounds)
@@ -150,8 +146,11 @@ func (c *Config) validateBGP(fail func(path, format string, args ...any)) {
 		}
 		if p.HoldTime != "" {
 			d, err := time.ParseDuration(p.HoldTime)
-			if err != nil || d != 0 && (d < MinHoldTime || d > MaxHoldTime) || d%time.Second != 0 {
-				fail(at+".hold_time", "%q is not 0s or whole seconds between %s and %s (like 9s)", p.HoldTime, MinHoldTime, MaxHoldTime)
+			switch {
+			case err == nil && d == 0:
+				fail(at+".hold_time", "%q: the BGP speaker (GoBGP) cannot offer a hold time of 0 (no keepalives): give whole seconds between %s and %s, or leave it out for %s", p.HoldTime, MinHoldTime, MaxHoldTime, DefaultHoldTime)
+			case err != nil || d < MinHoldTime || d > MaxHoldTime || d%time.Second != 0:
+				fail(at+".hold_time", "%q is not whole seconds between %s and %s (like 9s)", p.HoldTime, MinHoldTime, MaxHoldTime)
 			}
 		}
 		if len(p.Password) > maxMD5KeyLen {
@@ -169,6 +168,39 @@ func (c *Config) validateBGP(fail func(path, format string, args ...any)) {
 			}
 		}
 		p.PathAttributes.validate(at, fail)
+	}
+	failDuplicatePeers(b.Peers, seen, fail)
+}
+
+// peerAddress checks a peer's address: a unicast address a session can be dialled to, without
+// a zone (an IPv6 link-local address needs one, so it cannot be a peer). It returns it unmapped.
+func peerAddress(ip IP) (netip.Addr, error) {
+	a := ip.Unmap()
+	switch {
+	case !a.IsValid() || a.Zone() != "":
+		return netip.Addr{}, fmt.Errorf("%q is not a unicast IP address", ip)
+	case a.IsUnspecified() || a.IsMulticast() || a == limitedBroadcast || a.IsLinkLocalUnicast() && a.Is6():
+		return netip.Addr{}, fmt.Errorf("%q cannot be a BGP peer (unspecified, multicast, broadcast or IPv6 link-local)", ip)
+	}
+	return a, nil
+}
+
+// failDuplicatePeers reports every peer address listed more than once (seen: the entries of each
+// address), at each of its entries so that the errors name the line of each: a node holds one
+// session per neighbour address, whatever the port.
+func failDuplicatePeers(peers []BGPPeer, seen map[netip.Addr][]int, fail func(path, format string, args ...any)) {
+	for i := range peers {
+		at := seen[peers[i].Address.Addr]
+		if len(at) < 2 || !slices.Contains(at, i) {
+			continue
+		}
+		var others []string
+		for _, j := range at {
+			if j != i {
+				others = append(others, fmt.Sprintf("bgp.peers[%d]", j))
+			}
+		}
+		fail(fmt.Sprintf("bgp.peers[%d].address", i), "%s is listed again as %s: a node holds one session per peer address, whatever the port", peers[i].Address, strings.Join(others, ", "))
 	}
 }
 
