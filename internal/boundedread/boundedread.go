@@ -69,7 +69,7 @@ func Open(path string) (*os.File, error) {
 	}
 	if !info.Mode().IsRegular() {
 		f.Close()
-		return nil, &NotRegularError{Path: path, Kind: kind(info.Mode())}
+		return nil, &NotRegularError{Path: path, Kind: Kind(info.Mode())}
 	}
 	// A regular file never blocks; clearing O_NONBLOCK keeps ordinary semantics for the reader.
 	if err := syscall.SetNonblock(int(f.Fd()), false); err != nil {
@@ -98,8 +98,8 @@ func IsLimit(err error) bool {
 	return errors.As(err, &large) || errors.As(err, &irregular)
 }
 
-// kind names a file mode's type for an error.
-func kind(m fs.FileMode) string {
+// Kind names a file mode's type for an error: "a FIFO", "a directory".
+func Kind(m fs.FileMode) string {
 	switch {
 	case m.IsDir():
 		return "a directory"

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicelb/sluice/internal/boundedread"
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/engine"
@@ -181,15 +181,15 @@ func kernelConfig(cfg *config.Config, status []datapath.ServiceStatus) (*config.
 	return held, nil
 }
 
-// loadFile reads a config file ("-": standard input) and validates it here first, so that errors
-// name the file and line.
+// loadFile reads a config file ("-": standard input), at most boundedread.ConfigBytes of a regular
+// file, and validates it here first, so that errors name the file and line.
 func loadFile(cmd *cobra.Command, file string) ([]byte, *config.Config, error) {
 	var data []byte
 	var err error
 	if file == "-" {
-		data, err = io.ReadAll(cmd.InOrStdin())
+		data, err = boundedread.Reader(cmd.InOrStdin(), fileName(file), boundedread.ConfigBytes)
 	} else {
-		data, err = os.ReadFile(file)
+		data, err = boundedread.File(file, boundedread.ConfigBytes)
 	}
 	if err != nil {
 		return nil, nil, err

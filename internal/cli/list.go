@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicelb/sluice/internal/boundedread"
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/engine"
@@ -251,15 +251,16 @@ func portName(port, proto string, names map[string]string) string {
 	return port
 }
 
-// serviceNames reads "port/proto -> name" from an /etc/services file; a missing file gives none.
+// serviceNames reads "port/proto -> name" from an /etc/services file; a missing file, or one that
+// is not a regular file of at most 1 MiB (the usual one is 13 KiB), gives none.
 func serviceNames(path string) map[string]string {
+	const servicesBytes = 1 << 20
 	names := map[string]string{}
-	f, err := os.Open(path)
+	data, err := boundedread.File(path, servicesBytes)
 	if err != nil {
 		return names
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
 		fields := strings.Fields(strings.SplitN(sc.Text(), "#", 2)[0])
 		if len(fields) >= 2 {

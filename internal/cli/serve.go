@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicelb/sluice/internal/api"
+	"github.com/sluicelb/sluice/internal/boundedread"
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/engine"
 	"github.com/sluicelb/sluice/internal/metrics"
@@ -188,7 +189,7 @@ func readToken(o *serveOptions) (string, error) {
 	if o.tokenFile == "" {
 		return "", errors.New("--listen serves the API over TCP, which needs a bearer token: give --token-file")
 	}
-	data, err := os.ReadFile(o.tokenFile)
+	data, err := boundedread.File(o.tokenFile, boundedread.TokenBytes)
 	if err != nil {
 		return "", fmt.Errorf("--token-file: %w", err)
 	}

@@ -8,11 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicelb/sluice/internal/boundedread"
 )
 
 // Config is the whole desired state of one balancer. The JSON names (REST API) are the YAML names.
@@ -209,9 +210,10 @@ func cloneBackends(bs []Backend) []Backend {
 	return out
 }
 
-// Load reads, decodes and validates a config file; errors name the file, the line and the field.
+// Load reads, decodes and validates a config file, a regular file of at most
+// boundedread.ConfigBytes; errors name the file, the line and the field.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := boundedread.File(path, boundedread.ConfigBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -14,10 +14,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sluicelb/sluice/internal/boundedread"
 	"github.com/sluicelb/sluice/internal/config"
 )
 
@@ -65,11 +67,7 @@ func ReadConfigFile(path string) (*config.Config, Origin, error) {
 	if err != nil {
 		return nil, Origin{}, err
 	}
-	data, err := os.ReadFile(abs)
-	if err != nil {
-		return nil, Origin{}, err
-	}
-	info, err := os.Stat(abs)
+	data, info, err := readFile(abs)
 	if err != nil {
 		return nil, Origin{}, err
 	}
@@ -79,6 +77,26 @@ func ReadConfigFile(path string) (*config.Config, Origin, error) {
 	}
 	sum := sha256.Sum256(data)
 	return cfg, Origin{ConfigFile: abs, SHA256: hex.EncodeToString(sum[:]), ModTime: info.ModTime().UTC()}, nil
+}
+
+// readFile reads the regular file at path, at most boundedread.ConfigBytes, and tells its mode and
+// modification time as of that read. Anything else (a FIFO, a device, a directory, through a
+// symbolic link or not) is refused at once.
+func readFile(path string) ([]byte, fs.FileInfo, error) {
+	f, err := boundedread.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	data, err := boundedread.Reader(f, path, boundedread.ConfigBytes)
+	if err != nil {
+		return nil, nil, err
+	}
+	return data, info, nil
 }
 
 // Store writes the running config where its state section says, after every change.
@@ -92,8 +110,8 @@ type Store struct {
 // Open loads the config the daemon starts from: the state file when the config file's state
 // section asks for one and it was written after the config file and from that same version of
 // it, else the config file, and then a rejected state file is set aside as PATH.old. defaultPath
-// is the state file when the config sets no state.path. Only a config file that does not load is
-// an error.
+// is the state file when the config sets no state.path. Only a config file that does not load,
+// and a state path that names something other than a regular file, are errors.
 func Open(configFile, defaultPath string) (*Store, *config.Config, error) {
 	cfg, origin, err := ReadConfigFile(configFile)
 	if err != nil {
@@ -111,11 +129,13 @@ func Open(configFile, defaultPath string) (*Store, *config.Config, error) {
 	default:
 		path := s.path(cfg)
 		saved, savedOrigin, err := readStateFile(path, origin)
-		if errors.Is(err, fs.ErrNotExist) {
+		var irregular *boundedread.NotRegularError
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
 			fromFile("no state file at " + path + " yet")
-			break
-		}
-		if err != nil {
+		case errors.As(err, &irregular):
+			return nil, nil, fmt.Errorf("the state file (state.path): %w", err)
+		case err != nil:
 			why := fmt.Sprintf("the state file %s is not used (%v)", path, err)
 			if rerr := os.Rename(path, path+".old"); rerr != nil {
 				why += fmt.Sprintf(", and setting it aside failed: %v", rerr)
@@ -123,11 +143,11 @@ func Open(configFile, defaultPath string) (*Store, *config.Config, error) {
 				why += "; set aside as " + path + ".old"
 			}
 			fromFile(why)
-			break
+		default:
+			cfg = saved
+			s.start = Start{Source: FromStateFile, Message: fmt.Sprintf("started from the state file %s, written %s from the config file %s, which has not changed since: it holds the changes made through the API",
+				path, savedOrigin.Written.Local().Format(time.RFC3339), origin.ConfigFile)}
 		}
-		cfg = saved
-		s.start = Start{Source: FromStateFile, Message: fmt.Sprintf("started from the state file %s, written %s from the config file %s, which has not changed since: it holds the changes made through the API",
-			path, savedOrigin.Written.Local().Format(time.RFC3339), origin.ConfigFile)}
 	}
 	return s, cfg, nil
 }
@@ -199,11 +219,7 @@ func (s *Store) writeBack(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	before, err := os.ReadFile(target)
-	if err != nil {
-		return err
-	}
-	info, err := os.Stat(target)
+	before, info, err := readFile(target)
 	if err != nil {
 		return err
 	}
@@ -224,7 +240,7 @@ func (s *Store) writeBack(cfg *config.Config) error {
 // of it, is refused by its header, before its config is parsed (which takes seconds and hundreds
 // of megabytes at 10,000 services).
 func readStateFile(path string, origin Origin) (*config.Config, header, error) {
-	data, err := os.ReadFile(path)
+	data, _, err := readFile(path)
 	if err != nil {
 		return nil, header{}, err
 	}
@@ -246,10 +262,15 @@ func readStateFile(path string, origin Origin) (*config.Config, header, error) {
 // WriteFile replaces the file at path with data atomically, creating its directory: a crash at
 // any point leaves the old file or the new one, never a part of either. The data is written to
 // a temporary file in the same directory, synced, and renamed over path, whose directory is then
-// synced so that the rename itself survives a power loss.
+// synced so that the rename itself survives a power loss. The rename replaces a symbolic link at
+// path, never the file it points to; a path that is a FIFO, a device, a socket or a directory is
+// refused, without opening it.
 func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := replaceable(path); err != nil {
 		return err
 	}
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
@@ -277,10 +298,26 @@ func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return err
 	}
-	d, err := os.Open(dir)
+	// O_DIRECTORY: whatever took the directory's name since cannot make this open block.
+	d, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// replaceable refuses a path WriteFile must not rename over: anything but a regular file, a
+// symbolic link (replaced itself) or nothing.
+func replaceable(path string) error {
+	info, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case info.Mode().IsRegular(), info.Mode()&fs.ModeSymlink != 0:
+		return nil
+	}
+	return &boundedread.NotRegularError{Path: path, Kind: boundedread.Kind(info.Mode())}
 }

@@ -666,3 +666,51 @@ func TestOneWriterAndCrashRecovery(t *testing.T) {
 	}
 	waitFor(t, "the file's weight after SIGHUP", 5*time.Second, func() bool { return d.programmedWeight("web", b1) == 1 })
 }
+
+// TestReloadRefusesAFIFO: a config file replaced by a FIFO hung a SIGHUP reload (and every
+// `sluice reload` after it, until the API's connection slots were gone). The reload is refused at
+// once, naming the file; the daemon keeps its running config and answers the next reload.
+func TestReloadRefusesAFIFO(t *testing.T) {
+	requireLab(t)
+	f := nftFlavors[0]
+	freshBalancer(t)
+	t.Cleanup(func() { flush(t) })
+	file := writeConfig(t, "sluice.yaml", f.Config(webService("maglev", equalPool(false))))
+	d := startDaemon(t, file)
+	text, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(file, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	refusal := file + ": is a FIFO, not a regular file"
+	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the SIGHUP reload refused", 10*time.Second, func() bool {
+		logText, err := os.ReadFile(d.log)
+		return err == nil && strings.Contains(string(logText), "reload rejected") && strings.Contains(string(logText), refusal)
+	})
+	for range 3 {
+		if r := d.cli("reload"); r.Err == nil || !strings.Contains(r.Stderr, refusal) {
+			t.Fatalf("sluice reload of a FIFO: %v, want %q\n%s%s", r.Err, refusal, r.Stdout, r.Stderr)
+		}
+	}
+	b1 := theLab.BackendAddr(1, false).String()
+	if w := d.programmedWeight("web", b1); w != 1 {
+		t.Fatalf("after the refused reloads b1's weight is %d, want the running config's 1", w)
+	}
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, text, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := d.cli("reload"); r.Err != nil {
+		t.Fatalf("sluice reload of the file put back: %v\n%s%s", r.Err, r.Stdout, r.Stderr)
+	}
+}
