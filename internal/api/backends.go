@@ -19,7 +19,7 @@ func backendPath(i, j int) string { return fmt.Sprintf("%s.backends[%d]", servic
 // addBackend adds a backend to a service; one with the same address and port is a conflict.
 func (s *server) addBackend(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
-	dry, err := dryRun(r)
+	p, err := readChangeParams(r)
 	if err != nil {
 		return err
 	}
@@ -29,7 +29,7 @@ func (s *server) addBackend(w http.ResponseWriter, r *http.Request) error {
 	}
 	ref, valid := backendRef(b)
 	var at string
-	change, err := s.update(r, dry, fmt.Sprintf("api: add backend %s to %s", ref, name), func(cfg *config.Config) error {
+	change, err := s.update(r, p, fmt.Sprintf("api: add backend %s to %s", ref, name), func(cfg *config.Config) error {
 		svc, i, err := engine.FindService(cfg, name)
 		if err != nil {
 			return err
@@ -44,7 +44,7 @@ func (s *server) addBackend(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return relativeTo(at, err)
 	}
-	return s.respondBackend(w, r, dry, http.StatusCreated, name, ref, change)
+	return s.respondBackend(w, r, p.dryRun, http.StatusCreated, name, ref, change)
 }
 
 func (s *server) getBackend(w http.ResponseWriter, r *http.Request) error {
@@ -58,7 +58,7 @@ func (s *server) getBackend(w http.ResponseWriter, r *http.Request) error {
 // patchBackend changes a backend's weight, the only field that can be patched.
 func (s *server) patchBackend(w http.ResponseWriter, r *http.Request) error {
 	name, ref := r.PathValue("name"), r.PathValue("backend")
-	dry, err := dryRun(r)
+	p, err := readChangeParams(r)
 	if err != nil {
 		return err
 	}
@@ -69,20 +69,20 @@ func (s *server) patchBackend(w http.ResponseWriter, r *http.Request) error {
 	if body.Weight == nil {
 		return invalid("weight", "missing: send {\"weight\": N}")
 	}
-	change, err := s.setWeight(r, dry, name, ref, *body.Weight)
+	change, err := s.setWeight(r, p, name, ref, *body.Weight)
 	if err != nil {
 		return err
 	}
-	return s.respondBackend(w, r, dry, http.StatusOK, name, ref, change)
+	return s.respondBackend(w, r, p.dryRun, http.StatusOK, name, ref, change)
 }
 
 func (s *server) removeBackend(w http.ResponseWriter, r *http.Request) error {
 	name, ref := r.PathValue("name"), r.PathValue("backend")
-	dry, err := dryRun(r)
+	p, err := readChangeParams(r)
 	if err != nil {
 		return err
 	}
-	change, err := s.update(r, dry, fmt.Sprintf("api: remove backend %s of %s", ref, name), func(cfg *config.Config) error {
+	change, err := s.update(r, p, fmt.Sprintf("api: remove backend %s of %s", ref, name), func(cfg *config.Config) error {
 		svc, _, err := engine.FindService(cfg, name)
 		if err != nil {
 			return err
@@ -101,9 +101,9 @@ func (s *server) removeBackend(w http.ResponseWriter, r *http.Request) error {
 }
 
 // setWeight sets the weight of a service's backend; validation errors name the field "weight".
-func (s *server) setWeight(r *http.Request, dry bool, service, ref string, weight int) (plan.Change, error) {
+func (s *server) setWeight(r *http.Request, p changeParams, service, ref string, weight int) (plan.Change, error) {
 	var at string
-	change, err := s.update(r, dry, fmt.Sprintf("api: weight of %s backend %s set to %d", service, ref, weight), func(cfg *config.Config) error {
+	change, err := s.update(r, p, fmt.Sprintf("api: weight of %s backend %s set to %d", service, ref, weight), func(cfg *config.Config) error {
 		svc, i, err := engine.FindService(cfg, service)
 		if err != nil {
 			return err

@@ -40,11 +40,11 @@ func (s *server) getConfig(w http.ResponseWriter, r *http.Request) error {
 
 // putConfig replaces the running config with the body's.
 func (s *server) putConfig(w http.ResponseWriter, r *http.Request) error {
-	dry, err := dryRun(r)
+	p, err := readChangeParams(r)
 	if err != nil {
 		return err
 	}
-	change, err := s.replaceConfig(r, dry, "api: replace config")
+	change, err := s.replaceConfig(r, p, "api: replace config")
 	if err != nil {
 		return err
 	}
@@ -53,7 +53,10 @@ func (s *server) putConfig(w http.ResponseWriter, r *http.Request) error {
 
 // plan answers what replacing the running config with the body's would change, changing nothing.
 func (s *server) plan(w http.ResponseWriter, r *http.Request) error {
-	change, err := s.replaceConfig(r, true, "api: plan")
+	if _, err := readChangeParams(r); err != nil {
+		return err
+	}
+	change, err := s.replaceConfig(r, changeParams{dryRun: true}, "api: plan")
 	if err != nil {
 		return err
 	}
@@ -61,12 +64,12 @@ func (s *server) plan(w http.ResponseWriter, r *http.Request) error {
 }
 
 // replaceConfig makes the body's config the running one (see server.update).
-func (s *server) replaceConfig(r *http.Request, dryRun bool, why string) (plan.Change, error) {
+func (s *server) replaceConfig(r *http.Request, p changeParams, why string) (plan.Change, error) {
 	cfg, err := readConfig(r)
 	if err != nil {
 		return plan.Change{}, err
 	}
-	return s.update(r, dryRun, why, func(running *config.Config) error {
+	return s.update(r, p, why, func(running *config.Config) error {
 		*running = *cfg
 		return nil
 	})
@@ -74,6 +77,10 @@ func (s *server) replaceConfig(r *http.Request, dryRun bool, why string) (plan.C
 
 // reload reads the config file again, like SIGHUP.
 func (s *server) reload(w http.ResponseWriter, r *http.Request) error {
+	p, err := readChangeParams(r)
+	if err != nil {
+		return err
+	}
 	if s.info.ConfigFile == "" {
 		return &Error{Status: http.StatusConflict, Message: "the daemon was started without a config file: there is nothing to reload"}
 	}
@@ -85,7 +92,7 @@ func (s *server) reload(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.waitApplied(r, result.Generation); err != nil {
+	if err := s.waitApplied(r, p, result.Generation); err != nil {
 		return err
 	}
 	return respondChange(w, result.Change)

@@ -237,6 +237,3 @@ func jsonKind(t reflect.Type) string {
 	}
 	return t.String()
 }
-
-// dryRun reads ?dry_run=true: report what the change would do, change nothing.
-func dryRun(r *http.Request) (bool, error) { return boolParam(r, "dry_run", false) }

@@ -17,7 +17,7 @@ const MaxDrainTimeout = 24 * time.Hour
 // A dry run answers what setting the weight to 0 would change.
 func (s *server) drain(w http.ResponseWriter, r *http.Request) error {
 	name, ref := r.PathValue("name"), r.PathValue("backend")
-	dry, err := dryRun(r)
+	p, err := readChangeParams(r)
 	if err != nil {
 		return err
 	}
@@ -25,8 +25,8 @@ func (s *server) drain(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if dry {
-		change, err := s.setWeight(r, true, name, ref, 0)
+	if p.dryRun {
+		change, err := s.setWeight(r, p, name, ref, 0)
 		if err != nil {
 			return err
 		}
@@ -40,7 +40,7 @@ func (s *server) drain(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.waitApplied(r, s.engine.Generation()); err != nil {
+	if err := s.waitApplied(r, p, s.engine.Generation()); err != nil {
 		return err
 	}
 	return respond(w, http.StatusAccepted, view)

@@ -12,15 +12,15 @@ import (
 // update is engine.Update for the change a request asks for. A client that is not root (see
 // fromRoot) may not make the changes config.APIGuard refuses: they are answered with 403 and
 // change nothing.
-func (s *server) update(r *http.Request, dryRun bool, why string, mutate engine.Mutation) (plan.Change, error) {
+func (s *server) update(r *http.Request, p changeParams, why string, mutate engine.Mutation) (plan.Change, error) {
 	if !fromRoot(r) {
 		mutate = guarded(mutate)
 	}
-	result, err := s.engine.Update(dryRun, why, mutate)
-	if err != nil || dryRun {
+	result, err := s.engine.Update(p.dryRun, why, mutate)
+	if err != nil {
 		return result.Change, err
 	}
-	return result.Change, s.waitApplied(r, result.Generation)
+	return result.Change, s.waitApplied(r, p, result.Generation)
 }
 
 // guarded is mutate refused (forbiddenChange) when it makes a change config.APIGuard refuses.

@@ -21,6 +21,9 @@ func (s *server) node(w http.ResponseWriter, _ *http.Request) error {
 // drainNode withdraws every VIP and follows the node's flows (engine.DrainNode); 202 with the
 // node's state.
 func (s *server) drainNode(w http.ResponseWriter, r *http.Request) error {
+	if _, err := readChangeParams(r); err != nil {
+		return err
+	}
 	timeout, err := drainTimeout(r)
 	if err != nil {
 		return err
@@ -33,6 +36,9 @@ func (s *server) drainNode(w http.ResponseWriter, r *http.Request) error {
 }
 
 // undrainNode makes the node announce its VIPs again.
-func (s *server) undrainNode(w http.ResponseWriter, _ *http.Request) error {
+func (s *server) undrainNode(w http.ResponseWriter, r *http.Request) error {
+	if _, err := readChangeParams(r); err != nil {
+		return err
+	}
 	return respond(w, http.StatusOK, s.engine.UndrainNode())
 }

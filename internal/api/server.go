@@ -8,6 +8,9 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"net/url"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluicelb/sluice/internal/engine"
@@ -67,7 +70,7 @@ func NewHandler(e *engine.Engine, info Info) http.Handler {
 	s := &server{engine: e, info: info}
 	mux := http.NewServeMux()
 	for _, rt := range s.routes() {
-		mux.Handle(rt.pattern, rt.handle)
+		mux.Handle(rt.pattern, rt)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
@@ -81,40 +84,78 @@ type server struct {
 	info   Info
 }
 
-// route is one endpoint: a ServeMux pattern ("METHOD /path") and its handler.
+// route is one endpoint: a ServeMux pattern ("METHOD /path"), the query parameters it reads,
+// and its handler.
 type route struct {
 	pattern string
+	query   []string
 	handle  handler
 }
+
+// The query parameters of the routes that change something: every one of them takes ?wait (the
+// client sends ?wait=false to any of them), most ?dry_run too.
+var (
+	changeQuery = []string{"dry_run", "wait"}
+	waitQuery   = []string{"wait"}
+)
 
 // routes lists every endpoint; openapi.yaml documents each one.
 func (s *server) routes() []route {
 	return []route{
-		{"GET /v1/status", s.status},
-		{"GET /v1/services", s.listServices},
-		{"POST /v1/services", s.addService},
-		{"GET /v1/services/{name}", s.getService},
-		{"PUT /v1/services/{name}", s.putService},
-		{"DELETE /v1/services/{name}", s.removeService},
-		{"POST /v1/services/{name}/backends", s.addBackend},
-		{"GET /v1/services/{name}/backends/{backend}", s.getBackend},
-		{"PATCH /v1/services/{name}/backends/{backend}", s.patchBackend},
-		{"DELETE /v1/services/{name}/backends/{backend}", s.removeBackend},
-		{"POST /v1/services/{name}/backends/{backend}/drain", s.drain},
-		{"GET /v1/services/{name}/flows", s.flows},
-		{"GET /v1/drains", s.listDrains},
-		{"GET /v1/health", s.health},
-		{"GET /v1/config", s.getConfig},
-		{"PUT /v1/config", s.putConfig},
-		{"POST /v1/plan", s.plan},
-		{"POST /v1/reload", s.reload},
-		{"GET /v1/events", s.events},
-		{"GET /v1/bgp", s.bgp},
-		{"GET /v1/node", s.node},
-		{"POST /v1/node/drain", s.drainNode},
-		{"POST /v1/node/undrain", s.undrainNode},
-		{"GET /v1/openapi.yaml", s.openAPI},
+		{"GET /v1/status", nil, s.status},
+		{"GET /v1/services", nil, s.listServices},
+		{"POST /v1/services", changeQuery, s.addService},
+		{"GET /v1/services/{name}", nil, s.getService},
+		{"PUT /v1/services/{name}", changeQuery, s.putService},
+		{"DELETE /v1/services/{name}", changeQuery, s.removeService},
+		{"POST /v1/services/{name}/backends", changeQuery, s.addBackend},
+		{"GET /v1/services/{name}/backends/{backend}", nil, s.getBackend},
+		{"PATCH /v1/services/{name}/backends/{backend}", changeQuery, s.patchBackend},
+		{"DELETE /v1/services/{name}/backends/{backend}", changeQuery, s.removeBackend},
+		{"POST /v1/services/{name}/backends/{backend}/drain", changeQuery, s.drain},
+		{"GET /v1/services/{name}/flows", []string{"backend", "limit"}, s.flows},
+		{"GET /v1/drains", nil, s.listDrains},
+		{"GET /v1/health", nil, s.health},
+		{"GET /v1/config", []string{"format"}, s.getConfig},
+		{"PUT /v1/config", changeQuery, s.putConfig},
+		{"POST /v1/plan", waitQuery, s.plan},
+		{"POST /v1/reload", waitQuery, s.reload},
+		{"GET /v1/events", []string{"since", "wait"}, s.events},
+		{"GET /v1/bgp", nil, s.bgp},
+		{"GET /v1/node", nil, s.node},
+		{"POST /v1/node/drain", waitQuery, s.drainNode},
+		{"POST /v1/node/undrain", waitQuery, s.undrainNode},
+		{"GET /v1/openapi.yaml", nil, s.openAPI},
 	}
+}
+
+// ServeHTTP answers a query parameter the route does not read, one given twice or a query that
+// does not parse with 400 before the handler runs: a misspelt ?dry_run must not make a change.
+func (rt route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r.URL.RawQuery, rt.query); err != nil {
+		writeError(w, err)
+		return
+	}
+	rt.handle.ServeHTTP(w, r)
+}
+
+// checkQuery refuses a query holding a parameter not in known, or one given twice.
+func checkQuery(raw string, known []string) error {
+	values, err := url.ParseQuery(raw)
+	if err != nil {
+		return invalid("", "the query %q does not parse: %v", raw, err)
+	}
+	for name, v := range values {
+		switch {
+		case !slices.Contains(known, name) && len(known) == 0:
+			return invalid(name, "unknown query parameter: this route takes none")
+		case !slices.Contains(known, name):
+			return invalid(name, "unknown query parameter: this route takes %s", strings.Join(known, ", "))
+		case len(v) > 1:
+			return invalid(name, "given %d times: give it once", len(v))
+		}
+	}
+	return nil
 }
 
 // handler is an endpoint: it writes its answer, or returns the error to answer with.

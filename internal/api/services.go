@@ -32,7 +32,7 @@ func (s *server) getService(w http.ResponseWriter, r *http.Request) error {
 
 // addService creates a service; a service of the same name is a conflict.
 func (s *server) addService(w http.ResponseWriter, r *http.Request) error {
-	dry, err := dryRun(r)
+	p, err := readChangeParams(r)
 	if err != nil {
 		return err
 	}
@@ -41,7 +41,7 @@ func (s *server) addService(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var at string
-	change, err := s.update(r, dry, "api: add service "+svc.Name, func(cfg *config.Config) error {
+	change, err := s.update(r, p, "api: add service "+svc.Name, func(cfg *config.Config) error {
 		if _, _, err := engine.FindService(cfg, svc.Name); err == nil {
 			return fmt.Errorf("service %q: %w", svc.Name, engine.ErrConflict)
 		}
@@ -52,13 +52,13 @@ func (s *server) addService(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return relativeTo(at, err)
 	}
-	return s.respondService(w, r, dry, http.StatusCreated, svc.Name, change)
+	return s.respondService(w, r, p.dryRun, http.StatusCreated, svc.Name, change)
 }
 
 // putService replaces the named service, or creates it; the body may leave the name out.
 func (s *server) putService(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
-	dry, err := dryRun(r)
+	p, err := readChangeParams(r)
 	if err != nil {
 		return err
 	}
@@ -71,7 +71,7 @@ func (s *server) putService(w http.ResponseWriter, r *http.Request) error {
 	}
 	svc.Name = name
 	var at string
-	change, err := s.update(r, dry, "api: replace service "+name, func(cfg *config.Config) error {
+	change, err := s.update(r, p, "api: replace service "+name, func(cfg *config.Config) error {
 		_, i, err := engine.FindService(cfg, name)
 		if err != nil {
 			cfg.Services = append(cfg.Services, svc)
@@ -84,16 +84,16 @@ func (s *server) putService(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return relativeTo(at, err)
 	}
-	return s.respondService(w, r, dry, http.StatusOK, name, change)
+	return s.respondService(w, r, p.dryRun, http.StatusOK, name, change)
 }
 
 func (s *server) removeService(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
-	dry, err := dryRun(r)
+	p, err := readChangeParams(r)
 	if err != nil {
 		return err
 	}
-	change, err := s.update(r, dry, "api: remove service "+name, func(cfg *config.Config) error {
+	change, err := s.update(r, p, "api: remove service "+name, func(cfg *config.Config) error {
 		_, i, err := engine.FindService(cfg, name)
 		if err != nil {
 			return err

@@ -13,17 +13,33 @@ import (
 // is answered with 504 (it stays the running config and is applied when the datapath can).
 const MaxApplyWait = 30 * time.Second
 
-// waitApplied returns once the datapath holds the running config of generation gen or a later
-// one, unless the request asks ?wait=false. A failed apply is answered with 500 and its error,
-// no apply within MaxApplyWait with 504: either way the change is the running config.
-func (s *server) waitApplied(r *http.Request, gen uint64) error {
+// changeParams are the query parameters of a change. A handler reads them before it changes
+// anything: a bad one is answered with 400 and nothing changed.
+type changeParams struct {
+	dryRun bool // ?dry_run=true: answer what the change would do, and change nothing
+	wait   bool // the datapath applied the change before the answer; ?wait=false answers at once
+}
+
+// readChangeParams reads ?dry_run and ?wait.
+func readChangeParams(r *http.Request) (changeParams, error) {
+	dry, err := boolParam(r, "dry_run", false)
+	if err != nil {
+		return changeParams{}, err
+	}
 	wait, err := boolParam(r, "wait", true)
-	if err != nil || !wait {
-		return err
+	return changeParams{dryRun: dry, wait: wait}, err
+}
+
+// waitApplied returns once the datapath holds the running config of generation gen or a later
+// one, unless p is not to wait. A failed apply is answered with 500 and its error, no apply
+// within MaxApplyWait with 504: either way the change is the running config.
+func (s *server) waitApplied(r *http.Request, p changeParams, gen uint64) error {
+	if !p.wait || p.dryRun {
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), MaxApplyWait)
 	defer cancel()
-	err = s.engine.Wait(ctx, gen)
+	err := s.engine.Wait(ctx, gen)
 	switch {
 	case err == nil:
 		return nil
