@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sluicelb/sluice/internal/datapath"
+	"github.com/sluicelb/sluice/internal/plan"
 )
 
 // Node states: an active node announces its VIPs; a draining or drained one withdraws them all
@@ -87,20 +90,25 @@ func (e *Engine) UndrainNode() NodeView {
 		e.node.stop()
 	}
 	e.node = nodeDrain{NodeView: NodeView{State: NodeActive}}
-	view := e.node.NodeView
 	e.mu.Unlock()
 	if was != NodeActive {
 		e.publish(Event{Type: EventNodeUndrained, Message: "the node announces its vips again (was " + was + ")"})
 		e.trigger()
 	}
-	return view
+	return e.Node()
 }
 
-// Node returns the node's drain state and readiness.
+// Node returns the node's drain state and readiness. A node whose applied services need forwarding
+// that its network namespace has off (turned off after the apply) is not ready; the next resync's
+// apply fails on it, which withdraws its VIPs.
 func (e *Engine) Node() NodeView {
 	e.mu.Lock()
-	view, lastError := e.node.NodeView, e.stats.LastError
+	view, lastError, applied := e.node.NodeView, e.stats.LastError, e.applied
 	e.mu.Unlock()
+	if err := e.checkForwarding(applied); err != nil {
+		view.Why = err.Error()
+		return view
+	}
 	var applyErr error
 	if lastError != "" {
 		applyErr = errors.New(lastError)
@@ -127,6 +135,16 @@ func (e *Engine) Node() NodeView {
 		view.Why = why
 	}
 	return view
+}
+
+// checkForwarding asks a datapath that relies on the kernel forwarding whether the applied plan's
+// services have the forwarding they need.
+func (e *Engine) checkForwarding(applied *plan.Plan) error {
+	c, ok := e.dp.(datapath.ForwardingChecker)
+	if !ok || applied == nil {
+		return nil
+	}
+	return c.CheckForwarding(applied)
 }
 
 // followNodeDrain polls the node's active flows until the drain ends.

@@ -30,6 +30,9 @@ func TestTableDeletedByOthersIsRepairedAtOnce(t *testing.T) {
 		testutil.Missing(t, "needs nft: %v", err)
 	}
 	ns := netnstest.EnterNew(t)
+	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil { // nat needs it
+		t.Fatal(err)
+	}
 	cfg, err := config.Parse("test.yaml", []byte(`
 datapath: nft
 services:

@@ -68,9 +68,19 @@ func New(log *slog.Logger, opts Options) (*Datapath, error) {
 // dropped), writing only what differs from what it last programmed or, when that is not known,
 // from what the maps hold; then it makes the program run on the target interfaces.
 func (d *Datapath) Apply(ctx context.Context, p *plan.Plan) error {
+	if err := d.CheckForwarding(p); err != nil {
+		return err
+	}
 	_, err := d.apply(ctx, p)
 	return err
 }
+
+var _ datapath.ForwardingChecker = (*Datapath)(nil)
+
+// CheckForwarding refuses a plan with services of an IP family the namespace does not forward:
+// the program routes every mode with bpf_fib_lookup, which fails where forwarding is off (the
+// program then drops the packet and counts it, see Unforwarded).
+func (d *Datapath) CheckForwarding(p *plan.Plan) error { return datapath.CheckForwarding(p) }
 
 // apply is Apply, also returning how many map entries it wrote or deleted.
 func (d *Datapath) apply(ctx context.Context, p *plan.Plan) (int, error) {

@@ -49,8 +49,19 @@ func inFreshNetns(t *testing.T, fn func()) {
 		if err := netlink.AddrAdd(veth, addr); err != nil {
 			t.Fatal(err)
 		}
+		forward(t, "1") // a balancer forwards: Apply refuses nat and fullnat otherwise
 		fn()
 	})
+}
+
+// forward sets the calling thread's namespace's IPv4 and IPv6 forwarding to v ("0" or "1").
+func forward(t *testing.T, v string) {
+	t.Helper()
+	for _, path := range []string{"/proc/sys/net/ipv4/ip_forward", "/proc/sys/net/ipv6/conf/all/forwarding"} {
+		if err := os.WriteFile(path, []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func loadPlan(t *testing.T, path string) *plan.Plan {

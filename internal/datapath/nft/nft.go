@@ -67,11 +67,20 @@ func New(log *slog.Logger) (*Datapath, error) {
 	return &Datapath{nft: nft, flows: flows, log: log}, nil
 }
 
+var _ datapath.ForwardingChecker = (*Datapath)(nil)
+
+// CheckForwarding refuses a plan whose nat or fullnat services need forwarding that the
+// namespace has off: the stack forwards them after the nat hooks (dsr's fwd does not need it).
+func (d *Datapath) CheckForwarding(p *plan.Plan) error { return datapath.CheckForwarding(p) }
+
 // Apply programs the plan in one transaction holding only what differs from the state it last
 // committed: it renders only the services whose plan changed and leaves the others alone. When
 // that state is not known it renders everything and compares with the kernel's.
 func (d *Datapath) Apply(ctx context.Context, p *plan.Plan) error {
 	if err := d.Budget(p); err != nil {
+		return err
+	}
+	if err := d.CheckForwarding(p); err != nil {
 		return err
 	}
 	d.mu.Lock()

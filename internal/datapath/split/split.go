@@ -188,6 +188,19 @@ func (d *Datapath) Budget(p *plan.Plan) error {
 	return errors.Join(errs...)
 }
 
+var _ datapath.ForwardingChecker = (*Datapath)(nil)
+
+// CheckForwarding checks the whole plan with the first datapath that checks forwarding: what a
+// service needs depends on the plan's datapath and its mode, not on the half that holds it.
+func (d *Datapath) CheckForwarding(p *plan.Plan) error {
+	for _, dp := range []datapath.Datapath{d.first, d.second} {
+		if c, ok := dp.(datapath.ForwardingChecker); ok {
+			return c.CheckForwarding(p)
+		}
+	}
+	return nil
+}
+
 // Flows lists the service's flows in the datapath that holds it.
 func (d *Datapath) Flows(ctx context.Context, service string, filter datapath.FlowFilter) (datapath.FlowList, error) {
 	lister, ok := d.holder(service).(datapath.FlowLister)
