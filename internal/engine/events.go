@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -15,6 +16,16 @@ type Event struct {
 	Service string    `json:"service,omitempty"`
 	Backend string    `json:"backend,omitempty"`
 	Message string    `json:"message"`
+	// Count is how many times this same event (type, service, backend and message) happened,
+	// when more than once: a repeat is not kept twice, it moves the event to the end of the log
+	// with a new ID, Time the last time and First the first.
+	Count uint64    `json:"count,omitempty"`
+	First time.Time `json:"first,omitzero"`
+}
+
+// repeats tells whether e and o are the same event, but for when it happened.
+func (e Event) repeats(o Event) bool {
+	return e.Type == o.Type && e.Service == o.Service && e.Backend == o.Backend && e.Message == o.Message
 }
 
 // Event types.
@@ -71,6 +82,9 @@ type eventLog struct {
 
 func newEventLog() *eventLog { return &eventLog{nextID: 1, wake: make(chan struct{})} }
 
+// publish adds e to the log. An event the log holds already (Event.repeats) is not added again:
+// the one held moves to the end with a new ID and counts the repeat, so that a failure repeated
+// every second does not push every other event out of the log.
 func (l *eventLog) publish(e Event) Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -78,6 +92,14 @@ func (l *eventLog) publish(e Event) Event {
 	l.nextID++
 	if e.Time.IsZero() {
 		e.Time = time.Now()
+	}
+	if i := slices.IndexFunc(l.events, e.repeats); i >= 0 {
+		held := l.events[i]
+		e.Count, e.First = max(held.Count, 1)+1, held.First
+		if e.First.IsZero() {
+			e.First = held.Time
+		}
+		l.events = slices.Delete(l.events, i, i+1)
 	}
 	l.events = append(l.events, e)
 	if len(l.events) > eventLogSize {
