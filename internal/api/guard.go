@@ -9,13 +9,11 @@ import (
 	"github.com/sluicelb/sluice/internal/plan"
 )
 
-// update is engine.Update for the change a request asks for. A client that is not root (see
-// fromRoot) may not make the changes config.APIGuard refuses: they are answered with 403 and
-// change nothing.
+// update is engine.Update for the change a request asks for. No client may change the state
+// section (config.APIGuard.CheckState), and a client that is not root (see fromRoot) may not make
+// the other changes config.APIGuard refuses: they are answered with 403 and change nothing.
 func (s *server) update(r *http.Request, p changeParams, why string, mutate engine.Mutation) (plan.Change, error) {
-	if !fromRoot(r) {
-		mutate = guarded(mutate)
-	}
+	mutate = guarded(mutate, fromRoot(r))
 	result, err := s.engine.Update(p.dryRun, why, mutate)
 	if err != nil {
 		return result.Change, err
@@ -23,14 +21,19 @@ func (s *server) update(r *http.Request, p changeParams, why string, mutate engi
 	return result.Change, s.waitApplied(r, p, result.Generation)
 }
 
-// guarded is mutate refused (forbiddenChange) when it makes a change config.APIGuard refuses.
-func guarded(mutate engine.Mutation) engine.Mutation {
+// guarded is mutate refused (forbiddenChange) when it makes a change config.APIGuard refuses: to
+// root, a change of the state section; to others, every change Check lists.
+func guarded(mutate engine.Mutation, root bool) engine.Mutation {
 	return func(cfg *config.Config) error {
 		guard := config.NewAPIGuard(cfg)
 		if err := mutate(cfg); err != nil {
 			return err
 		}
-		if errs := guard.Check(cfg); len(errs) > 0 {
+		check := guard.Check
+		if root {
+			check = guard.CheckState
+		}
+		if errs := check(cfg); len(errs) > 0 {
 			return forbiddenChange{errs}
 		}
 		return nil

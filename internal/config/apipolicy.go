@@ -24,8 +24,10 @@ func (c *Config) policy() APIPolicy {
 	return *c.API
 }
 
-// APIGuard checks a change a TCP API client makes against the running config it changes.
+// APIGuard checks a change an API client makes against the running config it changes.
 type APIGuard struct {
+	// state is the running state section: it names a file the daemon, root, writes.
+	state  State
 	policy APIPolicy
 	// bgp is the running bgp section: its peers' passwords and sessions are the file's.
 	bgp *BGP
@@ -37,7 +39,7 @@ type APIGuard struct {
 
 // NewAPIGuard returns the guard of changes to running.
 func NewAPIGuard(running *Config) APIGuard {
-	g := APIGuard{policy: running.policy(), bgp: running.BGP.Clone(), exec: map[string][]string{}, quorumCommands: map[string][2][]string{}}
+	g := APIGuard{state: running.State, policy: running.policy(), bgp: running.BGP.Clone(), exec: map[string][]string{}, quorumCommands: map[string][2][]string{}}
 	for _, s := range running.Services {
 		g.quorumCommands[s.Name] = [2][]string{s.QuorumUp, s.QuorumDown}
 		if s.HealthCheck != nil && s.HealthCheck.Type == CheckExec {
@@ -47,19 +49,42 @@ func NewAPIGuard(running *Config) APIGuard {
 	return g
 }
 
-// Check lists what next changes that an API client may not: the api and bgp sections, which
-// only the config file sets (who the node peers with, and with which keys, is not a token's to
-// change), and, unless it allows them, an exec check that does not run already (the same command
-// for the service of the same name). Peer passwords next carries redacted (Redacted) are put back
-// first.
-func (g APIGuard) Check(next *Config) Errors {
+// fileOnly is the message of a change to a section only the config file sets.
+const fileOnly = "only the config file sets it (edit the file, then reload)"
+
+// CheckState lists the change next makes to the state section, which no API client may make, not
+// even root on the daemon's socket: it names the file the daemon writes the running config to
+// (state.path), or makes the daemon rewrite its config file (state.persist: config-file). A next
+// that leaves the section out is given the running one.
+func (g APIGuard) CheckState(next *Config) Errors {
+	if next.State == (State{}) {
+		next.State = g.state
+		return nil
+	}
 	var errs Errors
+	want, got := g.state.Resolved(), next.State.Resolved()
+	if got.Persist != want.Persist {
+		errs = append(errs, FieldError{Path: "state.persist", Msg: fileOnly + ": the API may leave the state section out, not change it"})
+	}
+	if got.Path != want.Path {
+		errs = append(errs, FieldError{Path: "state.path", Msg: fileOnly + ": the API may leave the state section out, not change it"})
+	}
+	return errs
+}
+
+// Check lists what next changes that a client of the TCP API may not: the state section (see
+// CheckState), the api and bgp sections, which only the config file sets (who the node peers
+// with, and with which keys, is not a token's to change), and, unless it allows them, an exec
+// check that does not run already (the same command for the service of the same name). Peer
+// passwords next carries redacted (Redacted) are put back first.
+func (g APIGuard) Check(next *Config) Errors {
+	errs := g.CheckState(next)
 	if next.policy() != g.policy {
-		errs = append(errs, FieldError{Path: "api", Msg: "only the config file sets it (or root on the daemon's socket)"})
+		errs = append(errs, FieldError{Path: "api", Msg: fileOnly + " (or root on the daemon's socket)"})
 	}
 	g.unredact(next)
 	if !reflect.DeepEqual(next.BGP, g.bgp) {
-		errs = append(errs, FieldError{Path: "bgp", Msg: "only the config file sets it (or root on the daemon's socket)"})
+		errs = append(errs, FieldError{Path: "bgp", Msg: fileOnly + " (or root on the daemon's socket)"})
 	}
 	if g.policy.AllowExecChecks {
 		return errs
