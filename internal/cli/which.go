@@ -21,7 +21,9 @@ func whichCmd(g *globals) *cobra.Command {
 		Use:   "which VIP:PORT SRC:SPORT",
 		Short: "Show the backend the datapath gives a flow",
 		Long: `Prints the backend the datapath programmed here gives a flow from SRC:SPORT to VIP:PORT: the
-one a tracked flow keeps, or the Maglev (or hash) choice for a new one. Nothing is changed.
+one a tracked flow keeps, or the Maglev (or hash) choice for a new one; or, for a new flow the
+service's source_deny or source_allow drops, "dropped:" and the list (the deny prefix that holds
+the client, or "not in source_allow"). Nothing is changed.
   ebpf: runs a copy of the attached program that counts nothing on a synthetic packet (a TCP
         ACK or a UDP datagram); a flow it did not track before is forgotten again.
   nft:  reads the tables back and computes the kernel's jhash of the flow; a tracked flow is its
@@ -57,14 +59,7 @@ a service ebpf hands to the synproxy), or --datapath. IPv6 as [addr]:port.`,
 				return err
 			}
 			return emit(cmd.OutOrStdout(), output, c, func(w io.Writer) error {
-				how := "new flow, Maglev pick"
-				if c.Tracked {
-					how = "tracked flow, kept"
-				}
-				fmt.Fprintf(w, "%s -> %s/%s: backend %s (service %s, %s, %s)\n", src, vip, protocol, c.Backend, c.Service, c.Mode, how)
-				if c.NATPort != 0 {
-					fmt.Fprintf(w, "  fullnat source port %d\n", c.NATPort)
-				}
+				printChoice(w, src, vip, protocol, c)
 				return nil
 			})
 		},
@@ -74,6 +69,23 @@ a service ebpf hands to the synproxy), or --datapath. IPv6 as [addr]:port.`,
 	_ = cmd.RegisterFlagCompletionFunc("datapath", cobra.FixedCompletions([]string{"nft", "ebpf"}, cobra.ShellCompDirectiveNoFileComp))
 	outputFlag(cmd, &output)
 	return cmd
+}
+
+// printChoice writes what the datapath does with a flow from src to vip: the backend it gives
+// it, or why it drops it.
+func printChoice(w io.Writer, src, vip netip.AddrPort, protocol string, c datapath.Choice) {
+	if c.Dropped != "" {
+		fmt.Fprintf(w, "%s -> %s/%s: dropped: %s (service %s, %s, new flow)\n", src, vip, protocol, c.Dropped, c.Service, c.Mode)
+		return
+	}
+	how := "new flow, Maglev pick"
+	if c.Tracked {
+		how = "tracked flow, kept"
+	}
+	fmt.Fprintf(w, "%s -> %s/%s: backend %s (service %s, %s, %s)\n", src, vip, protocol, c.Backend, c.Service, c.Mode, how)
+	if c.NATPort != 0 {
+		fmt.Fprintf(w, "  fullnat source port %d\n", c.NATPort)
+	}
 }
 
 // flowChooser is a datapath that tells the backend it gives a flow.

@@ -73,6 +73,10 @@ type ServiceStatus struct {
 	Backends []BackendStatus `json:"backends"`
 	// Refused counts the new flows the service's access lists and limits refused.
 	Refused Refusals `json:"refused,omitzero"`
+	// Unforwarded counts the packets of the service (both ways) the datapath could not forward
+	// and dropped; they count in no backend's packets (ebpf only: nft leaves forwarding to the
+	// stack, which Apply and node readiness check).
+	Unforwarded Unforwarded `json:"unforwarded,omitzero"`
 	// SYNCookies counts what the SYN protection did (syn_protection only).
 	SYNCookies SYNCookies `json:"syn_cookies,omitzero"`
 }
@@ -94,6 +98,20 @@ type Refusals struct {
 	NewConnectionsPerSourcePerSecond uint64 `json:"new_connections_per_source_per_second,omitempty"`
 	NewConnectionsPerSecond          uint64 `json:"new_connections_per_second,omitempty"`
 }
+
+// Unforwarded count the packets a datapath could not forward, by reason.
+type Unforwarded struct {
+	// ForwardingDisabled: the receiving interface does not forward (net.ipv4.ip_forward,
+	// net.ipv6.conf.all.forwarding or the interface's own forwarding sysctl is 0).
+	ForwardingDisabled uint64 `json:"forwarding_disabled,omitempty"`
+	// NoRoute: no route to the next hop, or a blackhole, unreachable, prohibit or local one.
+	NoRoute uint64 `json:"no_route,omitempty"`
+	// NoNeighbour: the next hop's neighbour (ARP/NDP) entry is not resolved (XDP dsr).
+	NoNeighbour uint64 `json:"no_neighbour,omitempty"`
+}
+
+// Total is the sum over the reasons.
+func (u Unforwarded) Total() uint64 { return u.ForwardingDisabled + u.NoRoute + u.NoNeighbour }
 
 // BackendStatus is one programmed backend with its counters.
 type BackendStatus struct {
@@ -156,6 +174,8 @@ type Choice struct {
 	Tracked bool `json:"tracked"`
 	// NATPort is the balancer-side source port of a fullnat flow, when known.
 	NATPort uint16 `json:"nat_port,omitempty"`
+	// Dropped says why the datapath drops a new flow instead (see SourceRefusal); no Backend then.
+	Dropped string `json:"dropped,omitempty"`
 }
 
 // FlowLister is a Datapath that can list the flows it tracks for a service (sluice flows).

@@ -20,7 +20,8 @@ import (
 // Which tells the backend the nft datapath gives a flow from src to the service at vip, from the
 // tables and flows the kernel holds: the backend a tracked flow keeps (its conntrack entry under
 // nat and fullnat, its element of the service's flow map under dsr), or for a new flow the slot
-// table's backend at the slot the kernel's jhash gives it (see flowSlot). Nothing is changed.
+// table's backend at the slot the kernel's jhash gives it (see flowSlot), unless the service's
+// access lists drop the new flow (Choice.Dropped). Nothing is changed.
 func (d *Datapath) Which(protocol string, vip, src netip.AddrPort) (datapath.Choice, error) {
 	proto, ok := protoNumbers[protocol]
 	if !ok {
@@ -43,7 +44,7 @@ func (d *Datapath) Which(protocol string, vip, src netip.AddrPort) (datapath.Cho
 	if !ok {
 		return datapath.Choice{}, fmt.Errorf("%s/%s is not a service of the nft datapath here", vip, protocol)
 	}
-	for _, obj := range svc.sets() {
+	for _, obj := range append(svc.sets(), svc.accessLists(vip.Addr())...) {
 		if err := readSet(st, svc.family, obj); err != nil {
 			return datapath.Choice{}, err
 		}
@@ -57,6 +58,10 @@ func (d *Datapath) Which(protocol string, vip, src netip.AddrPort) (datapath.Cho
 	}
 	if err != nil || c.Tracked {
 		return c, err
+	}
+	// A tracked flow never meets the access lists: they judge new flows, before persistence.
+	if c.Dropped = svc.refusal(st, src, vip); c.Dropped != "" {
+		return c, nil
 	}
 	if c.Backend, ok, err = svc.rememberedClient(st, src, vip); err != nil || ok {
 		return c, err
@@ -171,6 +176,38 @@ func (s programmedService) sets() []knftables.Object {
 	n := s.names()
 	return []knftables.Object{&knftables.Map{Name: n.slots}, &knftables.Map{Name: n.members}, &knftables.Map{Name: n.marks},
 		&knftables.Map{Name: n.newFlows}, &knftables.Set{Name: n.live}}
+}
+
+// accessLists are the service's source_deny and source_allow sets of vip's IP version, in the
+// order its rules judge a new flow (see protectionRules).
+func (s programmedService) accessLists(vip netip.Addr) []knftables.Object {
+	named := &plan.Service{Name: s.name, VIP: vip}
+	return []knftables.Object{&knftables.Set{Name: protectionName(named, denyList, 0)}, &knftables.Set{Name: protectionName(named, allowList, 0)}}
+}
+
+// refusal tells why the service's access lists, as read into st, drop a new flow from src
+// (datapath.SourceRefusal): a source_deny prefix holds it, or a source_allow list does not. Each
+// element's comment is its prefix (see protectionRules). "" when they let it through.
+func (s programmedService) refusal(st *state, src, vip netip.AddrPort) string {
+	lists := s.accessLists(vip.Addr())
+	containing := func(list knftables.Object) (in netip.Prefix, listed bool) {
+		def := st.sets[objKey{s.family, setName(list)}]
+		if def == nil {
+			return netip.Prefix{}, false
+		}
+		for _, e := range def.elems {
+			if e.Comment == nil {
+				continue
+			}
+			if p, err := netip.ParsePrefix(*e.Comment); err == nil && p.Contains(src.Addr()) {
+				return p, true
+			}
+		}
+		return netip.Prefix{}, len(def.elems) > 0
+	}
+	denied, _ := containing(lists[0])
+	allowedBy, allowList := containing(lists[1])
+	return datapath.SourceRefusal(denied, !allowList || allowedBy.IsValid())
 }
 
 // rememberedClient is the backend a service with persistence remembers for src's client key,

@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"fmt"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/plan"
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 // TestWhichReadsTheRenderedTables: for every service of the golden configs (single ports in the
@@ -159,4 +161,65 @@ func TestKernelWhichNamesTheBackendThatAnswers(t *testing.T) {
 			})
 		})
 	}
+}
+
+// accessListed is a service with both access lists: new flows from 10.91.0.0/16 only, none from
+// 10.91.1.0/24 (nor its 10.91.1.3/32, which the outer prefix covers).
+const accessListed = `services:
+  - name: web
+    vip: 10.91.9.100
+    port: 80
+    mode: %s
+    source_allow: [10.91.0.0/16]
+    source_deny: [10.91.1.3/32, 10.91.1.0/24]
+    backends: [{address: 10.91.2.11}]
+`
+
+// accessListCases are clients of accessListed and what Which says of each.
+var accessListCases = []struct{ src, dropped string }{
+	{"10.91.1.3:40000", "source_deny 10.91.1.0/24"},
+	{"10.91.1.200:40000", "source_deny 10.91.1.0/24"},
+	{"10.92.0.1:40000", "not in source_allow"},
+	{"10.91.2.1:40000", ""},
+}
+
+// TestWhichReadsTheAccessLists: a client the rendered source_deny or source_allow refuses is
+// dropped, naming the list (and the deny prefix), in every mode; any other gets a backend.
+func TestWhichReadsTheAccessLists(t *testing.T) {
+	for _, mode := range []string{"nat", "fullnat", "dsr"} {
+		p := testutil.Plan(t, fmt.Sprintf(accessListed, mode))
+		st, err := render(p, testEnv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vip := netip.MustParseAddrPort("10.91.9.100:80")
+		svc, ok := lookupService(st, "tcp", vip)
+		if !ok {
+			t.Fatalf("%s: no service web", mode)
+		}
+		for _, c := range accessListCases {
+			if got := svc.refusal(st, netip.MustParseAddrPort(c.src), vip); got != c.dropped {
+				t.Errorf("%s: refusal of %s = %q, want %q", mode, c.src, got, c.dropped)
+			}
+		}
+	}
+}
+
+// TestKernelWhichSaysWhatTheAccessListsDrop: Which of a client the kernel's access lists refuse
+// names no backend but the list that drops it.
+func TestKernelWhichSaysWhatTheAccessListsDrop(t *testing.T) {
+	inFreshNetns(t, func() {
+		d := newTestDatapath(t)
+		apply(t, d, testutil.Plan(t, fmt.Sprintf(accessListed, "nat")))
+		vip := netip.MustParseAddrPort("10.91.9.100:80")
+		for _, c := range accessListCases {
+			got, err := d.Which("tcp", vip, netip.MustParseAddrPort(c.src))
+			switch {
+			case err != nil:
+				t.Errorf("Which(%s): %v", c.src, err)
+			case got.Dropped != c.dropped || got.Backend.IsValid() == (c.dropped != ""):
+				t.Errorf("Which(%s) = %+v, want dropped %q", c.src, got, c.dropped)
+			}
+		}
+	})
 }
