@@ -55,7 +55,8 @@ func New(logger *slog.Logger, notify func(Event)) *Speaker {
 // delete removed ones and restart only the sessions whose ASN, port, hold time or password
 // changed; a peer whose attributes or next hop changed gets its routes sent again on the
 // same session. A changed ASN, router id or listen port restarts the server and
-// re-announces. An invalid c is refused before anything changes.
+// re-announces. An invalid c, or a listen port another socket holds (*PortTakenError), is
+// refused before anything changes.
 func (s *Speaker) Configure(ctx context.Context, c Config) error {
 	c, err := c.normalize()
 	if err != nil {
@@ -67,6 +68,12 @@ func (s *Speaker) Configure(ctx context.Context, c Config) error {
 		return ErrClosed
 	}
 	if s.srv == nil || c.ASN != s.cfg.ASN || c.RouterID != s.cfg.RouterID || c.ListenPort != s.cfg.ListenPort {
+		if s.srv == nil || c.ListenPort != s.cfg.ListenPort {
+			// Before the running server stops: a port it cannot have leaves it untouched.
+			if err := CheckListen(c.ListenPort); err != nil {
+				return fmt.Errorf("bgp: %w", err)
+			}
+		}
 		return s.restart(ctx, c)
 	}
 	return s.reconcile(ctx, c)

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -66,8 +67,34 @@ type PeerView struct {
 type announcing struct {
 	speaker    Announcer   // nil while the config has no bgp section
 	configured *config.BGP // the section speaker runs with
+	refused    retry       // the section the speaker last refused, tried again after a delay
 	vips       map[netip.Addr]VIPView
 	shutdown   bool // the daemon is stopping: everything is withdrawn
+}
+
+// maxRetryDelay bounds the delay before a bgp section the speaker refused is tried again.
+const maxRetryDelay = time.Minute
+
+// retry is when a bgp section the speaker refused is tried again: the delay starts at the
+// announce interval and doubles with every refusal of the same section, up to maxRetryDelay.
+type retry struct {
+	section *config.BGP
+	delay   time.Duration
+	at      time.Time
+}
+
+// after is the retry of section refused again at now; first is the delay of a first refusal.
+func (r retry) after(section *config.BGP, now time.Time, first time.Duration) retry {
+	delay := first
+	if reflect.DeepEqual(r.section, section) {
+		delay = min(2*r.delay, maxRetryDelay)
+	}
+	return retry{section: section, delay: delay, at: now.Add(delay)}
+}
+
+// waits tells whether section is the refused one and its retry is not due at now.
+func (r retry) waits(section *config.BGP, now time.Time) bool {
+	return reflect.DeepEqual(r.section, section) && now.Before(r.at)
 }
 
 // vipDecision is the announcement of one VIP computed from the applied plan.
@@ -96,19 +123,8 @@ func (e *Engine) announce(ctx context.Context, applyErr error) {
 		e.bgp.speaker = speaker
 		e.mu.Unlock()
 	}
-	if !reflect.DeepEqual(section, configured) {
-		c, err := e.speakerConfig(section)
-		if err == nil {
-			err = speaker.Configure(ctx, c)
-		}
-		if err != nil {
-			e.log.Error("bgp: configuring the speaker failed; will retry", "err", err)
-			e.publish(Event{Type: EventBGPFailed, Message: err.Error()})
-			return
-		}
-		e.mu.Lock()
-		e.bgp.configured = section
-		e.mu.Unlock()
+	if !reflect.DeepEqual(section, configured) && !e.configureSpeaker(ctx, speaker, section) {
+		return
 	}
 	decisions := e.decide(applyErr)
 	desired := make([]bgp.Announcement, 0, len(decisions))
@@ -123,6 +139,55 @@ func (e *Engine) announce(ctx context.Context, applyErr error) {
 		return
 	}
 	e.recordVIPs(decisions)
+}
+
+// configureSpeaker hands section to the speaker and tells whether it took it. A refused section
+// is tried again after a delay that grows (retry), not at every announce: a speaker that cannot
+// start does not restart in a tight loop, and its failure is one event counting the repeats.
+func (e *Engine) configureSpeaker(ctx context.Context, speaker Announcer, section *config.BGP) bool {
+	e.mu.Lock()
+	refused := e.bgp.refused
+	e.mu.Unlock()
+	if refused.waits(section, time.Now()) {
+		return false
+	}
+	c, err := e.speakerConfig(section)
+	if err == nil {
+		err = speaker.Configure(ctx, c)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err != nil {
+		e.bgp.refused = refused.after(section, time.Now(), e.opts.AnnounceInterval)
+		e.log.Error("bgp: configuring the speaker failed; the running sessions stay", "err", err, "retry_in", e.bgp.refused.delay)
+		e.publish(Event{Type: EventBGPFailed, Message: err.Error()})
+		return false
+	}
+	e.bgp.refused = retry{}
+	e.bgp.configured = section
+	return true
+}
+
+// checkBGP refuses a config whose bgp section the running speaker could not take: a listen port
+// other than the one it has, that another socket holds. Nothing changes then, and the speaker
+// keeps its sessions. e.mu is held.
+func (e *Engine) checkBGP(next *config.Config) error {
+	if next.BGP == nil {
+		return nil
+	}
+	port := next.BGP.ListenPortOrDefault()
+	if e.bgp.configured != nil && e.bgp.configured.ListenPortOrDefault() == port {
+		return nil
+	}
+	err := bgp.CheckListen(int32(port))
+	var taken *bgp.PortTakenError
+	switch {
+	case errors.As(err, &taken):
+		return config.Errors{{Path: "bgp.listen_port", Msg: taken.What() + ": the running BGP speaker keeps its port and sessions"}}
+	case err != nil:
+		return config.Errors{{Path: "bgp.listen_port", Msg: strings.TrimPrefix(err.Error(), "listen_port: ")}}
+	}
+	return nil
 }
 
 // recordVIPs keeps the decisions for BGP views and publishes what changed.

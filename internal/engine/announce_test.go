@@ -3,7 +3,10 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -21,6 +24,7 @@ type fakeSpeaker struct {
 	configs    []bgp.Config
 	announced  []bgp.Announcement
 	sets       int
+	attempts   int // calls of Configure, refused ones included
 	closed     bool
 	notify     func(bgp.Event)
 	failConfig error
@@ -29,6 +33,7 @@ type fakeSpeaker struct {
 func (s *fakeSpeaker) Configure(_ context.Context, c bgp.Config) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.attempts++
 	if s.failConfig != nil {
 		return s.failConfig
 	}
@@ -287,4 +292,92 @@ func hasEventType(h *harness, kind, text string) bool {
 		}
 	}
 	return false
+}
+
+// TestTakenListenPortIsRefused: a change to a listen port another socket holds is refused, naming
+// bgp.listen_port and the holder; the running config and the speaker stay as they are.
+func TestTakenListenPortIsRefused(t *testing.T) {
+	h, speaker := startAnnouncing(t, bgpConfig)
+	announces(t, speaker, "10.0.0.2/32")
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	port := held.Addr().(*net.TCPAddr).Port
+	for _, dryRun := range []bool{true, false} {
+		_, err = h.Update(dryRun, "test", func(c *config.Config) error { c.BGP.ListenPort = &port; return nil })
+		var errs config.Errors
+		if !errors.As(err, &errs) || errs[0].Path != "bgp.listen_port" || !strings.Contains(errs[0].Msg, fmt.Sprintf("port %d is already taken by", port)) ||
+			!strings.Contains(errs[0].Msg, fmt.Sprintf("(pid %d)", os.Getpid())) {
+			t.Fatalf("dry run %v: a taken listen port: %v", dryRun, err)
+		}
+	}
+	if h.Config().BGP.ListenPort != nil || len(speaker.configured()) != 1 {
+		t.Fatalf("the refused change went through: listen port %v, speaker configured %d times", h.Config().BGP.ListenPort, len(speaker.configured()))
+	}
+}
+
+// TestRefusedSectionBacksOff: a bgp section the speaker refuses is tried again after a delay
+// that doubles, not at every announce, and its failure is one event counting the repeats.
+func TestRefusedSectionBacksOff(t *testing.T) {
+	h, speaker := startAnnouncing(t, bgpConfig)
+	announces(t, speaker, "10.0.0.2/32")
+	speaker.mu.Lock()
+	speaker.failConfig = errors.New("bgp: start server: bind: address already in use")
+	speaker.attempts = 0
+	speaker.mu.Unlock()
+	if _, err := h.Update(false, "test", func(c *config.Config) error { c.BGP.ASN = 65101; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "a second attempt", func() bool { speaker.mu.Lock(); defer speaker.mu.Unlock(); return speaker.attempts >= 2 })
+	time.Sleep(100 * 5 * time.Millisecond) // 100 announce intervals
+	speaker.mu.Lock()
+	attempts := speaker.attempts
+	speaker.mu.Unlock()
+	if attempts > 10 { // 5, 10, 20, ... 320ms: 7 attempts in 500ms; 100 without a backoff
+		t.Errorf("%d attempts to configure in 100 announce intervals", attempts)
+	}
+	var failed []Event
+	for _, e := range h.Events(0) {
+		if e.Type == EventBGPFailed {
+			failed = append(failed, e)
+		}
+	}
+	if len(failed) != 1 || failed[0].Count < 2 {
+		t.Errorf("bgp_failed events: %+v, want one counting the repeats", failed)
+	}
+	speaker.mu.Lock()
+	speaker.failConfig = nil
+	speaker.mu.Unlock()
+	testutil.Eventually(t, "the section taken once the speaker can", func() bool {
+		c := speaker.configured()
+		return len(c) == 2 && c[1].ASN == 65101
+	})
+}
+
+// TestRetryDelays: the delay doubles for the same section, up to maxRetryDelay, and starts again
+// for another one.
+func TestRetryDelays(t *testing.T) {
+	now := time.Now()
+	a, b := &config.BGP{ASN: 1}, &config.BGP{ASN: 2}
+	var r retry
+	var delays []time.Duration
+	for range 9 {
+		r = r.after(a, now, time.Second)
+		delays = append(delays, r.delay)
+	}
+	want := []time.Duration{1, 2, 4, 8, 16, 32, 60, 60, 60}
+	for i := range want {
+		want[i] *= time.Second
+	}
+	if !slices.Equal(delays, want) {
+		t.Errorf("delays %v, want %v", delays, want)
+	}
+	if !r.waits(a.Clone(), now) || r.waits(b, now) || r.waits(a, now.Add(time.Minute)) {
+		t.Errorf("waits: same section %v, another %v, after the delay %v", r.waits(a.Clone(), now), r.waits(b, now), r.waits(a, now.Add(time.Minute)))
+	}
+	if r = r.after(b, now, time.Second); r.delay != time.Second {
+		t.Errorf("another section's first delay %v", r.delay)
+	}
 }

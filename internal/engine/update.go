@@ -61,6 +61,9 @@ func (e *Engine) apply(dryRun bool, why string, from *state.Origin, mutate Mutat
 	if errs := sameDatapath(e.cfg, next); len(errs) > 0 {
 		return refused, snapshot{}, errs
 	}
+	if err := e.checkBGP(next); err != nil {
+		return refused, snapshot{}, err
+	}
 	before, err := e.planner.Build(e.cfg, e.available(e.cfg))
 	if err != nil {
 		return refused, snapshot{}, err
