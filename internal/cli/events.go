@@ -110,10 +110,20 @@ func followEvents(ctx context.Context, c *api.Client, follow bool, output string
 			}
 		}
 		if !follow {
-			return nil
+			return emptyList(out, output, since)
 		}
 		since = max(since, 1) // wait for the next event even when none was kept
 	}
+}
+
+// emptyList prints YAML's empty sequence when no event was printed (since is 0), so that -o yaml
+// always prints a list.
+func emptyList(out io.Writer, output string, since uint64) error {
+	if output != "yaml" || since > 0 {
+		return nil
+	}
+	_, err := fmt.Fprintln(out, "[]")
+	return err
 }
 
 // holds tells whether a daemon's events include e, the last one printed: a daemon that restarted
@@ -138,8 +148,10 @@ func eventWriter(output string) (func(io.Writer, engine.Event) error, error) {
 	case "json":
 		return func(w io.Writer, e engine.Event) error { return json.NewEncoder(w).Encode(e) }, nil
 	case "yaml":
+		// Each event an item of one YAML sequence: items printed one after another, also as
+		// they come with -f, make a single list.
 		return func(w io.Writer, e engine.Event) error {
-			return emit(w, "yaml", e, nil)
+			return emit(w, "yaml", []engine.Event{e}, nil)
 		}, nil
 	}
 	return nil, fmt.Errorf("-o: %q is not one of table, json, yaml", output)

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/sluicelb/sluice/internal/api"
 	"github.com/sluicelb/sluice/internal/engine"
 )
@@ -147,5 +149,30 @@ func TestEventRowKeepsAMessageOnItsRow(t *testing.T) {
 	row := eventRow("2026-11-24T05:39:49Z", "reload_failed", "", "", "f.yaml:6: a\nf.yaml:11: b")
 	if strings.Contains(row, "\n") || !strings.HasSuffix(row, "f.yaml:6: a | f.yaml:11: b") {
 		t.Errorf("row %q", row)
+	}
+}
+
+// TestEventsYAMLIsAList: -o yaml prints one YAML sequence of the events (not mappings back to
+// back, which no YAML reader takes as one document), and an empty one when there are none.
+func TestEventsYAMLIsAList(t *testing.T) {
+	for _, events := range [][]engine.Event{
+		{testEvent(1, engine.EventBackendUp, "web", "ok"), testEvent(2, engine.EventDrained, "web", "done"), testEvent(3, engine.EventBackendDown, "db", "refused")},
+		nil,
+	} {
+		srv := httptest.NewServer(&eventDaemon{events: events})
+		var out bytes.Buffer
+		if err := followEvents(context.Background(), api.NewTCPClient(srv.URL, ""), false, "yaml", &out, &out); err != nil {
+			t.Fatal(err)
+		}
+		srv.Close()
+		var got []map[string]any
+		if err := yaml.Unmarshal(out.Bytes(), &got); err != nil || got == nil || len(got) != len(events) {
+			t.Fatalf("-o yaml of %d events does not parse as a list of them: %v, %v\n%s", len(events), got, err, out.String())
+		}
+		for i, e := range got {
+			if e["type"] != events[i].Type || e["id"] != int(events[i].ID) {
+				t.Errorf("item %d = %v, want event %d (%s)", i, e, events[i].ID, events[i].Type)
+			}
+		}
 	}
 }
