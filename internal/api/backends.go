@@ -29,7 +29,7 @@ func (s *server) addBackend(w http.ResponseWriter, r *http.Request) error {
 	}
 	ref, valid := backendRef(b)
 	var at string
-	change, err := s.update(r, p, fmt.Sprintf("api: add backend %s to %s", ref, name), func(cfg *config.Config) error {
+	change, made, err := s.update(r, p, fmt.Sprintf("api: add backend %s to %s", ref, name), func(cfg *config.Config) error {
 		svc, i, err := engine.FindService(cfg, name)
 		if err != nil {
 			return err
@@ -44,11 +44,11 @@ func (s *server) addBackend(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return relativeTo(at, err)
 	}
-	return s.respondBackend(w, r, p.dryRun, http.StatusCreated, name, ref, change)
+	return s.respondBackend(w, r, p, http.StatusCreated, made, name, ref, change)
 }
 
 func (s *server) getBackend(w http.ResponseWriter, r *http.Request) error {
-	view, err := s.backendView(r.Context(), r.PathValue("name"), r.PathValue("backend"))
+	view, err := s.backendView(r.Context(), s.engine.Config(), r.PathValue("name"), r.PathValue("backend"))
 	if err != nil {
 		return err
 	}
@@ -69,11 +69,11 @@ func (s *server) patchBackend(w http.ResponseWriter, r *http.Request) error {
 	if body.Weight == nil {
 		return invalid("weight", "missing: send {\"weight\": N}")
 	}
-	change, err := s.setWeight(r, p, name, ref, *body.Weight)
+	change, made, err := s.setWeight(r, p, name, ref, *body.Weight)
 	if err != nil {
 		return err
 	}
-	return s.respondBackend(w, r, p.dryRun, http.StatusOK, name, ref, change)
+	return s.respondBackend(w, r, p, http.StatusOK, made, name, ref, change)
 }
 
 func (s *server) removeBackend(w http.ResponseWriter, r *http.Request) error {
@@ -82,7 +82,7 @@ func (s *server) removeBackend(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	change, err := s.update(r, p, fmt.Sprintf("api: remove backend %s of %s", ref, name), func(cfg *config.Config) error {
+	change, _, err := s.update(r, p, fmt.Sprintf("api: remove backend %s of %s", ref, name), func(cfg *config.Config) error {
 		svc, _, err := engine.FindService(cfg, name)
 		if err != nil {
 			return err
@@ -100,10 +100,11 @@ func (s *server) removeBackend(w http.ResponseWriter, r *http.Request) error {
 	return respondChange(w, change)
 }
 
-// setWeight sets the weight of a service's backend; validation errors name the field "weight".
-func (s *server) setWeight(r *http.Request, p changeParams, service, ref string, weight int) (plan.Change, error) {
+// setWeight sets the weight of a service's backend, and returns the config it made (see update);
+// validation errors name the field "weight".
+func (s *server) setWeight(r *http.Request, p changeParams, service, ref string, weight int) (plan.Change, *config.Config, error) {
 	var at string
-	change, err := s.update(r, p, fmt.Sprintf("api: weight of %s backend %s set to %d", service, ref, weight), func(cfg *config.Config) error {
+	change, made, err := s.update(r, p, fmt.Sprintf("api: weight of %s backend %s set to %d", service, ref, weight), func(cfg *config.Config) error {
 		svc, i, err := engine.FindService(cfg, service)
 		if err != nil {
 			return err
@@ -116,42 +117,39 @@ func (s *server) setWeight(r *http.Request, p changeParams, service, ref string,
 		at = backendPath(i, j)
 		return nil
 	})
-	return change, relativeTo(at, err)
+	return change, made, relativeTo(at, err)
 }
 
-// respondBackend answers a backend added or reweighted with status, or a dry run with its change.
-func (s *server) respondBackend(w http.ResponseWriter, r *http.Request, dry bool, status int, service, ref string, change plan.Change) error {
-	if dry {
+// respondBackend answers a backend added or reweighted with status, as made, the config the
+// change made, holds it; a dry run with its change.
+func (s *server) respondBackend(w http.ResponseWriter, r *http.Request, p changeParams, status int, made *config.Config, service, ref string, change plan.Change) error {
+	if p.dryRun {
 		return respondChange(w, change)
 	}
-	view, err := s.backendView(r.Context(), service, ref)
+	view, err := s.backendView(r.Context(), made, service, ref)
 	if err != nil {
 		return err
 	}
 	return respond(w, status, BackendResult{Backend: view, Change: change})
 }
 
-// backendView describes the backend of a service that ref names (see engine.FindBackend).
-func (s *server) backendView(ctx context.Context, service, ref string) (engine.BackendView, error) {
-	b, j, err := s.lookupBackend(service, ref)
+// backendView describes the backend that ref names (see engine.FindBackend) of a service of cfg.
+func (s *server) backendView(ctx context.Context, cfg *config.Config, service, ref string) (engine.BackendView, error) {
+	_, j, err := lookupBackend(cfg, service, ref)
 	if err != nil {
 		return engine.BackendView{}, err
 	}
-	view, err := s.serviceView(ctx, service)
+	view, err := s.engine.ServiceOf(ctx, cfg, service)
 	if err != nil {
 		return engine.BackendView{}, err
 	}
-	// The view lists the configured backends in config order, then the sorry servers; the
-	// address check catches a change made between the two reads.
-	if j < len(view.Backends) && !view.Backends[j].Sorry && view.Backends[j].Address == b.Address.String() {
-		return view.Backends[j], nil
-	}
-	return engine.BackendView{}, fmt.Errorf("backend %q of service %s: %w", ref, service, engine.ErrNotFound)
+	// The view lists the configured backends in config order, then the sorry servers.
+	return view.Backends[j], nil
 }
 
-// lookupBackend finds the backend ref names in the running config, and its index.
-func (s *server) lookupBackend(service, ref string) (*config.Backend, int, error) {
-	svc, _, err := engine.FindService(s.engine.Config(), service)
+// lookupBackend finds the backend ref names in a service of cfg, and its index.
+func lookupBackend(cfg *config.Config, service, ref string) (*config.Backend, int, error) {
+	svc, _, err := engine.FindService(cfg, service)
 	if err != nil {
 		return nil, -1, err
 	}

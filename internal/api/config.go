@@ -69,10 +69,11 @@ func (s *server) replaceConfig(r *http.Request, p changeParams, why string) (pla
 	if err != nil {
 		return plan.Change{}, err
 	}
-	return s.update(r, p, why, func(running *config.Config) error {
+	change, _, err := s.update(r, p, why, func(running *config.Config) error {
 		*running = *cfg
 		return nil
 	})
+	return change, err
 }
 
 // reload reads the config file again, like SIGHUP.

@@ -26,14 +26,14 @@ func (s *server) drain(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if p.dryRun {
-		change, err := s.setWeight(r, p, name, ref, 0)
+		change, _, err := s.setWeight(r, p, name, ref, 0)
 		if err != nil {
 			return err
 		}
 		return respondChange(w, change)
 	}
 	// Resolve the backend first: the engine answers a malformed reference with a plain error.
-	if _, _, err := s.lookupBackend(name, ref); err != nil {
+	if _, _, err := lookupBackend(s.engine.Config(), name, ref); err != nil {
 		return err
 	}
 	view, err := s.engine.Drain(r.Context(), name, ref, timeout)

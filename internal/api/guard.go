@@ -12,13 +12,19 @@ import (
 // update is engine.Update for the change a request asks for. No client may change the state
 // section (config.APIGuard.CheckState), and a client that is not root (see fromRoot) may not make
 // the other changes config.APIGuard refuses: they are answered with 403 and change nothing.
-func (s *server) update(r *http.Request, p changeParams, why string, mutate engine.Mutation) (plan.Change, error) {
+// Besides the change, it returns the config the change made running (the one it would make, for
+// a dry run): the answer describes it, not the running config a later change may have replaced.
+func (s *server) update(r *http.Request, p changeParams, why string, mutate engine.Mutation) (plan.Change, *config.Config, error) {
 	mutate = guarded(mutate, fromRoot(r))
-	result, err := s.engine.Update(p.dryRun, why, mutate)
+	var made *config.Config
+	result, err := s.engine.Update(p.dryRun, why, func(cfg *config.Config) error {
+		made = cfg
+		return mutate(cfg)
+	})
 	if err != nil {
-		return result.Change, err
+		return result.Change, nil, err
 	}
-	return result.Change, s.waitApplied(r, p, result.Generation)
+	return result.Change, made, s.waitApplied(r, p, result.Generation)
 }
 
 // guarded is mutate refused (forbiddenChange) when it makes a change config.APIGuard refuses: to

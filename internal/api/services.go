@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -23,7 +22,7 @@ func (s *server) listServices(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) getService(w http.ResponseWriter, r *http.Request) error {
-	view, err := s.serviceView(r.Context(), r.PathValue("name"))
+	view, err := s.engine.Service(r.Context(), r.PathValue("name"))
 	if err != nil {
 		return err
 	}
@@ -41,7 +40,7 @@ func (s *server) addService(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var at string
-	change, err := s.update(r, p, "api: add service "+svc.Name, func(cfg *config.Config) error {
+	change, made, err := s.update(r, p, "api: add service "+svc.Name, func(cfg *config.Config) error {
 		if _, _, err := engine.FindService(cfg, svc.Name); err == nil {
 			return fmt.Errorf("service %q: %w", svc.Name, engine.ErrConflict)
 		}
@@ -52,7 +51,7 @@ func (s *server) addService(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return relativeTo(at, err)
 	}
-	return s.respondService(w, r, p.dryRun, http.StatusCreated, svc.Name, change)
+	return s.respondService(w, r, p, http.StatusCreated, made, svc.Name, change)
 }
 
 // putService replaces the named service, or creates it; the body may leave the name out.
@@ -71,7 +70,7 @@ func (s *server) putService(w http.ResponseWriter, r *http.Request) error {
 	}
 	svc.Name = name
 	var at string
-	change, err := s.update(r, p, "api: replace service "+name, func(cfg *config.Config) error {
+	change, made, err := s.update(r, p, "api: replace service "+name, func(cfg *config.Config) error {
 		_, i, err := engine.FindService(cfg, name)
 		if err != nil {
 			cfg.Services = append(cfg.Services, svc)
@@ -84,7 +83,7 @@ func (s *server) putService(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return relativeTo(at, err)
 	}
-	return s.respondService(w, r, p.dryRun, http.StatusOK, name, change)
+	return s.respondService(w, r, p, http.StatusOK, made, name, change)
 }
 
 func (s *server) removeService(w http.ResponseWriter, r *http.Request) error {
@@ -93,7 +92,7 @@ func (s *server) removeService(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	change, err := s.update(r, p, "api: remove service "+name, func(cfg *config.Config) error {
+	change, _, err := s.update(r, p, "api: remove service "+name, func(cfg *config.Config) error {
 		_, i, err := engine.FindService(cfg, name)
 		if err != nil {
 			return err
@@ -107,19 +106,15 @@ func (s *server) removeService(w http.ResponseWriter, r *http.Request) error {
 	return respondChange(w, change)
 }
 
-// respondService answers a service added or replaced with status, or a dry run with its change.
-func (s *server) respondService(w http.ResponseWriter, r *http.Request, dry bool, status int, name string, change plan.Change) error {
-	if dry {
+// respondService answers a service added or replaced with status, as made, the config the change
+// made, holds it; a dry run with its change.
+func (s *server) respondService(w http.ResponseWriter, r *http.Request, p changeParams, status int, made *config.Config, name string, change plan.Change) error {
+	if p.dryRun {
 		return respondChange(w, change)
 	}
-	view, err := s.serviceView(r.Context(), name)
+	view, err := s.engine.ServiceOf(r.Context(), made, name)
 	if err != nil {
 		return err
 	}
 	return respond(w, status, ServiceResult{Service: view, Change: change})
-}
-
-// serviceView describes the named service.
-func (s *server) serviceView(ctx context.Context, name string) (engine.ServiceView, error) {
-	return s.engine.Service(ctx, name)
 }

@@ -96,34 +96,49 @@ func (e *Engine) Services(ctx context.Context) ([]ServiceView, error) {
 // Service reads the datapath and describes one configured service; a datapath that can read one
 // service (datapath.ServiceReader) is not asked for the others.
 func (e *Engine) Service(ctx context.Context, name string) (ServiceView, error) {
-	reader, ok := e.dp.(datapath.ServiceReader)
-	if !ok {
-		views, err := e.Services(ctx)
-		if err != nil {
-			return ServiceView{}, err
-		}
-		for _, v := range views {
-			if v.Name == name {
-				return v, nil
-			}
-		}
-		return ServiceView{}, fmt.Errorf("service %q: %w", name, ErrNotFound)
-	}
-	k, found, err := reader.ServiceStatus(ctx, name)
+	return e.ServiceOf(ctx, nil, name)
+}
+
+// ServiceOf is Service for the service of cfg, a config a change made running, which a later
+// change may have replaced already: the answer to a change describes what it did. A nil cfg is
+// the running config.
+func (e *Engine) ServiceOf(ctx context.Context, cfg *config.Config, name string) (ServiceView, error) {
+	k, found, err := e.programmed(ctx, name)
 	if err != nil {
 		return ServiceView{}, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if cfg == nil {
+		cfg = e.cfg
+	}
+	i := slices.IndexFunc(cfg.Services, func(s config.Service) bool { return s.Name == name })
+	if i < 0 {
+		return ServiceView{}, fmt.Errorf("service %q: %w", name, ErrNotFound)
 	}
 	programmed := &k
 	if !found {
 		programmed = nil
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	i := slices.IndexFunc(e.cfg.Services, func(s config.Service) bool { return s.Name == name })
-	if i < 0 {
-		return ServiceView{}, fmt.Errorf("service %q: %w", name, ErrNotFound)
+	return e.serviceView(&cfg.Services[i], programmed, e.available(cfg)), nil
+}
+
+// programmed reads what the datapath holds of the named service; found is false when it holds
+// none.
+func (e *Engine) programmed(ctx context.Context, name string) (k datapath.ServiceStatus, found bool, err error) {
+	if reader, ok := e.dp.(datapath.ServiceReader); ok {
+		return reader.ServiceStatus(ctx, name)
 	}
-	return e.serviceView(&e.cfg.Services[i], programmed, e.available(e.cfg)), nil
+	kernel, err := e.dp.Status(ctx)
+	if err != nil {
+		return datapath.ServiceStatus{}, false, err
+	}
+	for _, k := range kernel {
+		if k.Name == name {
+			return k, true, nil
+		}
+	}
+	return datapath.ServiceStatus{}, false, nil
 }
 
 func (e *Engine) serviceView(s *config.Service, k *datapath.ServiceStatus, available plan.Availability) ServiceView {
