@@ -65,7 +65,8 @@ func reportChange(w io.Writer, f changeFlags, change plan.Change) error {
 }
 
 // printChange writes a change as a diff: a line per service added (+), removed (-) or changed
-// (~), under it what differs, then a summary; "no changes" when nothing differs.
+// (~), under it what differs, a line per BGP setting or peer that differs, then a summary; "no
+// changes" when nothing differs.
 func printChange(w io.Writer, c plan.Change, dryRun bool) error {
 	if c.Empty() {
 		_, err := fmt.Fprintln(w, "no changes")
@@ -92,6 +93,16 @@ func printChange(w io.Writer, c plan.Change, dryRun bool) error {
 			}
 		}
 	}
+	for _, b := range c.BGP {
+		switch b.Op {
+		case plan.OpAdd:
+			fmt.Fprintf(w, "+ %s: %s\n", b.Field, b.To)
+		case plan.OpRemove:
+			fmt.Fprintf(w, "- %s: %s\n", b.Field, b.From)
+		default:
+			fmt.Fprintf(w, "~ %s: %s -> %s\n", b.Field, b.From, b.To)
+		}
+	}
 	var counts []string
 	for _, x := range []struct {
 		n    int
@@ -101,7 +112,14 @@ func printChange(w io.Writer, c plan.Change, dryRun bool) error {
 			counts = append(counts, fmt.Sprintf("%d %s", x.n, x.verb))
 		}
 	}
-	summary := "services: " + strings.Join(counts, ", ")
+	var sums []string
+	if len(counts) > 0 {
+		sums = append(sums, "services: "+strings.Join(counts, ", "))
+	}
+	if len(c.BGP) > 0 {
+		sums = append(sums, fmt.Sprintf("bgp: %d changed", len(c.BGP)))
+	}
+	summary := strings.Join(sums, "; ")
 	if dryRun {
 		summary += " (dry run: nothing changed)"
 	}

@@ -167,3 +167,19 @@ func TestKernelConfigRoundTrip(t *testing.T) {
 		t.Fatalf("removing a backend: %+v", c.Services)
 	}
 }
+
+// TestPrintChangeShowsBGP: a change of the bgp section alone is printed, not "no changes", and a
+// dry run of it exits 2.
+func TestPrintChangeShowsBGP(t *testing.T) {
+	c := plan.Change{BGP: []plan.BGPChange{
+		{Op: plan.OpChange, Field: "bgp.asn", From: "65100", To: "65101"},
+		{Op: plan.OpAdd, Field: "bgp.peers[10.9.0.2]", To: "port 179, asn 65000"},
+		{Op: plan.OpRemove, Field: "bgp.peers[10.9.0.3]", From: "port 179, asn 65000"},
+	}}
+	var out bytes.Buffer
+	err := reportChange(&out, changeFlags{dryRun: true, output: "table"}, c)
+	want := "~ bgp.asn: 65100 -> 65101\n+ bgp.peers[10.9.0.2]: port 179, asn 65000\n- bgp.peers[10.9.0.3]: port 179, asn 65000\nbgp: 3 changed (dry run: nothing changed)\n"
+	if !errors.Is(err, exitStatus(ExitChanges)) || out.String() != want {
+		t.Fatalf("exit %v, printed\n%s\nwant\n%s", err, out.String(), want)
+	}
+}

@@ -381,3 +381,20 @@ func TestRetryDelays(t *testing.T) {
 		t.Errorf("another section's first delay %v", r.delay)
 	}
 }
+
+// TestBGPOnlyChangeIsAChange: a change of the bgp section alone shows in the result of a dry run
+// and of the change, and as a config_changed event, rather than as "no changes".
+func TestBGPOnlyChangeIsAChange(t *testing.T) {
+	h, speaker := startAnnouncing(t, bgpConfig)
+	announces(t, speaker, "10.0.0.2/32")
+	for _, dryRun := range []bool{true, false} {
+		res, err := h.Update(dryRun, "test", func(c *config.Config) error { c.BGP.ASN = 65101; return nil })
+		if err != nil || res.Change.Empty() || len(res.Change.BGP) != 1 || res.Change.BGP[0].Field != "bgp.asn" || res.Change.BGP[0].To != "65101" {
+			t.Fatalf("dry run %v: %+v, %v", dryRun, res.Change, err)
+		}
+	}
+	if !hasEventType(h, EventConfigChanged, "test: change bgp.asn") {
+		t.Fatalf("events: %+v", h.Events(0))
+	}
+	testutil.Eventually(t, "the speaker on the new asn", func() bool { c := speaker.configured(); return c[len(c)-1].ASN == 65101 })
+}

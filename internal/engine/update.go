@@ -77,6 +77,7 @@ func (e *Engine) apply(dryRun bool, why string, from *state.Origin, mutate Mutat
 	}
 	change := plan.Diff(before, after)
 	change.NoteHealthChecks(e.cfg, next, after)
+	change.NoteBGP(e.cfg, next)
 	if dryRun {
 		return Result{Change: change, Generation: refused.Generation}, snapshot{}, nil
 	}
@@ -161,6 +162,9 @@ func describe(why string, c plan.Change) string {
 		if len(x.names) > 0 {
 			parts = append(parts, x.verb+" "+strings.Join(x.names, ", "))
 		}
+	}
+	for _, b := range c.BGP {
+		parts = append(parts, b.Op+" "+b.Field)
 	}
 	return why + ": " + strings.Join(parts, "; ")
 }

@@ -23,6 +23,8 @@ type Change struct {
 	Moved map[string]float64 `json:"moved"`
 	// Services tells what differs in each service added, removed or changed, by name.
 	Services []ServiceChange `json:"services"`
+	// BGP tells what differs in what the node tells the routers (NoteBGP).
+	BGP []BGPChange `json:"bgp,omitempty"`
 }
 
 // The ops of a ServiceChange and of a BackendChange.
@@ -63,7 +65,7 @@ type BackendChange struct {
 }
 
 // Empty tells whether nothing differs.
-func (c Change) Empty() bool { return len(c.Added)+len(c.Removed)+len(c.Changed) == 0 }
+func (c Change) Empty() bool { return len(c.Added)+len(c.Removed)+len(c.Changed)+len(c.BGP) == 0 }
 
 // Diff compares two plans; old may be nil.
 func Diff(old, new *Plan) Change {
