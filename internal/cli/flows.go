@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -51,13 +52,25 @@ says how many more there are.`,
 	return cmd
 }
 
-// readFlows asks the daemon, or reads the kernel when no daemon runs.
+// readFlows asks the daemon, or reads the kernel when no daemon runs. A --backend that is none
+// of the service's backends is refused.
 func readFlows(ctx context.Context, g *globals, service string, filter datapath.FlowFilter) (datapath.FlowList, error) {
 	c, err := g.daemon(ctx)
 	if err != nil {
 		return datapath.FlowList{}, err
 	}
 	if c != nil {
+		err := checkMember(service, filter, func() ([]backendAt, error) {
+			view, err := c.Service(ctx, service)
+			members := make([]backendAt, len(view.Backends))
+			for i, b := range view.Backends {
+				members[i] = backendAt{b.Address, b.Port}
+			}
+			return members, err
+		})
+		if err != nil {
+			return datapath.FlowList{}, err
+		}
 		return c.Flows(ctx, service, filter)
 	}
 	dp, err := whichDatapath(g, "")
@@ -65,11 +78,57 @@ func readFlows(ctx context.Context, g *globals, service string, filter datapath.
 		return datapath.FlowList{}, err
 	}
 	defer dp.Close()
-	lister, ok := dp.(datapath.FlowLister)
+	lister, ok := dp.(interface {
+		datapath.FlowLister
+		ServiceStatus(ctx context.Context, name string) (datapath.ServiceStatus, bool, error)
+	})
 	if !ok {
 		return datapath.FlowList{}, errors.New("this datapath cannot list flows")
 	}
+	err = checkMember(service, filter, func() ([]backendAt, error) {
+		status, found, err := lister.ServiceStatus(ctx, service)
+		if err == nil && !found {
+			err = fmt.Errorf("service %s: %w", service, datapath.ErrNoService)
+		}
+		members := make([]backendAt, len(status.Backends))
+		for i, b := range status.Backends {
+			members[i] = backendAt{b.Address, b.Port}
+		}
+		return members, err
+	})
+	if err != nil {
+		return datapath.FlowList{}, err
+	}
 	return lister.Flows(ctx, service, filter)
+}
+
+// backendAt is a service's backend as the daemon or the datapath lists it (port 0: the client's).
+type backendAt struct {
+	address string
+	port    int
+}
+
+// checkMember refuses a filter whose --backend is none of the service's backends, which
+// members reads: a listing of its flows would always be empty, and say nothing of the mistake.
+func checkMember(service string, filter datapath.FlowFilter, members func() ([]backendAt, error)) error {
+	if !filter.Backend.IsValid() {
+		return nil
+	}
+	backends, err := members()
+	if err != nil {
+		return err
+	}
+	for _, b := range backends {
+		addr, err := netip.ParseAddr(b.address)
+		if err == nil && addr == filter.Backend && (filter.BackendPort == 0 || b.port == 0 || b.port == int(filter.BackendPort)) {
+			return nil
+		}
+	}
+	asked := filter.Backend.String()
+	if filter.BackendPort != 0 {
+		asked = netip.AddrPortFrom(filter.Backend, filter.BackendPort).String()
+	}
+	return fmt.Errorf("--backend %s: not a backend of service %s", asked, service)
 }
 
 // printFlows writes a flow a line under a header, and how many flows the limit left out.

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/sluicelb/sluice/internal/datapath"
@@ -37,5 +38,26 @@ func TestFlowFilterFlags(t *testing.T) {
 		if _, err := datapath.ParseFlowFilter(c.backend, c.limit); (err == nil) != c.ok {
 			t.Errorf("ParseFlowFilter(%q, %d) = %v, want ok %v", c.backend, c.limit, err, c.ok)
 		}
+	}
+}
+
+// TestFlowsRefusesABackendNotOfTheService: `flows --backend` of an address (or a port) that is no
+// backend of the service is an error naming both; a backend of it is not refused.
+func TestFlowsRefusesABackendNotOfTheService(t *testing.T) {
+	url, _ := changeDaemon(t)
+	for _, backend := range []string{"10.0.0.9", "10.0.0.1:81"} {
+		_, err := sluiceCLI(t, "", "--api", url, "flows", "web", "--backend", backend)
+		if err == nil || !strings.Contains(err.Error(), "--backend "+backend+": not a backend of service web") {
+			t.Errorf("flows web --backend %s: %v, want it refused as not a backend of web", backend, err)
+		}
+	}
+	for _, backend := range []string{"10.0.0.1", "10.0.0.2:8080"} {
+		if _, err := sluiceCLI(t, "", "--api", url, "flows", "web", "--backend", backend); err != nil && strings.Contains(err.Error(), "not a backend") {
+			t.Errorf("flows web --backend %s: %v", backend, err)
+		}
+	}
+	if err := checkMember("web", datapath.FlowFilter{Backend: netip.MustParseAddr("10.0.0.1"), BackendPort: 80},
+		func() ([]backendAt, error) { return []backendAt{{"10.0.0.1", 0}}, nil }); err != nil {
+		t.Errorf("a backend that takes the client's port refused for port 80: %v", err)
 	}
 }
