@@ -196,14 +196,32 @@ func persistence(s *Service) string {
 	return s.Persistence.String() + " /" + strconv.Itoa(s.PersistencePrefix)
 }
 
-// limitsText renders a service's limits and their action, "none" without any.
+// limitsText renders a service's limits, leaving out those it does not set, and their action:
+// "100 new connections/s, 5 connections per source; over them: drop", "none" without any.
 func limitsText(s *Service) string {
-	if s.Limits == (config.Limits{}) {
+	l := s.Limits
+	var set []string
+	for _, limit := range []struct {
+		n    int
+		unit string
+	}{
+		{l.NewConnectionsPerSecond, "new connections/s"},
+		{l.NewConnectionsPerSourcePerSecond, "new connections/s per source"},
+		{l.Connections, "connections"},
+		{l.ConnectionsPerSource, "connections per source"},
+	} {
+		if limit.n > 0 {
+			set = append(set, strconv.Itoa(limit.n)+" "+limit.unit)
+		}
+	}
+	if len(set) == 0 {
 		return "none"
 	}
-	l := s.Limits
-	return fmt.Sprintf("%d/s %d/s per source, %d %d per source, %s",
-		l.NewConnectionsPerSecond, l.NewConnectionsPerSourcePerSecond, l.Connections, l.ConnectionsPerSource, s.LimitAction)
+	text := strings.Join(set, ", ")
+	if s.LimitAction != "" {
+		text += "; over them: " + string(s.LimitAction)
+	}
+	return text
 }
 
 // prefixesText renders a source list: "none", the prefixes when a few, or their count.

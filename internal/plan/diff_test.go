@@ -2,6 +2,7 @@ package plan
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/sluicelb/sluice/internal/config"
@@ -71,4 +72,26 @@ func mustBuild(t *testing.T, cfg *config.Config) *Plan {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestDiffWritesLimitsReadably: a limits change names each limit set, with its unit, and leaves
+// out those not set (not "0/s per source, 5 0 per source").
+func TestDiffWritesLimitsReadably(t *testing.T) {
+	const before = `
+services:
+- {name: web, vip: 10.0.0.1, port: 80, backends: [{address: 10.0.1.1}]}
+`
+	for _, tc := range []struct{ limits, want string }{
+		{"{new_connections_per_second: 100}", "100 new connections/s; over them: drop"},
+		{"{connections_per_source: 5}", "5 connections per source; over them: drop"},
+		{"{new_connections_per_source_per_second: 10, connections: 1000}, limit_action: reset",
+			"10 new connections/s per source, 1000 connections; over them: reset"},
+	} {
+		after := strings.Replace(before, "port: 80,", "port: 80, limits: "+tc.limits+",", 1)
+		c := Diff(mustBuild(t, mustConfig(t, before)), mustBuild(t, mustConfig(t, after)))
+		want := []FieldChange{{"limits", "none", tc.want}}
+		if len(c.Services) != 1 || !reflect.DeepEqual(c.Services[0].Fields, want) {
+			t.Errorf("limits %s: %+v, want %+v", tc.limits, c.Services, want)
+		}
+	}
 }
