@@ -4,7 +4,6 @@
 package importer
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -21,12 +20,18 @@ type Result struct {
 	// Notes are about the whole source: sections skipped, options dropped.
 	Notes    []string
 	Services []Service
+	// rendered is the YAML that finish validated.
+	rendered []byte
 }
 
 // Service is one converted service and the notes on its source's options that Sluice lacks.
 type Service struct {
 	config.Service
 	Notes []string
+	// at is where the service comes from, backendAt and sorryAt where each of its backends
+	// and sorry servers do (shorter when unknown): validation errors name these lines.
+	at                 pos
+	backendAt, sorryAt []pos
 }
 
 // Error is a source construct that cannot be converted safely, at its file and line.
@@ -37,15 +42,6 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg) }
-
-// problems gathers the refusals of one conversion, so that one run reports them all.
-type problems []error
-
-func (p *problems) add(file string, line int, format string, args ...any) {
-	*p = append(*p, &Error{File: file, Line: line, Msg: fmt.Sprintf(format, args...)})
-}
-
-func (p problems) err() error { return errors.Join(p...) }
 
 // namer derives unique service names from a service's protocol, VIP and port.
 type namer map[string]bool
@@ -107,8 +103,11 @@ func maskPrefix(text string) (int, error) {
 // parseAddr parses a literal IP address; host names are refused, as nothing here resolves them.
 func parseAddr(text string) (netip.Addr, error) {
 	a, err := netip.ParseAddr(strings.Trim(text, "[]"))
-	if err != nil {
-		return netip.Addr{}, fmt.Errorf("%q is not an IP address (host names are not resolved: write the address)", text)
+	switch {
+	case err != nil:
+		return netip.Addr{}, fmt.Errorf("%s is not an IP address (host names are not resolved: write the address)", shown(text))
+	case a.Zone() != "":
+		return netip.Addr{}, fmt.Errorf("%s has a zone (%%%s): Sluice takes addresses without one (write %s)", shown(text), plain(a.Zone()), a.WithZone(""))
 	}
 	return a.Unmap(), nil
 }
@@ -117,7 +116,7 @@ func parseAddr(text string) (netip.Addr, error) {
 func parsePort(text string) (int, error) {
 	p, err := strconv.Atoi(text)
 	if err != nil || p < 0 || p > 65535 {
-		return 0, fmt.Errorf("%q is not a port number (names from /etc/services are not resolved)", text)
+		return 0, fmt.Errorf("%s is not a port number (names from /etc/services are not resolved)", shown(text))
 	}
 	return p, nil
 }

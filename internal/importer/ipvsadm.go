@@ -2,13 +2,14 @@ package importer
 
 import (
 	"bufio"
+	"bytes"
+	"errors"
 	"fmt"
 	"net/netip"
-	"os"
-	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/sluicelb/sluice/internal/boundedread"
 	"github.com/sluicelb/sluice/internal/config"
 )
 
@@ -17,67 +18,97 @@ type ipvsService struct {
 	Service
 	line    int
 	forward string // -g, -m: Sluice's mode is per service
+	// servers are the lines of its real servers, by destination.
+	servers map[netip.AddrPort]int
+}
+
+// ipvsReader reads the lines of one save file.
+type ipvsReader struct {
+	path     string
+	errs     problems
+	services []*ipvsService
+	byKey    map[string]*ipvsService
+	names    namer
+	out      output
 }
 
 // Ipvsadm converts the output of ipvsadm -Sn (or -S, when it holds no host or port names):
 // -A lines make services, -a lines their backends.
 func Ipvsadm(path string) (*Result, error) {
-	f, err := os.Open(path)
+	data, err := boundedread.File(path, boundedread.ImportBytes)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	var errs problems
-	var services []*ipvsService
-	byKey := map[string]*ipvsService{}
-	names := namer{}
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		fields := strings.Fields(sc.Text())
-		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
-			continue
-		}
-		fail := func(format string, args ...any) { errs.add(path, n, format, args...) }
-		opts, err := ipvsOptions(fields[1:])
-		if err != nil {
-			fail("%v", err)
-			continue
-		}
-		switch fields[0] {
-		case "-A", "--add-service":
-			s := newIPVSService(opts, n, fail)
-			if s == nil {
-				continue
-			}
-			key := string(s.Protocol) + " " + hostPortText(s.VIP, s.Port.First)
-			if _, dup := byKey[key]; dup {
-				fail("%s is added twice", key)
-				continue
-			}
-			s.Name = names.name(s.Protocol, s.VIP, s.Port)
-			byKey[key] = s
-			services = append(services, s)
-		case "-a", "--add-server":
-			addIPVSServer(opts, byKey, fail)
-		default:
-			fail("%s refused: a save file holds -A and -a lines (ipvsadm -Sn)", fields[0])
+	r := &ipvsReader{path: path, byKey: map[string]*ipvsService{}, names: namer{}}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 4096), MaxLineBytes+1)
+	n := 1
+	for ; sc.Scan(); n++ {
+		if err := r.line(sc.Text(), n); err != nil {
+			return nil, err
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return nil, err
+	if errors.Is(sc.Err(), bufio.ErrTooLong) {
+		return nil, &Error{path, n, fmt.Sprintf("a line longer than %s: not an ipvsadm -Sn save file", boundedread.Size(MaxLineBytes))}
 	}
-	if err := errs.err(); err != nil {
+	if err := r.errs.err(); err != nil {
 		return nil, err
 	}
 	res := &Result{Source: "ipvsadm " + path}
-	for _, s := range services {
+	for _, s := range r.services {
 		if len(s.Backends) == 0 {
 			s.Fallback = config.FallbackDrop
 			s.Notes = append(s.Notes, "no real server: new flows are dropped.")
 		}
 		res.Services = append(res.Services, s.Service)
 	}
+	if err := res.finish(path); err != nil {
+		return nil, err
+	}
 	return res, nil
+}
+
+// line reads line n; the error is a limit of limits.go, which ends the conversion.
+func (r *ipvsReader) line(text string, n int) error {
+	if strings.IndexByte(text, 0) >= 0 {
+		return &Error{r.path, n, "a NUL byte: not a text file, not an ipvsadm -Sn save file"}
+	}
+	fields := strings.Fields(text)
+	if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
+		return nil
+	}
+	fail := func(format string, args ...any) { r.errs.add(r.path, n, format, args...) }
+	opts, err := ipvsOptions(fields[1:])
+	if err != nil {
+		fail("%v", err)
+		return nil
+	}
+	switch fields[0] {
+	case "-A", "--add-service":
+		s := newIPVSService(opts, n, fail)
+		if s == nil {
+			return nil
+		}
+		key := string(s.Protocol) + " " + hostPortText(s.VIP, s.Port.First)
+		if first := r.byKey[key]; first != nil {
+			fail("%s is added twice (first at line %d): a save file adds a service once", key, first.line)
+			return nil
+		}
+		if err := r.out.take(pos{r.path, n}, 1, 0); err != nil {
+			return err
+		}
+		s.Name = r.names.name(s.Protocol, s.VIP, s.Port)
+		s.at = pos{r.path, n}
+		r.byKey[key] = s
+		r.services = append(r.services, s)
+	case "-a", "--add-server":
+		if addIPVSServer(opts, r.byKey, n, fail) {
+			return r.out.take(pos{r.path, n}, 0, 1)
+		}
+	default:
+		fail("%s refused: a save file holds -A and -a lines (ipvsadm -Sn)", shown(fields[0]))
+	}
+	return nil
 }
 
 // ipvsOptions reads the options of a line: a flag, and the value after it where it takes one.
@@ -90,6 +121,9 @@ func ipvsOptions(words []string) (map[string]string, error) {
 			if i+1 == len(words) {
 				return nil, fmt.Errorf("%s needs a value", flag)
 			}
+			if _, twice := opts[ipvsShort(flag)]; twice {
+				return nil, fmt.Errorf("%s is given twice: a line takes each option once", flag)
+			}
 			opts[ipvsShort(flag)] = words[i+1]
 			i++
 		case "-p", "--persistent":
@@ -101,18 +135,20 @@ func ipvsOptions(words []string) (map[string]string, error) {
 		case "-g", "-m", "-i", "--gatewaying", "--masquerading", "--ipip", "-o", "--ops":
 			opts[ipvsShort(flag)] = ""
 		default:
-			return nil, fmt.Errorf("option %s is not one Sluice knows", flag)
+			return nil, fmt.Errorf("option %s is not one Sluice knows", shown(flag))
 		}
 	}
 	return opts, nil
 }
 
+// ipvsLong are the short forms of ipvsadm's long options.
+var ipvsLong = map[string]string{"--tcp-service": "-t", "--udp-service": "-u", "--fwmark-service": "-f", "--scheduler": "-s",
+	"--real-server": "-r", "--weight": "-w", "--netmask": "-M", "--sched-flags": "-b", "--u-threshold": "-x",
+	"--l-threshold": "-y", "--gatewaying": "-g", "--masquerading": "-m", "--ipip": "-i", "--ops": "-o", "--sctp-service": "-q"}
+
 // ipvsShort is the short form of an ipvsadm option.
 func ipvsShort(flag string) string {
-	long := map[string]string{"--tcp-service": "-t", "--udp-service": "-u", "--fwmark-service": "-f", "--scheduler": "-s",
-		"--real-server": "-r", "--weight": "-w", "--netmask": "-M", "--sched-flags": "-b", "--u-threshold": "-x",
-		"--l-threshold": "-y", "--gatewaying": "-g", "--masquerading": "-m", "--ipip": "-i", "--ops": "-o", "--sctp-service": "-q"}
-	if short, ok := long[flag]; ok {
+	if short, ok := ipvsLong[flag]; ok {
 		return short
 	}
 	return flag
@@ -147,7 +183,7 @@ func ipvsVirtual(opts map[string]string, fail func(string, ...any)) (config.Prot
 func parseAddrPort(text string) (netip.AddrPort, error) {
 	i := strings.LastIndexByte(text, ':')
 	if i < 0 {
-		return netip.AddrPort{}, fmt.Errorf("%q is not ADDRESS:PORT", text)
+		return netip.AddrPort{}, fmt.Errorf("%s is not ADDRESS:PORT", shown(text))
 	}
 	addr, err := parseAddr(text[:i])
 	if err != nil {
@@ -170,7 +206,11 @@ func newIPVSService(opts map[string]string, line int, fail func(string, ...any))
 	if !ok {
 		return nil
 	}
-	s := &ipvsService{line: line}
+	if at.Port() == 0 {
+		fail("port 0 (every port of a persistent service) refused: Sluice's services take a port or a range (write an -A line per port, or the range in the imported config)")
+		return nil
+	}
+	s := &ipvsService{line: line, servers: map[netip.AddrPort]int{}}
 	s.VIP, s.Port, s.Protocol = config.IPFrom(at.Addr()), config.Range{First: int(at.Port()), Last: int(at.Port())}, proto
 	s.Notes = []string{fmt.Sprintf("from -A at line %d", line)}
 	sched, why, ok := ipvsScheduler(cmpOr(opts["-s"], "wlc"))
@@ -219,16 +259,16 @@ func newIPVSService(opts map[string]string, line int, fail func(string, ...any))
 	return s
 }
 
-// addIPVSServer converts an -a line into a backend of its service.
-func addIPVSServer(opts map[string]string, byKey map[string]*ipvsService, fail func(string, ...any)) {
+// addIPVSServer converts the -a line at line into a backend of its service; ok says it added one.
+func addIPVSServer(opts map[string]string, byKey map[string]*ipvsService, line int, fail func(string, ...any)) bool {
 	proto, at, ok := ipvsVirtual(opts, fail)
 	if !ok {
-		return
+		return false
 	}
 	s := byKey[string(proto)+" "+at.String()]
 	if s == nil {
 		fail("%s %s has no -A line before", proto, at)
-		return
+		return false
 	}
 	forward := "-g" // ipvsadm's default
 	for _, f := range []string{"-g", "-m", "-i"} {
@@ -239,17 +279,17 @@ func addIPVSServer(opts map[string]string, byKey map[string]*ipvsService, fail f
 	switch {
 	case forward == "-i":
 		fail("-i (tunnel) refused: Sluice forwards by NAT or direct routing, not through IP-in-IP tunnels")
-		return
+		return false
 	case s.forward != "" && s.forward != forward:
 		fail("%s differs from %s of the service's real servers before: Sluice's mode is per service", forward, s.forward)
-		return
+		return false
 	}
 	s.forward = forward
 	s.Mode = map[string]config.Mode{"-g": config.ModeDSR, "-m": config.ModeNAT}[forward]
 	rip, err := parseAddrPort(opts["-r"])
 	if err != nil {
 		fail("-r: %v", err)
-		return
+		return false
 	}
 	b := config.Backend{Address: config.IPFrom(rip.Addr()), Port: int(rip.Port())}
 	if s.Mode == config.ModeDSR {
@@ -259,7 +299,7 @@ func addIPVSServer(opts map[string]string, byKey map[string]*ipvsService, fail f
 		n, err := strconv.Atoi(w)
 		if err != nil || n < 0 || n > config.MaxWeight {
 			fail("-w %s is not a weight from 0 to %d", w, config.MaxWeight)
-			return
+			return false
 		}
 		if n != 1 {
 			b.Weight = &n
@@ -270,7 +310,7 @@ func addIPVSServer(opts map[string]string, byKey map[string]*ipvsService, fail f
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 || n > config.MaxConnectionThreshold {
 				fail("%s %s is not a number of connections from 0 to %d", flag, v, config.MaxConnectionThreshold)
-				return
+				return false
 			}
 			*field = n
 		}
@@ -278,9 +318,13 @@ func addIPVSServer(opts map[string]string, byKey map[string]*ipvsService, fail f
 	if b.MaxConnections == 0 {
 		b.MinConnections = 0 // IPVS only uses the lower threshold below an upper one
 	}
-	if slices.ContainsFunc(s.Backends, func(o config.Backend) bool { return o.Address == b.Address && o.Port == b.Port }) {
-		fail("%s is added twice to %s", rip, at)
-		return
+	key := netip.AddrPortFrom(b.Address.Addr, uint16(b.Port))
+	if first, dup := s.servers[key]; dup {
+		fail("%s is added twice to %s (first at line %d)", rip, at, first)
+		return false
 	}
+	s.servers[key] = line
 	s.Backends = append(s.Backends, b)
+	s.backendAt = append(s.backendAt, pos{s.at.file, line})
+	return true
 }

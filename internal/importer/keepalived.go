@@ -28,7 +28,7 @@ var kaStatusDefault = []config.Range{{First: 200, Last: 299}}
 // Keepalived converts a keepalived.conf, and the files it includes, into services: one per
 // virtual_server, or per member of the virtual_server_group it names.
 func Keepalived(path string) (*Result, error) {
-	toks, err := lexKeepalived(path, 0)
+	toks, err := lexKeepalived(path)
 	if err != nil {
 		return nil, err
 	}
@@ -47,6 +47,9 @@ func Keepalived(path string) (*Result, error) {
 			}
 		case "virtual_server":
 		default:
+			if !c.keyword(s) {
+				continue
+			}
 			if !slices.Contains(skipped, s.key()) {
 				skipped = append(skipped, s.key())
 			}
@@ -56,14 +59,50 @@ func Keepalived(path string) (*Result, error) {
 		res.Notes = append(res.Notes, "skipped "+strings.Join(skipped, ", ")+": VRRP and addresses stay with keepalived (see docs/ha.md).")
 	}
 	for _, s := range top {
-		if s.key() == "virtual_server" {
-			res.Services = append(res.Services, c.virtualServer(s)...)
+		if s.key() != "virtual_server" {
+			continue
 		}
+		services, err := c.virtualServer(s)
+		if err != nil {
+			return nil, err
+		}
+		res.Services = append(res.Services, services...)
 	}
 	if err := c.errs.err(); err != nil {
 		return nil, err
 	}
+	if err := res.finish(path); err != nil {
+		return nil, err
+	}
 	return res, nil
+}
+
+// kaKeyword is what a keepalived keyword looks like; a line of another kind of file
+// (/etc/shadow: root:$6$...) does not.
+var kaKeyword = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]{0,63}$`)
+
+// kaMember is what the address or range of a virtual_server_group member looks like.
+var kaMember = regexp.MustCompile(`^[0-9A-Fa-f.:\[\]-]{1,64}$`)
+
+// keyword tells whether a statement starts with a keyword, refusing it without showing it
+// when it does not: the file is not a keepalived config, and what it holds stays out of errors
+// and output.
+func (c *kaConverter) keyword(s *stmt) bool {
+	if kaKeyword.MatchString(s.key()) {
+		return true
+	}
+	c.fail(s, "not a keepalived keyword: this file is not a keepalived config (its lines are not shown; $VARIABLES and @conditionals are not expanded)")
+	return false
+}
+
+// statement writes a statement Sluice drops for a note: its keyword and values, each value
+// shown only when short and printable.
+func statement(s *stmt) string {
+	words := []string{s.key()}
+	for _, a := range s.args() {
+		words = append(words, plain(a))
+	}
+	return strings.Join(words, " ")
 }
 
 // kaConverter converts the virtual servers of one keepalived config.
@@ -71,6 +110,9 @@ type kaConverter struct {
 	names  namer
 	groups map[string]*stmt
 	errs   problems
+	out    output
+	// addresses counts what virtual_server_group members expanded to, over every use.
+	addresses int
 }
 
 func (c *kaConverter) fail(s *stmt, format string, args ...any) {
@@ -83,19 +125,24 @@ type listener struct {
 	port int
 }
 
-// virtualServer converts a virtual_server block into a service per listener.
-func (c *kaConverter) virtualServer(s *stmt) []Service {
-	listeners, origin := c.listeners(s)
-	if listeners == nil {
-		return nil
+// virtualServer converts a virtual_server block into a service per listener; the error is a
+// limit of limits.go, which ends the conversion.
+func (c *kaConverter) virtualServer(s *stmt) ([]Service, error) {
+	listeners, origin, err := c.listeners(s)
+	if listeners == nil || err != nil {
+		return nil, err
 	}
 	tmpl, ok := c.serviceOptions(s)
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	var out []Service
 	for _, l := range listeners {
+		if err := c.out.take(pos{s.file(), s.line()}, 1, len(tmpl.Backends)+len(tmpl.SorryServers)); err != nil {
+			return nil, err
+		}
 		svc := Service{Service: tmpl.Service, Notes: append([]string{fmt.Sprintf("from %s (%s:%d)", origin, s.file(), s.line())}, tmpl.Notes...)}
+		svc.at, svc.backendAt, svc.sorryAt = pos{s.file(), s.line()}, tmpl.backendAt, tmpl.sorryAt
 		svc.VIP = config.IPFrom(l.vip)
 		svc.Port = config.Range{First: l.port, Last: l.port}
 		svc.Name = c.names.name(svc.Protocol, svc.VIP, svc.Port)
@@ -105,7 +152,7 @@ func (c *kaConverter) virtualServer(s *stmt) []Service {
 		}
 		out = append(out, svc)
 	}
-	return out
+	return out, nil
 }
 
 func (c *kaConverter) checkFamily(s *stmt, addr config.IP, vip netip.Addr) {
@@ -114,8 +161,9 @@ func (c *kaConverter) checkFamily(s *stmt, addr config.IP, vip netip.Addr) {
 	}
 }
 
-// listeners are the VIPs and ports of a virtual_server: its own, or its group's members.
-func (c *kaConverter) listeners(s *stmt) ([]listener, string) {
+// listeners are the VIPs and ports of a virtual_server: its own, or its group's members; the
+// error is a group expanding beyond MaxGroupAddresses.
+func (c *kaConverter) listeners(s *stmt) ([]listener, string, error) {
 	args := s.args()
 	switch {
 	case len(args) == 2 && args[0] == "fwmark":
@@ -124,13 +172,17 @@ func (c *kaConverter) listeners(s *stmt) ([]listener, string) {
 		g, ok := c.groups[args[1]]
 		if !ok {
 			c.fail(s, "virtual_server group %s: no virtual_server_group %s", args[1], args[1])
-			return nil, ""
+			return nil, "", nil
 		}
 		var out []listener
 		for _, m := range g.block {
-			out = append(out, c.groupMember(m)...)
+			members := c.groupMember(m)
+			if c.addresses += len(members); c.addresses > MaxGroupAddresses {
+				return nil, "", &Error{s.file(), s.line(), fmt.Sprintf("virtual_server group %s: the groups' ranges expand to more than %d addresses in all, the most an import makes: list fewer addresses, or import the config in parts", args[1], MaxGroupAddresses)}
+			}
+			out = append(out, members...)
 		}
-		return out, "virtual_server group " + args[1]
+		return out, "virtual_server group " + args[1], nil
 	case len(args) == 2:
 		vip, err := parseAddr(args[0])
 		port, perr := parsePort(args[1])
@@ -138,14 +190,14 @@ func (c *kaConverter) listeners(s *stmt) ([]listener, string) {
 		case err != nil:
 			c.fail(s, "virtual_server: %v", err)
 		case perr != nil || port == 0:
-			c.fail(s, "virtual_server: %q is not a port from 1 to 65535", args[1])
+			c.fail(s, "virtual_server: %s is not a port from 1 to 65535", shown(args[1]))
 		default:
-			return []listener{{vip, port}}, "virtual_server " + args[0] + " " + args[1]
+			return []listener{{vip, port}}, "virtual_server " + args[0] + " " + args[1], nil
 		}
 	default:
 		c.fail(s, "virtual_server needs an IP and a port, group NAME, or fwmark N")
 	}
-	return nil, ""
+	return nil, "", nil
 }
 
 // groupMember expands one line of a virtual_server_group: IP PORT, or a range like
@@ -156,13 +208,17 @@ func (c *kaConverter) groupMember(m *stmt) []listener {
 		c.fail(m, "virtual_server_group member fwmark refused: Sluice matches a VIP and ports, not a firewall mark")
 		return nil
 	}
+	if !kaMember.MatchString(words[0]) {
+		c.fail(m, "virtual_server_group member: not an address or a range: this file is not a keepalived config (its lines are not shown)")
+		return nil
+	}
 	if len(words) != 2 {
 		c.fail(m, "virtual_server_group member needs an IP (or range) and a port")
 		return nil
 	}
 	port, err := parsePort(words[1])
 	if err != nil || port == 0 {
-		c.fail(m, "virtual_server_group member: %q is not a port from 1 to 65535", words[1])
+		c.fail(m, "virtual_server_group member: %s is not a port from 1 to 65535", shown(words[1]))
 		return nil
 	}
 	first, last, err := addrRange(words[0])
@@ -198,14 +254,14 @@ func addrRange(text string) (netip.Addr, netip.Addr, error) {
 	last, _ := netip.AddrFromSlice(b)
 	switch {
 	case err != nil:
-		return first, first, fmt.Errorf("%q is not a range like 10.0.0.1-5", text)
+		return first, first, fmt.Errorf("%s is not a range like 10.0.0.1-5", shown(text))
 	case last.Less(first):
-		return first, first, fmt.Errorf("%q ends before it starts", text)
+		return first, first, fmt.Errorf("%s ends before it starts", shown(text))
 	}
 	n := 0
 	for a := first; a != last; a = a.Next() {
 		if n++; n >= maxGroupRange {
-			return first, first, fmt.Errorf("%q holds more than %d addresses", text, maxGroupRange)
+			return first, first, fmt.Errorf("%s holds more than %d addresses", shown(text), maxGroupRange)
 		}
 	}
 	return first, last, nil
@@ -221,7 +277,7 @@ type checkDefaults struct {
 // serviceOptions converts a virtual_server's options and real servers into a template service
 // (no name, VIP or port yet); ok is false when something was refused.
 func (c *kaConverter) serviceOptions(vs *stmt) (Service, bool) {
-	before := len(c.errs)
+	before := c.errs.count()
 	var svc Service
 	note := func(format string, args ...any) {
 		if n := fmt.Sprintf(format, args...); !slices.Contains(svc.Notes, n) {
@@ -232,6 +288,9 @@ func (c *kaConverter) serviceOptions(vs *stmt) (Service, bool) {
 	algo := ""
 	var servers []*stmt
 	for _, s := range vs.block {
+		if !c.keyword(s) {
+			continue
+		}
 		args := s.args()
 		if len(args) == 0 && !slices.Contains(kaFlags, s.key()) && s.key() != "real_server" {
 			c.fail(s, "%s needs a value", s.key())
@@ -288,6 +347,7 @@ func (c *kaConverter) serviceOptions(vs *stmt) (Service, bool) {
 		case "sorry_server":
 			if b, ok := c.server(s, "sorry_server"); ok {
 				svc.SorryServers = append(svc.SorryServers, b)
+				svc.sorryAt = append(svc.sorryAt, pos{s.file(), s.line()})
 				svc.Fallback = config.FallbackSorry
 			}
 		case "sh-port", "mh-port":
@@ -295,7 +355,7 @@ func (c *kaConverter) serviceOptions(vs *stmt) (Service, bool) {
 		case "inhibit_on_failure":
 			// Established flows of a failed server keep it either way: see realServer.
 		default:
-			note("%s: dropped, Sluice has no equivalent.", strings.Join(append([]string{s.key()}, args...), " "))
+			note("%s: dropped, Sluice has no equivalent.", statement(s))
 		}
 	}
 	if algo == "" {
@@ -307,12 +367,20 @@ func (c *kaConverter) serviceOptions(vs *stmt) (Service, bool) {
 	}
 	var check *config.HealthCheck
 	var checkAt *stmt
+	seen := map[netip.AddrPort]*stmt{}
 	for _, rs := range servers {
 		b, hc, ok := c.realServer(rs, defaults, svc.Mode, note)
 		if !ok {
 			continue
 		}
+		key := netip.AddrPortFrom(b.Address.Addr, uint16(b.Port))
+		if first := seen[key]; first != nil {
+			c.fail(rs, "real_server %s is already at %s:%d: the backends of a service are distinct destinations", b.Address, first.file(), first.line())
+			continue
+		}
+		seen[key] = rs
 		svc.Backends = append(svc.Backends, b)
+		svc.backendAt = append(svc.backendAt, pos{rs.file(), rs.line()})
 		if checkAt == nil {
 			check, checkAt = hc, rs
 		} else if !reflect.DeepEqual(check, hc) {
@@ -329,7 +397,7 @@ func (c *kaConverter) serviceOptions(vs *stmt) (Service, bool) {
 		svc.Fallback = config.FallbackDrop
 		note("no real_server: new flows are dropped.")
 	}
-	return svc, len(c.errs) == before
+	return svc, c.errs.count() == before
 }
 
 // kaFlags are the keywords that take no value.
@@ -411,7 +479,7 @@ func (c *kaConverter) server(s *stmt, what string) (config.Backend, bool) {
 
 // realServer converts a real_server block into a backend and its health check.
 func (c *kaConverter) realServer(rs *stmt, d checkDefaults, mode config.Mode, note func(string, ...any)) (config.Backend, *config.HealthCheck, bool) {
-	before := len(c.errs)
+	before := c.errs.count()
 	b, ok := c.server(rs, "real_server")
 	if !ok {
 		return b, nil, false
@@ -421,6 +489,9 @@ func (c *kaConverter) realServer(rs *stmt, d checkDefaults, mode config.Mode, no
 	}
 	var checks []*stmt
 	for _, s := range rs.block {
+		if !c.keyword(s) {
+			continue
+		}
 		if len(s.args()) == 0 && !slices.Contains(kaFlags, s.key()) && !isCheck(s.key()) {
 			c.fail(s, "%s needs a value", s.key())
 			continue
@@ -448,7 +519,7 @@ func (c *kaConverter) realServer(rs *stmt, d checkDefaults, mode config.Mode, no
 			if isCheck(s.key()) {
 				checks = append(checks, s)
 			} else {
-				note("%s %s of real servers: dropped, Sluice has no equivalent.", s.key(), strings.Join(s.args(), " "))
+				note("%s of real servers: dropped, Sluice has no equivalent.", statement(s))
 			}
 		}
 	}
@@ -464,7 +535,7 @@ func (c *kaConverter) realServer(rs *stmt, d checkDefaults, mode config.Mode, no
 	default:
 		c.fail(checks[1], "real_server %s has several checks: Sluice has one health_check per service", rs.args()[0])
 	}
-	return b, hc, len(c.errs) == before
+	return b, hc, c.errs.count() == before
 }
 
 func isCheck(key string) bool {
@@ -480,6 +551,9 @@ func (c *kaConverter) check(cs *stmt, d checkDefaults, note func(string, ...any)
 	var urls []*stmt
 	var payload, reply, dnsName, dnsType, misc string
 	for _, s := range cs.block {
+		if !c.keyword(s) {
+			continue
+		}
 		args := s.args()
 		if len(args) == 0 && !slices.Contains(kaFlags, s.key()) && s.key() != "url" {
 			c.fail(s, "%s needs a value", s.key())
@@ -517,7 +591,7 @@ func (c *kaConverter) check(cs *stmt, d checkDefaults, note func(string, ...any)
 		case "delay_before_retry":
 			note("delay_before_retry %s: dropped, Sluice retries at the check's interval.", args[0])
 		default:
-			note("%s %s %s: dropped, Sluice has no equivalent.", cs.key(), s.key(), strings.Join(args, " "))
+			note("%s %s: dropped, Sluice has no equivalent.", cs.key(), statement(s))
 		}
 	}
 	hc.Interval = seconds(d.delayLoop)
@@ -584,6 +658,9 @@ func (c *kaConverter) httpCheck(cs *stmt, hc *config.HealthCheck, urls []*stmt, 
 		note("%s url at line %d: dropped, Sluice checks one path per service.", cs.key(), extra.line())
 	}
 	for _, s := range urls[0].block {
+		if !c.keyword(s) {
+			continue
+		}
 		args := s.args()
 		if len(args) == 0 {
 			c.fail(s, "%s needs a value", s.key())
@@ -608,7 +685,7 @@ func (c *kaConverter) httpCheck(cs *stmt, hc *config.HealthCheck, urls []*stmt, 
 		case "virtualhost":
 			hc.Host = args[0]
 		default:
-			note("url %s %s: dropped, Sluice has no equivalent.", s.key(), strings.Join(args, " "))
+			note("url %s: dropped, Sluice has no equivalent.", statement(s))
 		}
 	}
 	if hc.Path == "" {

@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sluicelb/sluice/internal/boundedread"
 	"github.com/sluicelb/sluice/internal/config"
 )
 
@@ -72,7 +73,7 @@ var nftlbConverted = []string{"name", "family", "virtual-addr", "virtual-ports",
 // Nftlb converts an nftlb JSON config ({"farms": [...]}) into services: one per farm, port list
 // item and protocol.
 func Nftlb(path string) (*Result, error) {
-	data, err := os.ReadFile(path)
+	data, err := boundedread.File(path, boundedread.ImportBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -89,6 +90,9 @@ func Nftlb(path string) (*Result, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	doc := root.Content[0]
+	if doc.Kind != yaml.MappingNode {
+		return nil, &Error{path, doc.Line, "not an nftlb config: an object with the farms"}
+	}
 	c := &nftlbConverter{file: path, names: namer{}, policy: map[string]*nftlbPolicy{}}
 	res := &Result{Source: "nftlb " + path}
 	// Farms name the policies, which may come after them.
@@ -101,10 +105,13 @@ func Nftlb(path string) (*Result, error) {
 		case "farms":
 			for _, farm := range value.Content {
 				res.Services = append(res.Services, c.farm(farm)...)
+				if c.fatal != nil {
+					return nil, c.fatal
+				}
 			}
 		case "policies":
 		default:
-			res.Notes = append(res.Notes, fmt.Sprintf("%s: dropped, Sluice has no equivalent.", key.Value))
+			res.Notes = append(res.Notes, fmt.Sprintf("%s: dropped, Sluice has no equivalent.", plain(key.Value)))
 		}
 	}
 	if err := c.errs.err(); err != nil {
@@ -112,6 +119,9 @@ func Nftlb(path string) (*Result, error) {
 	}
 	c.unusedPolicies()
 	res.Notes = append(res.Notes, c.notes...)
+	if err := res.finish(path); err != nil {
+		return nil, err
+	}
 	return res, nil
 }
 
@@ -122,6 +132,9 @@ type nftlbConverter struct {
 	errs   problems
 	notes  []string                // about the whole file
 	policy map[string]*nftlbPolicy // by name
+	out    output
+	// fatal is a limit of limits.go reached, which ends the conversion.
+	fatal error
 }
 
 // mapping returns the value node of key in a mapping node, nil when absent.
@@ -152,8 +165,8 @@ func (c *nftlbConverter) farm(n *yaml.Node) []Service {
 		}
 		return n.Line
 	}
-	before := len(c.errs)
-	tmpl := Service{Notes: []string{fmt.Sprintf("from nftlb farm %s (%s:%d)", f.Name, c.file, n.Line)}}
+	before := c.errs.count()
+	tmpl := Service{Notes: []string{fmt.Sprintf("from nftlb farm %s (%s:%d)", plain(f.Name), c.file, n.Line)}, at: pos{c.file, n.Line}}
 	note := func(format string, args ...any) { tmpl.Notes = append(tmpl.Notes, fmt.Sprintf(format, args...)) }
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		key, value := n.Content[i].Value, n.Content[i+1].Value
@@ -162,15 +175,15 @@ func (c *nftlbConverter) farm(n *yaml.Node) []Service {
 		}
 		if why, ok := nftlbDropped[key]; ok {
 			if value != "" && value != "0" && value != "none" && value != "off" {
-				note("%s %s: dropped, %s.", key, value, why)
+				note("%s %s: dropped, %s.", plain(key), plain(value), why)
 			}
 			continue
 		}
-		note("%s %s: dropped, Sluice has no equivalent.", key, value)
+		note("%s %s: dropped, Sluice has no equivalent.", plain(key), plain(value))
 	}
 	if f.State == "off" || f.State == "down" {
-		c.errs = c.errs[:before]
-		c.notes = append(c.notes, fmt.Sprintf("farm %s (line %d) is %s: not imported.", f.Name, n.Line, f.State))
+		c.errs.truncate(before)
+		c.notes = append(c.notes, fmt.Sprintf("farm %s (line %d) is %s: not imported.", plain(f.Name), n.Line, f.State))
 		return nil
 	}
 	switch f.Mode {
@@ -205,7 +218,7 @@ func (c *nftlbConverter) farm(n *yaml.Node) []Service {
 	if f.Verdict != "" && !strings.Contains(f.Verdict, "drop") && (tmpl.Limits != nil || mapping(n, "policies") != nil) {
 		c.errs.add(c.file, line("verdict"), "verdict %s refused: nftlb lets in what its limits and policies match, Sluice drops it", f.Verdict)
 	}
-	if len(c.errs) > before {
+	if c.errs.count() > before {
 		return nil
 	}
 	return c.expand(n, &f, tmpl, line)
@@ -227,7 +240,7 @@ func (c *nftlbConverter) scheduler(f *nftlbFarm, tmpl *Service, line func(string
 			tmpl.Scheduler, tmpl.SHPort = config.SchedulerSH, true
 		default:
 			tmpl.Scheduler = config.SchedulerHash
-			note("scheduler %s by %q: Sluice's hash takes the whole 5-tuple.", f.Scheduler, f.SchedParam)
+			note("scheduler %s by %s: Sluice's hash takes the whole 5-tuple.", f.Scheduler, shown(f.SchedParam))
 		}
 		if f.Scheduler == "symhash" {
 			note("symhash: Sluice tracks each flow, so both directions already reach one backend.")
@@ -252,6 +265,7 @@ func (c *nftlbConverter) backends(f *nftlbFarm, tmpl *Service, note func(string,
 		c.errs.add(c.file, f.Backends[0].line, "backends have %d priority levels refused: Sluice has backends and one level of sorry servers", len(levels))
 		return
 	}
+	seen := map[netip.AddrPort]int{}
 	for _, nb := range f.Backends {
 		addr, err := parseAddr(nb.Addr)
 		if err != nil {
@@ -275,7 +289,7 @@ func (c *nftlbConverter) backends(f *nftlbFarm, tmpl *Service, note func(string,
 		}
 		if nb.State != "" && nb.State != "up" {
 			b.Weight = new(int)
-			note("backend %s is %s: weight 0 (takes no new flows).", nb.Name, nb.State)
+			note("backend %s is %s: weight 0 (takes no new flows).", plain(nb.Name), plain(nb.State))
 		}
 		if nb.ConnLimit != "" && nb.ConnLimit != "0" {
 			if b.MaxConnections, err = strconv.Atoi(nb.ConnLimit); err != nil || b.MaxConnections < 0 || b.MaxConnections > config.MaxConnectionThreshold {
@@ -283,19 +297,28 @@ func (c *nftlbConverter) backends(f *nftlbFarm, tmpl *Service, note func(string,
 			}
 		}
 		if nb.Mark != "" && nb.Mark != "0x0" && nb.Mark != "0" {
-			note("backend %s mark %s: dropped, Sluice does not mark packets.", nb.Name, nb.Mark)
+			note("backend %s mark %s: dropped, Sluice does not mark packets.", plain(nb.Name), plain(nb.Mark))
 		}
 		if tmpl.Mode == config.ModeDSR {
 			b.Port = 0
 		}
+		key := netip.AddrPortFrom(b.Address.Addr, uint16(b.Port))
+		if first, dup := seen[key]; dup {
+			c.errs.add(c.file, nb.line, "backend %s %s is already the backend at line %d: the backends of a farm are distinct destinations", plain(nb.Name), b.Address, first)
+			continue
+		}
+		seen[key] = nb.line
+		at := pos{c.file, nb.line}
 		p, _ := strconv.Atoi(cmpOr(nb.Priority, "1"))
 		if len(levels) == 2 && p == levels[1] {
 			b.MaxConnections = 0
 			tmpl.SorryServers = append(tmpl.SorryServers, b)
+			tmpl.sorryAt = append(tmpl.sorryAt, at)
 			tmpl.Fallback = config.FallbackSorry
 			continue
 		}
 		tmpl.Backends = append(tmpl.Backends, b)
+		tmpl.backendAt = append(tmpl.backendAt, at)
 	}
 	if len(levels) == 2 {
 		note("backends of priority %d are sorry servers: they take new flows while no backend of priority %d is up.", levels[1], levels[0])
@@ -312,9 +335,9 @@ func (c *nftlbConverter) expand(n *yaml.Node, f *nftlbFarm, tmpl Service, line f
 		c.errs.add(c.file, line("virtual-addr"), "virtual-addr: %v", err)
 		return nil
 	}
-	before := len(c.errs)
+	before := c.errs.count()
 	c.farmPolicies(n, f.Name, vip, &tmpl)
-	if len(c.errs) > before {
+	if c.errs.count() > before {
 		return nil
 	}
 	var protos []config.Protocol
@@ -337,7 +360,7 @@ func (c *nftlbConverter) expand(n *yaml.Node, f *nftlbFarm, tmpl Service, line f
 		}
 		r, err := config.ParseRange(item)
 		if err != nil || r.First < 1 || r.Last > 65535 || r.First > r.Last {
-			c.errs.add(c.file, line("virtual-ports"), "virtual-ports %q: %q is not a port or a range first-last", f.Ports, item)
+			c.errs.add(c.file, line("virtual-ports"), "virtual-ports %s: %s is not a port or a range first-last", shown(f.Ports), shown(item))
 			return nil
 		}
 		ports = append(ports, r)
@@ -345,6 +368,10 @@ func (c *nftlbConverter) expand(n *yaml.Node, f *nftlbFarm, tmpl Service, line f
 	var out []Service
 	for _, proto := range protos {
 		for _, r := range ports {
+			if err := c.out.take(pos{c.file, n.Line}, 1, len(tmpl.Backends)+len(tmpl.SorryServers)); err != nil {
+				c.fatal = err
+				return nil
+			}
 			s := tmpl
 			s.Notes = slices.Clone(tmpl.Notes)
 			s.VIP, s.Port, s.Protocol = config.IPFrom(vip), r, proto

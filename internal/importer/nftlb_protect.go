@@ -38,7 +38,7 @@ func (c *nftlbConverter) policies(list *yaml.Node) {
 		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			if key, value := n.Content[i].Value, n.Content[i+1].Value; !slices.Contains(nftlbPolicyKeys, key) && value != "" {
-				c.notes = append(c.notes, fmt.Sprintf("policy %s %s %s: dropped, Sluice has no equivalent.", p.Name, key, value))
+				c.notes = append(c.notes, fmt.Sprintf("policy %s %s %s: dropped, Sluice has no equivalent.", plain(p.Name), plain(key), plain(value)))
 			}
 		}
 		if elements := mapping(n, "elements"); elements != nil {
@@ -53,7 +53,7 @@ func (c *nftlbConverter) policies(list *yaml.Node) {
 					continue
 				}
 				if note != "" {
-					c.notes = append(c.notes, fmt.Sprintf("policy %s: %s", p.Name, note))
+					c.notes = append(c.notes, fmt.Sprintf("policy %s: %s", plain(p.Name), note))
 				}
 				p.prefixes = append(p.prefixes, prefix)
 			}
@@ -88,7 +88,7 @@ func (c *nftlbConverter) unusedPolicies() {
 	}
 	slices.SortFunc(unused, func(a, b *nftlbPolicy) int { return a.line - b.line })
 	for _, p := range unused {
-		c.notes = append(c.notes, fmt.Sprintf("policy %s (line %d) is attached to no imported farm: not imported.", p.Name, p.line))
+		c.notes = append(c.notes, fmt.Sprintf("policy %s (line %d) is attached to no imported farm: not imported.", plain(p.Name), p.line))
 	}
 }
 
@@ -119,7 +119,7 @@ func (c *nftlbConverter) farmPolicies(n *yaml.Node, farm string, vip netip.Addr,
 			}
 		}
 		if dropped := len(p.prefixes) - len(kept); dropped > 0 {
-			tmpl.Notes = append(tmpl.Notes, fmt.Sprintf("policy %s: dropped %d element(s) of the other address family (they cannot match this VIP's clients).", p.Name, dropped))
+			tmpl.Notes = append(tmpl.Notes, fmt.Sprintf("policy %s: dropped %d element(s) of the other address family (they cannot match this VIP's clients).", plain(p.Name), dropped))
 		}
 		if p.Type == "blacklist" {
 			tmpl.SourceDeny = append(tmpl.SourceDeny, kept...)
@@ -150,10 +150,10 @@ func (c *nftlbConverter) limits(f *nftlbFarm, tmpl *Service, line func(string) i
 		}
 		l.NewConnectionsPerSourcePerSecond = rate
 		if _, unit, ok := strings.Cut(f.NewRateLimit, "/"); ok && unit != "second" {
-			note("new-rtlimit %s: %d a second (rounded up: Sluice's rates are whole connections a second).", f.NewRateLimit, rate)
+			note("new-rtlimit %s: %d a second (rounded up: Sluice's rates are whole connections a second).", plain(f.NewRateLimit), rate)
 		}
 		if f.NewRateBurst != "" && f.NewRateBurst != "0" && f.NewRateBurst != strconv.Itoa(rate) {
-			note("new-rtlimit-burst %s: dropped, Sluice's burst is a second's worth (%d).", f.NewRateBurst, rate)
+			note("new-rtlimit-burst %s: dropped, Sluice's burst is a second's worth (%d).", plain(f.NewRateBurst), rate)
 		}
 	}
 	if f.ConnLimit != "" && f.ConnLimit != "0" {

@@ -12,7 +12,16 @@ import (
 
 // YAML writes the result as a Sluice config: a header naming the source, the notes as
 // comments, datapath ebpf when a service needs it, then the services, each under its notes.
+// A result an importer returned was validated as that very YAML.
 func (r *Result) YAML() ([]byte, error) {
+	if r.rendered != nil {
+		return r.rendered, nil
+	}
+	return r.render()
+}
+
+// render encodes the result as YAML (see YAML).
+func (r *Result) render() ([]byte, error) {
 	services := &yaml.Node{Kind: yaml.SequenceNode}
 	if len(r.Services) == 0 {
 		services.Style = yaml.FlowStyle

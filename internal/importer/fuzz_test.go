@@ -1,0 +1,104 @@
+package importer
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicelb/sluice/internal/config"
+)
+
+// maxFuzzAlloc bounds what one conversion of a fuzz input may allocate: the inputs are small,
+// so anything near it is an expansion the limits missed.
+const maxFuzzAlloc = 512 << 20
+
+// fuzzImport converts input as the format's file (with a keepalived include beside it): no
+// panic, a bounded allocation, and any output loads as a Sluice config.
+func fuzzImport(t *testing.T, convert func(string) (*Result, error), input []byte) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "input")
+	for name, data := range map[string][]byte{"input": input, "included.conf": input} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var res *Result
+	var err error
+	if n := allocated(func() { res, err = convert(path) }); n > maxFuzzAlloc {
+		t.Fatalf("allocated %d bytes for an input of %d", n, len(input))
+	}
+	if err != nil {
+		return
+	}
+	out, err := res.YAML()
+	if err != nil {
+		t.Fatalf("converted, but no YAML: %v", err)
+	}
+	if _, err := config.Parse("out.yaml", out); err != nil {
+		t.Fatalf("the output does not validate: %v\n%s", err, out)
+	}
+}
+
+// seeds adds the corpus files of a format and the hostile inputs to f.
+func seeds(f *testing.F, format string, hostile ...string) {
+	dir := filepath.Join("testdata", format)
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if data, err := os.ReadFile(filepath.Join(dir, e.Name())); err == nil && !strings.HasSuffix(e.Name(), ".golden.yaml") {
+			f.Add(data)
+		}
+	}
+	for _, h := range hostile {
+		f.Add([]byte(h))
+	}
+}
+
+func FuzzKeepalived(f *testing.F) {
+	seeds(f, "keepalived",
+		vs+"include included.conf\n",
+		"include /dev/zero\n"+vs,
+		vs+strings.Repeat("x {\n", 100),
+		strings.Repeat("include included.conf included.conf\n", 4),
+		group(4)+strings.Repeat("virtual_server group g {\n    real_server 10.2.0.1 80\n}\n", 4),
+		"virtual_server 10.0.0.1 80 {\n"+strings.Repeat("    real_server 10.0.1.1 80\n", 20)+"}\n",
+		vs+vs,
+		strings.Replace(vs, "10.0.0.1", "0.0.0.0", 1),
+		strings.Replace(vs, "10.0.1.1", "127.0.0.1", 1),
+		strings.Replace(vs, "10.0.1.1", "10.0.0.1", 1),
+		strings.Replace(vs, "10.0.0.1", "fe80::1%eth0", 1),
+		strings.Replace(vs, "rr", "r\x00r", 1),
+		"root:$y$j9T$Vb2lQ:19000:0:99999:7:::\n",
+	)
+	f.Fuzz(func(t *testing.T, input []byte) { fuzzImport(t, Keepalived, input) })
+}
+
+func FuzzNftlb(f *testing.F) {
+	seeds(f, "nftlb",
+		`null`, `[]`, `{}`, `{"farms":null}`, `{"farms":[{}]}`,
+		`{"farms":[{"name":"web","virtual-addr":"10.0.0.1","virtual-ports":"80,80","backends":[{"name":"a","ip-addr":"10.0.1.1"}]}]}`,
+		`{"farms":[{"name":"web","virtual-addr":"fe80::1%eth0","virtual-ports":"80","backends":[{"name":"a","ip-addr":"fe80::2"}]}]}`,
+		`{"farms":[{"name":"web","virtual-addr":"0.0.0.0","virtual-ports":"80","backends":[{"name":"a","ip-addr":"127.0.0.1"},{"name":"b","ip-addr":"127.0.0.1"}]}]}`,
+		`{"farms":[{"name":"web","virtual-addr":"10.0.0.1","virtual-ports":"1-65535","protocol":"all","backends":[{"name":"a","ip-addr":"10.0.0.1","port":"80"}]}]}`,
+		"{\"farms\":[{\"name\":\"w\\u0000\",\"virtual-addr\":\"10.0.0.1\",\"backends\":[{\"ip-addr\":\"10.0.1.1\"}]}]}",
+		strings.Repeat("[", 1000)+strings.Repeat("]", 1000),
+	)
+	f.Fuzz(func(t *testing.T, input []byte) { fuzzImport(t, Nftlb, input) })
+}
+
+func FuzzIpvsadm(f *testing.F) {
+	seeds(f, "ipvsadm",
+		"-A -t 10.0.0.1:0 -s rr -p 300\n",
+		"-A -t 10.0.0.1:80 -s wlc\n-a -t 10.0.0.1:80 -r 10.0.1.1:80 -m -x 5 -y 10\n",
+		"-A -t [fe80::1%eth0]:80 -s rr\n",
+		"-A -t 10.0.0.1:80 -s rr\n-A -t 10.0.0.1:80 -s wlc\n",
+		"-A -t 10.0.0.1:80 -t 10.0.0.2:80 -s rr\n",
+		"-A -t 10.0.0.1:80 -s rr\n"+strings.Repeat("-a -t 10.0.0.1:80 -r 10.0.1.1:80 -m\n", 20),
+		"-A -t 0.0.0.0:80 -s rr\n-a -t 0.0.0.0:80 -r 127.0.0.1:80 -m\n",
+		"-A -t 10.0.0.1:80 -s rr\n-a -t 10.0.0.1:80 -r 10.0.0.1:80 -m\n",
+		"-A -t 10.0.0.1:80 -s r\x00r\n",
+		"# "+strings.Repeat("x", 70_000)+"\n",
+		"",
+	)
+	f.Fuzz(func(t *testing.T, input []byte) { fuzzImport(t, Ipvsadm, input) })
+}
