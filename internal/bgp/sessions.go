@@ -2,6 +2,7 @@ package bgp
 
 import (
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 )
@@ -137,6 +138,23 @@ func (s *sessions) observe(gen uint64, addr netip.Addr, state PeerState, reason 
 	case was == StateEstablished:
 		p.flaps++
 		s.post(Event{Kind: PeerDown, Peer: addr, State: state, Reason: reason})
+	}
+}
+
+// connectFailed records why a connection attempt to addr failed, as its last error, while its
+// session is not established: a peer that never answers says why. A timeout is what a router
+// that drops the connection says too, which is also how a TCP MD5 password it does not share
+// shows.
+func (s *sessions) connectFailed(addr netip.Addr, reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.peers[addr]
+	if p == nil || p.state == StateEstablished {
+		return
+	}
+	p.lastError = "connect: " + reason
+	if strings.Contains(reason, "i/o timeout") {
+		p.lastError += " (no answer: a filter, or a TCP MD5 password other than the router's)"
 	}
 }
 

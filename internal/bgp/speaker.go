@@ -194,7 +194,8 @@ func (s *Speaker) restart(ctx context.Context, c Config) error {
 func (s *Speaker) start(ctx context.Context, c Config) error {
 	level := new(slog.LevelVar)
 	level.Set(slog.LevelWarn)
-	srv := server.NewBgpServer(server.LoggerOption(slog.New(minLevel{s.log.Handler(), level}).With("component", "gobgp"), level))
+	logger := slog.New(gobgpLog{Handler: s.log.Handler(), level: level, sessions: s.sessions}).With("component", "gobgp")
+	srv := server.NewBgpServer(server.LoggerOption(logger, level))
 	served := make(chan struct{})
 	go func() {
 		srv.Serve()
@@ -354,20 +355,51 @@ func pathsOf(as []Announcement) ([]*apiutil.Path, error) {
 	return paths, nil
 }
 
-// minLevel passes on records at or above its level only.
-type minLevel struct {
+// gobgpLog passes GoBGP's records at or above level on to the speaker's log, and hands a
+// peer's failed connection attempts (debug records of the peer's logger, which GoBGP tells no
+// other way) to sessions as the peer's last error.
+type gobgpLog struct {
 	slog.Handler
-	level slog.Leveler
+	level    slog.Leveler
+	sessions *sessions
+	peer     netip.Addr // the neighbour of a peer's logger (its "Key" attribute)
 }
 
-func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= h.level.Level() && h.Handler.Enabled(ctx, l)
+// connectFailed is the message of GoBGP's record of a failed connection attempt, whose "Error"
+// attribute says why.
+const connectFailed = "failed to connect"
+
+func (h gobgpLog) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.peer.IsValid() || l >= h.level.Level() && h.Handler.Enabled(ctx, l)
 }
 
-func (h minLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return minLevel{h.Handler.WithAttrs(attrs), h.level}
+func (h gobgpLog) Handle(ctx context.Context, r slog.Record) error {
+	if h.peer.IsValid() && r.Message == connectFailed {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "Error" {
+				h.sessions.connectFailed(h.peer, a.Value.String())
+				return false
+			}
+			return true
+		})
+	}
+	if r.Level < h.level.Level() || !h.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
 }
 
-func (h minLevel) WithGroup(name string) slog.Handler {
-	return minLevel{h.Handler.WithGroup(name), h.level}
+func (h gobgpLog) WithAttrs(attrs []slog.Attr) slog.Handler {
+	for _, a := range attrs {
+		if addr, err := netip.ParseAddr(a.Value.String()); a.Key == "Key" && err == nil {
+			h.peer = addr.Unmap()
+		}
+	}
+	h.Handler = h.Handler.WithAttrs(attrs)
+	return h
+}
+
+func (h gobgpLog) WithGroup(name string) slog.Handler {
+	h.Handler = h.Handler.WithGroup(name)
+	return h
 }

@@ -288,9 +288,24 @@ func TestMD5Password(t *testing.T) {
 			t.Fatal("a session with the wrong password established")
 		}
 	}
+	waitFor(t, "the wrong password's last error", func() bool {
+		return strings.Contains(peerStatus(t, s, bad.addr).LastError, "TCP MD5 password")
+	})
 	pb.Password = "right"
 	must(t, s.Configure(ctx, config(pg, pb)))
 	waitEstablished(t, s, bad)
+}
+
+// A peer that never answers has the reason of its failed connections as its last error.
+func TestLastErrorOfAPeerThatRefuses(t *testing.T) {
+	t.Parallel()
+	addr := netip.MustParseAddr("127.0.0.3")
+	s := newSpeaker(t, nil)
+	must(t, s.Configure(context.Background(), config(Peer{Address: addr, Port: freePort(t, addr), ASN: 65000})))
+	waitFor(t, "the refused connection as the last error", func() bool {
+		p := peerStatus(t, s, addr)
+		return p.State != StateEstablished && strings.Contains(p.LastError, "connect: ") && strings.Contains(p.LastError, "connection refused")
+	})
 }
 
 // The router resetting the session is a flap with peer_down and peer_up events.

@@ -62,6 +62,9 @@ const (
 	maxPasswordLen  = 80 // TCP_MD5SIG_MAXKEYLEN
 )
 
+// limitedBroadcast is 255.255.255.255, no peer's address.
+var limitedBroadcast = netip.AddrFrom4([4]byte{255, 255, 255, 255})
+
 // sessionEqual reports whether two peers would run the same session: a difference here
 // needs the session restarted, anything else is applied by policy.
 func (p Peer) sessionEqual(q Peer) bool {
@@ -108,10 +111,10 @@ func (c Config) normalize() (Config, error) {
 }
 
 func (p Peer) normalize() (Peer, error) {
-	if !p.Address.IsValid() || p.Address.IsUnspecified() || p.Address.IsMulticast() || p.Address.Zone() != "" {
+	p.Address = p.Address.Unmap()
+	if !p.Address.IsValid() || p.Address.IsUnspecified() || p.Address.IsMulticast() || p.Address == limitedBroadcast || p.Address.Zone() != "" {
 		return Peer{}, fmt.Errorf("address: %v is not a unicast IP address without zone", p.Address)
 	}
-	p.Address = p.Address.Unmap()
 	if p.ASN == 0 {
 		return Peer{}, errors.New("asn: must not be 0")
 	}

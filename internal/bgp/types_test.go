@@ -40,6 +40,8 @@ func TestConfigNormalize(t *testing.T) {
 		{with(func(c *Config) { c.Peers = append(c.Peers, peer) }), "peers[1]: address: 10.91.1.1 is listed twice"},
 		{with(func(c *Config) { c.Peers[0].ASN = 0 }), "peers[0]: asn:"},
 		{with(func(c *Config) { c.Peers[0].Address = netip.IPv4Unspecified() }), "peers[0]: address:"},
+		{with(func(c *Config) { c.Peers[0].Address = netip.MustParseAddr("255.255.255.255") }), "peers[0]: address:"},
+		{with(func(c *Config) { c.Peers[0].Address = netip.MustParseAddr("::ffff:224.0.0.5") }), "peers[0]: address:"},
 		{with(func(c *Config) { c.Peers[0].HoldTime = 2 * time.Second }), "peers[0]: hold_time:"},
 		{with(func(c *Config) { c.Peers[0].HoldTime = 1500 * time.Millisecond }), "peers[0]: hold_time:"},
 		{with(func(c *Config) { c.Peers[0].Password = strings.Repeat("x", 81) }), "peers[0]: password:"},
