@@ -28,14 +28,18 @@ func (s *server) addBackend(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ref, valid := backendRef(b)
+	shown := ref // in messages; a backend without a port is its address alone (plan.Backend.ID)
+	if valid {
+		shown = plan.Backend{Addr: b.Address.Unmap(), Port: uint16(b.Port)}.ID()
+	}
 	var at string
-	change, made, err := s.update(r, p, fmt.Sprintf("api: add backend %s to %s", ref, name), func(cfg *config.Config) error {
+	change, made, err := s.update(r, p, fmt.Sprintf("api: add backend %s to %s", shown, name), func(cfg *config.Config) error {
 		svc, i, err := engine.FindService(cfg, name)
 		if err != nil {
 			return err
 		}
 		if _, _, err := engine.FindBackend(svc, ref); valid && err == nil {
-			return fmt.Errorf("backend %s of service %s: %w", ref, name, engine.ErrConflict)
+			return fmt.Errorf("backend %s of service %s: %w", shown, name, engine.ErrConflict)
 		}
 		svc.Backends = append(svc.Backends, b)
 		at = backendPath(i, len(svc.Backends)-1)
