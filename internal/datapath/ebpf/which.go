@@ -21,7 +21,8 @@ import (
 // TCP ACK, so that a tracked flow is looked up, never rebalanced as a SYN would be) and reports
 // the backend it picks, Katran's simulator idea on the real maps. It runs a copy of the program
 // that counts nothing (see whichProgram), and a flow the program did not track before is
-// forgotten again, so nothing the program keeps changes.
+// forgotten again, so nothing the program keeps changes. A new flow the program refuses for the
+// service's access lists is reported as dropped, naming the list (Choice.Dropped).
 func (d *Datapath) Which(protocol string, vip, src netip.AddrPort) (datapath.Choice, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -56,7 +57,7 @@ func (d *Datapath) Which(protocol string, vip, src netip.AddrPort) (datapath.Cho
 		return datapath.Choice{}, fmt.Errorf("running the program: %w", err)
 	}
 	if err := m.Flows.Lookup(key, &flow); err != nil {
-		return datapath.Choice{}, fmt.Errorf("the program tracked no flow for %s -> %s: the service has no backend for new flows", src, vip)
+		return refusedChoice(m, svc, src, vip)
 	}
 	c, err := describeChoice(m, svc, flow, vip)
 	c.Tracked = tracked
@@ -153,13 +154,76 @@ func syntheticPacket(proto uint8, src, dst netip.AddrPort) ([]byte, error) {
 	return buf.Bytes(), err
 }
 
-// describeChoice names the service and backend of a flow.
-func describeChoice(m *kernelMaps, svc sluiceService, flow sluiceFlow, vip netip.AddrPort) (datapath.Choice, error) {
-	c := datapath.Choice{Mode: wireName(wireModes, svc.Mode), NATPort: wirePort(flow.NatPort)}
+// serviceChoice is a Choice naming the service and its mode, no backend yet.
+func serviceChoice(m *kernelMaps, svc sluiceService) datapath.Choice {
+	c := datapath.Choice{Mode: wireName(wireModes, svc.Mode)}
 	var rec serviceRecord
 	if err := m.ServiceMeta.Lookup(svc.Id, &rec); err == nil {
 		c.Service = rec.name()
 	}
+	return c
+}
+
+// refusedChoice tells why the program tracked no flow from src: the service's access lists drop
+// it (Choice.Dropped), or else it has no backend for new flows (an error).
+func refusedChoice(m *kernelMaps, svc sluiceService, src, vip netip.AddrPort) (datapath.Choice, error) {
+	c := serviceChoice(m, svc)
+	dropped, err := sourceRefusal(m, svc, src.Addr())
+	if err != nil || dropped != "" {
+		c.Dropped = dropped
+		return c, err
+	}
+	return datapath.Choice{}, fmt.Errorf("the program tracked no flow for %s -> %s: the service has no backend for new flows", src, vip)
+}
+
+// sourceRefusal tells why the service's access lists refuse client a new flow, as the program's
+// source_refused decides (datapath.SourceRefusal): "" when they do not.
+func sourceRefusal(m *kernelMaps, svc sluiceService, client netip.Addr) (string, error) {
+	if svc.Flags&sluiceServiceFlagsSERVICE_OPTS == 0 {
+		return "", nil
+	}
+	var opts sluiceServiceSettings
+	if err := m.ServiceOpts.Lookup(svc.Id, &opts); err != nil {
+		return "", fmt.Errorf("the settings of service %d: %w", svc.Id, err)
+	}
+	var denied, allowedBy netip.Prefix
+	var err error
+	if opts.Sources&sluiceSourceListsSOURCES_DENY != 0 {
+		if denied, err = shortestMatch(m.SourceDeny, svc.Id, client); err != nil {
+			return "", err
+		}
+	}
+	allowList := opts.Sources&sluiceSourceListsSOURCES_ALLOW != 0
+	if allowList {
+		if allowedBy, err = shortestMatch(m.SourceAllow, svc.Id, client); err != nil {
+			return "", err
+		}
+	}
+	return datapath.SourceRefusal(denied, !allowList || allowedBy.IsValid()), nil
+}
+
+// shortestMatch is the shortest prefix of service id's access list (an LPM trie) that holds
+// addr, or none: a lookup at length n matches when a prefix of at most n bits holds addr, so the
+// first length that matches is that prefix's.
+func shortestMatch(list *ebpf.Map, id uint32, addr netip.Addr) (netip.Prefix, error) {
+	var listed uint8
+	for bits := range addr.BitLen() + 1 {
+		p := netip.PrefixFrom(addr, bits).Masked()
+		err := list.Lookup(sourceKey(id, p), &listed)
+		if err == nil {
+			return p, nil
+		}
+		if !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return netip.Prefix{}, fmt.Errorf("looking %s up in an access list: %w", addr, err)
+		}
+	}
+	return netip.Prefix{}, nil
+}
+
+// describeChoice names the service and backend of a flow.
+func describeChoice(m *kernelMaps, svc sluiceService, flow sluiceFlow, vip netip.AddrPort) (datapath.Choice, error) {
+	c := serviceChoice(m, svc)
+	c.NATPort = wirePort(flow.NatPort)
 	var b sluiceBackend
 	if err := m.Backends.Lookup(flow.BackendId, &b); err != nil {
 		return c, fmt.Errorf("backend %d of the flow: %w", flow.BackendId, err)

@@ -2,6 +2,7 @@ package ebpf
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -75,4 +76,56 @@ func countersOf(t *testing.T, m *kernelMaps) counters {
 		}
 	}
 	return sum
+}
+
+// accessListed is a service with both access lists: new flows from 10.91.0.0/16 only, none from
+// 10.91.1.0/24 (nor its 10.91.1.3/32, inside it).
+const accessListed = `services:
+  - name: web
+    vip: 10.91.9.100
+    port: 80
+    source_allow: [10.91.0.0/16]
+    source_deny: [10.91.1.3/32, 10.91.1.0/24]
+    backends: [{address: 10.91.2.11}]
+`
+
+// TestWhichSaysWhatTheAccessListsDrop: the program run on a new flow of a client its access
+// lists refuse tracks nothing, and Which names the list (and the deny prefix) instead of a
+// backend; an allowed client gets one, and a flow tracked before its client was denied keeps its
+// backend, as the program keeps it.
+func TestWhichSaysWhatTheAccessListsDrop(t *testing.T) {
+	r := newRig(t)
+	d := r.datapath(Options{Attach: AttachTC})
+	vip, held := netip.MustParseAddrPort("10.91.9.100:80"), netip.MustParseAddrPort("10.91.1.9:40000")
+	r.apply(d, planFromYAML(t, strings.Replace(accessListed, "source_deny: [10.91.1.3/32, 10.91.1.0/24]", "source_deny: [10.91.1.3/32]", 1)))
+	prog, err := d.attachedProgram()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	packet, err := syntheticPacket(wireProtocols["tcp"], held, vip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := prog.Run(&ebpf.RunOptions{Data: packet, DataOut: make([]byte, len(packet)+256)}); err != nil {
+		t.Fatal(err)
+	}
+	r.apply(d, planFromYAML(t, accessListed))
+	for _, c := range []struct{ src, dropped string }{
+		{"10.91.1.3:40000", "source_deny 10.91.1.0/24"},
+		{"10.91.1.200:40000", "source_deny 10.91.1.0/24"},
+		{"10.92.0.1:40000", "not in source_allow"},
+		{"10.91.2.1:40000", ""},
+	} {
+		got, err := d.Which("tcp", vip, netip.MustParseAddrPort(c.src))
+		switch {
+		case err != nil:
+			t.Errorf("Which(%s): %v", c.src, err)
+		case got.Dropped != c.dropped || got.Backend.IsValid() == (c.dropped != "") || got.Service != "web":
+			t.Errorf("Which(%s) = %+v, want service web, dropped %q", c.src, got, c.dropped)
+		}
+	}
+	if got, err := d.Which("tcp", vip, held); err != nil || !got.Tracked || got.Dropped != "" || !got.Backend.IsValid() {
+		t.Errorf("Which of a flow tracked before its client was denied = %+v, %v; want it tracked on its backend", got, err)
+	}
 }
