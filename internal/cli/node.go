@@ -24,7 +24,11 @@ func printBGP(w io.Writer, v engine.BGPView, now time.Time) error {
 		fmt.Fprintln(w, "bgp: off (the config has no bgp section)")
 		return nil
 	}
-	fmt.Fprintf(w, "bgp: AS %d, router id %s, %s; node %s\n\n", v.ASN, v.RouterID, listening(v.ListenPort), v.Node.State)
+	fmt.Fprintf(w, "bgp: AS %d, router id %s, %s; node %s\n", v.ASN, v.RouterID, listening(v.ListenPort), v.Node.State)
+	if v.Failed != "" {
+		fmt.Fprintf(w, "bgp: NOT RUNNING THE CONFIG: %s\n", v.Failed)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "PEER\tAS\tSTATE\tFOR\tHOLD\tSENT\tRECEIVED\tFLAPS\tLAST ERROR")
 	for _, p := range v.Peers {

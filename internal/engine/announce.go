@@ -37,13 +37,16 @@ type VIPView struct {
 // BGPView is the node's BGP state: its identity, its sessions and its VIPs.
 type BGPView struct {
 	// Enabled tells whether the config has a bgp section.
-	Enabled    bool       `json:"enabled"`
-	ASN        uint32     `json:"asn,omitempty"`
-	RouterID   string     `json:"router_id,omitempty"`
-	ListenPort int32      `json:"listen_port,omitempty"`
-	Node       NodeView   `json:"node"`
-	Peers      []PeerView `json:"peers"`
-	VIPs       []VIPView  `json:"vips"`
+	Enabled    bool     `json:"enabled"`
+	ASN        uint32   `json:"asn,omitempty"`
+	RouterID   string   `json:"router_id,omitempty"`
+	ListenPort int32    `json:"listen_port,omitempty"`
+	Node       NodeView `json:"node"`
+	// Failed says why the speaker refused the running config's bgp section, which it does not
+	// run yet, and when it is tried again; empty when it runs it.
+	Failed string     `json:"failed,omitempty"`
+	Peers  []PeerView `json:"peers"`
+	VIPs   []VIPView  `json:"vips"`
 }
 
 // PeerView is one BGP session.
@@ -79,17 +82,27 @@ const maxRetryDelay = time.Minute
 // announce interval and doubles with every refusal of the same section, up to maxRetryDelay.
 type retry struct {
 	section *config.BGP
+	err     error // why the speaker refused it
 	delay   time.Duration
 	at      time.Time
 }
 
-// after is the retry of section refused again at now; first is the delay of a first refusal.
-func (r retry) after(section *config.BGP, now time.Time, first time.Duration) retry {
+// after is the retry of section refused again at now for err; first is the delay of a first
+// refusal.
+func (r retry) after(section *config.BGP, err error, now time.Time, first time.Duration) retry {
 	delay := first
 	if reflect.DeepEqual(r.section, section) {
 		delay = min(2*r.delay, maxRetryDelay)
 	}
-	return retry{section: section, delay: delay, at: now.Add(delay)}
+	return retry{section: section, err: err, delay: delay, at: now.Add(delay)}
+}
+
+// describe says why section is not running, "" when r is not about it.
+func (r retry) describe(section *config.BGP) string {
+	if r.section == nil || !reflect.DeepEqual(r.section, section) {
+		return ""
+	}
+	return fmt.Sprintf("the speaker refused the bgp section (tried again at %s): %v", r.at.Format(time.TimeOnly), r.err)
 }
 
 // waits tells whether section is the refused one and its retry is not due at now.
@@ -158,7 +171,7 @@ func (e *Engine) configureSpeaker(ctx context.Context, speaker Announcer, sectio
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err != nil {
-		e.bgp.refused = refused.after(section, time.Now(), e.opts.AnnounceInterval)
+		e.bgp.refused = refused.after(section, err, time.Now(), e.opts.AnnounceInterval)
 		e.log.Error("bgp: configuring the speaker failed; the running sessions stay", "err", err, "retry_in", e.bgp.refused.delay)
 		e.publish(Event{Type: EventBGPFailed, Message: err.Error()})
 		return false
@@ -457,7 +470,7 @@ func (e *Engine) Shutdown(ctx context.Context) {
 func (e *Engine) BGP(ctx context.Context) (BGPView, error) {
 	e.mu.Lock()
 	speaker := e.bgp.speaker
-	view := BGPView{Enabled: e.cfg.BGP != nil, Peers: []PeerView{}, VIPs: []VIPView{}}
+	view := BGPView{Enabled: e.cfg.BGP != nil, Failed: e.bgp.refused.describe(e.cfg.BGP), Peers: []PeerView{}, VIPs: []VIPView{}}
 	for _, vip := range slices.SortedFunc(maps.Keys(e.bgp.vips), netip.Addr.Compare) {
 		view.VIPs = append(view.VIPs, e.bgp.vips[vip])
 	}

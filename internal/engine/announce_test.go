@@ -347,6 +347,9 @@ func TestRefusedSectionBacksOff(t *testing.T) {
 	if len(failed) != 1 || failed[0].Count < 2 {
 		t.Errorf("bgp_failed events: %+v, want one counting the repeats", failed)
 	}
+	if view, _ := h.BGP(context.Background()); !strings.Contains(view.Failed, "bind: address already in use") {
+		t.Errorf("the bgp view does not tell the refusal: %q", view.Failed)
+	}
 	speaker.mu.Lock()
 	speaker.failConfig = nil
 	speaker.mu.Unlock()
@@ -354,6 +357,9 @@ func TestRefusedSectionBacksOff(t *testing.T) {
 		c := speaker.configured()
 		return len(c) == 2 && c[1].ASN == 65101
 	})
+	if view, _ := h.BGP(context.Background()); view.Failed != "" {
+		t.Errorf("the bgp view still tells a refusal: %q", view.Failed)
+	}
 }
 
 // TestRetryDelays: the delay doubles for the same section, up to maxRetryDelay, and starts again
@@ -364,7 +370,7 @@ func TestRetryDelays(t *testing.T) {
 	var r retry
 	var delays []time.Duration
 	for range 9 {
-		r = r.after(a, now, time.Second)
+		r = r.after(a, errors.New("no"), now, time.Second)
 		delays = append(delays, r.delay)
 	}
 	want := []time.Duration{1, 2, 4, 8, 16, 32, 60, 60, 60}
@@ -377,7 +383,7 @@ func TestRetryDelays(t *testing.T) {
 	if !r.waits(a.Clone(), now) || r.waits(b, now) || r.waits(a, now.Add(time.Minute)) {
 		t.Errorf("waits: same section %v, another %v, after the delay %v", r.waits(a.Clone(), now), r.waits(b, now), r.waits(a, now.Add(time.Minute)))
 	}
-	if r = r.after(b, now, time.Second); r.delay != time.Second {
+	if r = r.after(b, errors.New("no"), now, time.Second); r.delay != time.Second {
 		t.Errorf("another section's first delay %v", r.delay)
 	}
 }
