@@ -63,6 +63,21 @@ enum refusal : __u8 {
 	REFUSAL_RATE = 5,         /* limits.new_connections_per_second */
 };
 
+/* Why the program could not forward a planned packet (its counter in struct unforwarded): it
+ * drops the packet, which counts in no struct stats. */
+enum unforwarded_reason : __u8 {
+	UNFORWARDED_NONE = 0,
+	UNFORWARDED_FWD_DISABLED =
+		1,                /* the receiving interface does not forward (net.ipv4.ip_forward,
+	                               * net.ipv6.conf.all.forwarding or the interface's own) */
+	UNFORWARDED_NO_ROUTE = 2, /* no route to the next hop, or a blackhole, unreachable or
+	                               * prohibit one, or a local one */
+	UNFORWARDED_NO_NEIGH = 3, /* XDP dsr: the next hop's neighbour is not resolved */
+};
+
+/* The service id of a plan counted under no service. */
+#define NO_SERVICE 0xffffffff
+
 /* struct service_settings.limit_action */
 enum limit_action : __u8 {
 	LIMIT_DROP = 0,

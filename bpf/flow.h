@@ -291,24 +291,25 @@ static __always_inline int flow_select(const struct packet *p, const struct serv
 	return flow_create(k, svc, g, t, now);
 }
 
-/* Counts a packet of l3_len bytes, and a new flow, for a service and a backend. */
+/* Counts a new flow, and a packet of l3_len bytes when it was handed on (sent), for a service and
+ * a backend. */
 static __always_inline void count_packet(__u32 svc_id, __u32 backend_id, __u32 l3_len,
-					 __u8 new_flow)
+					 __u8 new_flow, bool sent)
 {
 	struct stats *s;
 
-	if (count_nothing)
+	if (count_nothing || (!sent && !new_flow))
 		return;
 	s = bpf_map_lookup_elem(&service_stats, &svc_id);
 	if (s) {
-		s->packets++;
-		s->bytes += l3_len;
+		s->packets += sent;
+		s->bytes += sent ? l3_len : 0;
 		s->flows += new_flow;
 	}
 	s = bpf_map_lookup_elem(&backend_stats, &backend_id);
 	if (s) {
-		s->packets++;
-		s->bytes += l3_len;
+		s->packets += sent;
+		s->bytes += sent ? l3_len : 0;
 		s->flows += new_flow;
 	}
 }

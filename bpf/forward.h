@@ -16,11 +16,16 @@
  *                      stack would route them by the VIP (or answer them itself, holding it), so
  *                      dsr on XDP needs the backends' neighbours resolved by other traffic (the
  *                      health checks) and the client retransmits meanwhile;
+ *   forwarding off     (the receiving interface's net.ipv4/ipv6 forwarding) dropped: the stack
+ *                      would drop it too;
+ *   no route           (none, or a blackhole, unreachable, prohibit or local one) dropped;
  *   any other failure  to the stack with the addresses rewritten and the TTL untouched (it routes,
  *                      decrements and answers errors itself); a dsr packet is passed untouched.
  *                      This includes "fragmentation needed": the stack's ICMP error then quotes
  *                      the rewritten packet, which the client cannot match, so as with IPVS the
- *                      backends' side needs an MTU no smaller than the clients'. */
+ *                      backends' side needs an MTU no smaller than the clients'.
+ * A dropped packet counts in service_unforwarded by reason, and a client's packet counts in the
+ * stats only once handed on (redirected, or to the stack to forward). */
 #ifndef SLUICE_FORWARD_H
 #define SLUICE_FORWARD_H
 
@@ -49,11 +54,12 @@ static __always_inline int verdict_drop(bool xdp)
 	return xdp ? XDP_DROP : TC_ACT_SHOT;
 }
 
-/* Looks up the route of a planned packet arriving on ifindex, and says how it leaves. XDP checks
- * the MTU against the IP length; tc leaves tot_len 0 so that the helper checks the skb, GSO
- * aware, and skips the neighbour lookup that bpf_redirect_neigh does anyway. */
+/* Looks up the route of a planned packet arriving on ifindex, and says how it leaves, and why
+ * not when it is dropped. XDP checks the MTU against the IP length; tc leaves tot_len 0 so that
+ * the helper checks the skb, GSO aware, and skips the neighbour lookup that bpf_redirect_neigh
+ * does anyway. */
 static __always_inline int route(void *ctx, bool xdp, const struct packet *p, const struct plan *pl,
-				 __u32 ifindex, struct bpf_fib_lookup *fib)
+				 __u32 ifindex, struct bpf_fib_lookup *fib, __u8 *why)
 {
 	long rc;
 
@@ -71,14 +77,49 @@ static __always_inline int route(void *ctx, bool xdp, const struct packet *p, co
 		__builtin_memcpy(fib->ipv6_src, pl->out.src, 16);
 		__builtin_memcpy(fib->ipv6_dst, pl->nexthop, 16);
 	}
+	*why = UNFORWARDED_NONE;
 	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), xdp ? 0 : BPF_FIB_LOOKUP_SKIP_NEIGH);
-	if (rc == BPF_FIB_LKUP_RET_SUCCESS)
+	switch (rc) {
+	case BPF_FIB_LKUP_RET_SUCCESS:
 		return xdp ? EGRESS_REDIRECT : EGRESS_NEIGH;
-	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH && !xdp)
-		return EGRESS_NEIGH;
-	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH && !pl->nat)
+	case BPF_FIB_LKUP_RET_NO_NEIGH:
+		if (!xdp)
+			return EGRESS_NEIGH;
+		if (pl->nat)
+			return EGRESS_STACK;
+		*why = UNFORWARDED_NO_NEIGH;
 		return EGRESS_DROP;
+	case BPF_FIB_LKUP_RET_FWD_DISABLED:
+		*why = UNFORWARDED_FWD_DISABLED;
+		return EGRESS_DROP;
+	case BPF_FIB_LKUP_RET_BLACKHOLE:
+	case BPF_FIB_LKUP_RET_UNREACHABLE:
+	case BPF_FIB_LKUP_RET_PROHIBIT:
+	case BPF_FIB_LKUP_RET_NOT_FWDED:
+		*why = UNFORWARDED_NO_ROUTE;
+		return EGRESS_DROP;
+	}
 	return EGRESS_STACK;
+}
+
+/* Counts a planned packet by its fate: a client's packet to a backend in the stats once handed on
+ * (sent), and a packet the program could not forward under its service by why. */
+static __always_inline void count_outcome(const struct plan *pl, __u32 l3_len, bool sent, __u8 why)
+{
+	__u32               id = pl->svc_id;
+	struct unforwarded *u;
+
+	if (pl->counted)
+		count_packet(id, pl->backend_id, l3_len, pl->new_flow, sent);
+	if (why == UNFORWARDED_NONE || count_nothing ||
+	    !(u = bpf_map_lookup_elem(&service_unforwarded, &id)))
+		return;
+	if (why == UNFORWARDED_FWD_DISABLED)
+		u->fwd_disabled++;
+	else if (why == UNFORWARDED_NO_ROUTE)
+		u->no_route++;
+	else
+		u->no_neigh++;
 }
 
 /* Sends a rewritten packet on its way. */

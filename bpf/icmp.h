@@ -108,6 +108,7 @@ static __always_inline int icmp_to_client(const struct packet *p, const struct f
 	__builtin_memcpy(pl->out.dst, r->client, sizeof(pl->out.dst));
 	__builtin_memcpy(pl->nexthop, r->client, sizeof(pl->nexthop));
 	pl->nat = 1;
+	pl->svc_id = r->service_id;
 	return VERDICT_FORWARD;
 }
 
@@ -130,6 +131,7 @@ static __always_inline int icmp_to_backend(const struct service *svc, const stru
 	}
 	if (!t.b)
 		return VERDICT_PASS;
+	pl->svc_id = svc->id;
 	__builtin_memcpy(pl->nexthop, t.b->addr, sizeof(pl->nexthop));
 	if (svc->mode == MODE_DSR)
 		return VERDICT_FORWARD;
@@ -161,6 +163,8 @@ static __noinline int icmp_decide(const struct packet *p, const struct flow_key 
 		return VERDICT_PASS;
 	pl->out = p->key;
 	pl->nat = 0;
+	pl->counted = 0; /* errors count in no stats; where they cannot be forwarded, they do */
+	pl->svc_id = NO_SERVICE;
 	*qout = *q;
 	flow_reverse(&rq, q);
 	r = bpf_map_lookup_elem(&replies, &rq);
@@ -335,6 +339,7 @@ static __always_inline int icmp_handle(void *ctx, bool xdp, const struct packet 
 	struct icmp_work *w;
 	__u32             zero = 0;
 	int               egress;
+	__u8              why;
 
 	if (!icmp_is_error(p) || !(w = bpf_map_lookup_elem(&icmp_scratch, &zero)))
 		return verdict_pass(xdp);
@@ -342,9 +347,11 @@ static __always_inline int icmp_handle(void *ctx, bool xdp, const struct packet 
 		return verdict_pass(xdp);
 	if (icmp_decide(p, &w->q, pl, &w->qout) != VERDICT_FORWARD)
 		return verdict_pass(xdp);
-	egress = route(ctx, xdp, p, pl, ifindex, &w->fib);
-	if (egress == EGRESS_DROP)
+	egress = route(ctx, xdp, p, pl, ifindex, &w->fib, &why);
+	if (egress == EGRESS_DROP) {
+		count_outcome(pl, 0, false, why);
 		return verdict_drop(xdp);
+	}
 	if (egress == EGRESS_STACK && !pl->nat)
 		return verdict_pass(xdp);
 	quoted_tcp_check_load(ctx, xdp, p, w, frame_len);

@@ -12,11 +12,17 @@ enum verdict {
 	VERDICT_FORWARD, /* rewritten per the plan and routed */
 };
 
-/* A forwarding plan: the 5-tuple the packet leaves with and the address to route it to. */
+/* A forwarding plan: the 5-tuple the packet leaves with and the address to route it to, and
+ * where the packet counts once its fate is known. */
 struct plan {
 	struct flow_key out;         /* the rewritten 5-tuple (the original one for dsr) */
 	__u8            nexthop[16]; /* route lookup address: out.dst, or the backend for dsr */
 	__u8            nat;         /* addresses or ports change */
+	__u8            counted;  /* a client's packet to a backend: in the stats once handed on */
+	__u8            new_flow; /* counted: the packet opened a flow */
+	__u8            pad;
+	__u32           svc_id;     /* its service (NO_SERVICE: none), for struct unforwarded */
+	__u32           backend_id; /* counted: the backend it goes to */
 };
 
 /* Fills the plan of a packet of a service's flow sent to backend t for the service's mode. */
@@ -26,6 +32,10 @@ static __always_inline void plan_service(const struct packet *p, const struct se
 {
 	pl->out = p->key;
 	__builtin_memcpy(pl->nexthop, t->b->addr, sizeof(pl->nexthop));
+	pl->counted = 1;
+	pl->new_flow = t->new_flow;
+	pl->svc_id = svc->id;
+	pl->backend_id = t->id;
 	pl->nat = svc->mode != MODE_DSR;
 	if (!pl->nat)
 		return;
@@ -68,7 +78,6 @@ static __always_inline int lb_service(const struct packet *p, const struct servi
 		return limit_reset(svc, &p->key) ? VERDICT_PASS : VERDICT_DROP;
 	if (err)
 		return VERDICT_DROP;
-	count_packet(svc->id, t.id, p->l3_len, t.new_flow);
 	plan_service(p, svc, g, &t, pl);
 	return VERDICT_FORWARD;
 }
@@ -87,6 +96,8 @@ static __always_inline int lb_reply(const struct packet *p, struct plan *pl)
 	pl->out.dport = r->cport;
 	__builtin_memcpy(pl->nexthop, r->client, sizeof(pl->nexthop));
 	pl->nat = 1;
+	pl->counted = 0;
+	pl->svc_id = r->service_id;
 	return VERDICT_FORWARD;
 }
 

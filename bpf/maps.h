@@ -207,6 +207,15 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } service_refusals SEC(".maps");
 
+/* Per-service counts of packets the program could not forward by reason, by service id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct unforwarded);
+	__uint(max_entries, MAX_SERVICES);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} service_unforwarded SEC(".maps");
+
 /* icmp.h adds icmp_scratch, the ICMP error path's per-CPU working space (unpinned, no state). */
 
 #endif

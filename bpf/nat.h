@@ -228,16 +228,23 @@ static __always_inline int forward(void *ctx, bool xdp, const struct packet *p,
 				   const struct plan *pl, __u32 ifindex)
 {
 	struct bpf_fib_lookup        fib;
-	int                          egress = route(ctx, xdp, p, pl, ifindex, &fib);
+	__u8                         why;
+	int                          egress = route(ctx, xdp, p, pl, ifindex, &fib, &why);
 	const struct bpf_fib_lookup *macs = egress == EGRESS_REDIRECT ? &fib : NULL;
 	/* tc dsr: the neighbour layer writes the L2 header and nothing else changes (TTL kept) */
 	bool routed = (egress == EGRESS_REDIRECT || egress == EGRESS_NEIGH) && (xdp || pl->nat);
-	int  err;
+	int  verdict;
 
-	if (egress == EGRESS_DROP)
+	if (egress == EGRESS_DROP) {
+		count_outcome(pl, p->l3_len, false, why);
 		return verdict_drop(xdp);
-	err = xdp ? xdp_rewrite(ctx, p, pl, macs, routed) : tc_rewrite(ctx, p, pl, routed);
-	return err ? verdict_drop(xdp) : leave(xdp, egress, &fib);
+	}
+	if (xdp ? xdp_rewrite(ctx, p, pl, macs, routed) : tc_rewrite(ctx, p, pl, routed))
+		verdict = verdict_drop(xdp);
+	else
+		verdict = leave(xdp, egress, &fib);
+	count_outcome(pl, p->l3_len, verdict != verdict_drop(xdp), UNFORWARDED_NONE);
+	return verdict;
 }
 
 #endif

@@ -147,6 +147,13 @@ struct refusals {
 	__u64 rate;
 };
 
+/* Packets of a service the program could not forward, by enum unforwarded_reason (per CPU). */
+struct unforwarded {
+	__u64 fwd_disabled;
+	__u64 no_route;
+	__u64 no_neigh;
+};
+
 /* Packet, byte and new-flow counters (per CPU). */
 struct stats {
 	__u64 packets;

@@ -157,7 +157,8 @@ func kernelViews(kernel []datapath.ServiceStatus) []engine.ServiceView {
 	for _, k := range kernel {
 		v := engine.ServiceView{
 			Name: k.Name, Protocol: k.Protocol, VIP: config.IPOf(k.VIP), Ports: k.Ports, Mode: k.Mode,
-			Scheduler: k.Scheduler, Programmed: true, Slots: k.Slots, Refused: k.Refused, SYNCookies: k.SYNCookies,
+			Scheduler: k.Scheduler, Programmed: true, Slots: k.Slots, Refused: k.Refused,
+			Unforwarded: k.Unforwarded, SYNCookies: k.SYNCookies,
 		}
 		for _, b := range k.Backends {
 			bv := engine.BackendView{
@@ -182,12 +183,14 @@ func optionalCount(n *uint64) string {
 	return strconv.FormatUint(*n, 10)
 }
 
-// printTable writes the ipvsadm -L layout: a line per service, an indented line per backend; wide
-// adds the fallback, the programmed weight and the health. No line ends in a space.
+// printTable writes the ipvsadm -L layout: a line per service, an indented line per backend, then
+// a "!!" line per service with packets the datapath could not forward; wide adds the fallback, the
+// programmed weight and the health. No line ends in a space.
 func printTable(w io.Writer, services []engine.ServiceView, portNames map[string]string, wide bool) error {
 	var buf bytes.Buffer
 	tw := tabwriter.NewWriter(&buf, 0, 8, 2, ' ', 0)
 	row := func(cells ...string) { fmt.Fprintln(tw, strings.Join(cells, "\t")) }
+	var notes []string // below the table, not to upset its columns
 	if wide {
 		row("Prot LocalAddress:Port", "Name", "Scheduler", "Mode", "Fallback", "Slots", "", "", "", "", "")
 		row("  -> RemoteAddress:Port", "Weight", "Programmed", "Health", "State", "Share", "ActiveConn", "Conns", "InPkts", "InBytes", "")
@@ -216,10 +219,14 @@ func printTable(w io.Writer, services []engine.ServiceView, portNames map[string
 				row(append([]string{addr, strconv.Itoa(b.Weight), orDash(b.State), share}, counters...)...)
 			}
 		}
+		if s.Unforwarded.Total() > 0 {
+			notes = append(notes, fmt.Sprintf("!! %s: dropped, not forwarded: %s\n", s.Name, s.Unforwarded))
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	buf.WriteString(strings.Join(notes, ""))
 	return writeTrimmed(w, buf.String())
 }
 

@@ -2,9 +2,11 @@ package cli
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/engine"
 )
 
@@ -33,6 +35,25 @@ func TestListTable(t *testing.T) {
 		"UDP  [fd00:91:9::100]:5300-5310  dns6    hash       dsr    0\n"
 	if out.String() != want {
 		t.Fatalf("got\n%s\nwant\n%s", out.String(), want)
+	}
+	assertNoTrailingSpace(t, out.String())
+}
+
+// TestListTellsWhatWasNotForwarded: a service whose packets the datapath could not forward gets a
+// line below the table saying how many and why, naming the sysctl; the columns stay as they were.
+func TestListTellsWhatWasNotForwarded(t *testing.T) {
+	services := listFixture()
+	services[0].Unforwarded = datapath.Unforwarded{ForwardingDisabled: 40, NoRoute: 2}
+	var out bytes.Buffer
+	if err := printTable(&out, services, nil, false); err != nil {
+		t.Fatal(err)
+	}
+	want := "" +
+		"  -> 10.91.2.11:8080             1       down       0.0%   0           0      -       -\n" +
+		"UDP  [fd00:91:9::100]:5300-5310  dns6    hash       dsr    0\n" +
+		"!! web: dropped, not forwarded: 40 forwarding disabled (sysctl net.ipv4.ip_forward / net.ipv6.conf.all.forwarding, or the interface's forwarding), 2 no route to the next hop\n"
+	if !strings.HasSuffix(out.String(), want) {
+		t.Fatalf("got\n%s\nwant it to hold\n%s", out.String(), want)
 	}
 	assertNoTrailingSpace(t, out.String())
 }

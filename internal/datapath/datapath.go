@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/plan"
@@ -99,6 +100,13 @@ type Refusals struct {
 	NewConnectionsPerSecond          uint64 `json:"new_connections_per_second,omitempty"`
 }
 
+// UnforwardedReader is a Datapath that counts the packets it could not forward, and can read those
+// counters without reading the rest of its state.
+type UnforwardedReader interface {
+	// Unforwarded returns the counters of every programmed service that has any, by name.
+	Unforwarded(ctx context.Context) (map[string]Unforwarded, error)
+}
+
 // Unforwarded count the packets a datapath could not forward, by reason.
 type Unforwarded struct {
 	// ForwardingDisabled: the receiving interface does not forward (net.ipv4.ip_forward,
@@ -112,6 +120,22 @@ type Unforwarded struct {
 
 // Total is the sum over the reasons.
 func (u Unforwarded) Total() uint64 { return u.ForwardingDisabled + u.NoRoute + u.NoNeighbour }
+
+// String says how many packets went unforwarded for each reason that has any, with what to check.
+func (u Unforwarded) String() string {
+	var parts []string
+	if u.ForwardingDisabled > 0 {
+		parts = append(parts, fmt.Sprintf("%d forwarding disabled (sysctl %s / %s, or the interface's forwarding)",
+			u.ForwardingDisabled, IPv4Forwarding, IPv6Forwarding))
+	}
+	if u.NoRoute > 0 {
+		parts = append(parts, fmt.Sprintf("%d no route to the next hop", u.NoRoute))
+	}
+	if u.NoNeighbour > 0 {
+		parts = append(parts, fmt.Sprintf("%d next hop's neighbour unresolved", u.NoNeighbour))
+	}
+	return strings.Join(parts, ", ")
+}
 
 // BackendStatus is one programmed backend with its counters.
 type BackendStatus struct {

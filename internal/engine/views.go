@@ -38,6 +38,8 @@ type ServiceView struct {
 	Quorum          string `json:"quorum,omitempty"`
 	// Refused counts the new flows the service's access lists and limits refused, by setting.
 	Refused datapath.Refusals `json:"refused,omitzero"`
+	// Unforwarded counts the packets the datapath could not forward and dropped, by reason.
+	Unforwarded datapath.Unforwarded `json:"unforwarded,omitzero"`
 	// SYNCookies counts the SYN protection's cookies (syn_protection only).
 	SYNCookies datapath.SYNCookies `json:"syn_cookies,omitzero"`
 	Backends   []BackendView       `json:"backends"`
@@ -153,7 +155,7 @@ func (e *Engine) serviceView(s *config.Service, k *datapath.ServiceStatus, avail
 	}
 	counters := map[string]datapath.BackendStatus{}
 	if k != nil {
-		v.Slots, v.Refused, v.SYNCookies = k.Slots, k.Refused, k.SYNCookies
+		v.Slots, v.Refused, v.Unforwarded, v.SYNCookies = k.Slots, k.Refused, k.Unforwarded, k.SYNCookies
 		for _, b := range k.Backends {
 			counters[BackendID(b.Address, b.Port)] = b
 		}

@@ -33,6 +33,17 @@ var refusalReasons = []struct {
 	{"new_connections_per_second", func(r datapath.Refusals) uint64 { return r.NewConnectionsPerSecond }},
 }
 
+// unforwardedReasons are the reason labels of sluice_service_unforwarded_packets_total, each with
+// its count.
+var unforwardedReasons = []struct {
+	name  string
+	count func(datapath.Unforwarded) uint64
+}{
+	{"forwarding_disabled", func(u datapath.Unforwarded) uint64 { return u.ForwardingDisabled }},
+	{"no_route", func(u datapath.Unforwarded) uint64 { return u.NoRoute }},
+	{"no_neighbour", func(u datapath.Unforwarded) uint64 { return u.NoNeighbour }},
+}
+
 // family is a metric read from each item of type T (a service, a backend, a probe).
 type family[T any] struct {
 	desc  *prometheus.Desc
@@ -161,6 +172,9 @@ var (
 	serviceRefused = prometheus.NewDesc("sluice_service_refused_total",
 		"New flows the service's access lists and limits refused, by the setting that refused them; a reason that refused none has no series.",
 		[]string{"service", "reason"}, nil)
+	serviceUnforwarded = prometheus.NewDesc("sluice_service_unforwarded_packets_total",
+		"Packets of the service (both ways) the datapath could not forward and dropped, by reason: forwarding_disabled (a forwarding sysctl is 0), no_route, no_neighbour; counted in no backend's packets. ebpf only; a reason that dropped none has no series.",
+		[]string{"service", "reason"}, nil)
 	serviceSYNCookies = prometheus.NewDesc("sluice_service_syn_cookies_total",
 		"SYN cookies of a service with syn_protection: sent (answering a SYN), validated (opening a connection to a backend), rejected (a wrong cookie, the ACK dropped).",
 		[]string{"service", "result"}, nil)
@@ -186,6 +200,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- serviceBackends
 	ch <- serviceQuorum
 	ch <- serviceRefused
+	ch <- serviceUnforwarded
 	ch <- serviceSYNCookies
 	ch <- backendState
 	describe(ch, applyFamilies)
@@ -225,6 +240,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for _, reason := range refusalReasons {
 			if n := reason.count(s.Refused); n > 0 {
 				ch <- prometheus.MustNewConstMetric(serviceRefused, prometheus.CounterValue, float64(n), s.Name, reason.name)
+			}
+		}
+		for _, reason := range unforwardedReasons {
+			if n := reason.count(s.Unforwarded); n > 0 {
+				ch <- prometheus.MustNewConstMetric(serviceUnforwarded, prometheus.CounterValue, float64(n), s.Name, reason.name)
 			}
 		}
 		if c := s.SYNCookies; c != (datapath.SYNCookies{}) {

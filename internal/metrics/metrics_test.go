@@ -102,6 +102,7 @@ func (d *counting) Status(ctx context.Context) ([]datapath.ServiceStatus, error)
 		if status[i].Name == "web" {
 			status[i].Refused = datapath.Refusals{SourceList: 4, NewConnectionsPerSecond: 2}
 			status[i].SYNCookies = datapath.SYNCookies{Sent: 9, Validated: 7}
+			status[i].Unforwarded = datapath.Unforwarded{ForwardingDisabled: 5, NoNeighbour: 1}
 		}
 		for j := range status[i].Backends {
 			b := &status[i].Backends[j]
@@ -206,6 +207,8 @@ func TestScrape(t *testing.T) {
 		`sluice_service_quorum{service="dns"} 1`,
 		`sluice_service_refused_total{reason="source_list",service="web"} 4`,
 		`sluice_service_refused_total{reason="new_connections_per_second",service="web"} 2`,
+		`sluice_service_unforwarded_packets_total{reason="forwarding_disabled",service="web"} 5`,
+		`sluice_service_unforwarded_packets_total{reason="no_neighbour",service="web"} 1`,
 		`sluice_service_syn_cookies_total{result="sent",service="web"} 9`,
 		`sluice_service_syn_cookies_total{result="validated",service="web"} 7`,
 		`sluice_service_syn_cookies_total{result="rejected",service="web"} 0`,
@@ -233,6 +236,11 @@ func TestScrape(t *testing.T) {
 		return !strings.HasPrefix(line, "sluice_service_refused_total{")
 	}); len(refused) != 2 {
 		t.Errorf("refusal series %q, want only the non-zero ones", refused)
+	}
+	if unforwarded := slices.DeleteFunc(slices.Clone(got), func(line string) bool {
+		return !strings.HasPrefix(line, "sluice_service_unforwarded_packets_total{")
+	}); len(unforwarded) != 2 {
+		t.Errorf("unforwarded series %q, want only the non-zero ones", unforwarded)
 	}
 	for _, prefix := range []string{
 		`sluice_datapath_applies_total `, `sluice_datapath_apply_duration_seconds_count{result="ok"} `,

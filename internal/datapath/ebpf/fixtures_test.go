@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"net/netip"
+	"os"
 	"testing"
 	"time"
 
@@ -112,6 +113,7 @@ func (e *fxEnv) reset(t *testing.T) {
 	for id := range uint32(100) {
 		e.put(e.objs.ServiceStats, id, zero)
 		e.put(e.objs.BackendStats, id, zero)
+		e.put(e.objs.ServiceUnforwarded, id, make([]sluiceUnforwarded, ebpf.MustPossibleCPU()))
 	}
 	for id, b := range fxBackends {
 		a, family := wireAddr(b.Addr())
@@ -200,6 +202,56 @@ func (e *fxEnv) stats(m interface{ Lookup(k, v any) error }, id uint32) sluiceSt
 		s.Flows += c.Flows
 	}
 	return s
+}
+
+// unforwarded sums a service's per-CPU counters of packets not forwarded over the CPUs.
+func (e *fxEnv) unforwarded(id uint32) sluiceUnforwarded {
+	e.t.Helper()
+	var per []sluiceUnforwarded
+	if err := e.objs.ServiceUnforwarded.Lookup(id, &per); err != nil {
+		e.t.Fatal(err)
+	}
+	var u sluiceUnforwarded
+	for _, c := range per {
+		u.FwdDisabled += c.FwdDisabled
+		u.NoRoute += c.NoRoute
+		u.NoNeigh += c.NoNeigh
+	}
+	return u
+}
+
+// wantCounts checks, after one packet that opened a flow, what service id and backend counted: a
+// packet handed on in both stats (sent), otherwise in none and in the service's unforwarded
+// counters as u says.
+func (e *fxEnv) wantCounts(service, backend uint32, sent bool, u sluiceUnforwarded) {
+	e.t.Helper()
+	packets := uint64(0)
+	if sent {
+		packets = 1
+	}
+	for _, s := range []sluiceStats{e.stats(e.objs.ServiceStats, service), e.stats(e.objs.BackendStats, backend)} {
+		if s.Packets != packets || s.Flows != 1 {
+			e.t.Errorf("counters %+v, want %d packets and 1 flow", s, packets)
+		}
+	}
+	if got := e.unforwarded(service); got != u {
+		e.t.Errorf("service %d not forwarded %+v, want %+v", service, got, u)
+	}
+}
+
+// forwardingOff turns the forwarding of the fixture network's interface dev off for the test.
+func forwardingOff(dev string) func(e *fxEnv) {
+	return func(e *fxEnv) {
+		set := func(v string) {
+			for _, family := range []string{"ipv4", "ipv6"} {
+				if err := os.WriteFile("/proc/sys/net/"+family+"/conf/"+dev+"/forwarding", []byte(v), 0o644); err != nil {
+					e.t.Fatal(err)
+				}
+			}
+		}
+		set("0")
+		e.t.Cleanup(func() { set("1") })
+	}
 }
 
 // fixture is one packet test: the frame the program gets, what it must do and leave.
@@ -548,18 +600,46 @@ func routeFixtures() []fixture {
 	nat := tcpPkt(cli4, ap(vipNoNeigh4, 80))
 	dsr := tcpPkt(cli4, ap(vipNoNeigh4, 81))
 	unrouted := tcpPkt(cli4, ap(vipUnrouted4, 80))
+	nat4, dsr4 := tcpPkt(cli4, ap(vipNat4, 80)).synPkt(), tcpPkt(cli4, ap(vipDSR4, 80)).synPkt()
+	dsr6 := tcpPkt(cli6, ap(vipDSR6, 80)).synPkt()
+	fwdDisabled := func(service, backend uint32) func(e *fxEnv) {
+		return func(e *fxEnv) { e.wantCounts(service, backend, false, sluiceUnforwarded{FwdDisabled: 1}) }
+	}
 	return []fixture{
 		{
 			name: "nat: no neighbour: tc lets bpf_redirect_neigh resolve it, XDP leaves it to the stack rewritten",
 			in:   nat.frame(), want: vRedirect, wantXDP: vPass,
 			out:    withTTL(nat.to(ap(noNeigh4, 80)), 63).frame(),
 			outXDP: nat.to(ap(noNeigh4, 80)).frame(),
+			check:  func(e *fxEnv) { e.wantCounts(15, 5, true, sluiceUnforwarded{}) },
 		},
 		{
-			name: "dsr: no neighbour: tc lets bpf_redirect_neigh resolve it, untouched; XDP drops",
+			name: "dsr: no neighbour: tc lets bpf_redirect_neigh resolve it, untouched; XDP drops and counts it",
 			in:   dsr.frame(), want: vRedirect, wantXDP: vDrop, tcUntouched: true,
+			check: func(e *fxEnv) {
+				if e.hook == hookXDP {
+					e.wantCounts(16, 5, false, sluiceUnforwarded{NoNeigh: 1})
+				} else {
+					e.wantCounts(16, 5, true, sluiceUnforwarded{})
+				}
+			},
 		},
-		{name: "no route to the backend: to the stack rewritten, TTL untouched", in: unrouted.frame(), want: vPass, out: unrouted.to(ap(unrouted4, 80)).frame()},
+		{
+			name: "no route to the backend: dropped and counted, not forwarded", in: unrouted.frame(), want: vDrop,
+			check: func(e *fxEnv) { e.wantCounts(17, 6, false, sluiceUnforwarded{NoRoute: 1}) },
+		},
+		{
+			name: "nat: forwarding off on the client side: dropped and counted, not forwarded", prepare: forwardingOff("cli0"),
+			in: nat4.frame(), want: vDrop, check: fwdDisabled(1, 1),
+		},
+		{
+			name: "dsr: forwarding off on the client side: dropped and counted, not forwarded", prepare: forwardingOff("cli0"),
+			in: dsr4.frame(), want: vDrop, check: fwdDisabled(5, 1),
+		},
+		{
+			name: "dsr over IPv6: forwarding off on the client side: dropped and counted, not forwarded", prepare: forwardingOff("cli0"),
+			in: dsr6.frame(), want: vDrop, check: fwdDisabled(11, 3),
+		},
 	}
 }
 
@@ -578,6 +658,15 @@ func replyFixtures() []fixture {
 		{
 			name: "nat: a reply leaves from the VIP", prepare: first(tcpPkt(cli4, ap(vipNat4, 80)).synPkt()), in: nat.frame(), fromBackend: true,
 			want: vRedirect, out: nat.from(ap(vipNat4, 80)).routed(macLBClient, macClient).frame(),
+		},
+		{
+			name: "nat: a reply with forwarding off on the backend side: dropped, counted under the service",
+			prepare: func(e *fxEnv) {
+				first(tcpPkt(cli4, ap(vipNat4, 80)).synPkt())(e)
+				forwardingOff("srv0")(e)
+			},
+			in: nat.frame(), fromBackend: true, want: vDrop,
+			check: func(e *fxEnv) { e.wantCounts(1, 1, true, sluiceUnforwarded{FwdDisabled: 1}) },
 		},
 		{
 			name: "nat: a UDP reply from another port", prepare: first(udpPkt(cli4, ap(vipNat4, 53))), in: natUDP.frame(), fromBackend: true,

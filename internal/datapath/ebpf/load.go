@@ -43,6 +43,8 @@ type kernelMaps struct {
 	Clients      *ebpf.Map
 	// ServiceRefusals counts the new flows each service refused, by reason.
 	ServiceRefusals *ebpf.Map
+	// ServiceUnforwarded counts the packets of each service the program could not forward, by reason.
+	ServiceUnforwarded *ebpf.Map
 }
 
 // addedMaps are the pinned maps later versions added: pins of an older version lack them, which
@@ -52,7 +54,7 @@ var addedMaps = map[string]bool{
 	sluiceMapBackendConns: true, sluiceMapBackendLost: true, sluiceMapPersist: true,
 	sluiceMapSourceAllow: true, sluiceMapSourceDeny: true,
 	sluiceMapServiceRate: true, sluiceMapServiceConns: true, sluiceMapServiceLost: true, sluiceMapClients: true,
-	sluiceMapServiceRefusals: true,
+	sluiceMapServiceRefusals: true, sluiceMapServiceUnforwarded: true,
 }
 
 // fields are the maps' places in m by pin name.
@@ -67,7 +69,7 @@ func (m *kernelMaps) fields() map[string]**ebpf.Map {
 		sluiceMapSourceAllow: &m.SourceAllow, sluiceMapSourceDeny: &m.SourceDeny,
 		sluiceMapServiceRate: &m.ServiceRate, sluiceMapServiceConns: &m.ServiceConns,
 		sluiceMapServiceLost: &m.ServiceLost, sluiceMapClients: &m.Clients,
-		sluiceMapServiceRefusals: &m.ServiceRefusals,
+		sluiceMapServiceRefusals: &m.ServiceRefusals, sluiceMapServiceUnforwarded: &m.ServiceUnforwarded,
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -172,11 +171,7 @@ func newFxNet(tb testing.TB) *fxNet {
 // build sets the fixture network up in the current namespace.
 func (n *fxNet) build(tb testing.TB) {
 	tb.Helper()
-	for _, s := range []string{"net/ipv4/conf/all/forwarding", "net/ipv6/conf/all/forwarding"} {
-		if err := os.WriteFile(filepath.Join("/proc/sys", s), []byte("1"), 0o644); err != nil {
-			tb.Fatal(err)
-		}
-	}
+	forwardingOn(tb)
 	n.client = fxVeth(tb, "cli0", macLBClient, "10.0.1.1/24", "fd00:1::1/64")
 	n.backend = fxVeth(tb, "srv0", macLBBackend, "10.0.2.1/24", "fd00:2::1/64")
 	for _, nb := range []struct {

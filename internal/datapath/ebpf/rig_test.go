@@ -18,8 +18,8 @@ import (
 )
 
 // rig is a throwaway place for kernel tests: a private BPF filesystem for the pins and a fresh
-// network namespace holding one veth pair (veth0: 10.91.2.1/24 and fd00:91:2::1/64), which the
-// test's goroutine runs in. Everything is undone when the test ends, also when it fails.
+// network namespace that forwards, as a balancer does, holding one veth pair (veth0: 10.91.2.1/24
+// and fd00:91:2::1/64), which the test's goroutine runs in. Everything is undone when the test ends, also when it fails.
 type rig struct {
 	t   *testing.T
 	pin string // the pin path, on the private BPF filesystem
@@ -43,6 +43,7 @@ func newRig(t *testing.T) *rig {
 		}
 	})
 	netnstest.EnterNew(t)
+	forwardingOn(t)
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "veth0"}, PeerName: "veth1"}
 	if err := netlink.LinkAdd(veth); err != nil {
 		t.Fatal(err)
@@ -64,6 +65,17 @@ func newRig(t *testing.T) *rig {
 		}
 	}
 	return &rig{t: t, pin: filepath.Join(fs, "sluice")}
+}
+
+// forwardingOn turns IPv4 and IPv6 forwarding on in the calling thread's network namespace, as on
+// a balancer: bpf_fib_lookup refuses to route what arrives on an interface that does not forward.
+func forwardingOn(tb testing.TB) {
+	tb.Helper()
+	for _, s := range []string{"net/ipv4/conf/all/forwarding", "net/ipv6/conf/all/forwarding"} {
+		if err := os.WriteFile(filepath.Join("/proc/sys", s), []byte("1"), 0o644); err != nil {
+			tb.Fatal(err)
+		}
+	}
 }
 
 // datapath returns a Datapath over the rig's pin path, attaching to veth0, closed when the test

@@ -216,6 +216,13 @@ type sluiceStats struct {
 	Flows   uint64
 }
 
+type sluiceUnforwarded struct {
+	_           structs.HostLayout
+	FwdDisabled uint64
+	NoRoute     uint64
+	NoNeigh     uint64
+}
+
 type sluiceVipKey struct {
 	_      structs.HostLayout
 	Addr   [16]uint8
@@ -228,32 +235,33 @@ type sluiceVipKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	sluiceMapBackendConns    = "backend_conns"
-	sluiceMapBackendLost     = "backend_lost"
-	sluiceMapBackendOpts     = "backend_opts"
-	sluiceMapBackendStats    = "backend_stats"
-	sluiceMapBackends        = "backends"
-	sluiceMapClients         = "clients"
-	sluiceMapConfig          = "config"
-	sluiceMapFlows           = "flows"
-	sluiceMapIcmpScratch     = "icmp_scratch"
-	sluiceMapIfMacs          = "if_macs"
-	sluiceMapMaglev          = "maglev"
-	sluiceMapPersist         = "persist"
-	sluiceMapPickScratch     = "pick_scratch"
-	sluiceMapReplies         = "replies"
-	sluiceMapServiceConns    = "service_conns"
-	sluiceMapServiceLost     = "service_lost"
-	sluiceMapServiceOpts     = "service_opts"
-	sluiceMapServiceRate     = "service_rate"
-	sluiceMapServiceRefusals = "service_refusals"
-	sluiceMapServiceStats    = "service_stats"
-	sluiceMapSourceAllow     = "source_allow"
-	sluiceMapSourceDeny      = "source_deny"
-	sluiceMapVips            = "vips"
-	sluiceProgSluiceTc       = "sluice_tc"
-	sluiceProgSluiceXdp      = "sluice_xdp"
-	sluiceVarCountNothing    = "count_nothing"
+	sluiceMapBackendConns       = "backend_conns"
+	sluiceMapBackendLost        = "backend_lost"
+	sluiceMapBackendOpts        = "backend_opts"
+	sluiceMapBackendStats       = "backend_stats"
+	sluiceMapBackends           = "backends"
+	sluiceMapClients            = "clients"
+	sluiceMapConfig             = "config"
+	sluiceMapFlows              = "flows"
+	sluiceMapIcmpScratch        = "icmp_scratch"
+	sluiceMapIfMacs             = "if_macs"
+	sluiceMapMaglev             = "maglev"
+	sluiceMapPersist            = "persist"
+	sluiceMapPickScratch        = "pick_scratch"
+	sluiceMapReplies            = "replies"
+	sluiceMapServiceConns       = "service_conns"
+	sluiceMapServiceLost        = "service_lost"
+	sluiceMapServiceOpts        = "service_opts"
+	sluiceMapServiceRate        = "service_rate"
+	sluiceMapServiceRefusals    = "service_refusals"
+	sluiceMapServiceStats       = "service_stats"
+	sluiceMapServiceUnforwarded = "service_unforwarded"
+	sluiceMapSourceAllow        = "source_allow"
+	sluiceMapSourceDeny         = "source_deny"
+	sluiceMapVips               = "vips"
+	sluiceProgSluiceTc          = "sluice_tc"
+	sluiceProgSluiceXdp         = "sluice_xdp"
+	sluiceVarCountNothing       = "count_nothing"
 )
 
 // loadSluice returns the embedded CollectionSpec for sluice.
@@ -306,29 +314,30 @@ type sluiceProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sluiceMapSpecs struct {
-	BackendConns    *ebpf.MapSpec `ebpf:"backend_conns"`
-	BackendLost     *ebpf.MapSpec `ebpf:"backend_lost"`
-	BackendOpts     *ebpf.MapSpec `ebpf:"backend_opts"`
-	BackendStats    *ebpf.MapSpec `ebpf:"backend_stats"`
-	Backends        *ebpf.MapSpec `ebpf:"backends"`
-	Clients         *ebpf.MapSpec `ebpf:"clients"`
-	Config          *ebpf.MapSpec `ebpf:"config"`
-	Flows           *ebpf.MapSpec `ebpf:"flows"`
-	IcmpScratch     *ebpf.MapSpec `ebpf:"icmp_scratch"`
-	IfMacs          *ebpf.MapSpec `ebpf:"if_macs"`
-	Maglev          *ebpf.MapSpec `ebpf:"maglev"`
-	Persist         *ebpf.MapSpec `ebpf:"persist"`
-	PickScratch     *ebpf.MapSpec `ebpf:"pick_scratch"`
-	Replies         *ebpf.MapSpec `ebpf:"replies"`
-	ServiceConns    *ebpf.MapSpec `ebpf:"service_conns"`
-	ServiceLost     *ebpf.MapSpec `ebpf:"service_lost"`
-	ServiceOpts     *ebpf.MapSpec `ebpf:"service_opts"`
-	ServiceRate     *ebpf.MapSpec `ebpf:"service_rate"`
-	ServiceRefusals *ebpf.MapSpec `ebpf:"service_refusals"`
-	ServiceStats    *ebpf.MapSpec `ebpf:"service_stats"`
-	SourceAllow     *ebpf.MapSpec `ebpf:"source_allow"`
-	SourceDeny      *ebpf.MapSpec `ebpf:"source_deny"`
-	Vips            *ebpf.MapSpec `ebpf:"vips"`
+	BackendConns       *ebpf.MapSpec `ebpf:"backend_conns"`
+	BackendLost        *ebpf.MapSpec `ebpf:"backend_lost"`
+	BackendOpts        *ebpf.MapSpec `ebpf:"backend_opts"`
+	BackendStats       *ebpf.MapSpec `ebpf:"backend_stats"`
+	Backends           *ebpf.MapSpec `ebpf:"backends"`
+	Clients            *ebpf.MapSpec `ebpf:"clients"`
+	Config             *ebpf.MapSpec `ebpf:"config"`
+	Flows              *ebpf.MapSpec `ebpf:"flows"`
+	IcmpScratch        *ebpf.MapSpec `ebpf:"icmp_scratch"`
+	IfMacs             *ebpf.MapSpec `ebpf:"if_macs"`
+	Maglev             *ebpf.MapSpec `ebpf:"maglev"`
+	Persist            *ebpf.MapSpec `ebpf:"persist"`
+	PickScratch        *ebpf.MapSpec `ebpf:"pick_scratch"`
+	Replies            *ebpf.MapSpec `ebpf:"replies"`
+	ServiceConns       *ebpf.MapSpec `ebpf:"service_conns"`
+	ServiceLost        *ebpf.MapSpec `ebpf:"service_lost"`
+	ServiceOpts        *ebpf.MapSpec `ebpf:"service_opts"`
+	ServiceRate        *ebpf.MapSpec `ebpf:"service_rate"`
+	ServiceRefusals    *ebpf.MapSpec `ebpf:"service_refusals"`
+	ServiceStats       *ebpf.MapSpec `ebpf:"service_stats"`
+	ServiceUnforwarded *ebpf.MapSpec `ebpf:"service_unforwarded"`
+	SourceAllow        *ebpf.MapSpec `ebpf:"source_allow"`
+	SourceDeny         *ebpf.MapSpec `ebpf:"source_deny"`
+	Vips               *ebpf.MapSpec `ebpf:"vips"`
 }
 
 // sluiceVariableSpecs contains global variables before they are loaded into the kernel.
@@ -358,29 +367,30 @@ func (o *sluiceObjects) Close() error {
 //
 // It can be passed to loadSluiceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sluiceMaps struct {
-	BackendConns    *ebpf.Map `ebpf:"backend_conns"`
-	BackendLost     *ebpf.Map `ebpf:"backend_lost"`
-	BackendOpts     *ebpf.Map `ebpf:"backend_opts"`
-	BackendStats    *ebpf.Map `ebpf:"backend_stats"`
-	Backends        *ebpf.Map `ebpf:"backends"`
-	Clients         *ebpf.Map `ebpf:"clients"`
-	Config          *ebpf.Map `ebpf:"config"`
-	Flows           *ebpf.Map `ebpf:"flows"`
-	IcmpScratch     *ebpf.Map `ebpf:"icmp_scratch"`
-	IfMacs          *ebpf.Map `ebpf:"if_macs"`
-	Maglev          *ebpf.Map `ebpf:"maglev"`
-	Persist         *ebpf.Map `ebpf:"persist"`
-	PickScratch     *ebpf.Map `ebpf:"pick_scratch"`
-	Replies         *ebpf.Map `ebpf:"replies"`
-	ServiceConns    *ebpf.Map `ebpf:"service_conns"`
-	ServiceLost     *ebpf.Map `ebpf:"service_lost"`
-	ServiceOpts     *ebpf.Map `ebpf:"service_opts"`
-	ServiceRate     *ebpf.Map `ebpf:"service_rate"`
-	ServiceRefusals *ebpf.Map `ebpf:"service_refusals"`
-	ServiceStats    *ebpf.Map `ebpf:"service_stats"`
-	SourceAllow     *ebpf.Map `ebpf:"source_allow"`
-	SourceDeny      *ebpf.Map `ebpf:"source_deny"`
-	Vips            *ebpf.Map `ebpf:"vips"`
+	BackendConns       *ebpf.Map `ebpf:"backend_conns"`
+	BackendLost        *ebpf.Map `ebpf:"backend_lost"`
+	BackendOpts        *ebpf.Map `ebpf:"backend_opts"`
+	BackendStats       *ebpf.Map `ebpf:"backend_stats"`
+	Backends           *ebpf.Map `ebpf:"backends"`
+	Clients            *ebpf.Map `ebpf:"clients"`
+	Config             *ebpf.Map `ebpf:"config"`
+	Flows              *ebpf.Map `ebpf:"flows"`
+	IcmpScratch        *ebpf.Map `ebpf:"icmp_scratch"`
+	IfMacs             *ebpf.Map `ebpf:"if_macs"`
+	Maglev             *ebpf.Map `ebpf:"maglev"`
+	Persist            *ebpf.Map `ebpf:"persist"`
+	PickScratch        *ebpf.Map `ebpf:"pick_scratch"`
+	Replies            *ebpf.Map `ebpf:"replies"`
+	ServiceConns       *ebpf.Map `ebpf:"service_conns"`
+	ServiceLost        *ebpf.Map `ebpf:"service_lost"`
+	ServiceOpts        *ebpf.Map `ebpf:"service_opts"`
+	ServiceRate        *ebpf.Map `ebpf:"service_rate"`
+	ServiceRefusals    *ebpf.Map `ebpf:"service_refusals"`
+	ServiceStats       *ebpf.Map `ebpf:"service_stats"`
+	ServiceUnforwarded *ebpf.Map `ebpf:"service_unforwarded"`
+	SourceAllow        *ebpf.Map `ebpf:"source_allow"`
+	SourceDeny         *ebpf.Map `ebpf:"source_deny"`
+	Vips               *ebpf.Map `ebpf:"vips"`
 }
 
 func (m *sluiceMaps) Close() error {
@@ -405,6 +415,7 @@ func (m *sluiceMaps) Close() error {
 		m.ServiceRate,
 		m.ServiceRefusals,
 		m.ServiceStats,
+		m.ServiceUnforwarded,
 		m.SourceAllow,
 		m.SourceDeny,
 		m.Vips,

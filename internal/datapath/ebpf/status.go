@@ -87,6 +87,13 @@ func serviceStatus(m *kernelMaps, s *serviceState, active map[uint32]uint64) (da
 		}
 		out.Refused = refused
 	}
+	if m.ServiceUnforwarded != nil {
+		unforwarded, err := sumUnforwarded(m.ServiceUnforwarded, s.id)
+		if err != nil {
+			return out, err
+		}
+		out.Unforwarded = unforwarded
+	}
 	owned := map[uint32]int{}
 	for _, id := range s.slots {
 		owned[id]++
@@ -143,6 +150,22 @@ func sumRefusals(m *ebpf.Map, id uint32) (datapath.Refusals, error) {
 	return sum, nil
 }
 
+// sumUnforwarded adds up the per-CPU counters of the packets of a service id the program could not
+// forward.
+func sumUnforwarded(m *ebpf.Map, id uint32) (datapath.Unforwarded, error) {
+	var perCPU []sluiceUnforwarded
+	var sum datapath.Unforwarded
+	if err := m.Lookup(id, &perCPU); err != nil {
+		return sum, err
+	}
+	for _, c := range perCPU {
+		sum.ForwardingDisabled += c.FwdDisabled
+		sum.NoRoute += c.NoRoute
+		sum.NoNeighbour += c.NoNeigh
+	}
+	return sum, nil
+}
+
 // sumStats adds up the per-CPU counters of an id.
 func sumStats(m *ebpf.Map, id uint32) (sluiceStats, error) {
 	var perCPU []sluiceStats
@@ -156,4 +179,37 @@ func sumStats(m *ebpf.Map, id uint32) (sluiceStats, error) {
 		sum.Flows += c.Flows
 	}
 	return sum, nil
+}
+
+var _ datapath.UnforwardedReader = (*Datapath)(nil)
+
+// Unforwarded reads the counters of the packets the program could not forward, of every service
+// that has any: one map lookup per service, without the flow table pass of Status.
+func (d *Datapath) Unforwarded(context.Context) (map[string]datapath.Unforwarded, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	m, err := d.pinnedMaps()
+	if m == nil || m.ServiceUnforwarded == nil {
+		return nil, err
+	}
+	st := d.state
+	if st == nil {
+		if st, err = readState(m); err != nil {
+			return nil, err
+		}
+	}
+	out := map[string]datapath.Unforwarded{}
+	for name, s := range st.services {
+		if s.rec.retired() {
+			continue
+		}
+		u, err := sumUnforwarded(m.ServiceUnforwarded, s.id)
+		if err != nil {
+			return nil, err
+		}
+		if u.Total() > 0 {
+			out[name] = u
+		}
+	}
+	return out, nil
 }

@@ -74,6 +74,9 @@ func (s *syncer) service(ps *plan.Service) error {
 		if err := s.w.put(s.m.ServiceRefusals, id, []sluiceRefusals{}); err != nil {
 			return err
 		}
+		if err := s.w.put(s.m.ServiceUnforwarded, id, []sluiceUnforwarded{}); err != nil {
+			return err
+		}
 		cur = &serviceState{id: id, backends: map[string]*backendState{}}
 		s.st.addService(ps.Name, cur)
 	}

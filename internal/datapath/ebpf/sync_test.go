@@ -276,9 +276,9 @@ func TestOneChangeCostsItsOwnWrites(t *testing.T) {
 	added := planFromYAML(t, manyServices(41, 1))
 	added.Services = slices.Concat(after.Services, added.Services[slices.IndexFunc(added.Services, func(s plan.Service) bool { return s.Name == "s40" }):][:1])
 	s40 := &added.Services[len(added.Services)-1]
-	// Counters and refusal counters of the service, counters of its 3 backends, 3 records and
-	// entries, the ring, 1 port, 1 record.
-	want = 2 + 3*3 + len(s40.Slots) + 1 + 1
+	// Counters, refusal and unforwarded counters of the service, counters of its 3 backends, 3
+	// records and entries, the ring, 1 port, 1 record.
+	want = 3 + 3*3 + len(s40.Slots) + 1 + 1
 	if got := r.apply(d, added); got != want {
 		t.Errorf("adding a service wrote %d entries, want %d", got, want)
 	}

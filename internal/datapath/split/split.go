@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -189,6 +190,25 @@ func (d *Datapath) Budget(p *plan.Plan) error {
 }
 
 var _ datapath.ForwardingChecker = (*Datapath)(nil)
+
+var _ datapath.UnforwardedReader = (*Datapath)(nil)
+
+// Unforwarded reads the counters of the datapaths that count the packets they could not forward.
+func (d *Datapath) Unforwarded(ctx context.Context) (map[string]datapath.Unforwarded, error) {
+	out := map[string]datapath.Unforwarded{}
+	for _, dp := range []datapath.Datapath{d.first, d.second} {
+		r, ok := dp.(datapath.UnforwardedReader)
+		if !ok {
+			continue
+		}
+		half, err := r.Unforwarded(ctx)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(out, half)
+	}
+	return out, nil
+}
 
 // CheckForwarding checks the whole plan with the first datapath that checks forwarding: what a
 // service needs depends on the plan's datapath and its mode, not on the half that holds it.
