@@ -30,18 +30,7 @@ func newRig(t *testing.T) *rig {
 	if os.Geteuid() != 0 {
 		testutil.Missing(t, "needs root: loads BPF programs and maps, pins them and attaches to a veth in a network namespace")
 	}
-	fs := filepath.Join(t.TempDir(), "bpffs")
-	if err := os.Mkdir(fs, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("bpf", fs, "bpf", 0, "mode=0700"); err != nil {
-		t.Fatalf("mounting a BPF filesystem: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(fs, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmounting %s: %v", fs, err)
-		}
-	})
+	pin := privatePinPath(t)
 	netnstest.EnterNew(t)
 	forwardingOn(t)
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "veth0"}, PeerName: "veth1"}
@@ -64,7 +53,26 @@ func newRig(t *testing.T) *rig {
 			t.Fatal(err)
 		}
 	}
-	return &rig{t: t, pin: filepath.Join(fs, "sluice")}
+	return &rig{t: t, pin: pin}
+}
+
+// privatePinPath mounts a BPF filesystem of the test's own, unmounted when it ends, and returns
+// a pin path on it.
+func privatePinPath(t *testing.T) string {
+	t.Helper()
+	fs := filepath.Join(t.TempDir(), "bpffs")
+	if err := os.Mkdir(fs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("bpf", fs, "bpf", 0, "mode=0700"); err != nil {
+		t.Fatalf("mounting a BPF filesystem: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(fs, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmounting %s: %v", fs, err)
+		}
+	})
+	return filepath.Join(fs, "sluice")
 }
 
 // forwardingOn turns IPv4 and IPv6 forwarding on in the calling thread's network namespace, as on
