@@ -23,13 +23,44 @@ var nfproto = map[knftables.Family]uint8{knftables.InetFamily: unix.NFPROTO_INET
 // rulesetGeneration is the current generation of the network namespace's ruleset; 0 when it
 // cannot be read.
 func rulesetGeneration() uint32 {
-	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETGEN, 0)
-	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_UNSPEC, Version: unix.NFNETLINK_V0})
-	msgs, err := req.Execute(unix.NETLINK_NETFILTER, unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWGEN)
-	if err != nil || len(msgs) == 0 || len(msgs[0]) < nl.SizeofNfgenmsg {
+	msgs, err := generationRequest().Execute(unix.NETLINK_NETFILTER, unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWGEN)
+	if err != nil || len(msgs) == 0 {
 		return 0
 	}
-	attrs, err := nl.ParseRouteAttr(msgs[0][nl.SizeofNfgenmsg:])
+	return generationAttribute(msgs[0])
+}
+
+// generationOn is rulesetGeneration asked on s, a socket of the namespace to ask about (the
+// calling thread's may be another); 0 when it cannot be read.
+func generationOn(s *nl.NetlinkSocket) uint32 {
+	if err := s.Send(generationRequest()); err != nil {
+		return 0
+	}
+	msgs, _, err := s.Receive()
+	if err != nil {
+		return 0
+	}
+	for _, m := range msgs {
+		if m.Header.Type == unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWGEN {
+			return generationAttribute(m.Data)
+		}
+	}
+	return 0
+}
+
+// generationRequest asks for the ruleset's generation (NFT_MSG_GETGEN).
+func generationRequest() *nl.NetlinkRequest {
+	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETGEN, 0)
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_UNSPEC, Version: unix.NFNETLINK_V0})
+	return req
+}
+
+// generationAttribute reads NFTA_GEN_ID from an NFT_MSG_NEWGEN message's payload; 0 when absent.
+func generationAttribute(data []byte) uint32 {
+	if len(data) < nl.SizeofNfgenmsg {
+		return 0
+	}
+	attrs, err := nl.ParseRouteAttr(data[nl.SizeofNfgenmsg:])
 	if err != nil {
 		return 0
 	}

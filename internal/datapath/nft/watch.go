@@ -28,6 +28,9 @@ import (
 // that one is Sluice's own, or was read back since. Once another program has committed anything
 // in the namespace, Apply records no generation until a resync has read the tables back, and
 // Sluice's own changes are reported too until then: the resync they cause reads the tables once.
+// Notifications lost to an overflow of the socket (a transaction of Sluice's own with tens of
+// thousands of elements overflows it) are judged by the ruleset's generation read after the loss:
+// when Sluice's commits account for it, every lost notification was of Sluice's own transactions.
 
 var _ datapath.Watcher = (*Datapath)(nil)
 
@@ -43,18 +46,31 @@ const (
 // Watch starts following the ruleset of the calling thread's network namespace; see
 // datapath.Watcher.
 func (d *Datapath) Watch(ctx context.Context, changed func(what string)) error {
+	return d.watch(ctx, changed, watchBuffer)
+}
+
+// watch is Watch with a notification socket of buffer bytes.
+func (d *Datapath) watch(ctx context.Context, changed func(what string), buffer int) error {
 	s, err := nl.Subscribe(unix.NETLINK_NETFILTER, unix.NFNLGRP_NFTABLES)
 	if err != nil {
 		return fmt.Errorf("subscribing to nftables notifications: %w", err)
 	}
-	if err := s.SetReceiveBufferSize(watchBuffer, true); err != nil {
+	if err := s.SetReceiveBufferSize(buffer, true); err != nil {
 		s.Close()
 		return fmt.Errorf("sizing the nftables notification socket: %w", err)
 	}
-	w := &watcher{d: d, ctx: ctx, changed: changed}
+	// The generation is asked on a socket of this namespace: the reading goroutine's thread may
+	// be in another.
+	gens, err := nl.Subscribe(unix.NETLINK_NETFILTER)
+	if err != nil {
+		s.Close()
+		return fmt.Errorf("opening a socket for the ruleset's generation: %w", err)
+	}
+	w := &watcher{d: d, ctx: ctx, changed: changed, generations: gens}
 	go func() {
 		<-ctx.Done()
 		s.Close() // ends the Receive in progress
+		gens.Close()
 	}()
 	go w.read(s)
 	return nil
@@ -62,9 +78,10 @@ func (d *Datapath) Watch(ctx context.Context, changed func(what string)) error {
 
 // watcher turns nf_tables' notifications into reports of changes made by others.
 type watcher struct {
-	d       *Datapath
-	ctx     context.Context
-	changed func(what string)
+	d           *Datapath
+	ctx         context.Context
+	changed     func(what string)
+	generations *nl.NetlinkSocket // asks the watched namespace's ruleset generation
 
 	mu      sync.Mutex
 	pending []transaction // touched Sluice's tables, not judged yet
@@ -72,7 +89,8 @@ type watcher struct {
 
 // transaction is one nf_tables transaction that touched Sluice's tables.
 type transaction struct {
-	gen     uint32 // the generation it made; 0: not known (notifications were lost)
+	gen     uint32 // the generation it made (lost: the ruleset's after the loss); 0: not known
+	lost    bool   // notifications were lost: this stands for every transaction up to gen
 	by      string // the process that committed it
 	changes []change
 	more    int // changes beyond watchKept
@@ -116,7 +134,7 @@ func (t *transaction) note(c change) {
 // String names the transaction's changes, the biggest first, leaving out the deletions a deleted
 // table implies.
 func (t transaction) String() string {
-	if t.gen == 0 {
+	if t.lost {
 		return "nftables notifications lost (receive buffer overflow)"
 	}
 	var shown []change
@@ -153,7 +171,7 @@ func (w *watcher) read(s *nl.NetlinkSocket) {
 			return
 		case errors.Is(err, unix.ENOBUFS):
 			t = transaction{}
-			w.add(transaction{}) // lost: judged as a change by others
+			w.add(transaction{lost: true, gen: generationOn(w.generations)})
 			continue
 		case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINTR):
 			continue

@@ -49,6 +49,30 @@ func TestKernelWatchReportsChangesToSluiceTablesOnly(t *testing.T) {
 	})
 }
 
+// TestKernelWatchJudgesLostNotificationsByGeneration: Sluice's own transactions that overflow the
+// notification socket (here a tiny one; in production one with tens of thousands of elements) are
+// not reported as changes by others; once someone else commits, the loss is reported.
+func TestKernelWatchJudgesLostNotificationsByGeneration(t *testing.T) {
+	inFreshNetns(t, func() {
+		d := newTestDatapath(t)
+		reports := make(chan string, 16)
+		if err := d.watch(t.Context(), func(what string) { reports <- what }, 1); err != nil {
+			t.Fatal(err)
+		}
+		apply(t, d, loadPlan(t, "testdata/transitions/add-service/before.yaml"))
+		apply(t, d, loadPlan(t, "testdata/transitions/add-service/after.yaml"))
+		select {
+		case what := <-reports:
+			t.Fatalf("Sluice's own transactions were reported: %s", what)
+		case <-time.After(4 * watchSettle): // a report comes watchSettle after the loss
+		}
+		runNFT(t, "delete table inet sluice")
+		if what := waitReport(t, reports); !strings.Contains(what, "table inet sluice deleted") && !strings.Contains(what, "lost") {
+			t.Errorf("someone else's change was reported as %q", what)
+		}
+	})
+}
+
 // watched is a datapath whose watcher runs until the test ends, and the channel of its reports.
 func watched(t *testing.T) (*Datapath, <-chan string) {
 	t.Helper()
