@@ -52,6 +52,7 @@ type fixture struct {
 	http       *http.Client // to url, checking every exchange against openapi.yaml
 	client     *Client      // to url, through the same checks
 	configFile string
+	stop       func() // stops the engine's Run, as the daemon's SIGTERM does, and waits for it
 }
 
 // quietSpeaker is a BGP speaker that announces nowhere: the API tests hold no BGP session.
@@ -84,11 +85,12 @@ func newFixture(t testing.TB) *fixture {
 		defer close(stopped)
 		_ = e.Run(ctx)
 	}()
-	t.Cleanup(func() {
+	stop := func() {
 		cancel()
 		<-stopped
-	})
-	f := &fixture{engine: e, dp: dp, configFile: path,
+	}
+	t.Cleanup(stop)
+	f := &fixture{engine: e, dp: dp, configFile: path, stop: stop,
 		handler: NewHandler(e, Info{Version: "test", Datapath: "fake", ConfigFile: path, Started: time.Now()})}
 	srv := httptest.NewServer(f.handler)
 	t.Cleanup(srv.Close)

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/sluicelb/sluice/internal/engine"
 )
 
 // MaxApplyWait bounds how long a change waits for the datapath to apply it; past it the change
@@ -32,7 +34,8 @@ func readChangeParams(r *http.Request) (changeParams, error) {
 
 // waitApplied returns once the datapath holds the running config of generation gen or a later
 // one, unless p is not to wait. A failed apply is answered with 500 and its error, no apply
-// within MaxApplyWait with 504: either way the change is the running config.
+// within MaxApplyWait with 504, a daemon that stopped first with 503: either way the change is
+// the running config.
 func (s *server) waitApplied(r *http.Request, p changeParams, gen uint64) error {
 	if !p.wait || p.dryRun {
 		return nil
@@ -43,6 +46,8 @@ func (s *server) waitApplied(r *http.Request, p changeParams, gen uint64) error 
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, engine.ErrStopped):
+		return &Error{Status: http.StatusServiceUnavailable, Message: "the change is the running config, but " + err.Error() + ": the next start applies the running config, as state.persist keeps it"}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &Error{Status: http.StatusGatewayTimeout, Message: fmt.Sprintf("the change is the running config, but the datapath has not applied it within %s; it keeps trying (see sluice events)", MaxApplyWait)}
 	case r.Context().Err() != nil:

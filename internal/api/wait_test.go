@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/sluicelb/sluice/internal/config"
@@ -70,4 +71,17 @@ func sharesOf(services []engine.ServiceView, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// TestChangeWhileStoppingIsToldTheTruth checks that a change the datapath will not apply, as the
+// daemon is stopping, is answered at once with 503 saying so, not left waiting without an answer
+// or told that it is retried.
+func TestChangeWhileStoppingIsToldTheTruth(t *testing.T) {
+	f := newFixture(t)
+	f.stop()
+	_, err := f.client.RemoveService(context.Background(), "dns", false)
+	var answer *Error
+	if !errors.As(err, &answer) || answer.Status != http.StatusServiceUnavailable || !strings.Contains(answer.Message, "stopped before the datapath applied") {
+		t.Fatalf("%v, want 503 saying the daemon stopped before applying the change", err)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -129,23 +130,43 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 	go reloadOnHangup(ctx, e, log)
 
 	log.Info("sluice started", "config", o.file, "source", store.Start().Source, "services", len(cfg.Services), "datapath", cfg.Datapath, "version", Version, "commit", Commit)
-	runErr := e.Run(ctx)
+	runErr := e.Run(ctx) // returns once the datapath apply in flight, if any, ended
 	stop()
 	withdrawBefore(e, log)
-	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for _, s := range servers {
-		_ = s.Shutdown(shutdown)
-	}
+	stopServing(servers, log)
 	if o.flushOnExit {
 		log.Info("flushing the datapath (--flush-on-exit)")
-		if err := dp.Flush(shutdown); err != nil {
+		flush, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := dp.Flush(flush); err != nil {
 			return errors.Join(runErr, err)
 		}
 	} else {
 		log.Info("sluice stopped; the datapath keeps forwarding")
 	}
 	return runErr
+}
+
+// requestGrace bounds how long the daemon, on its way out, waits for the requests in flight to be
+// answered: a change the datapath did not apply is answered 503 at once, a long poll of the
+// events with what it has.
+const requestGrace = 5 * time.Second
+
+// stopServing closes every listener and waits, up to requestGrace, for the requests in flight to
+// be answered; past it their connections are closed, which the log tells.
+func stopServing(servers []*listener, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), requestGrace)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, s := range servers {
+		wg.Go(func() {
+			if err := s.Shutdown(ctx); err != nil {
+				log.Warn("requests in flight were not answered in time: their connections are closed", "addr", s.addr, "grace", requestGrace, "err", err)
+				_ = s.Close()
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // withdrawBefore withdraws the node's VIPs from its BGP peers and waits the shutdown grace before

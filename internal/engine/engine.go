@@ -56,6 +56,9 @@ type Options struct {
 	// AnnounceInterval is how often the VIPs' announcements are reconsidered without a change
 	// (health checks passing for the first time do not change the plan). Default 1s.
 	AnnounceInterval time.Duration
+	// ApplyGrace bounds how long a datapath apply in flight when Run's context ends may go on
+	// before it is cut (see applyPlan). Default DefaultApplyGrace.
+	ApplyGrace time.Duration
 }
 
 // ApplyStats summarise the datapath applies so far.
@@ -108,6 +111,9 @@ func New(cfg *config.Config, opts Options) *Engine {
 	if opts.AnnounceInterval == 0 {
 		opts.AnnounceInterval = time.Second
 	}
+	if opts.ApplyGrace == 0 {
+		opts.ApplyGrace = DefaultApplyGrace
+	}
 	if opts.RouterID == nil {
 		opts.RouterID = firstIPv4Address
 	}
@@ -128,9 +134,11 @@ func New(cfg *config.Config, opts Options) *Engine {
 	return e
 }
 
-// Run programs the datapath and keeps it reconciled until ctx ends. It leaves the datapath as it
-// is when it returns: traffic keeps flowing while the daemon restarts.
+// Run programs the datapath and keeps it reconciled until ctx ends. An apply in flight then runs
+// to its end first (see applyPlan), and Wait answers the changes not applied with ErrStopped. It
+// leaves the datapath as it is when it returns: traffic keeps flowing while the daemon restarts.
 func (e *Engine) Run(ctx context.Context) error {
+	defer e.gens.stop()
 	e.mu.Lock()
 	e.prober.Set(probes(e.cfg))
 	warnings := e.cfg.Warnings()
@@ -242,7 +250,7 @@ func (e *Engine) reconcile(ctx context.Context, force bool) error {
 		e.dp.Resync()
 	}
 	start := time.Now()
-	err = e.dp.Apply(ctx, p)
+	err = e.applyPlan(ctx, p)
 	took := time.Since(start)
 	if e.opts.OnApply != nil {
 		e.opts.OnApply(took, err)

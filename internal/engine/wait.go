@@ -25,7 +25,8 @@ type generations struct {
 	applied uint64        // the most recent generation whose plan the datapath holds
 	failed  uint64        // the most recent generation whose plan failed to apply
 	failure error         // and why
-	changed chan struct{} // closed, and replaced, when applied or failed moves
+	stopped bool          // Run returned: no later generation is applied
+	changed chan struct{} // closed, and replaced, when applied, failed or stopped moves
 }
 
 func newGenerations() *generations { return &generations{current: 1, changed: make(chan struct{})} }
@@ -58,22 +59,34 @@ func (g *generations) done(gen uint64, err error) {
 	g.changed = make(chan struct{})
 }
 
+// stop records that Run returned: the datapath applies no more plans.
+func (g *generations) stop() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.stopped = true
+	close(g.changed)
+	g.changed = make(chan struct{})
+}
+
 // Generation is the running config's generation: waiting for it waits for every change so far.
 func (e *Engine) Generation() uint64 { return e.gens.last() }
 
 // Wait returns once the datapath applied a plan built from generation gen or a later one, or the
-// error of the apply of such a plan that failed, or ctx's error when it ends first.
+// error of the apply of such a plan that failed, or ErrStopped when the engine stopped first
+// (Run returned), or ctx's error when it ends first.
 func (e *Engine) Wait(ctx context.Context, gen uint64) error {
 	for {
 		g := e.gens
 		g.mu.Lock()
-		applied, failed, failure, changed := g.applied, g.failed, g.failure, g.changed
+		applied, failed, failure, stopped, changed := g.applied, g.failed, g.failure, g.stopped, g.changed
 		g.mu.Unlock()
 		switch {
 		case applied >= gen:
 			return nil
 		case failed >= gen:
 			return fmt.Errorf("the datapath failed to apply the change: %w", failure)
+		case stopped:
+			return ErrStopped
 		}
 		select {
 		case <-ctx.Done():
