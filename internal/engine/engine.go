@@ -152,6 +152,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.trigger()
 	e.watch(ctx)
 	go e.watchConntrack(ctx)
+	go e.watchUnforwarded(ctx)
 	resync := time.NewTicker(e.opts.Resync)
 	defer resync.Stop()
 	reannounce := time.NewTicker(e.opts.AnnounceInterval)
