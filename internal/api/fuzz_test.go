@@ -3,10 +3,14 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strings"
 	"testing"
+
+	"github.com/sluicelb/sluice/internal/config"
 )
 
 // seed is one input of a fuzz seed corpus.
@@ -109,5 +113,43 @@ func FuzzPutConfig(f *testing.F) {
 		{mediaJSON, `{"services": [{"name": "x", "vip": "192.0.2.1", "port": 0, "fallback": "drop"}]}`},
 		{mediaJSON, `{"services": null}`},
 		{mediaJSON, ``},
+	})
+}
+
+// decodeAllocBound is the most heap decodeJSON may allocate for a body of n bytes: a decoded
+// config takes room in proportion to its text, up to about 800 bytes a byte for a list of empty
+// services ({}, 3 bytes, is a whole Service, and the list grows by doubling), but nesting and
+// repeated keys take none.
+func decodeAllocBound(n int) uint64 { return 1<<20 + 1024*uint64(n) }
+
+// FuzzDecodeJSON decodes any body as a whole config: it does not panic, refuses with a 400 (an
+// *Error) and allocates in proportion to the body, however deep it nests or however many keys
+// repeat.
+func FuzzDecodeJSON(f *testing.F) {
+	for _, body := range []string{
+		`{"services": []}`,
+		strings.Repeat("[", 4096),
+		strings.Repeat(`{"a":`, 4096),
+		`{"services":` + strings.Repeat("[", 40) + strings.Repeat("]", 40) + `}`,
+		`{"services": [{"name": "a", "backends": [{"address": "10.0.0.1", "weight": 1, "weight": 2}]}]}`,
+		`{"services": [{"name": "a", "NAME": "b"}]}`,
+		`{"Services": [], "services": []}`,
+		`{"bgp": {"peers": [{"address": "10.0.0.1"}, {"address": "10.0.0.2", "Address": "x"}]}}`,
+		`{"a": "[[[[{{{{\"", "services": []}`,
+		`{"services": [` + strings.Repeat(`{},`, 1000) + `{}]}`,
+		`{"services": null} {}`,
+	} {
+		f.Add([]byte(body))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var cfg config.Config
+		var err error
+		if n := allocated(func() { err = decodeJSON(body, &cfg) }); n > decodeAllocBound(len(body)) {
+			t.Fatalf("decoding %d bytes allocated %d bytes, more than %d", len(body), n, decodeAllocBound(len(body)))
+		}
+		var answer *Error
+		if err != nil && (!errors.As(err, &answer) || answer.Status != http.StatusBadRequest) {
+			t.Fatalf("%v (%T), want a 400 *Error", err, err)
+		}
 	})
 }
