@@ -55,6 +55,12 @@ func readJSON[T any](r *http.Request) (T, error) {
 // before any decoding, so that a deep body costs neither memory nor time.
 const MaxJSONDepth = 32
 
+// MaxJSONObjects bounds the objects in one JSON body. Each decodes into a Go value of up to a
+// couple of kilobytes (a service), so a megabyte of `{},` would cost gigabytes decoded; a real
+// body of 1 MiB (MaxBodyBytes) holds at most about 40,000 (backends of 26 bytes each). Checked in
+// the same pass as the depth.
+const MaxJSONObjects = 65536
+
 // decodeJSON decodes exactly one JSON object into v, strictly: an empty body, a body nested deeper
 // than MaxJSONDepth, an unknown field, a key given twice, a value of the wrong type or data after
 // the object is a 400 naming the field where it can.
@@ -63,8 +69,8 @@ func decodeJSON(data []byte, v any) error {
 	if len(trimmed) == 0 {
 		return invalid("", "the request body is empty: send a JSON object")
 	}
-	if at, deep := tooDeep(data, MaxJSONDepth); deep {
-		return invalid("", "the JSON nests objects and arrays more than %d deep (at byte %d): %d is the limit", MaxJSONDepth, at, MaxJSONDepth)
+	if err := checkShape(data); err != nil {
+		return err
 	}
 	if trimmed[0] != '{' {
 		return invalid("", "the request body must be a JSON object")
@@ -83,11 +89,11 @@ func decodeJSON(data []byte, v any) error {
 	return nil
 }
 
-// tooDeep tells whether a JSON text opens more than limit objects and arrays within each other,
-// and at which byte; brackets inside strings do not count. It reads each byte once and allocates
-// nothing, whether the text is JSON or not.
-func tooDeep(data []byte, limit int) (at int, deep bool) {
-	depth, inString, escaped := 0, false, false
+// checkShape refuses a JSON text that nests objects and arrays more than MaxJSONDepth deep or
+// holds more than MaxJSONObjects objects, naming the byte; brackets inside strings do not count.
+// It reads each byte once and allocates nothing, whether the text is JSON or not.
+func checkShape(data []byte) error {
+	depth, objects, inString, escaped := 0, 0, false, false
 	for i, c := range data {
 		switch {
 		case escaped:
@@ -97,14 +103,20 @@ func tooDeep(data []byte, limit int) (at int, deep bool) {
 		case c == '"':
 			inString = true
 		case c == '{' || c == '[':
-			if depth++; depth > limit {
-				return i, true
+			if depth++; depth > MaxJSONDepth {
+				return invalid("", "the JSON nests objects and arrays more than %d deep (at byte %d): %d is the limit", MaxJSONDepth, i, MaxJSONDepth)
+			}
+			if c == '{' {
+				objects++
+			}
+			if objects > MaxJSONObjects {
+				return invalid("", "the JSON holds more than %d objects (at byte %d): send the change in parts", MaxJSONObjects, i)
 			}
 		case c == '}' || c == ']':
 			depth--
 		}
 	}
-	return 0, false
+	return nil
 }
 
 // duplicateKey finds a key given twice in one object of a JSON text, which encoding/json would

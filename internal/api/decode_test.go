@@ -50,6 +50,26 @@ func TestDeepJSONIsRefusedCheaply(t *testing.T) {
 	}
 }
 
+// TestManyObjectsAreRefusedCheaply: a megabyte of empty objects, each of which would decode into
+// a whole service, is a 400 naming MaxJSONObjects, found before decoding; a body just under the
+// limit decodes, and costs what its objects cost.
+func TestManyObjectsAreRefusedCheaply(t *testing.T) {
+	body := []byte(`{"services":[` + strings.TrimSuffix(strings.Repeat("{},", (MaxBodyBytes-20)/3), ",") + `]}`)
+	var err error
+	var cfg config.Config
+	if n := allocated(func() { err = decodeJSON(body, &cfg) }); n > 1<<20 {
+		t.Errorf("decoding %d bytes of empty objects allocated %d bytes, want at most 1 MiB", len(body), n)
+	}
+	var answer *Error
+	if !errors.As(err, &answer) || answer.Status != http.StatusBadRequest || !strings.Contains(answer.Message, fmt.Sprint(MaxJSONObjects)) {
+		t.Errorf("%v, want a 400 naming the object limit %d", err, MaxJSONObjects)
+	}
+	backends := `{"services":[{"name":"web","backends":[` + strings.TrimSuffix(strings.Repeat(`{"address":"10.1.0.1:80"},`, MaxJSONObjects-2), ",") + `]}]}`
+	if err := decodeJSON([]byte(backends), &cfg); err != nil {
+		t.Errorf("a body of %d objects: %v", MaxJSONObjects, err)
+	}
+}
+
 // TestDeepJSONOverTheAPI sends the deep bodies to every JSON route: each is a 400 naming the
 // depth limit, and nothing changes.
 func TestDeepJSONOverTheAPI(t *testing.T) {

@@ -118,8 +118,8 @@ func FuzzPutConfig(f *testing.F) {
 
 // decodeAllocBound is the most heap decodeJSON may allocate for a body of n bytes: a decoded
 // config takes room in proportion to its text, up to about 800 bytes a byte for a list of empty
-// services ({}, 3 bytes, is a whole Service, and the list grows by doubling), but nesting and
-// repeated keys take none.
+// services ({}, 3 bytes, is a whole Service, and the list grows by doubling; MaxJSONObjects caps
+// the whole), but nesting and repeated keys take none.
 func decodeAllocBound(n int) uint64 { return 1<<20 + 1024*uint64(n) }
 
 // FuzzDecodeJSON decodes any body as a whole config: it does not panic, refuses with a 400 (an
