@@ -87,6 +87,7 @@ FUZZTIME ?= 10s
 fuzz:
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzBuild -fuzztime $(FUZZTIME) ./internal/maglev/
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzPutConfig -fuzztime $(FUZZTIME) ./internal/api/
+	$(GO) test -count=1 -run '^$$' -fuzz FuzzDecodeJSON -fuzztime $(FUZZTIME) ./internal/api/
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzKeepalived -fuzztime $(FUZZTIME) ./internal/importer/
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzNftlb -fuzztime $(FUZZTIME) ./internal/importer/
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzIpvsadm -fuzztime $(FUZZTIME) ./internal/importer/
