@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicelb/sluice/internal/bgp"
 	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/plan"
 )
 
@@ -252,13 +253,14 @@ func (e *Engine) decide(applyErr error) []vipDecision {
 		byVIP[vip] = append(byVIP[vip], s.Name)
 	}
 	slices.SortFunc(order, netip.Addr.Compare)
+	off := e.forwardingOff(p)
 	out := make([]vipDecision, 0, len(order))
 	for _, vip := range order {
 		d := vipDecision{
 			view: VIPView{VIP: vip.String(), Services: byVIP[vip]},
 			ann:  bgp.Announcement{Prefix: netip.PrefixFrom(vip, vip.BitLen())},
 		}
-		d.view.Announced, d.view.Reason = e.announceable(vip, p, applyErr)
+		d.view.Announced, d.view.Reason = e.announceable(vip, p, applyErr, off)
 		if attrs := serviceAttributes(cfg, vip); attrs != nil {
 			d.ann.Attributes = bgpAttributes(*attrs)
 		}
@@ -267,8 +269,24 @@ func (e *Engine) decide(applyErr error) []vipDecision {
 	return out
 }
 
-// announceable tells whether the node announces vip, and why; e.mu is held.
-func (e *Engine) announceable(vip netip.Addr, p *plan.Plan, applyErr error) (bool, string) {
+// forwardingOff are the forwarding sysctls that services of the applied plan p need and the
+// balancer's namespace has off (turned off after the apply): by sysctl name, a service that needs
+// it.
+func (e *Engine) forwardingOff(p *plan.Plan) map[string]string {
+	var fe *datapath.ForwardingError
+	if !errors.As(e.checkForwarding(p), &fe) {
+		return nil
+	}
+	off := map[string]string{}
+	for _, n := range fe.Off {
+		off[n.Sysctl] = n.Sysctl + "=0: the kernel drops what the balancer should forward (sysctl -w " + n.Sysctl + "=1)"
+	}
+	return off
+}
+
+// announceable tells whether the node announces vip, and why; off are the forwarding sysctls that
+// are off (forwardingOff). e.mu is held.
+func (e *Engine) announceable(vip netip.Addr, p *plan.Plan, applyErr error, off map[string]string) (bool, string) {
 	switch {
 	case e.bgp.shutdown:
 		return false, "withdrawn: the daemon is shutting down"
@@ -280,13 +298,17 @@ func (e *Engine) announceable(vip netip.Addr, p *plan.Plan, applyErr error) (boo
 		return false, "withdrawn: not programmed yet"
 	}
 	var ready, waiting []string
-	programmed := false
+	programmed, unforwarded := false, ""
 	for i := range p.Services {
 		s := &p.Services[i]
 		if s.VIP != vip {
 			continue
 		}
 		programmed = true
+		if why, isOff := off[datapath.ForwardingSysctl(s.VIP)]; isOff && datapath.NeedsForwarding(p.Datapath, s) {
+			unforwarded = why
+			continue
+		}
 		switch e.serviceReadiness(s) {
 		case serviceReady:
 			ready = append(ready, s.Name)
@@ -302,6 +324,8 @@ func (e *Engine) announceable(vip netip.Addr, p *plan.Plan, applyErr error) (boo
 		return true, "announced: " + strings.Join(ready, ", ") + " can take new flows"
 	case len(waiting) > 0:
 		return false, "withdrawn: waiting for the first health check results of " + strings.Join(waiting, ", ")
+	case unforwarded != "":
+		return false, "withdrawn: " + unforwarded
 	}
 	return false, "withdrawn: no service on it can take new flows (no backend available, no sorry server)"
 }

@@ -99,8 +99,8 @@ func (e *Engine) UndrainNode() NodeView {
 }
 
 // Node returns the node's drain state and readiness. A node whose applied services need forwarding
-// that its network namespace has off (turned off after the apply) is not ready; the next resync's
-// apply fails on it, which withdraws its VIPs.
+// that its network namespace has off (turned off after the apply) is not ready; the next announce
+// withdraws the VIPs of those services (announceable), and the next resync's apply fails on it.
 func (e *Engine) Node() NodeView {
 	e.mu.Lock()
 	view, lastError, applied := e.node.NodeView, e.stats.LastError, e.applied

@@ -2,11 +2,13 @@ package engine
 
 import (
 	"context"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sluicelb/sluice/internal/bgp"
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/datapath/fake"
@@ -81,4 +83,48 @@ func TestNodeIsNotReadyWhenForwardingGoesOff(t *testing.T) {
 	if n := e.Node(); !n.Ready {
 		t.Fatalf("forwarding back on: %+v, want ready", n)
 	}
+}
+
+// TestVIPsAreWithdrawnWhenForwardingGoesOff: a VIP whose services need the forwarding turned off
+// after the apply is withdrawn from BGP at the next announce, not at the next resync, naming the
+// sysctl; a VIP of the other family stays announced; both return once forwarding is back.
+func TestVIPsAreWithdrawnWhenForwardingGoesOff(t *testing.T) {
+	cfg, err := config.Parse("test.yaml", []byte(`
+bgp:
+  asn: 65100
+  peers: [{address: 10.9.0.1, asn: 65000}]
+services:
+  - {name: dns, vip: 10.0.0.2, port: 53, protocol: udp, backends: [{address: 10.0.1.1}]}
+  - {name: dns6, vip: "fd00::2", port: 53, protocol: udp, backends: [{address: "fd00:1::1"}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp := &forwardingDatapath{Datapath: fake.New()}
+	speaker := &fakeSpeaker{}
+	e := New(cfg, Options{
+		Datapath: dp, Prober: &fakeProber{states: map[string]health.Status{}},
+		MinApplyInterval: time.Millisecond, AnnounceInterval: 5 * time.Millisecond,
+		RouterID:     func() (netip.Addr, error) { return netip.MustParseAddr("10.9.0.11"), nil },
+		NewAnnouncer: func(func(bgp.Event)) Announcer { return speaker },
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = e.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	announces(t, speaker, "10.0.0.2/32", "fd00::2/128")
+	dp.off.Store(true) // IPv4 forwarding off
+	announces(t, speaker, "fd00::2/128")
+	view, _ := e.BGP(context.Background())
+	if got := viewOf(view, "10.0.0.2"); got.Announced || !strings.Contains(got.Reason, "net.ipv4.ip_forward=0") {
+		t.Fatalf("10.0.0.2 with IPv4 forwarding off: %+v, want withdrawn naming the sysctl", got)
+	}
+	dp.off.Store(false)
+	announces(t, speaker, "10.0.0.2/32", "fd00::2/128")
 }
