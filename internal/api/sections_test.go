@@ -38,12 +38,15 @@ var sectionChanges = map[string][]sectionChange{
 	"BGP": {{func(c *config.Config) {
 		c.BGP = &config.BGP{ASN: 65100, RouterID: config.IPOf("10.9.0.11"), Peers: []config.BGPPeer{{Address: config.IPOf("10.9.0.1"), ASN: 65000}}}
 	}, 403, 200, "bgp"}},
+	"Sync": {{func(c *config.Config) {
+		c.Sync = &config.Sync{Interface: "eth1", Peers: []config.IP{config.IPOf("10.91.4.12")}, SecretFile: "/etc/sluice/sync.key"}
+	}, 400, 400, "sync"}}, // refused until the daemon runs the replication: then 403 over TCP, 200 for root
 	"Services": {{func(c *config.Config) { c.Services = c.Services[:1] }, 200, 200, ""}},
 }
 
 // TestWhatTheAPIMayChange puts a config changed in one top-level section at a time, over TCP (a
 // token) and on the unix socket (root): the state section is the file's alone (403 for both),
-// api and bgp are the file's or root's (403 over TCP), the datapath's sections take a restart
+// api, bgp and sync are the file's or root's (403 over TCP), the datapath's sections take a restart
 // (400), the rest may change. Every field of config.Config must be in sectionChanges, so that a
 // new section is not forgotten.
 func TestWhatTheAPIMayChange(t *testing.T) {

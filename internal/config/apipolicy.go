@@ -31,6 +31,8 @@ type APIGuard struct {
 	policy APIPolicy
 	// bgp is the running bgp section: its peers' passwords and sessions are the file's.
 	bgp *BGP
+	// sync is the running sync section: whom the node sends its flows to, and its secret's file.
+	sync *Sync
 	// exec is the command of every running exec check, by service name.
 	exec map[string][]string
 	// quorumCommands are the running quorum_up and quorum_down commands, by service name.
@@ -39,7 +41,7 @@ type APIGuard struct {
 
 // NewAPIGuard returns the guard of changes to running.
 func NewAPIGuard(running *Config) APIGuard {
-	g := APIGuard{state: running.State, policy: running.policy(), bgp: running.BGP.Clone(), exec: map[string][]string{}, quorumCommands: map[string][2][]string{}}
+	g := APIGuard{state: running.State, policy: running.policy(), bgp: running.BGP.Clone(), sync: running.Sync.Clone(), exec: map[string][]string{}, quorumCommands: map[string][2][]string{}}
 	for _, s := range running.Services {
 		g.quorumCommands[s.Name] = [2][]string{s.QuorumUp, s.QuorumDown}
 		if s.HealthCheck != nil && s.HealthCheck.Type == CheckExec {
@@ -73,8 +75,8 @@ func (g APIGuard) CheckState(next *Config) Errors {
 }
 
 // Check lists what next changes that a client of the TCP API may not: the state section (see
-// CheckState), the api and bgp sections, which only the config file sets (who the node peers
-// with, and with which keys, is not a token's to change), and, unless it allows them, an exec
+// CheckState), the api, bgp and sync sections, which only the config file sets (who the node
+// peers with or sends its flows to, and with which keys, is not a token's to change), and, unless it allows them, an exec
 // check that does not run already (the same command for the service of the same name). Peer
 // passwords next carries redacted (Redacted) are put back first.
 func (g APIGuard) Check(next *Config) Errors {
@@ -85,6 +87,9 @@ func (g APIGuard) Check(next *Config) Errors {
 	g.unredact(next)
 	if !reflect.DeepEqual(next.BGP, g.bgp) {
 		errs = append(errs, FieldError{Path: "bgp", Msg: fileOnly + " (or root on the daemon's socket)"})
+	}
+	if !reflect.DeepEqual(next.Sync, g.sync) {
+		errs = append(errs, FieldError{Path: "sync", Msg: fileOnly + " (or root on the daemon's socket)"})
 	}
 	if g.policy.AllowExecChecks {
 		return errs

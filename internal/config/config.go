@@ -35,6 +35,8 @@ type Config struct {
 	API *APIPolicy `yaml:"api,omitempty" json:"api,omitempty"`
 	// BGP announces the VIPs to routers; nil announces nothing.
 	BGP *BGP `yaml:"bgp,omitempty" json:"bgp,omitempty"`
+	// Sync replicates connection state to the other balancer nodes; nil replicates nothing.
+	Sync *Sync `yaml:"sync,omitempty" json:"sync,omitempty"`
 	// Services are the virtual services to balance.
 	Services []Service `yaml:"services" json:"services"`
 }
@@ -178,6 +180,7 @@ func (c *Config) Clone() *Config {
 		out.NFT = &options
 	}
 	out.BGP = c.BGP.Clone()
+	out.Sync = c.Sync.Clone()
 	out.Services = make([]Service, len(c.Services))
 	for i, s := range c.Services {
 		s.BGP = s.BGP.clone()

@@ -130,4 +130,11 @@ var rules = map[reflect.Type]map[string]rule{
 	reflect.TypeFor[PathAttributes](): {
 		"communities": {pattern: communityPattern, maxItems: maxCommunities},
 	},
+	reflect.TypeFor[Sync](): {
+		"interface":            {required: true, maxLength: 15},
+		"peers":                {maxItems: MaxSyncPeers},
+		"port":                 zeroOr(syncPortBounds),
+		"secret_file":          {required: true},
+		"initial_sync_timeout": {pattern: durationPattern},
+	},
 }

@@ -45,6 +45,7 @@ func (c *Config) Validate() Errors {
 	c.State.validate(fail)
 	c.validateNFT(fail)
 	c.validateBGP(fail)
+	c.validateSync(fail)
 	for i, name := range c.Interfaces {
 		if !validInterfaceName(name) {
 			fail(fmt.Sprintf("interfaces[%d]", i), "%q is not an interface name (%s)", name, interfaceNameRule)
