@@ -1,0 +1,65 @@
+// Package flowsync replicates the ebpf datapath's flow tables between balancer nodes over UDP on
+// the sync interface, so that a flow moving to another node (a VRRP takeover or fail-back, ECMP,
+// a restart) finds its backend and translation already there.
+//
+// A Replicator streams the flows its datapath creates and closes (datapath.FlowReplicator's
+// WatchFlows) to every peer, or to a multicast group, writes what its peers send into its own
+// datapath (ImportFlows), and answers a peer that (re)joins with a paced full resync
+// (SnapshotFlows). Nothing on the way blocks the datapath: updates wait in a bounded queue and a
+// full queue drops and counts.
+//
+// # Wire format, version 1
+//
+// Every datagram is one UDP payload of at most Options.MTU bytes (default 1400, so that a 1500
+// byte link never fragments it), big-endian:
+//
+//	offset size field
+//	0      4    magic "SLFS"
+//	4      1    version, 1
+//	5      1    type: 1 updates, 2 resync-request, 3 resync-data, 4 resync-end, 5 heartbeat
+//	6      2    records: how many flow records the body holds
+//	8      8    sender node id, random, chosen when the sender starts
+//	16     8    sequence number, per sender node id, from 1, +1 per datagram
+//	24     8    sender's clock, Unix nanoseconds
+//	32     ...  body
+//	end-32 32   HMAC-SHA256 with the shared secret over every byte before it
+//
+// Bodies by type:
+//
+//	updates          records
+//	resync-request   empty (its node id and sequence number name the request)
+//	resync-data      request reference (requester node id 8, request sequence number 8), records
+//	resync-end       request reference (16), total records of the resync (8)
+//	heartbeat        empty
+//
+// A flow record is 32 bytes for IPv4 and 80 for IPv6; all its addresses are of its family:
+//
+//	0  1  family: 4 or 6
+//	1  1  protocol: 6 tcp, 17 udp
+//	2  1  flags: bit 0 closing (FIN or RST seen), bit 1 nat source present; others 0
+//	3  1  reserved, 0
+//	4  4  idle, milliseconds (saturating)
+//	8  .. client, listener, backend, nat source: each an address (4 or 16) then a port (2);
+//	      the nat source is all zero when flag bit 1 is clear
+//
+// A receiver drops, counts by reason (DropReason) and logs (at most once per reason every
+// logEvery) a datagram that is too short or long, has another magic or version, a wrong HMAC
+// (checked in constant time), comes from an address that is not a peer (or, with a group, from
+// more senders than maxGroupPeers), carries the receiver's own node id, repeats a sequence number
+// of its sender or falls outside the 64-datagram window (a replay), carries a clock more than
+// Options.MaxSkew away from the receiver's, or whose body does not decode. A peer's datagrams can
+// make a receiver allocate nothing beyond its one datagram buffer and one record slice sized for
+// the largest datagram.
+//
+// # Liveness and full resync
+//
+// Every node sends a heartbeat every Options.Heartbeat (default 1s); a peer from which nothing
+// valid arrived for three of them is down. When a peer comes up (first heard, back after being
+// down, or restarted: a new node id from its address), a node sends it a resync-request; the
+// peer answers, to the requester's address only, with its whole flow table in resync-data
+// datagrams paced to Options.ResyncRate bytes per second (shared by every resync it serves), then
+// a resync-end with the total. A resync whose data stalls for three heartbeats, or that ended
+// with fewer records than its total (lost datagrams), is requested again, up to three attempts.
+// The initial sync is done once a resync from a peer completed, or Options.InitialSyncTimeout
+// passed (the node then went ahead without).
+package flowsync
