@@ -1,0 +1,428 @@
+package conntrackd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Timings of the supervision.
+const (
+	minBackoff = time.Second
+	maxBackoff = 30 * time.Second
+	// healthyRun is how long a process must have run for the next restart to wait minBackoff.
+	healthyRun = time.Minute
+	// stopGrace is how long conntrackd has to exit after SIGTERM before SIGKILL.
+	stopGrace = 5 * time.Second
+	// pollEvery is how often the statistics are read.
+	pollEvery = 2 * time.Second
+	// clientTimeout bounds a conntrackd client command.
+	clientTimeout = 5 * time.Second
+)
+
+// peerResyncLine is what conntrackd logs when a peer asks it for its table.
+const peerResyncLine = "resync requested by other node"
+
+// Supervisor runs conntrackd in the network namespace of the thread that made it.
+type Supervisor struct {
+	ns   netns.NsHandle
+	log  *slog.Logger
+	done chan struct{}
+
+	setMu  sync.Mutex // serializes Set
+	closed bool
+	cur    *instance
+	dir    *os.File // flock of the current state directory
+
+	mu       sync.Mutex // guards status
+	status   Status
+	synced   chan struct{}
+	syncOnce sync.Once
+}
+
+// Status is conntrackd's health, as `sluice sync` and the metrics show it.
+type Status struct {
+	// Running tells whether conntrackd runs; PID and Since are the process's.
+	Running bool      `json:"running"`
+	PID     int       `json:"pid,omitempty"`
+	Since   time.Time `json:"since,omitzero"`
+	// Reason says why it does not run: sync off, or how it exited and when it restarts.
+	Reason    string    `json:"reason,omitempty"`
+	RestartAt time.Time `json:"restart_at,omitzero"`
+	// Restarts counts the processes started after the first.
+	Restarts int `json:"restarts"`
+	// Stats are the running process's counters; StatsError why they could not be read.
+	Stats      Stats  `json:"stats"`
+	StatsError string `json:"stats_error,omitempty"`
+	// ForeignDrops counts the packets to conntrackd's port the nftables rules dropped.
+	ForeignDrops uint64 `json:"foreign_drops"`
+	// InitialSync is when this node first had the peers' table (zero: not yet). See InitialSync.
+	InitialSync time.Time `json:"initial_sync,omitzero"`
+	// Options are the settled options conntrackd runs with (nil: sync off).
+	Options *Options `json:"-"`
+}
+
+// instance is one set of options being run: the goroutine that (re)starts conntrackd for it.
+type instance struct {
+	want   *Options // as given to Set
+	opts   *Options // settled
+	cancel context.CancelFunc
+	exited chan struct{}
+	// resync is signalled when a peer asked for this node's table.
+	resync chan struct{}
+	// Initial sync tracking, touched by the instance's goroutine only.
+	asked        bool
+	askedRecv    uint64
+	lastInjected uint64
+}
+
+// New returns a Supervisor acting in the calling thread's network namespace, stopped when ctx
+// ends (conntrackd stopped, its rules removed; Done is closed then).
+func New(ctx context.Context, log *slog.Logger) (*Supervisor, error) {
+	ns, err := netns.Get()
+	if err != nil {
+		return nil, fmt.Errorf("reading the network namespace: %w", err)
+	}
+	s := &Supervisor{ns: ns, log: log, done: make(chan struct{}), synced: make(chan struct{})}
+	s.status.Reason = "sync is off"
+	go func() {
+		<-ctx.Done()
+		if err := s.shutdown(); err != nil {
+			log.Error("conntrackd: stopping", "err", err)
+		}
+		ns.Close()
+		close(s.done)
+	}()
+	return s, nil
+}
+
+// Done is closed once the Supervisor has stopped after its context ended.
+func (s *Supervisor) Done() <-chan struct{} { return s.done }
+
+// InitialSync is closed once this node has the peers' table: conntrackd heard from a peer after
+// asking it for a full resync, and the entries it sent stopped arriving.
+func (s *Supervisor) InitialSync() <-chan struct{} { return s.synced }
+
+// Set runs conntrackd with o, the whole desired state: nil stops it and removes its rules; the
+// options it already runs with change nothing. A refusal names its field and changes nothing.
+func (s *Supervisor) Set(ctx context.Context, o *Options) error {
+	s.setMu.Lock()
+	defer s.setMu.Unlock()
+	switch {
+	case o == nil:
+		return s.stop(ctx)
+	case s.closed:
+		return errors.New("conntrackd: the supervisor has stopped")
+	case s.cur != nil && s.cur.want.Equal(o):
+		return nil
+	}
+	if err := o.Check(); err != nil {
+		return err
+	}
+	var st *settled
+	if err := inNamespace(s.ns, func() (err error) { st, err = settle(o); return err }); err != nil {
+		return err
+	}
+	text, err := Render(st.opts)
+	if err != nil {
+		return err
+	}
+	dir, err := s.lockDir(o.StateDir)
+	if err != nil {
+		return err
+	}
+	tmp := st.opts.ConfigPath() + ".new"
+	if err := os.WriteFile(tmp, []byte(text), 0o600); err != nil {
+		s.unlockDir(dir)
+		return fmt.Errorf("sync: writing conntrackd's configuration: %w", err)
+	}
+	if err := inNamespace(s.ns, func() error { return applyGuard(ctx, &st.guard) }); err != nil {
+		os.Remove(tmp)
+		s.unlockDir(dir)
+		return err
+	}
+	s.stopInstance()
+	if err := os.Rename(tmp, st.opts.ConfigPath()); err != nil {
+		return fmt.Errorf("sync: writing conntrackd's configuration: %w", err)
+	}
+	if dir != s.dir {
+		s.unlockDir(s.dir)
+		s.dir = dir
+	}
+	s.start(o, st.opts)
+	return nil
+}
+
+// shutdown stops conntrackd for good.
+func (s *Supervisor) shutdown() error {
+	s.setMu.Lock()
+	defer s.setMu.Unlock()
+	s.closed = true
+	return s.stop(context.Background())
+}
+
+// stop stops conntrackd and removes its rules and configuration file.
+func (s *Supervisor) stop(ctx context.Context) error {
+	if s.cur == nil {
+		return nil
+	}
+	path := s.cur.opts.ConfigPath()
+	s.stopInstance()
+	s.setStatus(func(st *Status) {
+		*st = Status{Reason: "sync is off", InitialSync: st.InitialSync, Restarts: st.Restarts}
+	})
+	err := inNamespace(s.ns, func() error { return applyGuard(ctx, nil) })
+	os.Remove(path)
+	s.unlockDir(s.dir)
+	s.dir = nil
+	return err
+}
+
+// lockDir creates dir and takes its supervisor lock, unless this Supervisor holds it already.
+func (s *Supervisor) lockDir(dir string) (*os.File, error) {
+	if s.dir != nil && filepath.Dir(s.dir.Name()) == dir {
+		return s.dir, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("sync: conntrackd's state directory: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, supervisorLockName), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("sync: conntrackd's state directory: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fieldErr("sync", "conntrackd's state directory %s is in use by another Sluice daemon (%v)", dir, err)
+	}
+	return f, nil
+}
+
+// unlockDir releases a lock lockDir took, unless it is the current directory's.
+func (s *Supervisor) unlockDir(f *os.File) {
+	if f != nil && (f != s.dir || s.cur == nil) {
+		f.Close()
+	}
+}
+
+// start runs a new instance for the settled options.
+func (s *Supervisor) start(want, opts *Options) {
+	ctx, cancel := context.WithCancel(context.Background())
+	in := &instance{want: want.Clone(), opts: opts, cancel: cancel, exited: make(chan struct{}), resync: make(chan struct{}, 1)}
+	s.cur = in
+	s.setStatus(func(st *Status) { st.Options = opts.Clone() })
+	go s.run(ctx, in)
+}
+
+// stopInstance stops the current instance and waits for its process to end.
+func (s *Supervisor) stopInstance() {
+	if s.cur == nil {
+		return
+	}
+	s.cur.cancel()
+	<-s.cur.exited
+	s.cur = nil
+}
+
+// run starts conntrackd for in, and again with a growing backoff whenever it exits, until ctx
+// ends. Its thread stays in the namespace and ends with it: conntrackd, started from it, gets
+// SIGKILL if the thread (the daemon) dies.
+func (s *Supervisor) run(ctx context.Context, in *instance) {
+	defer close(in.exited)
+	runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+	if err := netns.Set(s.ns); err != nil {
+		s.setStatus(func(st *Status) { st.Reason = "entering the network namespace: " + err.Error() })
+		return
+	}
+	backoff := minBackoff
+	for first := true; ; first = false {
+		started := time.Now()
+		reason := s.runOnce(ctx, in, first)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(started) > healthyRun {
+			backoff = minBackoff
+		}
+		s.log.Error("conntrackd: not running; restarting", "reason", reason, "in", backoff)
+		s.setStatus(func(st *Status) {
+			st.Running, st.PID, st.Since, st.Reason, st.RestartAt = false, 0, time.Now(), reason, time.Now().Add(backoff)
+		})
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// runOnce starts conntrackd and supervises it until it exits (the reason is returned) or ctx
+// ends (it is stopped).
+func (s *Supervisor) runOnce(ctx context.Context, in *instance, first bool) string {
+	// The Supervisor holds the state directory: a lock or socket left by a process that died
+	// is stale, and conntrackd would refuse to start over it.
+	os.Remove(in.opts.LockPath())
+	os.Remove(in.opts.SocketPath())
+	logs := &logLines{log: s.log, onLine: func(line string) {
+		if strings.Contains(line, peerResyncLine) {
+			select {
+			case in.resync <- struct{}{}:
+			default:
+			}
+		}
+	}}
+	cmd := exec.Command(in.opts.Binary, "-C", in.opts.ConfigPath())
+	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.Env = childEnv()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return "starting: " + err.Error()
+	}
+	pid := cmd.Process.Pid
+	s.log.Info("conntrackd: started", "pid", pid, "config", in.opts.ConfigPath())
+	s.setStatus(func(st *Status) {
+		st.Running, st.PID, st.Since, st.Reason, st.RestartAt = true, pid, time.Now(), "", time.Time{}
+		st.Stats, st.StatsError = Stats{}, ""
+		if !first {
+			st.Restarts++
+		}
+	})
+	in.asked = false
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-waited:
+			return fmt.Sprintf("exited (%v): %s", err, logs.lastLine())
+		case <-ctx.Done():
+			terminate(pid, waited)
+			return "stopped"
+		case <-in.resync:
+			s.offerTable(ctx, in)
+		case <-tick.C:
+			s.poll(ctx, in)
+		}
+	}
+}
+
+// terminate stops conntrackd's process group: SIGTERM, then SIGKILL after stopGrace.
+func terminate(pid int, waited <-chan error) {
+	_ = syscall.Kill(-pid, syscall.SIGTERM)
+	select {
+	case <-waited:
+		return
+	case <-time.After(stopGrace):
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	<-waited
+}
+
+// offerTable answers a peer's resync request with everything this node's kernel tracks,
+// including the entries replicated from peers and taken over since: conntrackd sends only the
+// entries it saw events for, and a taken-over flow whose state did not change raised none. -R
+// reads the kernel table into conntrackd's cache, -B sends the cache to the peers.
+func (s *Supervisor) offerTable(ctx context.Context, in *instance) {
+	for _, arg := range []string{"-R", "-B"} {
+		if _, err := client(ctx, in.opts, arg); err != nil {
+			s.log.Warn("conntrackd: sending this node's table to a peer that asked for it", "err", err)
+			return
+		}
+	}
+	s.log.Info("conntrackd: a peer asked for a resync: this node's table sent")
+}
+
+// poll reads conntrackd's statistics and the rules' counter, and follows the initial sync.
+func (s *Supervisor) poll(ctx context.Context, in *instance) {
+	out, err := client(ctx, in.opts, "-s")
+	var stats Stats
+	if err == nil {
+		stats, err = ParseStats(out)
+	}
+	drops, derr := foreignDrops(ctx)
+	s.setStatus(func(st *Status) {
+		st.Stats, st.StatsError = stats, ""
+		if err != nil {
+			st.StatsError = err.Error()
+		}
+		if derr == nil {
+			st.ForeignDrops = drops
+		}
+	})
+	if err == nil {
+		s.followInitialSync(ctx, in, stats)
+	}
+}
+
+// followInitialSync asks the peers for their table once one is heard from (so that one which
+// starts after this node is asked too), and marks the initial sync done once a peer was heard
+// after the request and its entries stopped arriving between two reads.
+func (s *Supervisor) followInitialSync(ctx context.Context, in *instance, st Stats) {
+	select {
+	case <-s.synced:
+		return
+	default:
+	}
+	switch {
+	case !in.asked && st.PacketsReceived > 0:
+		if _, err := client(ctx, in.opts, "-n"); err != nil {
+			s.log.Warn("conntrackd: asking the peers for their table", "err", err)
+			return
+		}
+		in.asked, in.askedRecv, in.lastInjected = true, st.PacketsReceived, st.Injected()
+	case in.asked && st.PacketsReceived > in.askedRecv && st.Injected() == in.lastInjected:
+		s.syncOnce.Do(func() {
+			s.setStatus(func(status *Status) { status.InitialSync = time.Now() })
+			close(s.synced)
+		})
+		s.log.Info("conntrackd: initial sync done: this node has the peers' table", "entries_received", st.Injected())
+	default:
+		in.lastInjected = st.Injected()
+	}
+}
+
+// ResyncFromPeer asks the peers for a full resync: each sends its table, written into this
+// node's kernel table.
+func (s *Supervisor) ResyncFromPeer(ctx context.Context) error {
+	s.setMu.Lock()
+	in := s.cur
+	s.setMu.Unlock()
+	if in == nil {
+		return errors.New("conntrackd is not running: sync is off")
+	}
+	return inNamespace(s.ns, func() error {
+		_, err := client(ctx, in.opts, "-n")
+		return err
+	})
+}
+
+// Status is conntrackd's health now.
+func (s *Supervisor) Status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.status
+	st.Options = st.Options.Clone()
+	if !st.Running && !st.RestartAt.IsZero() {
+		st.Reason = fmt.Sprintf("%s; restarting in %s", st.Reason, time.Until(st.RestartAt).Round(time.Second))
+	}
+	return st
+}
+
+func (s *Supervisor) setStatus(f func(*Status)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(&s.status)
+}
