@@ -367,15 +367,10 @@ func (s *Supervisor) poll(ctx context.Context, in *instance) {
 	}
 }
 
-// followInitialSync asks the peers for their table once one is heard from (so that one which
-// starts after this node is asked too), and marks the initial sync done once a peer was heard
-// after the request and its entries stopped arriving between two reads.
+// followInitialSync asks the peers for their table once one is heard from after conntrackd
+// started (so that a peer which starts later is asked too), and marks the initial sync done once
+// a peer was heard after the request and its entries stopped arriving between two reads.
 func (s *Supervisor) followInitialSync(ctx context.Context, in *instance, st Stats) {
-	select {
-	case <-s.synced:
-		return
-	default:
-	}
 	switch {
 	case !in.asked && st.PacketsReceived > 0:
 		if _, err := client(ctx, in.opts, "-n"); err != nil {
@@ -387,8 +382,8 @@ func (s *Supervisor) followInitialSync(ctx context.Context, in *instance, st Sta
 		s.syncOnce.Do(func() {
 			s.setStatus(func(status *Status) { status.InitialSync = time.Now() })
 			close(s.synced)
+			s.log.Info("conntrackd: initial sync done: this node has the peers' table", "entries_received", st.Injected())
 		})
-		s.log.Info("conntrackd: initial sync done: this node has the peers' table", "entries_received", st.Injected())
 	default:
 		in.lastInjected = st.Injected()
 	}

@@ -1,0 +1,253 @@
+package conntrackd
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicelb/sluice/internal/netnstest"
+	"github.com/sluicelb/sluice/internal/testutil"
+)
+
+const testPort = 3781
+
+var (
+	addrA       = netip.MustParseAddr("10.77.0.1")
+	addrB       = netip.MustParseAddr("10.77.0.2")
+	addrForeign = netip.MustParseAddr("10.77.0.3") // on B's side of the link, not a peer
+)
+
+// node is one side of the test: its namespace and Supervisor.
+type node struct {
+	ns   netns.NsHandle
+	sup  *Supervisor
+	opts *Options
+}
+
+// testLog passes the Supervisor's log to the test's.
+type testLog struct{ t *testing.T }
+
+func (w testLog) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// syncPair makes two namespaces joined by a veth (the sync link, no link to the host's
+// namespace) and a Supervisor in each, stopped when the test ends.
+func syncPair(t *testing.T) (a, b *node) {
+	t.Helper()
+	for _, tool := range []string{"conntrackd", "conntrack", "nft"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			testutil.Missing(t, "needs %s (scripts/deps.sh)", tool)
+		}
+	}
+	a, b = &node{ns: netnstest.New(t)}, &node{ns: netnstest.New(t)}
+	netnstest.In(t, a.ns, func() {
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "sync-a"}, PeerName: "sync-b"}
+		must(t, netlink.LinkAdd(veth))
+		peer, err := netlink.LinkByName("sync-b")
+		must(t, err)
+		must(t, netlink.LinkSetNsFd(peer, int(b.ns)))
+		linkUp(t, "sync-a", addrA)
+	})
+	netnstest.In(t, b.ns, func() { linkUp(t, "sync-b", addrB, addrForeign) })
+	log := slog.New(slog.NewTextHandler(testLog{t}, nil))
+	for _, n := range []*node{a, b} {
+		ctx, cancel := context.WithCancel(context.Background())
+		netnstest.In(t, n.ns, func() {
+			var err error
+			n.sup, err = New(ctx, log)
+			must(t, err)
+		})
+		t.Cleanup(func() { cancel(); <-n.sup.Done() })
+	}
+	a.opts = &Options{Interface: "sync-a", Peers: []netip.Addr{addrB}, Port: testPort, StateDir: t.TempDir()}
+	b.opts = &Options{Interface: "sync-b", Address: addrB, Peers: []netip.Addr{addrA}, Port: testPort, StateDir: t.TempDir()}
+	return a, b
+}
+
+func linkUp(t *testing.T, name string, addrs ...netip.Addr) {
+	t.Helper()
+	for _, l := range []string{"lo", name} {
+		link, err := netlink.LinkByName(l)
+		must(t, err)
+		must(t, netlink.LinkSetUp(link))
+	}
+	link, err := netlink.LinkByName(name)
+	must(t, err)
+	for _, a := range addrs {
+		must(t, netlink.AddrAdd(link, &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(24, 32)}}))
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// run runs a command in ns.
+func run(t *testing.T, ns netns.NsHandle, name string, args ...string) (string, error) {
+	t.Helper()
+	var out []byte
+	var err error
+	netnstest.In(t, ns, func() { out, err = exec.Command(name, args...).CombinedOutput() })
+	return string(out), err
+}
+
+// hasFlow tells whether ns's kernel conntrack table has the test's flow.
+func hasFlow(t *testing.T, ns netns.NsHandle) bool {
+	t.Helper()
+	h, err := netlink.NewHandleAt(ns)
+	must(t, err)
+	defer h.Close()
+	flows, err := h.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
+	must(t, err)
+	for _, f := range flows {
+		if f.Forward.SrcIP.Equal(net.ParseIP("10.1.1.1")) && f.Forward.DstPort == 80 {
+			return true
+		}
+	}
+	return false
+}
+
+func insertFlow(t *testing.T, ns netns.NsHandle) {
+	t.Helper()
+	if out, err := run(t, ns, "conntrack", "-I", "-p", "tcp", "-s", "10.1.1.1", "-d", "10.2.2.2", "--sport", "1234",
+		"--dport", "80", "--state", "ESTABLISHED", "-t", "600", "-u", "SEEN_REPLY"); err != nil {
+		t.Fatalf("conntrack -I: %v: %s", err, out)
+	}
+}
+
+func waitClosed(t *testing.T, what string, c <-chan struct{}) {
+	t.Helper()
+	testutil.Eventually(t, what, func() bool {
+		select {
+		case <-c:
+			return true
+		default:
+			return false
+		}
+	})
+}
+
+func TestSupervisorReplicates(t *testing.T) {
+	a, b := syncPair(t)
+	ctx := context.Background()
+	must(t, a.sup.Set(ctx, a.opts))
+	must(t, b.sup.Set(ctx, b.opts))
+	must(t, a.sup.Set(ctx, a.opts.Clone())) // the same options again: nothing changes
+	pid := a.sup.Status().PID
+	waitClosed(t, "A's initial sync", a.sup.InitialSync())
+	waitClosed(t, "B's initial sync", b.sup.InitialSync())
+
+	t.Run("flow written into the peer's kernel table", func(t *testing.T) {
+		start := time.Now()
+		insertFlow(t, a.ns)
+		testutil.Eventually(t, "the flow in B's conntrack table", func() bool { return hasFlow(t, b.ns) })
+		t.Logf("replication lag (insert in A to seen in B's table, polled): %s", time.Since(start))
+		testutil.Eventually(t, "B's statistics counting it", func() bool {
+			st := b.sup.Status()
+			return st.Running && st.Stats.InjectCreated > 0 && st.Stats.PacketsReceived > 0 && st.Stats.Link == "sync-b"
+		})
+		if st := a.sup.Status(); st.PID != pid || st.Restarts != 0 {
+			t.Errorf("setting the same options restarted conntrackd: %+v", st)
+		}
+	})
+
+	t.Run("foreign sender dropped and counted", func(t *testing.T) {
+		netnstest.In(t, b.ns, func() {
+			c, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(addrForeign, 0)),
+				net.UDPAddrFromAddrPort(netip.AddrPortFrom(addrA, testPort)))
+			must(t, err)
+			defer c.Close()
+			_, err = c.Write([]byte("forged update"))
+			must(t, err)
+		})
+		testutil.Eventually(t, "A counting the foreign packet", func() bool { return a.sup.Status().ForeignDrops > 0 })
+		if st := a.sup.Status(); st.Stats.MalformedMessages != 0 {
+			t.Errorf("the foreign packet reached conntrackd: %+v", st.Stats)
+		}
+	})
+
+	t.Run("node that comes back gets the table", func(t *testing.T) {
+		must(t, a.sup.Set(ctx, nil))
+		if out, err := run(t, a.ns, "conntrack", "-F"); err != nil {
+			t.Fatalf("conntrack -F: %v: %s", err, out)
+		}
+		if hasFlow(t, a.ns) {
+			t.Fatal("the flow is still in A's table")
+		}
+		must(t, a.sup.Set(ctx, a.opts))
+		// B only holds the flow in its kernel table (replicated, never an event of its own):
+		// it answers A's resync request with its kernel table.
+		testutil.Eventually(t, "the flow back in A's table", func() bool { return hasFlow(t, a.ns) })
+	})
+
+	t.Run("killed conntrackd restarted", func(t *testing.T) {
+		testutil.Eventually(t, "A running", func() bool { return a.sup.Status().Running })
+		old := a.sup.Status()
+		must(t, syscall.Kill(old.PID, syscall.SIGKILL))
+		testutil.Eventually(t, "A restarted", func() bool {
+			st := a.sup.Status()
+			return st.Running && st.PID != old.PID && st.Restarts > old.Restarts
+		})
+	})
+
+	t.Run("Set(nil) stops it and removes the rules", func(t *testing.T) {
+		pid := a.sup.Status().PID
+		must(t, a.sup.Set(ctx, nil))
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("conntrackd %d still there after Set(nil): %v", pid, err)
+		}
+		if out, err := run(t, a.ns, "nft", "list", "table", "inet", RulesTable); err == nil {
+			t.Errorf("table inet %s still there:\n%s", RulesTable, out)
+		}
+		if st := a.sup.Status(); st.Running || st.Options != nil {
+			t.Errorf("status after Set(nil): %+v", st)
+		}
+	})
+}
+
+func TestSupervisorRefuses(t *testing.T) {
+	a, _ := syncPair(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		field string
+		edit  func(*Options)
+	}{
+		{"sync.interface", func(o *Options) { o.Interface = "nosuch0" }},
+		{"sync.address", func(o *Options) { o.Address = netip.MustParseAddr("10.77.0.9") }},
+		{"sync.peers[1]", func(o *Options) { o.Peers = []netip.Addr{addrB, addrA} }},
+		{"sync", func(o *Options) { o.Binary = "/nonexistent/conntrackd" }},
+	} {
+		o := a.opts.Clone()
+		c.edit(o)
+		err := a.sup.Set(ctx, o)
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != c.field {
+			t.Errorf("%+v: %v, want an error naming %s", o, err, c.field)
+		}
+		if c.field == "sync" && (err == nil || !strings.Contains(err.Error(), "apt-get install conntrackd")) {
+			t.Errorf("a missing conntrackd: %v", err)
+		}
+	}
+	if st := a.sup.Status(); st.Running || st.Options != nil {
+		t.Errorf("a refusal started something: %+v", st)
+	}
+	if out, err := run(t, a.ns, "nft", "list", "table", "inet", RulesTable); err == nil {
+		t.Errorf("a refusal installed table inet %s:\n%s", RulesTable, out)
+	}
+}
