@@ -25,6 +25,7 @@ gzip -9n "$root"/usr/share/man/man1/*.1
 install -d "$root/DEBIAN"
 # Depends: what sluice runs (nft) or an operator needs beside it (ip, conntrack). nsenter, which
 # --netns runs, is in util-linux: Essential on Debian, so policy forbids listing it.
+# Recommends: conntrackd, which the daemon runs when the sync section replicates nft's flows.
 cat >"$root/DEBIAN/control" <<CONTROL
 Package: sluice
 Version: $debver
@@ -32,6 +33,7 @@ Architecture: $arch
 Maintainer: Sluice maintainers <maintainers@users.noreply.a-seed-8dd77d9f.example>
 Installed-Size: $(du -sk --exclude=DEBIAN "$root" | cut -f1)
 Depends: nftables, iproute2, conntrack
+Recommends: conntrackd
 Section: net
 Priority: optional
 Homepage: https://github.com/sluicelb/sluice

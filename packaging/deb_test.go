@@ -35,7 +35,7 @@ func TestDeb(t *testing.T) {
 		t.Errorf("the binary is not static and stripped: %s", out)
 	}
 	// Depends names what apt-get install must pull on Debian 12; util-linux (nsenter) is Essential.
-	for field, want := range map[string]string{"Package": "sluice", "Depends": "nftables, iproute2, conntrack",
+	for field, want := range map[string]string{"Package": "sluice", "Depends": "nftables, iproute2, conntrack", "Recommends": "conntrackd",
 		"Architecture": run(t, "dpkg", "--print-architecture"), "Section": "net", "Priority": "optional"} {
 		if got := run(t, "dpkg-deb", "-f", deb, field); strings.TrimSpace(got) != strings.TrimSpace(want) {
 			t.Errorf("control %s: %q, want %q", field, got, want)

@@ -2,7 +2,7 @@
 # Installs what Sluice's build, tests and demo need on a fresh Debian machine (idempotent).
 set -euo pipefail
 need=()
-for pair in clang-14:clang-14 llvm-strip-14:llvm-14 clang-format-14:clang-format-14 /usr/include/linux/bpf.h:linux-libc-dev nft:nftables nginx:nginx-light wrk:wrk /usr/lib/nginx/modules/ngx_http_echo_module.so:libnginx-mod-http-echo curl:curl ip:iproute2 conntrack:conntrack hping3:hping3 bird:bird2 keepalived:keepalived trafgen:netsniff-ng iptables:iptables; do
+for pair in clang-14:clang-14 llvm-strip-14:llvm-14 clang-format-14:clang-format-14 /usr/include/linux/bpf.h:linux-libc-dev nft:nftables nginx:nginx-light wrk:wrk /usr/lib/nginx/modules/ngx_http_echo_module.so:libnginx-mod-http-echo curl:curl ip:iproute2 conntrack:conntrack conntrackd:conntrackd hping3:hping3 bird:bird2 keepalived:keepalived trafgen:netsniff-ng iptables:iptables; do
 	command -v "${pair%%:*}" >/dev/null 2>&1 || [ -x "/usr/sbin/${pair%%:*}" ] || [ -e "${pair%%:*}" ] || need+=("${pair#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then
