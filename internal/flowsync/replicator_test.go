@@ -109,6 +109,12 @@ func start(t *testing.T, addr string, port int, opts Options, table []datapath.R
 	if err != nil {
 		t.Fatal(err)
 	}
+	return run(t, r, dp)
+}
+
+// run runs r over dp until the test ends.
+func run(t *testing.T, r *Replicator, dp *fakeDatapath) *node {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()

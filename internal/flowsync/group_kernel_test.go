@@ -1,0 +1,82 @@
+package flowsync
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/sluicelb/sluice/internal/netnstest"
+	"github.com/sluicelb/sluice/internal/testutil"
+)
+
+// Two nodes in namespaces of their own, joined by a veth, replicate over a multicast group: they
+// find each other by their heartbeats, the one that joins gets a full resync, and updates reach
+// it through the group.
+func TestGroup(t *testing.T) {
+	nsA, nsB := netnstest.New(t), netnstest.New(t)
+	netnstest.In(t, nsA, func() {
+		must(t, netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "sync-a"}, PeerName: "sync-b"}))
+		peer, err := netlink.LinkByName("sync-b")
+		must(t, err)
+		must(t, netlink.LinkSetNsFd(peer, int(nsB)))
+		linkUp(t, "sync-a", "10.77.0.1/24")
+	})
+	netnstest.In(t, nsB, func() { linkUp(t, "sync-b", "10.77.0.2/24") })
+
+	table := testFlows(500, false)
+	group := netip.MustParseAddr("239.77.0.1")
+	var a, b *node
+	netnstest.In(t, nsA, func() {
+		dp := &fakeDatapath{table: table}
+		r, err := New(Options{Interface: "sync-a", Group: group, Secret: testSecret, InitialSyncTimeout: time.Hour}, dp, quietLog())
+		must(t, err)
+		a = run(t, r, dp)
+	})
+	netnstest.In(t, nsB, func() {
+		dp := &fakeDatapath{}
+		r, err := New(Options{Interface: "sync-b", Group: group, Secret: testSecret, InitialSyncTimeout: time.Hour}, dp, quietLog())
+		must(t, err)
+		b = run(t, r, dp)
+	})
+	testutil.Eventually(t, "b's initial sync from a", func() bool { return synced(b.r) && b.dp.has(table) })
+	if is := b.r.Status().InitialSync; is.WithoutPeer || is.Peer != netip.MustParseAddr("10.77.0.1") {
+		t.Errorf("b's initial sync %+v, want from 10.77.0.1", is)
+	}
+	update := testFlows(600, false)[550:]
+	a.dp.emit(update)
+	testutil.Eventually(t, "a's update at b through the group", func() bool { return b.dp.has(update) })
+	pb := peerStatus(a.r, "10.77.0.2")
+	if !pb.Connected || pb.SentEntries < uint64(len(table)+len(update)) {
+		t.Errorf("a's status of b: %+v", pb)
+	}
+	for _, n := range []*node{a, b} {
+		if s := n.r.Status(); len(s.Drops) != 0 || len(s.Peers) != 1 {
+			t.Errorf("status: %+v", s)
+		}
+	}
+}
+
+func linkUp(t *testing.T, name, cidr string) {
+	t.Helper()
+	for _, l := range []string{"lo", name} {
+		link, err := netlink.LinkByName(l)
+		must(t, err)
+		must(t, netlink.LinkSetUp(link))
+	}
+	link, err := netlink.LinkByName(name)
+	must(t, err)
+	ip, ipnet, err := net.ParseCIDR(cidr)
+	must(t, err)
+	ipnet.IP = ip
+	must(t, netlink.AddrAdd(link, &netlink.Addr{IPNet: ipnet}))
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
