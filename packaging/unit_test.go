@@ -176,6 +176,8 @@ func TestUnitCapabilitiesSuffice(t *testing.T) {
 	} {
 		run(t, append([]string{"ip", "-n", ns}, args...)...)
 	}
+	// A balancer forwards: the ebpf datapath refuses a plan that needs forwarding it does not have.
+	run(t, "ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
 
 	for i, datapath := range []string{"datapath: nft", "datapath: ebpf\nattach: tc", "datapath: ebpf\nattach: tc", "datapath: ebpf\nattach: xdp"} {
 		config := filepath.Join(dir, fmt.Sprintf("sluice%d.yaml", i))
