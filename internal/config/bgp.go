@@ -37,6 +37,16 @@ type BGPPeer struct {
 	Password string `yaml:"password,omitempty" json:"password,omitempty"`
 	// NextHop is the next hop announced to this peer; empty: the session's own address.
 	NextHop IP `yaml:"next_hop,omitempty" json:"next_hop,omitzero"`
+	// BFD runs a single-hop BFD session (RFC 5880, 5881) beside the BGP session: when it fails
+	// the BGP session is brought down at once, and the router (running BFD too) drops the
+	// node's routes within the detection time instead of the hold time.
+	BFD bool `yaml:"bfd,omitempty" json:"bfd,omitempty"`
+	// BFDInterval is both the desired minimum transmit and the required minimum receive
+	// interval of the BFD session; default 100ms.
+	BFDInterval string `yaml:"bfd_interval,omitempty" json:"bfd_interval,omitempty"`
+	// BFDMultiplier is the BFD detect multiplier: the session fails after this many intervals
+	// without a packet; 0: 3.
+	BFDMultiplier int `yaml:"bfd_multiplier,omitempty" json:"bfd_multiplier,omitempty"`
 	// PathAttributes are added to every announcement to this peer.
 	PathAttributes `yaml:",inline"`
 }
@@ -66,7 +76,17 @@ const (
 	maxMD5KeyLen = 80
 	// maxCommunities bounds the communities of one attribute set.
 	maxCommunities = 32
+	// DefaultBFDInterval and DefaultBFDMultiplier detect a dead peer in 300ms.
+	DefaultBFDInterval   = 100 * time.Millisecond
+	DefaultBFDMultiplier = 3
+	// MinBFDInterval and MaxBFDInterval bound bfd_interval: below 10ms a busy node's scheduler
+	// misses packets and the session flaps; above 10s BFD detects no sooner than BGP.
+	MinBFDInterval = 10 * time.Millisecond
+	MaxBFDInterval = 10 * time.Second
 )
+
+// bfdMultiplierBounds are the detect multipliers BFD's one-byte field holds, 0 excluded.
+var bfdMultiplierBounds = bounds{1, 255}
 
 // NoListen is the listen_port that keeps the node from accepting sessions.
 const NoListen = -1
@@ -86,6 +106,19 @@ func (b *BGP) ShutdownGraceOrDefault() time.Duration {
 
 // HoldTimeOrDefault is the parsed hold_time.
 func (p *BGPPeer) HoldTimeOrDefault() time.Duration { return durationOr(p.HoldTime, DefaultHoldTime) }
+
+// BFDIntervalOrDefault is the parsed bfd_interval.
+func (p *BGPPeer) BFDIntervalOrDefault() time.Duration {
+	return durationOr(p.BFDInterval, DefaultBFDInterval)
+}
+
+// BFDMultiplierOrDefault is bfd_multiplier, DefaultBFDMultiplier when unset.
+func (p *BGPPeer) BFDMultiplierOrDefault() int {
+	if p.BFDMultiplier == 0 {
+		return DefaultBFDMultiplier
+	}
+	return p.BFDMultiplier
+}
 
 // ParseCommunity reads a standard community written "ASN:VALUE".
 func ParseCommunity(s string) (uint32, error) {
@@ -167,9 +200,32 @@ func (c *Config) validateBGP(fail func(path, format string, args ...any)) {
 				p.NextHop.Addr = nh
 			}
 		}
+		p.validateBFD(at, fail)
 		p.PathAttributes.validate(at, fail)
 	}
 	failDuplicatePeers(b.Peers, seen, fail)
+}
+
+// validateBFD checks the peer's BFD timers, which only a peer with bfd: true may set.
+func (p *BGPPeer) validateBFD(at string, fail func(path, format string, args ...any)) {
+	if p.BFDInterval != "" {
+		d, err := time.ParseDuration(p.BFDInterval)
+		if err != nil || d < MinBFDInterval || d > MaxBFDInterval || d%time.Millisecond != 0 {
+			fail(at+".bfd_interval", "%q is not whole milliseconds between %s and %s (like 100ms)", p.BFDInterval, MinBFDInterval, MaxBFDInterval)
+		}
+	}
+	if p.BFDMultiplier != 0 && !bfdMultiplierBounds.has(p.BFDMultiplier) {
+		fail(at+".bfd_multiplier", "%d is not a detect multiplier in %s", p.BFDMultiplier, bfdMultiplierBounds)
+	}
+	if p.BFD {
+		return
+	}
+	if p.BFDInterval != "" {
+		fail(at+".bfd_interval", "set without bfd: true, which turns BFD on for this peer")
+	}
+	if p.BFDMultiplier != 0 {
+		fail(at+".bfd_multiplier", "set without bfd: true, which turns BFD on for this peer")
+	}
 }
 
 // peerAddress checks a peer's address: a unicast address a session can be dialled to, without

@@ -121,11 +121,13 @@ var rules = map[reflect.Type]map[string]rule{
 		"peers":          {required: true, minItems: 1, maxItems: MaxBGPPeers},
 	},
 	reflect.TypeFor[BGPPeer](): {
-		"address":   {required: true},
-		"port":      within(anyPortBounds),
-		"asn":       {bounds: &asnBounds, required: true},
-		"hold_time": {pattern: durationPattern},
-		"password":  {maxLength: maxMD5KeyLen},
+		"address":        {required: true},
+		"port":           within(anyPortBounds),
+		"asn":            {bounds: &asnBounds, required: true},
+		"hold_time":      {pattern: durationPattern},
+		"password":       {maxLength: maxMD5KeyLen},
+		"bfd_interval":   {pattern: durationPattern},
+		"bfd_multiplier": zeroOr(bfdMultiplierBounds),
 	},
 	reflect.TypeFor[PathAttributes](): {
 		"communities": {pattern: communityPattern, maxItems: maxCommunities},
