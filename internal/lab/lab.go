@@ -48,6 +48,8 @@ type Lab struct {
 	Balancers int
 	// Attacker adds {Prefix}-attacker, linked to the balancer (attacker.go); one balancer only.
 	Attacker bool
+	// BFD, in a fleet, runs BFD on the router's sessions to the balancers (router.go).
+	BFD *BFD
 	// StateDir holds nginx configs, pid files, logs and static files.
 	StateDir string
 	// UDPResponderCmd returns the argv of a UDP responder on port 5353 that
@@ -78,6 +80,9 @@ func (l *Lab) validate() error {
 	}
 	if l.Attacker && l.fleet() {
 		return fmt.Errorf("lab: an attacker needs a lab of one balancer, got %d", l.Balancers)
+	}
+	if err := l.validateBFD(); err != nil {
+		return err
 	}
 	if !filepath.IsAbs(l.StateDir) {
 		return fmt.Errorf("lab: state dir %q is not absolute", l.StateDir)
