@@ -8,6 +8,7 @@ import (
 	"github.com/osrg/gobgp/v4/api"
 	"github.com/osrg/gobgp/v4/pkg/apiutil"
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v4/pkg/server"
 )
 
 // Session timers the speaker uses for every peer: a router that resets the session or
@@ -63,6 +64,39 @@ func apiPeer(p Peer) *api.Peer {
 		AfiSafis: []*api.AfiSafi{{
 			Config: &api.AfiSafiConfig{Family: apiFamilyOf(p.Address), Enabled: true},
 		}},
+		Bfd: apiBFD(p.BFD),
+	}
+}
+
+// apiBFD is GoBGP's BFD config for b (nil: none), with the one interval as both the desired
+// min tx and the required min rx interval, in microseconds, and the peer's port 3784 (RFC 5881).
+// GoBGP resets the BGP session when the BFD session fails: its detection time passes without
+// a packet, or the peer says it is down.
+func apiBFD(b *BFD) *api.BfdPeerConfig {
+	if b == nil {
+		return nil
+	}
+	us := uint32(b.Interval / time.Microsecond)
+	return &api.BfdPeerConfig{
+		Enabled:                  true,
+		Port:                     server.BfdServerPort,
+		DesiredMinimumTxInterval: us,
+		RequiredMinimumReceive:   us,
+		DetectionMultiplier:      uint32(b.Multiplier),
+	}
+}
+
+// bfdStateOf maps GoBGP's BFD session state.
+func bfdStateOf(s api.BfdSessionState) BFDState {
+	switch s {
+	case api.BfdSessionState_BFD_SESSION_STATE_ADMIN_DOWN:
+		return BFDAdminDown
+	case api.BfdSessionState_BFD_SESSION_STATE_INIT:
+		return BFDInit
+	case api.BfdSessionState_BFD_SESSION_STATE_UP:
+		return BFDUp
+	default:
+		return BFDDown
 	}
 }
 

@@ -28,6 +28,9 @@ type session struct {
 	since     time.Time
 	flaps     uint64
 	lastError string
+	// bfdDown is why the BFD session just failed, which GoBGP follows with a reset of the BGP
+	// session: the reason of the next state change, the reset.
+	bfdDown string
 }
 
 func newSessions(notify func(Event)) *sessions {
@@ -129,6 +132,10 @@ func (s *sessions) observe(gen uint64, addr netip.Addr, state PeerState, reason 
 	}
 	was := p.state
 	p.state, p.since = state, t
+	if p.bfdDown != "" && was == StateEstablished {
+		reason = p.bfdDown
+	}
+	p.bfdDown = ""
 	if reason != "" {
 		p.lastError = reason
 	}
@@ -138,6 +145,16 @@ func (s *sessions) observe(gen uint64, addr netip.Addr, state PeerState, reason 
 	case was == StateEstablished:
 		p.flaps++
 		s.post(Event{Kind: PeerDown, Peer: addr, State: state, Reason: reason})
+	}
+}
+
+// bfdFailed records that addr's BFD session failed, for why: the reason of the reset of its
+// BGP session that GoBGP makes next.
+func (s *sessions) bfdFailed(addr netip.Addr, why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.peers[addr]; p != nil {
+		p.bfdDown = why
 	}
 }
 

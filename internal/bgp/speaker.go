@@ -52,9 +52,9 @@ func New(logger *slog.Logger, notify func(Event)) *Speaker {
 }
 
 // Configure applies c. The first call starts the BGP server; later calls add new peers,
-// delete removed ones and restart only the sessions whose ASN, port, hold time or password
-// changed; a peer whose attributes or next hop changed gets its routes sent again on the
-// same session. A changed ASN, router id or listen port restarts the server and
+// delete removed ones and restart only the sessions whose ASN, port, hold time, password or
+// BFD settings changed; a peer whose attributes or next hop changed gets its routes sent again
+// on the same session. A changed ASN, router id or listen port restarts the server and
 // re-announces. An invalid c, or a listen port another socket holds (*PortTakenError), is
 // refused before anything changes.
 func (s *Speaker) Configure(ctx context.Context, c Config) error {
@@ -125,6 +125,9 @@ func (s *Speaker) Status(ctx context.Context) (Status, error) {
 		ps := PeerStatus{
 			Address: p.Address, Port: p.Port, ASN: p.ASN,
 			State: sess.state, Since: sess.since, Flaps: sess.flaps, LastError: sess.lastError,
+		}
+		if p.BFD != nil {
+			ps.BFD = bfdStateOf(listed[p.Address].GetState().GetBfdState().GetSessionState())
 		}
 		if l := listed[p.Address]; l != nil && l.GetState().GetSessionState() == api.PeerState_SESSION_STATE_ESTABLISHED {
 			ps.HoldTime = time.Duration(l.GetTimers().GetState().GetNegotiatedHoldTime()) * time.Second
@@ -357,7 +360,7 @@ func pathsOf(as []Announcement) ([]*apiutil.Path, error) {
 
 // gobgpLog passes GoBGP's records at or above level on to the speaker's log, and hands a
 // peer's failed connection attempts (debug records of the peer's logger, which GoBGP tells no
-// other way) to sessions as the peer's last error.
+// other way) and BFD failures (warnings) to sessions as the peer's last error.
 type gobgpLog struct {
 	slog.Handler
 	level    slog.Leveler
@@ -369,11 +372,40 @@ type gobgpLog struct {
 // attribute says why.
 const connectFailed = "failed to connect"
 
+// bfdDown are the messages of GoBGP's records of a peer's BFD session failing, which it logs
+// (as warnings, with the topic "bfd" and the "Peer" attribute) just before it resets the BGP
+// session, and what each means as the reason the session went down.
+var bfdDown = map[string]string{
+	"Expired":                       "BFD down: no BFD packet from the peer within the detection time",
+	"Remote peer signaled BFD down": "BFD down: the peer's BFD session went down",
+}
+
+// bfdPeer is the peer a BFD record of GoBGP's is about.
+func bfdPeer(r slog.Record) (netip.Addr, bool) {
+	var topic, peer string
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "Topic":
+			topic = a.Value.String()
+		case "Peer":
+			peer = a.Value.String()
+		}
+		return true
+	})
+	addr, err := netip.ParseAddr(peer)
+	return addr.Unmap(), topic == "bfd" && err == nil
+}
+
 func (h gobgpLog) Enabled(ctx context.Context, l slog.Level) bool {
-	return h.peer.IsValid() || l >= h.level.Level() && h.Handler.Enabled(ctx, l)
+	return h.peer.IsValid() || l >= slog.LevelWarn || l >= h.level.Level() && h.Handler.Enabled(ctx, l)
 }
 
 func (h gobgpLog) Handle(ctx context.Context, r slog.Record) error {
+	if why, ok := bfdDown[r.Message]; ok {
+		if peer, ok := bfdPeer(r); ok {
+			h.sessions.bfdFailed(peer, why)
+		}
+	}
 	if h.peer.IsValid() && r.Message == connectFailed {
 		r.Attrs(func(a slog.Attr) bool {
 			if a.Key == "Error" {

@@ -45,7 +45,28 @@ type Peer struct {
 	HoldTime   time.Duration // 0: 90s; keepalive = hold/3
 	Password   string        // TCP MD5 (RFC 2385); empty: none
 	NextHop    netip.Addr    // zero: the session's local address
+	BFD        *BFD          // nil: no BFD session with this peer
 	Attributes               // added to every path sent to this peer (communities appended, med/local_pref override the announcement's)
+}
+
+// BFD is the timers of a single-hop BFD session (RFC 5880, 5881) run beside a peer's BGP
+// session: when it fails, the BGP session is reset at once.
+type BFD struct {
+	Interval   time.Duration // desired min tx and required min rx interval; 0: 100ms
+	Multiplier uint8         // detect multiplier; 0: 3
+}
+
+// The BFD defaults and the bounds of its interval.
+const (
+	defaultBFDInterval   = 100 * time.Millisecond
+	defaultBFDMultiplier = 3
+	minBFDInterval       = time.Millisecond
+	maxBFDInterval       = time.Minute
+)
+
+// bfdEqual reports whether two peers' BFD settings are the same (both off, or the same timers).
+func bfdEqual(a, b *BFD) bool {
+	return a == b || a != nil && b != nil && *a == *b
 }
 
 // Config is the speaker's identity and neighbours.
@@ -69,7 +90,7 @@ var limitedBroadcast = netip.AddrFrom4([4]byte{255, 255, 255, 255})
 // needs the session restarted, anything else is applied by policy.
 func (p Peer) sessionEqual(q Peer) bool {
 	return p.Address == q.Address && p.Port == q.Port && p.ASN == q.ASN &&
-		p.HoldTime == q.HoldTime && p.Password == q.Password
+		p.HoldTime == q.HoldTime && p.Password == q.Password && bfdEqual(p.BFD, q.BFD)
 }
 
 // exportEqual reports whether the same export policy serves both peers.
@@ -130,6 +151,19 @@ func (p Peer) normalize() (Peer, error) {
 	if len(p.Password) > maxPasswordLen {
 		return Peer{}, fmt.Errorf("password: longer than %d bytes", maxPasswordLen)
 	}
+	if p.BFD != nil {
+		bfd := *p.BFD
+		if bfd.Interval == 0 {
+			bfd.Interval = defaultBFDInterval
+		}
+		if bfd.Multiplier == 0 {
+			bfd.Multiplier = defaultBFDMultiplier
+		}
+		if bfd.Interval < minBFDInterval || bfd.Interval > maxBFDInterval || bfd.Interval%time.Microsecond != 0 {
+			return Peer{}, fmt.Errorf("bfd: interval %v is not whole microseconds in %v..%v", bfd.Interval, minBFDInterval, maxBFDInterval)
+		}
+		p.BFD = &bfd
+	}
 	if p.NextHop.IsValid() {
 		p.NextHop = p.NextHop.Unmap()
 		if p.NextHop.Is4() != p.Address.Is4() || p.NextHop.IsUnspecified() || p.NextHop.IsMulticast() {
@@ -173,6 +207,17 @@ const (
 	StateEstablished PeerState = "established"
 )
 
+// BFDState is a BFD session's state (RFC 5880 section 6.2).
+type BFDState string
+
+// The BFD session states; a peer without BFD has the empty state.
+const (
+	BFDAdminDown BFDState = "admindown"
+	BFDDown      BFDState = "down"
+	BFDInit      BFDState = "init"
+	BFDUp        BFDState = "up"
+)
+
 // PeerStatus is one neighbour's session as the speaker sees it.
 type PeerStatus struct {
 	Address          netip.Addr
@@ -183,8 +228,9 @@ type PeerStatus struct {
 	HoldTime         time.Duration // negotiated, when established
 	PrefixesSent     int
 	PrefixesReceived int
-	Flaps            uint64 // times the session went down after being established
-	LastError        string // last notification/error, if any
+	Flaps            uint64   // times the session went down after being established
+	LastError        string   // last notification/error, if any
+	BFD              BFDState // the BFD session's state; empty when the peer runs none
 }
 
 // Status is the speaker's identity, sessions and announcements.

@@ -25,3 +25,23 @@ func TestPrintBGPTellsFailures(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintBGPShowsBFD: each peer's BFD state shows, "off" for a peer without BFD.
+func TestPrintBGPShowsBFD(t *testing.T) {
+	v := engine.BGPView{Enabled: true, ASN: 65100, RouterID: "10.9.0.11", ListenPort: -1, Peers: []engine.PeerView{
+		{Address: "10.9.0.1", ASN: 65000, State: "established", BFD: "up"},
+		{Address: "10.9.0.2", ASN: 65000, State: "established"},
+	}}
+	var out bytes.Buffer
+	if err := printBGP(&out, v, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(out.String(), "\n")
+	for i, want := range map[int][]string{2: {"BFD"}, 3: {"10.9.0.1", " up "}, 4: {"10.9.0.2", " off "}} {
+		for _, w := range want {
+			if !strings.Contains(lines[i], w) {
+				t.Errorf("line %d lacks %q:\n%s", i, w, out.String())
+			}
+		}
+	}
+}

@@ -30,7 +30,7 @@ func printBGP(w io.Writer, v engine.BGPView, now time.Time) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "PEER\tAS\tSTATE\tFOR\tHOLD\tSENT\tRECEIVED\tFLAPS\tLAST ERROR")
+	fmt.Fprintln(tw, "PEER\tAS\tSTATE\tFOR\tHOLD\tBFD\tSENT\tRECEIVED\tFLAPS\tLAST ERROR")
 	for _, p := range v.Peers {
 		since := "-"
 		if !p.Since.IsZero() {
@@ -40,7 +40,11 @@ func printBGP(w io.Writer, v engine.BGPView, now time.Time) error {
 		if p.HoldTimeSeconds > 0 {
 			hold = fmt.Sprintf("%gs", p.HoldTimeSeconds)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", peerAddress(p), p.ASN, p.State, since, hold,
+		bfd := p.BFD
+		if bfd == "" {
+			bfd = "off"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", peerAddress(p), p.ASN, p.State, since, hold, bfd,
 			p.PrefixesSent, p.PrefixesReceived, p.Flaps, p.LastError)
 	}
 	fmt.Fprintln(tw)

@@ -65,6 +65,8 @@ type PeerView struct {
 	// Flaps counts the times the session went down after it was established.
 	Flaps     uint64 `json:"flaps"`
 	LastError string `json:"last_error,omitempty"`
+	// BFD is the BFD session's state: down, init, up or admindown; empty when the peer runs none.
+	BFD string `json:"bfd,omitempty"`
 }
 
 // announcing is the engine's BGP side; guarded by Engine.mu unless said otherwise.
@@ -429,6 +431,9 @@ func (e *Engine) speakerConfig(b *config.BGP) (bgp.Config, error) {
 			HoldTime: p.HoldTimeOrDefault(), Password: p.Password,
 			Attributes: bgpAttributes(p.PathAttributes),
 		}
+		if p.BFD {
+			peer.BFD = &bgp.BFD{Interval: p.BFDIntervalOrDefault(), Multiplier: uint8(p.BFDMultiplierOrDefault())}
+		}
 		c.Peers = append(c.Peers, peer)
 	}
 	return c, nil
@@ -512,7 +517,7 @@ func (e *Engine) BGP(ctx context.Context) (BGPView, error) {
 		view.Peers = append(view.Peers, PeerView{
 			Address: p.Address.String(), Port: p.Port, ASN: p.ASN, State: string(p.State), Since: p.Since,
 			HoldTimeSeconds: p.HoldTime.Seconds(), PrefixesSent: p.PrefixesSent, PrefixesReceived: p.PrefixesReceived,
-			Flaps: p.Flaps, LastError: p.LastError,
+			Flaps: p.Flaps, LastError: p.LastError, BFD: string(p.BFD),
 		})
 	}
 	return view, nil
