@@ -59,12 +59,16 @@ func TestGroup(t *testing.T) {
 	}
 }
 
+// linkUp sets lo and name up, and gives name the address cidr (if any).
 func linkUp(t *testing.T, name, cidr string) {
 	t.Helper()
 	for _, l := range []string{"lo", name} {
 		link, err := netlink.LinkByName(l)
 		must(t, err)
 		must(t, netlink.LinkSetUp(link))
+	}
+	if cidr == "" {
+		return
 	}
 	link, err := netlink.LinkByName(name)
 	must(t, err)
@@ -78,5 +82,27 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A peer without a route to it counts send errors and blocks nothing: updates are taken from
+// the datapath, and the status answers.
+func TestUnreachablePeer(t *testing.T) {
+	var n *node
+	netnstest.In(t, netnstest.New(t), func() {
+		linkUp(t, "lo", "")
+		dp := &fakeDatapath{}
+		r, err := New(Options{Address: netip.MustParseAddr("127.0.0.1"), Peers: peers("10.99.0.1"), Secret: testSecret}, dp, quietLog())
+		must(t, err)
+		n = run(t, r, dp)
+	})
+	flows := testFlows(3000, false)
+	n.dp.emit(flows)
+	testutil.Eventually(t, "the updates taken and the send errors counted", func() bool {
+		s := n.r.Status()
+		return s.QueueLength == 0 && s.SendErrors > 1 && peerStatus(n.r, "10.99.0.1").SendErrors == s.SendErrors
+	})
+	if s := n.r.Status(); s.QueueDrops != 0 || peerStatus(n.r, "10.99.0.1").SentEntries != 0 {
+		t.Errorf("status %+v", s)
 	}
 }

@@ -179,7 +179,7 @@ func TestExchangeAndResync(t *testing.T) {
 	}
 	testutil.Eventually(t, "a's initial sync, from b's empty table", func() bool { return synced(a.r) })
 
-	fromA, fromB := testFlows(3, true)[1:], testFlows(2000, false)[1990:]
+	fromA, fromB := testFlows(302, true)[300:], testFlows(2000, false)[1990:] // not in the table
 	a.dp.emit(fromA)
 	b.dp.emit(fromB)
 	testutil.Eventually(t, "a's new flows at b", func() bool { return b.dp.has(fromA) })

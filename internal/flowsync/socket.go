@@ -13,6 +13,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// readBuffer is the socket's receive buffer asked for.
+const readBuffer = 4 << 20
+
 // listen opens the sync socket in the calling thread's network namespace: bound to the port
 // (and Interface, when set) and, with a group, joined to it on Interface with a TTL of 1 and no
 // loopback of its own datagrams.
@@ -32,6 +35,11 @@ func listen(o *Options) (*net.UDPConn, error) {
 		return nil, fmt.Errorf("flowsync: listen on port %d: %w", o.Port, err)
 	}
 	conn := pc.(*net.UDPConn)
+	// Room for a burst of a resync while the datapath imports (the kernel caps it at rmem_max).
+	if err := conn.SetReadBuffer(readBuffer); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("flowsync: receive buffer: %w", err)
+	}
 	if o.Group.IsValid() {
 		if err := joinGroup(conn, o.Interface, o.Group); err != nil {
 			conn.Close()
