@@ -126,8 +126,17 @@ func peerSettings(p *config.BGPPeer) []setting {
 		{"hold_time", p.HoldTimeOrDefault().String()},
 		{"password", password},
 		{"next_hop", nextHop},
+		{"bfd", bfdText(p)},
 		{"path_attributes", attributesText(&p.PathAttributes)},
 	}
+}
+
+// bfdText is a peer's BFD: "off", or its interval and multiplier, like "100ms x 3".
+func bfdText(p *config.BGPPeer) string {
+	if !p.BFD {
+		return "off"
+	}
+	return p.BFDIntervalOrDefault().String() + " x " + strconv.Itoa(p.BFDMultiplierOrDefault())
 }
 
 // sectionText sums up a bgp section added or removed.

@@ -18,7 +18,7 @@ func TestNoteBGPSaysWhatChanges(t *testing.T) {
 bgp:
   asn: 65100
   peers:
-  - {address: 10.9.0.1, asn: 65000, hold_time: 9s, password: s3cret-a}
+  - {address: 10.9.0.1, asn: 65000, hold_time: 9s, password: s3cret-a, bfd: true}
   - {address: 10.9.0.2, asn: 65000}
 ` + bgpServices
 	const after = `
@@ -27,7 +27,7 @@ bgp:
   router_id: 10.9.0.11
   listen_port: 1790
   peers:
-  - {address: 10.9.0.1, asn: 65000, password: s3cret-b, med: 5}
+  - {address: 10.9.0.1, asn: 65000, password: s3cret-b, med: 5, bfd: true, bfd_interval: 50ms}
   - {address: "fd00::1", asn: 65000, port: 1179}
 ` + bgpServices
 	oldCfg, newCfg := mustConfig(t, before), mustConfig(t, strings.Replace(after, `"65100:80"`, `"65100:81"`, 1))
@@ -38,10 +38,11 @@ bgp:
 		{Op: OpChange, Field: "bgp.router_id", From: "the node's first IPv4 address", To: "10.9.0.11"},
 		{Op: OpChange, Field: "bgp.listen_port", From: "none (dials its peers only)", To: "1790"},
 		{Op: OpChange, Field: "bgp.peers[10.9.0.1].hold_time", From: "9s", To: "1m30s"},
+		{Op: OpChange, Field: "bgp.peers[10.9.0.1].bfd", From: "100ms x 3", To: "50ms x 3"},
 		{Op: OpChange, Field: "bgp.peers[10.9.0.1].path_attributes", From: "none", To: "med 5"},
 		{Op: OpChange, Field: "bgp.peers[10.9.0.1].password", From: "set", To: "another"},
-		{Op: OpAdd, Field: "bgp.peers[fd00::1]", To: "port 1179, asn 65000, hold_time 1m30s, password none, next_hop the session's address, path_attributes none"},
-		{Op: OpRemove, Field: "bgp.peers[10.9.0.2]", From: "port 179, asn 65000, hold_time 1m30s, password none, next_hop the session's address, path_attributes none"},
+		{Op: OpAdd, Field: "bgp.peers[fd00::1]", To: "port 1179, asn 65000, hold_time 1m30s, password none, next_hop the session's address, bfd off, path_attributes none"},
+		{Op: OpRemove, Field: "bgp.peers[10.9.0.2]", From: "port 179, asn 65000, hold_time 1m30s, password none, next_hop the session's address, bfd off, path_attributes none"},
 		{Op: OpChange, Field: "services[web].bgp", From: "communities 65100:80", To: "communities 65100:81"},
 	}
 	if !reflect.DeepEqual(c.BGP, want) {
