@@ -204,6 +204,33 @@ static __always_inline void reply_ensure(const struct flow_key *k, const struct 
 	bpf_map_update_elem(&replies, &rk, &r, BPF_NOEXIST);
 }
 
+/* Hands flow k, just created or closing at now, to the replicator reading flow_events, if one
+ * does (and not for `sluice which`); a full ring counts a drop in flow_event_drops. */
+static __always_inline void flow_announce(const struct flow_key *k, const struct flow *f, __u64 now)
+{
+	__u32              zero = 0;
+	struct globals    *g;
+	struct flow_event *e;
+	__u64             *drops;
+
+	if (count_nothing)
+		return;
+	g = bpf_map_lookup_elem(&config, &zero);
+	if (!g || !g->flow_events)
+		return;
+	e = bpf_ringbuf_reserve(&flow_events, sizeof(*e), 0);
+	if (!e) {
+		drops = bpf_map_lookup_elem(&flow_event_drops, &zero);
+		if (drops)
+			*drops += 1;
+		return;
+	}
+	e->key = *k;
+	e->flow = *f;
+	e->flow.last_seen = now; /* f's is refreshed at most once a second */
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}
+
 /* flow_select's errors. */
 #define SELECT_NO_BACKEND -1 /* the service has no backend for a new flow */
 #define SELECT_NO_PORT    -2 /* fullnat: no free source port */
@@ -245,6 +272,7 @@ static __always_inline int flow_create(const struct flow_key *k, const struct se
 		}
 	}
 	bpf_map_update_elem(&flows, k, &f, BPF_ANY);
+	flow_announce(k, &f, now);
 	conns_count(svc->flags, t->id, true);
 	limits_count(svc->flags, svc->id, k, true);
 	t->nat_port = f.nat_port;
@@ -270,6 +298,7 @@ static __always_inline int flow_select(const struct packet *p, const struct serv
 		t->nat_port = f->nat_port;
 		if ((p->tcp_flags & (TCP_FIN | TCP_RST)) && !(f->flags & FLOW_CLOSING)) {
 			f->flags |= FLOW_CLOSING;
+			flow_announce(k, f, now);
 			conns_count(svc->flags, f->backend_id, false);
 			limits_count(svc->flags, svc->id, k, false);
 		}

@@ -216,6 +216,24 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } service_unforwarded SEC(".maps");
 
+/* The flows the program creates and those it sees closing (struct flow_event), while a replicator
+ * reads them (config's flow_events): nothing per established packet, and never a wait. The reader
+ * polls: the program asks for no wakeup. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, FLOW_EVENTS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} flow_events SEC(".maps");
+
+/* Flow events lost to a full flow_events (per CPU, one entry). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 1);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} flow_event_drops SEC(".maps");
+
 /* icmp.h adds icmp_scratch, the ICMP error path's per-CPU working space (unpinned, no state). */
 
 #endif

@@ -173,7 +173,16 @@ struct globals {
 	__u8  snat6[16]; /* fullnat source address towards IPv6 backends */
 	__u16 port_low;  /* fullnat source port range, host byte order */
 	__u16 port_high;
-	__u32 pad;
+	__u8  flow_events; /* a replicator reads flow_events: new and closing flows go there */
+	__u8  pad[3];
 };
+
+/* A flow the program created or saw closing, for a replicator (flow_events). The loader reads it
+ * as the generated flow_key and flow types, end to end. */
+struct flow_event {
+	struct flow_key key;
+	struct flow     flow;
+};
+_Static_assert(sizeof(struct flow_event) == 64, "flow_event is flow_key then flow, unpadded");
 
 #endif

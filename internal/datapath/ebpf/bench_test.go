@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
@@ -249,4 +252,66 @@ func runNewFlowsOnCPU(n *fxNet, objs *sluiceObjects, frame []byte, cpu, count in
 		total += uint64(d)
 	}
 	return total, nil
+}
+
+// BenchmarkNewFlowEvents reports a new flow's program time ("prog-ns/pkt") with the flow events
+// off (no replicator watches: the flag's test alone) and on (each new flow written to
+// flow_events, drained meanwhile by a reader polling as WatchFlows does), on tc and XDP, in nat
+// and dsr, with one service. It reports the events a full ring lost ("drops").
+func BenchmarkNewFlowEvents(b *testing.B) {
+	n := newFxNet(b)
+	for _, h := range []hook{hookTC, hookXDP} {
+		for _, mode := range []config.Mode{config.ModeNAT, config.ModeDSR} {
+			for _, on := range []bool{false, true} {
+				b.Run(fmt.Sprintf("%s/%s/events=%v", h, mode, on), func(b *testing.B) {
+					objs := loadBenchWorld(b, 1, mode)
+					if err := objs.IfMacs.Put(n.client, sluiceIfMac{Addr: [6]byte(macLBClient)}); err != nil {
+						b.Fatal(err)
+					}
+					if on {
+						drainInBackground(b, objs)
+					}
+					n.enter(b)
+					benchRun(b, h, objs, tcpPkt(cli4, ap(benchVIP(1), 80)).synPkt().frame(), n.client, true)
+					var per []uint64
+					if err := objs.FlowEventDrops.Lookup(uint32(0), &per); err != nil {
+						b.Fatal(err)
+					}
+					var drops uint64
+					for _, c := range per {
+						drops += c
+					}
+					b.ReportMetric(float64(drops), "drops")
+				})
+			}
+		}
+	}
+}
+
+// drainInBackground turns the flow events on and reads them, every flowEventsEvery, until the
+// benchmark ends.
+func drainInBackground(b *testing.B, objs *sluiceObjects) {
+	if _, err := putFlowEvents(objs.Config, true); err != nil {
+		b.Fatal(err)
+	}
+	rd, err := ringbuf.NewReader(objs.FlowEvents)
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var rec ringbuf.Record
+		for {
+			rd.SetDeadline(time.Now().Add(flowEventsEvery))
+			err := rd.ReadInto(&rec)
+			if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+				return
+			}
+		}
+	}()
+	b.Cleanup(func() {
+		rd.Close()
+		<-done
+	})
 }

@@ -46,6 +46,8 @@ type Datapath struct {
 	// state is what the last Apply left in the maps; nil when that is not known (first use, a
 	// failed Apply, Resync, Flush): the next Apply reads the maps back.
 	state *state
+	// watching tells that WatchFlows reads flow_events: Apply keeps config's flow_events set.
+	watching bool
 }
 
 var _ datapath.Datapath = (*Datapath)(nil)
@@ -103,7 +105,7 @@ func (d *Datapath) apply(ctx context.Context, p *plan.Plan) (int, error) {
 			return 0, fmt.Errorf("reading the maps back: %w", err)
 		}
 	}
-	s := &syncer{m: d.maps, st: st}
+	s := &syncer{m: d.maps, st: st, events: d.watching}
 	if err := s.plan(p); err != nil {
 		return s.w.entries, fmt.Errorf("programming the maps: %w (after %d map writes; the next apply reads the maps back)", err, s.w.entries)
 	}

@@ -45,6 +45,10 @@ type kernelMaps struct {
 	ServiceRefusals *ebpf.Map
 	// ServiceUnforwarded counts the packets of each service the program could not forward, by reason.
 	ServiceUnforwarded *ebpf.Map
+	// FlowEvents is the ring of new and closing flows a replicator reads (see WatchFlows), and
+	// FlowEventDrops counts the events a full ring lost.
+	FlowEvents     *ebpf.Map
+	FlowEventDrops *ebpf.Map
 }
 
 // addedMaps are the pinned maps later versions added: pins of an older version lack them, which
@@ -55,6 +59,7 @@ var addedMaps = map[string]bool{
 	sluiceMapSourceAllow: true, sluiceMapSourceDeny: true,
 	sluiceMapServiceRate: true, sluiceMapServiceConns: true, sluiceMapServiceLost: true, sluiceMapClients: true,
 	sluiceMapServiceRefusals: true, sluiceMapServiceUnforwarded: true,
+	sluiceMapFlowEvents: true, sluiceMapFlowEventDrops: true,
 }
 
 // fields are the maps' places in m by pin name.
@@ -70,6 +75,7 @@ func (m *kernelMaps) fields() map[string]**ebpf.Map {
 		sluiceMapServiceRate: &m.ServiceRate, sluiceMapServiceConns: &m.ServiceConns,
 		sluiceMapServiceLost: &m.ServiceLost, sluiceMapClients: &m.Clients,
 		sluiceMapServiceRefusals: &m.ServiceRefusals, sluiceMapServiceUnforwarded: &m.ServiceUnforwarded,
+		sluiceMapFlowEvents: &m.FlowEvents, sluiceMapFlowEventDrops: &m.FlowEventDrops,
 	}
 }
 

@@ -94,12 +94,13 @@ type sluiceFlowKey struct {
 }
 
 type sluiceGlobals struct {
-	_        structs.HostLayout
-	Snat4    [4]uint8
-	Snat6    [16]uint8
-	PortLow  uint16
-	PortHigh uint16
-	Pad      uint32
+	_          structs.HostLayout
+	Snat4      [4]uint8
+	Snat6      [16]uint8
+	PortLow    uint16
+	PortHigh   uint16
+	FlowEvents uint8
+	Pad        [3]uint8
 }
 
 type sluiceIfMac struct {
@@ -242,6 +243,8 @@ const (
 	sluiceMapBackends           = "backends"
 	sluiceMapClients            = "clients"
 	sluiceMapConfig             = "config"
+	sluiceMapFlowEventDrops     = "flow_event_drops"
+	sluiceMapFlowEvents         = "flow_events"
 	sluiceMapFlows              = "flows"
 	sluiceMapIcmpScratch        = "icmp_scratch"
 	sluiceMapIfMacs             = "if_macs"
@@ -321,6 +324,8 @@ type sluiceMapSpecs struct {
 	Backends           *ebpf.MapSpec `ebpf:"backends"`
 	Clients            *ebpf.MapSpec `ebpf:"clients"`
 	Config             *ebpf.MapSpec `ebpf:"config"`
+	FlowEventDrops     *ebpf.MapSpec `ebpf:"flow_event_drops"`
+	FlowEvents         *ebpf.MapSpec `ebpf:"flow_events"`
 	Flows              *ebpf.MapSpec `ebpf:"flows"`
 	IcmpScratch        *ebpf.MapSpec `ebpf:"icmp_scratch"`
 	IfMacs             *ebpf.MapSpec `ebpf:"if_macs"`
@@ -374,6 +379,8 @@ type sluiceMaps struct {
 	Backends           *ebpf.Map `ebpf:"backends"`
 	Clients            *ebpf.Map `ebpf:"clients"`
 	Config             *ebpf.Map `ebpf:"config"`
+	FlowEventDrops     *ebpf.Map `ebpf:"flow_event_drops"`
+	FlowEvents         *ebpf.Map `ebpf:"flow_events"`
 	Flows              *ebpf.Map `ebpf:"flows"`
 	IcmpScratch        *ebpf.Map `ebpf:"icmp_scratch"`
 	IfMacs             *ebpf.Map `ebpf:"if_macs"`
@@ -402,6 +409,8 @@ func (m *sluiceMaps) Close() error {
 		m.Backends,
 		m.Clients,
 		m.Config,
+		m.FlowEventDrops,
+		m.FlowEvents,
 		m.Flows,
 		m.IcmpScratch,
 		m.IfMacs,

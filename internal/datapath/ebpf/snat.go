@@ -77,6 +77,9 @@ func (s *syncer) globals(p *plan.Plan) error {
 			}
 		}
 	}
+	if s.events {
+		g.FlowEvents = 1
+	}
 	if g == s.st.globals {
 		return nil
 	}

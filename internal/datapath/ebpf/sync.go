@@ -17,6 +17,9 @@ type syncer struct {
 	m  *kernelMaps
 	st *state
 	w  writer
+	// events keeps the program handing new and closing flows to flow_events (config's
+	// flow_events), for WatchFlows.
+	events bool
 }
 
 // plan programs p. Services whose plan did not change since st recorded it are skipped, so the
