@@ -261,3 +261,93 @@ func (d *Datapath) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+var _ datapath.FlowReplicator = (*Datapath)(nil)
+
+// errNoReplicator is what the flow replication methods answer when neither datapath replicates
+// flows.
+var errNoReplicator = errors.New("neither datapath replicates flows")
+
+// replicators are the datapaths that replicate flows.
+func (d *Datapath) replicators() []datapath.FlowReplicator {
+	var out []datapath.FlowReplicator
+	for _, dp := range []datapath.Datapath{d.first, d.second} {
+		if r, ok := dp.(datapath.FlowReplicator); ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// WatchFlows watches the flows of the datapaths that replicate them, emitting one batch at a time.
+func (d *Datapath) WatchFlows(ctx context.Context, emit func([]datapath.ReplicatedFlow)) error {
+	rs := d.replicators()
+	if len(rs) == 0 {
+		return errNoReplicator
+	}
+	var mu sync.Mutex
+	one := func(batch []datapath.ReplicatedFlow) {
+		mu.Lock()
+		defer mu.Unlock()
+		emit(batch)
+	}
+	for _, r := range rs {
+		if err := r.WatchFlows(ctx, one); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SnapshotFlows lists the active flows of the datapaths that replicate them, until fn returns
+// false.
+func (d *Datapath) SnapshotFlows(ctx context.Context, fn func(datapath.ReplicatedFlow) bool) error {
+	rs := d.replicators()
+	if len(rs) == 0 {
+		return errNoReplicator
+	}
+	more := true
+	for _, r := range rs {
+		err := r.SnapshotFlows(ctx, func(f datapath.ReplicatedFlow) bool {
+			more = fn(f)
+			return more
+		})
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// skipNoService is the reason a datapath gives for a flow of a service it does not hold.
+const skipNoService = "no such service"
+
+// ImportFlows hands the flows to the datapaths that replicate flows: each takes those of its own
+// services, so a flow counts as of no service only when neither holds its service.
+func (d *Datapath) ImportFlows(ctx context.Context, flows []datapath.ReplicatedFlow) (datapath.ImportResult, error) {
+	rs := d.replicators()
+	if len(rs) == 0 {
+		return datapath.ImportResult{}, errNoReplicator
+	}
+	out := datapath.ImportResult{Skipped: map[string]int{}}
+	for _, r := range rs {
+		res, err := r.ImportFlows(ctx, flows)
+		out.Imported += res.Imported
+		for why, n := range res.Skipped {
+			if why != skipNoService {
+				out.Skipped[why] += n
+			}
+		}
+		if err != nil {
+			return out, err
+		}
+	}
+	held := out.Imported
+	for _, n := range out.Skipped {
+		held += n
+	}
+	if none := len(flows) - held; none > 0 {
+		out.Skipped[skipNoService] = none
+	}
+	return out, nil
+}

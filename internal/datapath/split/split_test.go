@@ -2,8 +2,11 @@ package split
 
 import (
 	"context"
+	"maps"
+	"net/netip"
 	"testing"
 
+	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/datapath/fake"
 	"github.com/sluicelb/sluice/internal/plan"
 	"github.com/sluicelb/sluice/internal/testutil"
@@ -71,5 +74,85 @@ func TestServicesGoWhereTheyAreSelected(t *testing.T) {
 	}
 	if err := d.Flush(ctx); err != nil || first.Plan() != nil {
 		t.Errorf("flush: %v, first still holds %v", err, names(first.Plan()))
+	}
+}
+
+// replicator is a fake datapath that replicates the flows of one listener port.
+type replicator struct {
+	*fake.Datapath
+	port  uint16
+	flows []datapath.ReplicatedFlow
+}
+
+func (r *replicator) WatchFlows(_ context.Context, emit func([]datapath.ReplicatedFlow)) error {
+	emit(r.flows)
+	return nil
+}
+
+func (r *replicator) SnapshotFlows(_ context.Context, fn func(datapath.ReplicatedFlow) bool) error {
+	for _, f := range r.flows {
+		if !fn(f) {
+			return nil
+		}
+	}
+	return nil
+}
+
+func (r *replicator) ImportFlows(_ context.Context, flows []datapath.ReplicatedFlow) (datapath.ImportResult, error) {
+	res := datapath.ImportResult{Skipped: map[string]int{}}
+	for _, f := range flows {
+		switch {
+		case f.Listener.Port() != r.port:
+			res.Skipped["no such service"]++
+		case f.Closing:
+			res.Skipped["no such backend"]++
+		default:
+			res.Imported++
+		}
+	}
+	return res, nil
+}
+
+// TestFlowsReplicateWhereTheirServiceIs: each replicating datapath takes the flows of its own
+// services, and a flow is of no service only when neither holds it; a datapath that does not
+// replicate is left out; snapshots and watches cover both.
+func TestFlowsReplicateWhereTheirServiceIs(t *testing.T) {
+	ctx := context.Background()
+	flow := func(port uint16, closing bool) datapath.ReplicatedFlow {
+		return datapath.ReplicatedFlow{Listener: netip.AddrPortFrom(netip.MustParseAddr("10.91.9.100"), port), Closing: closing}
+	}
+	a := &replicator{Datapath: fake.New(), port: 80, flows: []datapath.ReplicatedFlow{flow(80, false)}}
+	b := &replicator{Datapath: fake.New(), port: 81, flows: []datapath.ReplicatedFlow{flow(81, false), flow(81, true)}}
+	batch := []datapath.ReplicatedFlow{flow(80, false), flow(81, false), flow(81, true), flow(82, false)}
+	for _, c := range []struct {
+		name          string
+		d             *Datapath
+		imported, got int
+		skipped       map[string]int
+	}{
+		{"both", New(a, b, nil), 2, 3, map[string]int{"no such service": 1, "no such backend": 1}},
+		{"the first", New(a, fake.New(), nil), 1, 1, map[string]int{"no such service": 3}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res, err := c.d.ImportFlows(ctx, batch)
+			if err != nil || res.Imported != c.imported || !maps.Equal(res.Skipped, c.skipped) {
+				t.Errorf("ImportFlows = %+v, %v; want %d imported, %v skipped", res, err, c.imported, c.skipped)
+			}
+			listed := 0
+			if err := c.d.SnapshotFlows(ctx, func(datapath.ReplicatedFlow) bool { listed++; return true }); err != nil || listed != c.got {
+				t.Errorf("SnapshotFlows listed %d (%v), want %d", listed, err, c.got)
+			}
+			listed = 0
+			if err := c.d.SnapshotFlows(ctx, func(datapath.ReplicatedFlow) bool { listed++; return false }); err != nil || listed != 1 {
+				t.Errorf("SnapshotFlows after fn said stop listed %d (%v), want 1", listed, err)
+			}
+			emitted := 0
+			if err := c.d.WatchFlows(ctx, func(b []datapath.ReplicatedFlow) { emitted += len(b) }); err != nil || emitted != c.got {
+				t.Errorf("WatchFlows emitted %d (%v), want %d", emitted, err, c.got)
+			}
+		})
+	}
+	if _, err := New(fake.New(), fake.New(), nil).ImportFlows(ctx, batch); err == nil {
+		t.Error("ImportFlows without a replicating datapath did not fail")
 	}
 }
