@@ -20,6 +20,7 @@ import (
 	"github.com/sluicelb/sluice/internal/engine"
 	"github.com/sluicelb/sluice/internal/health"
 	"github.com/sluicelb/sluice/internal/plan"
+	"github.com/sluicelb/sluice/internal/replication"
 	"github.com/sluicelb/sluice/internal/testutil"
 )
 
@@ -63,6 +64,14 @@ func (quietSpeaker) Set(context.Context, []bgp.Announcement) error { return nil 
 func (quietSpeaker) Status(context.Context) (bgp.Status, error)    { return bgp.Status{}, nil }
 func (quietSpeaker) Close(context.Context) error                   { return nil }
 
+// quietReplicator takes any sync section and is always ready.
+type quietReplicator struct{}
+
+func (quietReplicator) Check(*config.Config) error { return nil }
+func (quietReplicator) Set(*config.Config) error   { return nil }
+func (quietReplicator) Ready() (bool, string)      { return true, "" }
+func (quietReplicator) Status() replication.Status { return replication.Status{Ready: true} }
+
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
@@ -78,6 +87,7 @@ func newFixture(t testing.TB) *fixture {
 		ConfigPath: path, Datapath: dp, Prober: &fakeProber{}, Log: slog.New(slog.DiscardHandler),
 		MinApplyInterval: time.Millisecond, Resync: time.Hour, DrainPoll: 5 * time.Millisecond,
 		NewAnnouncer: func(func(bgp.Event)) engine.Announcer { return quietSpeaker{} },
+		Replicator:   quietReplicator{},
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})

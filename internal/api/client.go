@@ -18,6 +18,7 @@ import (
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/engine"
 	"github.com/sluicelb/sluice/internal/plan"
+	"github.com/sluicelb/sluice/internal/replication"
 )
 
 // Client calls the API of a running daemon; the CLI uses it. A non-2xx answer is an *Error.
@@ -160,6 +161,13 @@ func (c *Client) Drains(ctx context.Context) ([]engine.DrainView, error) {
 func (c *Client) BGP(ctx context.Context) (engine.BGPView, error) {
 	var out engine.BGPView
 	err := c.call(ctx, http.MethodGet, "/v1/bgp", nil, &out)
+	return out, err
+}
+
+// Sync returns the state of the replication of flows to the other nodes.
+func (c *Client) Sync(ctx context.Context) (replication.Status, error) {
+	var out replication.Status
+	err := c.call(ctx, http.MethodGet, "/v1/sync", nil, &out)
 	return out, err
 }
 

@@ -13,6 +13,11 @@ func (s *server) bgp(w http.ResponseWriter, r *http.Request) error {
 	return respond(w, http.StatusOK, view)
 }
 
+// sync answers the state of the replication of flows to the other nodes.
+func (s *server) sync(w http.ResponseWriter, _ *http.Request) error {
+	return respond(w, http.StatusOK, s.engine.Sync())
+}
+
 // node answers the node's drain state.
 func (s *server) node(w http.ResponseWriter, _ *http.Request) error {
 	return respond(w, http.StatusOK, s.engine.Node())

@@ -40,7 +40,7 @@ var sectionChanges = map[string][]sectionChange{
 	}, 403, 200, "bgp"}},
 	"Sync": {{func(c *config.Config) {
 		c.Sync = &config.Sync{Interface: "eth1", Peers: []config.IP{config.IPOf("10.91.4.12")}, SecretFile: "/etc/sluice/sync.key"}
-	}, 400, 400, "sync"}}, // refused until the daemon runs the replication: then 403 over TCP, 200 for root
+	}, 403, 200, "sync"}},
 	"Services": {{func(c *config.Config) { c.Services = c.Services[:1] }, 200, 200, ""}},
 }
 

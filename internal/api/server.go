@@ -122,6 +122,7 @@ func (s *server) routes() []route {
 		{"POST /v1/reload", waitQuery, s.reload},
 		{"GET /v1/events", []string{"since", "wait"}, s.events},
 		{"GET /v1/bgp", nil, s.bgp},
+		{"GET /v1/sync", nil, s.sync},
 		{"GET /v1/node", nil, s.node},
 		{"POST /v1/node/drain", waitQuery, s.drainNode},
 		{"POST /v1/node/undrain", waitQuery, s.undrainNode},

@@ -82,7 +82,7 @@ func rootCmdWith() (*cobra.Command, *globals) {
 	root.PersistentFlags().StringVar(&g.apiURL, "api", os.Getenv("SLUICE_API"), "talk to the daemon's TCP API at this URL instead of the socket")
 	root.PersistentFlags().StringVar(&g.apiToken, "token", os.Getenv("SLUICE_TOKEN"), "bearer token for --api")
 	root.AddCommand(validateCmd(), applyCmd(g), listCmd(g), flushCmd(g), labCmd(), serveCmd(g),
-		serviceCmd(g), backendCmd(g), healthCmd(g), eventsCmd(g), planCmd(g), reloadCmd(g), whichCmd(g), flowsCmd(g), bgpCmd(g), nodeCmd(g), benchCmd(), versionCmd())
+		serviceCmd(g), backendCmd(g), healthCmd(g), eventsCmd(g), planCmd(g), reloadCmd(g), whichCmd(g), flowsCmd(g), bgpCmd(g), syncCmd(g), nodeCmd(g), benchCmd(), versionCmd())
 	root.AddCommand(schemaCmd(), importCmd())
 	return root, g
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/engine"
 	"github.com/sluicelb/sluice/internal/metrics"
+	"github.com/sluicelb/sluice/internal/replication"
 	"github.com/sluicelb/sluice/internal/state"
 )
 
@@ -102,13 +104,21 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 	if err := flushOthers(ctx, cfg, log); err != nil {
 		return err
 	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var e *engine.Engine
+	replicator, err := replication.New(ctx, dp, filepath.Dir(statePath()), log, func(ev replication.Event) { e.SyncEvent(ev.Kind, ev.Message) })
+	if err != nil {
+		return err
+	}
+	if err := replicator.Check(cfg); err != nil {
+		return fmt.Errorf("%s: %w", o.file, err)
+	}
 	m := metrics.New(Version, log)
-	e := engine.New(cfg, engine.Options{ConfigPath: o.file, Datapath: dp, Log: log, OnApply: m.ObserveApply, Resync: o.resync, State: store})
+	e = engine.New(cfg, engine.Options{ConfigPath: o.file, Datapath: dp, Log: log, OnApply: m.ObserveApply, Resync: o.resync, State: store, Replicator: replicator})
 	ct, _ := dp.(datapath.ConntrackReader)
 	m.Watch(e, metrics.WatchOptions{MaxBackends: o.metricsMaxBackends, Conntrack: ct})
 
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	handler := api.NewHandler(e, api.Info{Version: Version, Datapath: string(cfg.Datapath), ConfigFile: o.file, Source: string(store.Start().Source), Started: time.Now()})
 	metricsMux := http.NewServeMux()
 	metricsMux.Handle("GET /metrics", m.Handler())

@@ -98,9 +98,6 @@ func (c *Config) validateSync(fail func(path, format string, args ...any)) {
 	if s.SecretFile == "" || !filepath.IsAbs(s.SecretFile) || filepath.Clean(s.SecretFile) != s.SecretFile {
 		fail("sync.secret_file", "%q is not a clean absolute path: name the file holding the secret the nodes share (at least 16 characters)", s.SecretFile)
 	}
-	// Until the daemon runs the replication the section describes, it is refused rather than
-	// accepted and ignored.
-	fail("sync", "connection-state replication is not in this version of Sluice yet: remove the section")
 	if s.InitialSyncTimeout != "" {
 		if d, err := time.ParseDuration(s.InitialSyncTimeout); err != nil || d < 0 || d > MaxInitialSyncTimeout {
 			fail("sync.initial_sync_timeout", "%q is not a duration between 0s and %s (like 10s)", s.InitialSyncTimeout, MaxInitialSyncTimeout)

@@ -242,6 +242,8 @@ func (e *Engine) recordVIPs(decisions []vipDecision) {
 
 // decide computes, for every VIP of the applied plan, whether to announce it and why.
 func (e *Engine) decide(applyErr error) []vipDecision {
+	c := conditions{applyErr: applyErr}
+	c.synced, c.syncWhy = e.syncReady() // before e.mu: the replicator has locks of its own
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	p, cfg := e.applied, e.cfg
@@ -255,14 +257,14 @@ func (e *Engine) decide(applyErr error) []vipDecision {
 		byVIP[vip] = append(byVIP[vip], s.Name)
 	}
 	slices.SortFunc(order, netip.Addr.Compare)
-	off := e.forwardingOff(p)
+	c.off = e.forwardingOff(p)
 	out := make([]vipDecision, 0, len(order))
 	for _, vip := range order {
 		d := vipDecision{
 			view: VIPView{VIP: vip.String(), Services: byVIP[vip]},
 			ann:  bgp.Announcement{Prefix: netip.PrefixFrom(vip, vip.BitLen())},
 		}
-		d.view.Announced, d.view.Reason = e.announceable(vip, p, applyErr, off)
+		d.view.Announced, d.view.Reason = e.announceable(vip, p, c)
 		if attrs := serviceAttributes(cfg, vip); attrs != nil {
 			d.ann.Attributes = bgpAttributes(*attrs)
 		}
@@ -286,16 +288,27 @@ func (e *Engine) forwardingOff(p *plan.Plan) map[string]string {
 	return off
 }
 
-// announceable tells whether the node announces vip, and why; off are the forwarding sysctls that
-// are off (forwardingOff). e.mu is held.
-func (e *Engine) announceable(vip netip.Addr, p *plan.Plan, applyErr error, off map[string]string) (bool, string) {
+// conditions are what the node as a whole must have before it announces a VIP.
+type conditions struct {
+	applyErr error // the last reconcile's
+	// off are the forwarding sysctls that are off (forwardingOff), by name.
+	off map[string]string
+	// synced tells whether the replication has the flows' state it needs (syncReady), syncWhy why.
+	synced  bool
+	syncWhy string
+}
+
+// announceable tells whether the node announces vip, and why. e.mu is held.
+func (e *Engine) announceable(vip netip.Addr, p *plan.Plan, c conditions) (bool, string) {
 	switch {
 	case e.bgp.shutdown:
 		return false, "withdrawn: the daemon is shutting down"
 	case e.node.State != NodeActive:
 		return false, "withdrawn: the node is " + e.node.State + " (sluice node drain)"
-	case applyErr != nil:
-		return false, "withdrawn: the datapath failed to apply: " + applyErr.Error()
+	case c.applyErr != nil:
+		return false, "withdrawn: the datapath failed to apply: " + c.applyErr.Error()
+	case !c.synced:
+		return false, "withdrawn: " + c.syncWhy
 	case p == nil:
 		return false, "withdrawn: not programmed yet"
 	}
@@ -307,7 +320,7 @@ func (e *Engine) announceable(vip netip.Addr, p *plan.Plan, applyErr error, off 
 			continue
 		}
 		programmed = true
-		if why, isOff := off[datapath.ForwardingSysctl(s.VIP)]; isOff && datapath.NeedsForwarding(p.Datapath, s) {
+		if why, isOff := c.off[datapath.ForwardingSysctl(s.VIP)]; isOff && datapath.NeedsForwarding(p.Datapath, s) {
 			unforwarded = why
 			continue
 		}

@@ -56,6 +56,9 @@ type Options struct {
 	// AnnounceInterval is how often the VIPs' announcements are reconsidered without a change
 	// (health checks passing for the first time do not change the plan). Default 1s.
 	AnnounceInterval time.Duration
+	// Replicator replicates the flows' state to the other nodes as the sync section says; nil:
+	// a config with a sync section is refused.
+	Replicator Replicator
 	// ApplyGrace bounds how long a datapath apply in flight when Run's context ends may go on
 	// before it is cut (see applyPlan). Default DefaultApplyGrace.
 	ApplyGrace time.Duration
@@ -183,6 +186,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			retry = time.After(time.Second)
 		}
 		applyErr = err
+		e.replicate()
 		e.announce(ctx, applyErr)
 		if err == nil && len(outside) > 0 {
 			e.publish(Event{Type: EventDatapathRepaired, Message: "datapath changed outside Sluice: repaired (" + strings.Join(outside, "; ") + ")"})

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicelb/sluice/internal/datapath/fake"
 	"github.com/sluicelb/sluice/internal/health"
 	"github.com/sluicelb/sluice/internal/plan"
+	"github.com/sluicelb/sluice/internal/replication"
 	"github.com/sluicelb/sluice/internal/testutil"
 )
 
@@ -127,4 +128,69 @@ services:
 	}
 	dp.off.Store(false)
 	announces(t, speaker, "10.0.0.2/32", "fd00::2/128")
+}
+
+// waitingReplicator is a Replicator that is not ready until told.
+type waitingReplicator struct{ ready atomic.Bool }
+
+func (*waitingReplicator) Check(*config.Config) error { return nil }
+func (*waitingReplicator) Set(*config.Config) error   { return nil }
+func (r *waitingReplicator) Ready() (bool, string) {
+	if r.ready.Load() {
+		return true, "initial sync done"
+	}
+	return false, "waiting for the initial sync of the flow tables from a peer (at most 10s)"
+}
+func (r *waitingReplicator) Status() replication.Status {
+	ready, why := r.Ready()
+	return replication.Status{Enabled: true, Ready: ready, Why: why}
+}
+
+// TestVIPsWaitForTheInitialSync: a node whose replication has not received its peers' flows yet
+// announces nothing and is not ready, naming what it waits for; once the sync is in, it announces.
+func TestVIPsWaitForTheInitialSync(t *testing.T) {
+	cfg, err := config.Parse("test.yaml", []byte(`
+bgp:
+  asn: 65100
+  peers: [{address: 10.9.0.1, asn: 65000}]
+services:
+  - {name: dns, vip: 10.0.0.2, port: 53, protocol: udp, backends: [{address: 10.0.1.1}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := &waitingReplicator{}
+	speaker := &fakeSpeaker{}
+	e := New(cfg, Options{
+		Datapath: fake.New(), Prober: &fakeProber{states: map[string]health.Status{}}, Replicator: rep,
+		MinApplyInterval: time.Millisecond, AnnounceInterval: 5 * time.Millisecond,
+		RouterID:     func() (netip.Addr, error) { return netip.MustParseAddr("10.9.0.11"), nil },
+		NewAnnouncer: func(func(bgp.Event)) Announcer { return speaker },
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = e.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	testutil.Eventually(t, "the first announce", func() bool { view, _ := e.BGP(ctx); return len(view.VIPs) == 1 })
+	view, _ := e.BGP(ctx)
+	if got := viewOf(view, "10.0.0.2"); got.Announced || !strings.Contains(got.Reason, "waiting for the initial sync") {
+		t.Fatalf("10.0.0.2 before the initial sync: %+v, want withdrawn, waiting for the sync", got)
+	}
+	if n := e.Node(); n.Ready || !strings.Contains(n.Why, "initial sync") {
+		t.Fatalf("node before the initial sync: %+v, want not ready, waiting for the sync", n)
+	}
+	if s := e.Sync(); s.Ready || !s.Enabled {
+		t.Fatalf("Sync() = %+v", s)
+	}
+	rep.ready.Store(true)
+	announces(t, speaker, "10.0.0.2/32")
+	if n := e.Node(); !n.Ready {
+		t.Fatalf("node after the initial sync: %+v, want ready", n)
+	}
 }

@@ -64,6 +64,9 @@ func (e *Engine) apply(dryRun bool, why string, from *state.Origin, mutate Mutat
 	if err := e.checkBGP(next); err != nil {
 		return refused, snapshot{}, err
 	}
+	if err := e.checkSync(next); err != nil {
+		return refused, snapshot{}, err
+	}
 	before, err := e.planner.Build(e.cfg, e.available(e.cfg))
 	if err != nil {
 		return refused, snapshot{}, err

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/engine"
+	"github.com/sluicelb/sluice/internal/replication"
 )
 
 // Source is what a scrape reads; *engine.Engine is one.
@@ -24,6 +25,7 @@ type Source interface {
 	Health() []engine.HealthView
 	Stats() engine.ApplyStats
 	BGP(ctx context.Context) (engine.BGPView, error)
+	Sync() replication.Status
 }
 
 // Metrics is Sluice's registry, with the apply histogram the engine feeds.
@@ -90,7 +92,7 @@ type WatchOptions struct {
 
 // Watch adds the metrics read from src (and opts.Conntrack) at every scrape; call it once.
 func (m *Metrics) Watch(src Source, opts WatchOptions) {
-	m.reg.MustRegister(&collector{src: src, log: m.log, maxBackends: opts.MaxBackends}, bgpCollector{src: src, log: m.log})
+	m.reg.MustRegister(&collector{src: src, log: m.log, maxBackends: opts.MaxBackends}, bgpCollector{src: src, log: m.log}, syncCollector{src: src})
 	if opts.Conntrack != nil {
 		m.reg.MustRegister(conntrackCollector{r: opts.Conntrack, log: m.log})
 	}

@@ -1,0 +1,86 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicelb/sluice/internal/api"
+	"github.com/sluicelb/sluice/internal/replication"
+)
+
+func syncCmd(g *globals) *cobra.Command {
+	return viewCmd(g, "sync", "Show the replication of flows to the other balancer nodes: conntrackd, each peer, the initial sync", (*api.Client).Sync,
+		func(w io.Writer, s replication.Status) error { return printSync(w, s, time.Now()) })
+}
+
+func printSync(w io.Writer, s replication.Status, now time.Time) error {
+	if !s.Enabled {
+		fmt.Fprintln(w, "sync: off (the config has no sync section)")
+		return nil
+	}
+	fmt.Fprintf(w, "sync: %s: %s\n", readiness(s.Ready), s.Why)
+	if c := s.Conntrackd; c != nil {
+		state := "running, pid " + fmt.Sprint(c.PID) + ", for " + ago(now, c.Since)
+		if !c.Running {
+			state = "NOT RUNNING: " + c.Reason
+		}
+		fmt.Fprintf(w, "conntrackd: %s; %d restarts; sent %d, received %d packets; %d entries written; %d errors; %d foreign packets dropped\n",
+			state, c.Restarts, c.Stats.PacketsSent, c.Stats.PacketsReceived, c.Stats.Injected(),
+			c.Stats.SendErrors+c.Stats.ReceiveErrors+c.Stats.MalformedMessages+c.Stats.LostMessages, c.ForeignDrops)
+	}
+	f := s.Flows
+	if f == nil {
+		return nil
+	}
+	fmt.Fprintf(w, "flows: node %s; queue %d of %d, %d dropped; %d send errors; dropped datagrams: %s\n",
+		f.NodeID, f.QueueLength, f.QueueLimit, f.QueueDrops, f.SendErrors, counts(f.Drops))
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "PEER\tCONNECTED\tLAST SEEN\tSENT\tRECEIVED\tLAG\tLAST RESYNC\tSKIPPED\tDROPPED")
+	for _, p := range f.Peers {
+		resync := "-"
+		if r := p.LastResync; !r.At.IsZero() {
+			resync = fmt.Sprintf("%s ago, %d entries in %s", ago(now, r.At), r.Entries, r.DurationNS.Round(time.Millisecond))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", p.Address, yesNo(p.Connected), ago(now, p.LastSeen),
+			p.SentEntries, p.ReceivedEntries, p.LagNS.Round(time.Millisecond), resync, counts(p.Skipped), counts(p.Drops))
+	}
+	return tw.Flush()
+}
+
+// readiness names a readiness for a listing.
+func readiness(ready bool) string {
+	if ready {
+		return "ready"
+	}
+	return "NOT READY"
+}
+
+// ago is how long before now t was, "-" when never.
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return now.Sub(t).Round(time.Second).String()
+}
+
+// counts writes counters by reason, the reasons sorted, "-" when there are none.
+func counts(m map[string]uint64) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if m[k] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
+}

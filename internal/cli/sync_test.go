@@ -1,0 +1,41 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicelb/sluice/internal/conntrackd"
+	"github.com/sluicelb/sluice/internal/replication"
+)
+
+func TestPrintSync(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	var out strings.Builder
+	if err := printSync(&out, replication.Status{}, now); err != nil || out.String() != "sync: off (the config has no sync section)\n" {
+		t.Fatalf("off: %q, %v", out.String(), err)
+	}
+	st := replication.Status{Enabled: true, Ready: false, Why: "waiting for the initial sync of the flow tables from a peer (at most 10s)",
+		Conntrackd: &conntrackd.Status{Running: false, Reason: "exited with status 1; restarting in 2s", Restarts: 3, ForeignDrops: 7},
+		Flows: &replication.FlowStatus{NodeID: "00000000000000ab", QueueLimit: 65536, QueueDrops: 2, Drops: map[string]uint64{"bad_mac": 4, "replay": 0},
+			Peers: []replication.PeerStatus{{Address: "10.91.4.12", Connected: true, LastSeen: now.Add(-time.Second), SentEntries: 10, ReceivedEntries: 20,
+				LastResync: replication.Resync{At: now.Add(-time.Minute), Entries: 1800, DurationNS: 250 * time.Millisecond}, Skipped: map[string]uint64{"no such backend": 1}}}}}
+	out.Reset()
+	if err := printSync(&out, st, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"sync: NOT READY: waiting for the initial sync",
+		"conntrackd: NOT RUNNING: exited with status 1; restarting in 2s; 3 restarts",
+		"7 foreign packets dropped",
+		"queue 0 of 65536, 2 dropped",
+		"dropped datagrams: bad_mac 4\n",
+		"10.91.4.12  yes",
+		"1m0s ago, 1800 entries in 250ms",
+		"no such backend 1",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("sync listing lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -1,0 +1,282 @@
+// Package replication runs what a config's sync section asks of this node: conntrackd for the
+// flows the kernel's conntrack table holds (the nft datapath's, and those of the services the
+// ebpf datapath hands to nft), and Sluice's own replication of the ebpf datapath's flow tables
+// (flowsync). The engine hands it the whole config each time (Set), as it does the datapath.
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluicelb/sluice/internal/boundedread"
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/conntrackd"
+	"github.com/sluicelb/sluice/internal/datapath"
+	"github.com/sluicelb/sluice/internal/flowsync"
+)
+
+// Event is something the replication tells the operator (a peer up or down, a resync, the
+// initial sync done); Kind is the engine's event type.
+type Event struct {
+	Kind    string
+	Message string
+}
+
+// Runner runs the replication in the network namespace of the thread that made it.
+type Runner struct {
+	ctx      context.Context
+	log      *slog.Logger
+	dp       datapath.Datapath
+	stateDir string
+	notify   func(Event)
+	ctd      *conntrackd.Supervisor
+
+	mu      sync.Mutex
+	running *config.Sync // the section Set runs, nil: none
+	needs   needs
+	flows   *flowRun
+	since   time.Time // when the running section was set: its initial sync started
+}
+
+// flowRun is a running flowsync.Replicator and how to stop it.
+type flowRun struct {
+	r      *flowsync.Replicator
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// needs says which replication a config needs.
+type needs struct {
+	conntrackd bool // flows live in the kernel's conntrack table
+	flows      bool // flows live in the ebpf datapath's tables
+}
+
+func needsOf(cfg *config.Config) needs {
+	if cfg.Sync == nil {
+		return needs{}
+	}
+	if cfg.Datapath != config.DatapathEBPF {
+		return needs{conntrackd: true}
+	}
+	n := needs{flows: true}
+	for _, s := range cfg.Services {
+		n.conntrackd = n.conntrackd || s.SYNProtection // handed to nft, tracked by conntrack
+	}
+	return n
+}
+
+// New returns a Runner acting in the calling thread's network namespace until ctx ends; dp is
+// the datapath whose flows it replicates, stateDir where conntrackd's files go, and notify (which
+// must not block) is told of peers and resyncs.
+func New(ctx context.Context, dp datapath.Datapath, stateDir string, log *slog.Logger, notify func(Event)) (*Runner, error) {
+	ctd, err := conntrackd.New(ctx, log)
+	if err != nil {
+		return nil, err
+	}
+	return &Runner{ctx: ctx, log: log, dp: dp, stateDir: stateDir, notify: notify, ctd: ctd}, nil
+}
+
+// Check tells whether Set could run cfg's sync section on this host, changing nothing; a refusal
+// is a config.Errors naming the field (sync.secret_file, sync.interface, ...).
+func (r *Runner) Check(cfg *config.Config) error {
+	n := needsOf(cfg)
+	if n == (needs{}) {
+		return nil
+	}
+	if _, err := readSecret(cfg.Sync.SecretFile); err != nil {
+		return fieldErrors(err)
+	}
+	if _, ok := r.dp.(datapath.FlowReplicator); n.flows && !ok {
+		return config.Errors{{Path: "sync", Msg: "this datapath cannot replicate its flows"}}
+	}
+	if n.conntrackd {
+		o := r.conntrackdOptions(cfg.Sync)
+		return fieldErrors(o.Check())
+	}
+	return nil
+}
+
+// Set runs what cfg's sync section asks for, the whole desired state: a section removed stops
+// the replication; the section it already runs changes nothing.
+func (r *Runner) Set(cfg *config.Config) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := needsOf(cfg)
+	if n == r.needs && reflect.DeepEqual(cfg.Sync, r.running) {
+		return nil
+	}
+	var secret []byte
+	if n.flows {
+		s, err := readSecret(cfg.Sync.SecretFile)
+		if err != nil {
+			return err
+		}
+		secret = s
+	}
+	var o *conntrackd.Options
+	if n.conntrackd {
+		o = r.conntrackdOptions(cfg.Sync)
+	}
+	if err := r.ctd.Set(r.ctx, o); err != nil {
+		return fieldErrors(err)
+	}
+	r.stopFlows()
+	if n.flows {
+		if err := r.startFlows(cfg.Sync, secret); err != nil {
+			_ = r.ctd.Set(r.ctx, nil)
+			r.running, r.needs = nil, needs{}
+			return err
+		}
+	}
+	r.running, r.needs, r.since = cfg.Sync.Clone(), n, time.Now()
+	return nil
+}
+
+// conntrackdOptions converts the sync section for conntrackd.
+func (r *Runner) conntrackdOptions(s *config.Sync) *conntrackd.Options {
+	return &conntrackd.Options{
+		Interface: s.Interface, Address: s.Address.Addr, Peers: addrs(s.Peers), Group: s.Group.Addr,
+		Port: s.ConntrackdPort(), StateDir: filepath.Join(r.stateDir, "conntrackd"),
+	}
+}
+
+// startFlows starts a flowsync.Replicator for s over the datapath's flow tables.
+func (r *Runner) startFlows(s *config.Sync, secret []byte) error {
+	dp, _ := r.dp.(datapath.FlowReplicator)
+	rep, err := flowsync.New(flowsync.Options{
+		Interface: s.Interface, Address: s.Address.Addr, Peers: addrs(s.Peers), Group: s.Group.Addr,
+		Port: s.PortOrDefault(), Secret: secret, InitialSyncTimeout: s.InitialSyncTimeoutOrDefault(),
+		Notify: func(ev flowsync.Event) { r.notify(Event{Kind: string(ev.Kind), Message: ev.Message}) },
+	}, dp, r.log)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	run := &flowRun{r: rep, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(run.done)
+		if err := rep.Run(ctx); err != nil {
+			r.log.Error("sync: flow replication stopped", "err", err)
+		}
+	}()
+	r.flows = run
+	return nil
+}
+
+// stopFlows stops the running flowsync.Replicator, if any, and waits for it.
+func (r *Runner) stopFlows() {
+	if r.flows == nil {
+		return
+	}
+	r.flows.cancel()
+	<-r.flows.done
+	r.flows = nil
+}
+
+// Ready tells whether the node has the state it needs before it takes traffic: no replication is
+// configured, or the initial sync from a peer completed, or its timeout passed. why says which,
+// or what it waits for.
+func (r *Runner) Ready() (ready bool, why string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.running == nil {
+		return true, "no sync section"
+	}
+	timeout := r.running.InitialSyncTimeoutOrDefault()
+	var waiting []string
+	if r.needs.conntrackd && !closed(r.ctd.InitialSync()) {
+		waiting = append(waiting, "conntrackd")
+	}
+	if r.needs.flows && !closed(r.flows.r.InitialSyncDone()) {
+		waiting = append(waiting, "the flow tables")
+	}
+	switch {
+	case len(waiting) == 0:
+		return true, "initial sync done"
+	case time.Since(r.since) >= timeout:
+		return true, fmt.Sprintf("initial sync of %s not done within sync.initial_sync_timeout (%s): taking traffic without it", strings.Join(waiting, " and "), timeout)
+	}
+	return false, fmt.Sprintf("waiting for the initial sync of %s from a peer (at most %s)", strings.Join(waiting, " and "), timeout)
+}
+
+// Status is the replication's state, for `sluice sync` and the metrics.
+type Status struct {
+	// Enabled tells whether the config has a sync section.
+	Enabled bool   `json:"enabled"`
+	Ready   bool   `json:"ready"`
+	Why     string `json:"why"`
+	// Conntrackd is conntrackd's health, when the node runs it.
+	Conntrackd *conntrackd.Status `json:"conntrackd,omitempty"`
+	// Flows is the ebpf flow tables' replication, when the node runs it.
+	Flows *FlowStatus `json:"flows,omitempty"`
+}
+
+// Status reads the replication's state now.
+func (r *Runner) Status() Status {
+	ready, why := r.Ready()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := Status{Enabled: r.running != nil, Ready: ready, Why: why}
+	if r.needs.conntrackd {
+		c := r.ctd.Status()
+		st.Conntrackd = &c
+	}
+	if r.flows != nil {
+		f := flowStatus(r.flows.r.Status())
+		st.Flows = &f
+	}
+	return st
+}
+
+// readSecret reads the shared secret of sync.secret_file: a regular file, at most a token's
+// size, its content without surrounding whitespace at least flowsync.MinSecret bytes.
+func readSecret(path string) ([]byte, error) {
+	data, err := boundedread.File(path, boundedread.TokenBytes)
+	if err != nil {
+		return nil, &conntrackd.FieldError{Field: "sync.secret_file", Msg: err.Error()}
+	}
+	secret := []byte(strings.TrimSpace(string(data)))
+	if len(secret) < flowsync.MinSecret {
+		return nil, &conntrackd.FieldError{Field: "sync.secret_file", Msg: fmt.Sprintf("%s holds %d bytes: the secret must be at least %d (head -c 32 /dev/urandom | base64 > %s)", path, len(secret), flowsync.MinSecret, path)}
+	}
+	return secret, nil
+}
+
+// fieldErrors is err as the config's errors: a refused field of the sync section names it, any
+// other error is the section's; nil stays nil.
+func fieldErrors(err error) error {
+	var fe *conntrackd.FieldError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &fe):
+		return config.Errors{{Path: fe.Field, Msg: fe.Msg}}
+	}
+	return config.Errors{{Path: "sync", Msg: err.Error()}}
+}
+
+func addrs(ips []config.IP) []netip.Addr {
+	out := make([]netip.Addr, len(ips))
+	for i, ip := range ips {
+		out[i] = ip.Addr
+	}
+	return slices.Clip(out)
+}
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}

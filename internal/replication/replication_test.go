@@ -1,0 +1,67 @@
+package replication
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/datapath/fake"
+)
+
+func TestNeeds(t *testing.T) {
+	sync := &config.Sync{Interface: "eth1"}
+	for _, c := range []struct {
+		cfg  config.Config
+		want needs
+	}{
+		{config.Config{Datapath: config.DatapathNFT}, needs{}},
+		{config.Config{Datapath: config.DatapathNFT, Sync: sync}, needs{conntrackd: true}},
+		{config.Config{Datapath: config.DatapathEBPF, Sync: sync}, needs{flows: true}},
+		{config.Config{Datapath: config.DatapathEBPF, Sync: sync, Services: []config.Service{{SYNProtection: true}}}, needs{conntrackd: true, flows: true}},
+	} {
+		if got := needsOf(&c.cfg); got != c.want {
+			t.Errorf("needsOf(%s, sync %v, %d services) = %+v, want %+v", c.cfg.Datapath, c.cfg.Sync != nil, len(c.cfg.Services), got, c.want)
+		}
+	}
+}
+
+// TestCheckNamesTheField: a sync section the host cannot run is refused naming the field: a
+// secret file that is missing, short or not a regular file, a datapath that cannot replicate.
+func TestCheckNamesTheField(t *testing.T) {
+	dir := t.TempDir()
+	short := filepath.Join(dir, "short")
+	if err := os.WriteFile(short, []byte("tooshort\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(dir, "good")
+	if err := os.WriteFile(good, []byte("0123456789abcdef0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(t.Context(), fake.New(), dir, slog.New(slog.DiscardHandler), func(Event) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		secret, datapath string
+		want             string
+	}{
+		{filepath.Join(dir, "missing"), "nft", "sync.secret_file: open"},
+		{short, "nft", "sync.secret_file: " + short + " holds 8 bytes: the secret must be at least 16"},
+		{"/dev/zero", "nft", "sync.secret_file: /dev/zero: is a character device, not a regular file"},
+		{good, "ebpf", "sync: this datapath cannot replicate its flows"},
+	} {
+		cfg := &config.Config{Datapath: config.Datapath(c.datapath), Sync: &config.Sync{Interface: "eth1", Peers: []config.IP{config.IPOf("10.0.0.2")}, SecretFile: c.secret}}
+		if err := r.Check(cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Check(secret %s, %s) = %v, want %q", c.secret, c.datapath, err, c.want)
+		}
+	}
+	if ready, why := r.Ready(); !ready || why != "no sync section" {
+		t.Errorf("Ready() without a section = %v, %q", ready, why)
+	}
+	if err := r.Set(&config.Config{}); err != nil {
+		t.Errorf("Set without a section: %v", err)
+	}
+}

@@ -1,0 +1,95 @@
+package replication
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluicelb/sluice/internal/flowsync"
+)
+
+// FlowStatus is the ebpf flow tables' replication as the API shows it (flowsync.Status).
+type FlowStatus struct {
+	NodeID      string `json:"node_id"`
+	InitialSync struct {
+		Done        bool      `json:"done"`
+		WithoutPeer bool      `json:"without_peer,omitempty"`
+		Peer        string    `json:"peer,omitempty"`
+		At          time.Time `json:"at,omitzero"`
+	} `json:"initial_sync"`
+	QueueLength    int               `json:"queue_length"`
+	QueueLimit     int               `json:"queue_limit"`
+	QueueDrops     uint64            `json:"queue_drops"`
+	OldestQueuedNS time.Duration     `json:"oldest_queued_ns"`
+	Unencodable    uint64            `json:"unencodable"`
+	SendErrors     uint64            `json:"send_errors"`
+	Drops          map[string]uint64 `json:"drops"`
+	Peers          []PeerStatus      `json:"peers"`
+}
+
+// PeerStatus is what this node knows of a peer (flowsync.PeerStatus).
+type PeerStatus struct {
+	Address         string            `json:"address"`
+	NodeID          string            `json:"node_id,omitempty"`
+	Connected       bool              `json:"connected"`
+	LastSeen        time.Time         `json:"last_seen,omitzero"`
+	SentEntries     uint64            `json:"sent_entries"`
+	ReceivedEntries uint64            `json:"received_entries"`
+	SendErrors      uint64            `json:"send_errors"`
+	ImportErrors    uint64            `json:"import_errors"`
+	Skipped         map[string]uint64 `json:"skipped,omitempty"`
+	Drops           map[string]uint64 `json:"drops,omitempty"`
+	LagNS           time.Duration     `json:"lag_ns"`
+	LastResync      Resync            `json:"last_resync"`
+	LastServed      Resync            `json:"last_served"`
+}
+
+// Resync is a full resync that ended (flowsync.Resync).
+type Resync struct {
+	At         time.Time     `json:"at,omitzero"`
+	Entries    uint64        `json:"entries"`
+	Total      uint64        `json:"total"`
+	DurationNS time.Duration `json:"duration_ns"`
+}
+
+func flowStatus(s flowsync.Status) FlowStatus {
+	out := FlowStatus{
+		NodeID: nodeID(s.NodeID), QueueLength: s.QueueLength, QueueLimit: s.QueueLimit, QueueDrops: s.QueueDrops,
+		OldestQueuedNS: s.OldestQueued, Unencodable: s.Unencodable, SendErrors: s.SendErrors, Drops: dropMap(s.Drops),
+		Peers: make([]PeerStatus, 0, len(s.Peers)),
+	}
+	out.InitialSync.Done, out.InitialSync.WithoutPeer, out.InitialSync.At = s.InitialSync.Done, s.InitialSync.WithoutPeer, s.InitialSync.At
+	if s.InitialSync.Peer.IsValid() {
+		out.InitialSync.Peer = s.InitialSync.Peer.String()
+	}
+	for _, p := range s.Peers {
+		ps := PeerStatus{
+			Address: p.Address.String(), Connected: p.Connected, LastSeen: p.LastSeen, SentEntries: p.SentEntries,
+			ReceivedEntries: p.ReceivedEntries, SendErrors: p.SendErrors, ImportErrors: p.ImportErrors,
+			Skipped: maps.Clone(p.Skipped), Drops: dropMap(p.Drops), LagNS: p.Lag,
+			LastResync: resync(p.LastResync), LastServed: resync(p.LastServed),
+		}
+		if p.NodeID != 0 {
+			ps.NodeID = nodeID(p.NodeID)
+		}
+		out.Peers = append(out.Peers, ps)
+	}
+	slices.SortFunc(out.Peers, func(a, b PeerStatus) int { return strings.Compare(a.Address, b.Address) })
+	return out
+}
+
+func resync(r flowsync.Resync) Resync {
+	return Resync{At: r.At, Entries: r.Entries, Total: r.Total, DurationNS: r.Duration}
+}
+
+func dropMap(m map[flowsync.DropReason]uint64) map[string]uint64 {
+	out := make(map[string]uint64, len(m))
+	for k, v := range m {
+		out[string(k)] = v
+	}
+	return out
+}
+
+func nodeID(id uint64) string { return fmt.Sprintf("%016x", id) }
