@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicelb/sluice/internal/api"
 	"github.com/sluicelb/sluice/internal/boundedread"
+	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/engine"
 	"github.com/sluicelb/sluice/internal/metrics"
@@ -107,7 +108,7 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var e *engine.Engine
-	replicator, err := replication.New(ctx, dp, filepath.Dir(statePath()), log, func(ev replication.Event) { e.SyncEvent(ev.Kind, ev.Message) })
+	replicator, err := replication.New(ctx, dp, stateDir(cfg), log, func(ev replication.Event) { e.SyncEvent(ev.Kind, ev.Message) })
 	if err != nil {
 		return err
 	}
@@ -155,6 +156,15 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 		log.Info("sluice stopped; the datapath keeps forwarding")
 	}
 	return runErr
+}
+
+// stateDir is the directory of the daemon's state file (state.path, or its default), where the
+// files of the processes it runs (conntrackd) go too.
+func stateDir(cfg *config.Config) string {
+	if cfg.State.Path != "" {
+		return filepath.Dir(cfg.State.Path)
+	}
+	return filepath.Dir(statePath())
 }
 
 // requestGrace bounds how long the daemon, on its way out, waits for the requests in flight to be

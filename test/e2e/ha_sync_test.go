@@ -1,0 +1,152 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The nat pair: the backends send their replies to the clients through a second VRRP address,
+// on the backends' side (vrrpBackGateway), which keepalived moves with the front one (a sync
+// group); the nodes replicate their flows over the backends' side (the sync section).
+var vrrpBackGateway = netip.MustParseAddr("10.91.2.254")
+
+// keepalivedSyncGroupConfig is pair node i's keepalived.conf with both VRRP addresses in one sync
+// group, so that they move together.
+func keepalivedSyncGroupConfig(socket string, i int) string {
+	return fmt.Sprintf(`global_defs {
+  router_id sluice-lb%[1]d
+  vrrp_version 3
+  script_user root
+  enable_script_security
+}
+
+vrrp_script sluice {
+  script "%[2]s --socket %[3]s node check"
+  interval 1
+  timeout 2
+  fall 2
+  rise 2
+}
+
+vrrp_sync_group pair {
+  group {
+    front
+    back
+  }
+  track_script {
+    sluice
+  }
+}
+
+vrrp_instance front {
+  state BACKUP
+  interface eth0
+  virtual_router_id 91
+  priority %[4]d
+  advert_int 0.1
+  virtual_ipaddress {
+    %[5]s/24
+  }
+}
+
+vrrp_instance back {
+  state BACKUP
+  interface eth1
+  virtual_router_id 92
+  priority %[4]d
+  advert_int 0.1
+  virtual_ipaddress {
+    %[6]s/24
+  }
+}
+`, i, sluiceBin, socket, 200-50*i, vrrpGateway, vrrpBackGateway)
+}
+
+// natPairConfig is node i's config: the web service in nat mode, its flows replicated to the
+// other node over the backends' side. Round robin, not Maglev: with Maglev the new master would
+// hash a mid-flow packet to the backend the old one chose even without its state (conntrack picks
+// the flow up mid-stream), so only a scheduler that depends on history shows the replication.
+func natPairConfig(datapath string, i int, secretFile string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "datapath: %s\nsync:\n  interface: eth1\n  address: %s\n  peers: [%s]\n  secret_file: %s\n  initial_sync_timeout: 3s\n",
+		datapath, theFleet.BalancerBackSideAddr(i, false), theFleet.BalancerBackSideAddr(3-i, false), secretFile)
+	fmt.Fprintf(&b, "services:\n  - name: web\n    vip: %s\n    port: 80\n    mode: nat\n    scheduler: rr\n", fleetVIP4)
+	fmt.Fprintf(&b, "    health_check: {type: tcp, interval: %s, timeout: %s, rise: %d, fall: %d}\n    backends:\n",
+		checkInterval, checkTimeout, checkRise, checkFall)
+	for j := 1; j <= labBackends; j++ {
+		fmt.Fprintf(&b, "      - address: %s\n", theFleet.BackendAddr(j, false))
+	}
+	return b.String()
+}
+
+// TestKeepalivedPairNATTakeover: a nat pair on the nft datapath whose nodes replicate their flows
+// (conntrackd, run by the daemons from their sync section) keeps every long-lived connection
+// across a takeover: the backup already holds the master's conntrack entries when the traffic
+// arrives, with no notify script.
+func TestKeepalivedPairNATTakeover(t *testing.T) {
+	fleetLab(t)
+	if hops := nextHops(t, fleetVIP4); len(hops) != 0 {
+		t.Fatalf("the router routes %s over BGP already: %v", fleetVIP4, hops)
+	}
+	if err := theFleet.RouteVIPsVia(vrrpGateway, netip.Addr{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { run(t, "ip", "-n", theFleet.RouterNS(), "route", "del", "10.91.9.0/24") })
+	client := theFleet.ClientAddr(false).String() + "/32"
+	for j := 1; j <= labBackends; j++ {
+		ns := theFleet.BackendNS(j)
+		if r := run(t, "ip", "-n", ns, "route", "add", client, "via", vrrpBackGateway.String()); r.Err != nil {
+			t.Fatalf("backend %d: route to the client via %s: %v: %s", j, vrrpBackGateway, r.Err, r.Stderr)
+		}
+		t.Cleanup(func() { run(t, "ip", "-n", ns, "route", "del", client) })
+	}
+	secret := filepath.Join(t.TempDir(), "sync.key")
+	if err := os.WriteFile(secret, []byte("a secret the two nodes share\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	nodes := make([]*daemon, 2)
+	for i := range nodes {
+		text := natPairConfig("nft", i+1, secret)
+		nodes[i] = startDaemonIn(t, theFleet.BalancerNSOf(i+1), writeConfig(t, fmt.Sprintf("natpair%d.yaml", i+1), text))
+	}
+	t.Cleanup(func() {
+		for i := 1; i <= 2; i++ {
+			_ = theFleet.StopKeepalived(i)
+		}
+		for i, d := range nodes {
+			d.stop()
+			run(t, sluiceBin, "--netns", theFleet.BalancerNSOf(i+1), "flush")
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i, d := range nodes {
+		waitFor(t, fmt.Sprintf("node %d ready (its initial sync)", i+1), 20*time.Second, func() bool { return d.cli("node", "check").Err == nil })
+		if err := theFleet.StartKeepalived(ctx, i+1, keepalivedSyncGroupConfig(d.socket, i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "node 1 holds the VRRP addresses", 15*time.Second, func() bool { return vrrpHolder(t) == 1 })
+	res := fleetHammer(t, 4, 200, func() (string, error) { return httpOnce(netip.AddrPortFrom(fleetVIP4, 80)) })
+	res.requireNoFailures(t)
+
+	conns := startLongLived(t, longLivedConns, netip.AddrPortFrom(fleetVIP4, 80))
+	time.Sleep(time.Second) // the flows reach node 2's table meanwhile (tens of ms)
+	if err := theFleet.CutBalancer(1); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = theFleet.RestoreBalancer(1) }()
+	failover := waitFor(t, "node 2 takes the addresses over", 15*time.Second, func() bool { return vrrpHolder(t) == 2 })
+	time.Sleep(2 * time.Second)
+	slowest := conns.requireKept(t)
+	t.Logf("nft nat, conntrackd: node 2 took over after %v; slowest long-lived request %v", failover.Round(time.Millisecond), slowest.Round(time.Millisecond))
+	if r := nodes[1].cli("sync"); r.Err == nil {
+		t.Logf("node 2's sluice sync:\n%s", r.Stdout)
+	}
+}
