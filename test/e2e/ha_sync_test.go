@@ -69,14 +69,12 @@ vrrp_instance back {
 }
 
 // natPairConfig is node i's config: the web service in nat mode, its flows replicated to the
-// other node over the backends' side. Round robin, not Maglev: with Maglev the new master would
-// hash a mid-flow packet to the backend the old one chose even without its state (conntrack picks
-// the flow up mid-stream), so only a scheduler that depends on history shows the replication.
+// other node over the backends' side.
 func natPairConfig(datapath string, i int, secretFile string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "datapath: %s\nsync:\n  interface: eth1\n  address: %s\n  peers: [%s]\n  secret_file: %s\n  initial_sync_timeout: 3s\n",
 		datapath, theFleet.BalancerBackSideAddr(i, false), theFleet.BalancerBackSideAddr(3-i, false), secretFile)
-	fmt.Fprintf(&b, "services:\n  - name: web\n    vip: %s\n    port: 80\n    mode: nat\n    scheduler: rr\n", fleetVIP4)
+	fmt.Fprintf(&b, "services:\n  - name: web\n    vip: %s\n    port: 80\n    mode: nat\n", fleetVIP4)
 	fmt.Fprintf(&b, "    health_check: {type: tcp, interval: %s, timeout: %s, rise: %d, fall: %d}\n    backends:\n",
 		checkInterval, checkTimeout, checkRise, checkFall)
 	for j := 1; j <= labBackends; j++ {
@@ -85,12 +83,20 @@ func natPairConfig(datapath string, i int, secretFile string) string {
 	return b.String()
 }
 
-// TestKeepalivedPairNATTakeover: a nat pair on the nft datapath whose nodes replicate their flows
-// (conntrackd, run by the daemons from their sync section) keeps every long-lived connection
-// across a takeover: the backup already holds the master's conntrack entries when the traffic
-// arrives, with no notify script.
+// TestKeepalivedPairNATTakeover: a nat pair whose nodes replicate their flows (conntrackd on nft,
+// the flow tables on ebpf, both run by the daemons from their sync section) keeps every long-lived
+// connection across a takeover, also when the backends changed since the flows began: the backup
+// already holds the master's flows when the traffic arrives, with no notify script. (Without the
+// backend change, Maglev alone would hash a mid-flow packet on the new master to the backend the
+// old one chose; the weight change makes the test depend on the replicated state.)
 func TestKeepalivedPairNATTakeover(t *testing.T) {
 	fleetLab(t)
+	for _, dp := range []string{"nft", "ebpf"} {
+		t.Run(dp, func(t *testing.T) { testNATTakeover(t, dp) })
+	}
+}
+
+func testNATTakeover(t *testing.T, datapath string) {
 	if hops := nextHops(t, fleetVIP4); len(hops) != 0 {
 		t.Fatalf("the router routes %s over BGP already: %v", fleetVIP4, hops)
 	}
@@ -112,7 +118,7 @@ func TestKeepalivedPairNATTakeover(t *testing.T) {
 	}
 	nodes := make([]*daemon, 2)
 	for i := range nodes {
-		text := natPairConfig("nft", i+1, secret)
+		text := natPairConfig(datapath, i+1, secret)
 		nodes[i] = startDaemonIn(t, theFleet.BalancerNSOf(i+1), writeConfig(t, fmt.Sprintf("natpair%d.yaml", i+1), text))
 	}
 	t.Cleanup(func() {
@@ -138,6 +144,13 @@ func TestKeepalivedPairNATTakeover(t *testing.T) {
 
 	conns := startLongLived(t, longLivedConns, netip.AddrPortFrom(fleetVIP4, 80))
 	time.Sleep(time.Second) // the flows reach node 2's table meanwhile (tens of ms)
+	// Backend 1 leaves the Maglev tables of both nodes: its flows stay only where they are known.
+	for i, d := range nodes {
+		if r := d.cli("backend", "weight", "web", theFleet.BackendAddr(1, false).String(), "0"); r.Err != nil {
+			t.Fatalf("node %d: backend weight: %v\n%s", i+1, r.Err, r.Stderr)
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
 	if err := theFleet.CutBalancer(1); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +158,7 @@ func TestKeepalivedPairNATTakeover(t *testing.T) {
 	failover := waitFor(t, "node 2 takes the addresses over", 15*time.Second, func() bool { return vrrpHolder(t) == 2 })
 	time.Sleep(2 * time.Second)
 	slowest := conns.requireKept(t)
-	t.Logf("nft nat, conntrackd: node 2 took over after %v; slowest long-lived request %v", failover.Round(time.Millisecond), slowest.Round(time.Millisecond))
+	t.Logf("%s nat: node 2 took over after %v; slowest long-lived request %v", datapath, failover.Round(time.Millisecond), slowest.Round(time.Millisecond))
 	if r := nodes[1].cli("sync"); r.Err == nil {
 		t.Logf("node 2's sluice sync:\n%s", r.Stdout)
 	}
