@@ -55,22 +55,8 @@ func (d *forwardingDatapath) CheckForwarding(p *plan.Plan) error {
 // TestNodeIsNotReadyWhenForwardingGoesOff: forwarding turned off after the apply makes the node
 // not ready at once, naming the sysctl, and ready again once it is back on.
 func TestNodeIsNotReadyWhenForwardingGoesOff(t *testing.T) {
-	cfg, err := config.Parse("test.yaml", []byte(nodeConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
 	dp := &forwardingDatapath{Datapath: fake.New()}
-	e := New(cfg, Options{Datapath: dp, Prober: &fakeProber{states: map[string]health.Status{}}, MinApplyInterval: time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = e.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	e := runEngine(t, nodeConfig, Options{Datapath: dp})
 	testutil.Eventually(t, "first apply", func() bool { return dp.Applies() == 1 })
 	if n := e.Node(); !n.Ready {
 		t.Fatalf("forwarding on: %+v, want ready", n)
@@ -90,35 +76,18 @@ func TestNodeIsNotReadyWhenForwardingGoesOff(t *testing.T) {
 // after the apply is withdrawn from BGP at the next announce, not at the next resync, naming the
 // sysctl; a VIP of the other family stays announced; both return once forwarding is back.
 func TestVIPsAreWithdrawnWhenForwardingGoesOff(t *testing.T) {
-	cfg, err := config.Parse("test.yaml", []byte(`
+	dp := &forwardingDatapath{Datapath: fake.New()}
+	speaker := &fakeSpeaker{}
+	opts := announcingTo(speaker)
+	opts.Datapath = dp
+	e := runEngine(t, `
 bgp:
   asn: 65100
   peers: [{address: 10.9.0.1, asn: 65000}]
 services:
   - {name: dns, vip: 10.0.0.2, port: 53, protocol: udp, backends: [{address: 10.0.1.1}]}
   - {name: dns6, vip: "fd00::2", port: 53, protocol: udp, backends: [{address: "fd00:1::1"}]}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dp := &forwardingDatapath{Datapath: fake.New()}
-	speaker := &fakeSpeaker{}
-	e := New(cfg, Options{
-		Datapath: dp, Prober: &fakeProber{states: map[string]health.Status{}},
-		MinApplyInterval: time.Millisecond, AnnounceInterval: 5 * time.Millisecond,
-		RouterID:     func() (netip.Addr, error) { return netip.MustParseAddr("10.9.0.11"), nil },
-		NewAnnouncer: func(func(bgp.Event)) Announcer { return speaker },
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = e.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+`, opts)
 	announces(t, speaker, "10.0.0.2/32", "fd00::2/128")
 	dp.off.Store(true) // IPv4 forwarding off
 	announces(t, speaker, "fd00::2/128")
@@ -149,34 +118,18 @@ func (r *waitingReplicator) Status() replication.Status {
 // TestVIPsWaitForTheInitialSync: a node whose replication has not received its peers' flows yet
 // announces nothing and is not ready, naming what it waits for; once the sync is in, it announces.
 func TestVIPsWaitForTheInitialSync(t *testing.T) {
-	cfg, err := config.Parse("test.yaml", []byte(`
+	rep := &waitingReplicator{}
+	speaker := &fakeSpeaker{}
+	opts := announcingTo(speaker)
+	opts.Datapath, opts.Replicator = fake.New(), rep
+	e := runEngine(t, `
 bgp:
   asn: 65100
   peers: [{address: 10.9.0.1, asn: 65000}]
 services:
   - {name: dns, vip: 10.0.0.2, port: 53, protocol: udp, backends: [{address: 10.0.1.1}]}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep := &waitingReplicator{}
-	speaker := &fakeSpeaker{}
-	e := New(cfg, Options{
-		Datapath: fake.New(), Prober: &fakeProber{states: map[string]health.Status{}}, Replicator: rep,
-		MinApplyInterval: time.Millisecond, AnnounceInterval: 5 * time.Millisecond,
-		RouterID:     func() (netip.Addr, error) { return netip.MustParseAddr("10.9.0.11"), nil },
-		NewAnnouncer: func(func(bgp.Event)) Announcer { return speaker },
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = e.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+`, opts)
+	ctx := t.Context()
 	testutil.Eventually(t, "the first announce", func() bool { view, _ := e.BGP(ctx); return len(view.VIPs) == 1 })
 	view, _ := e.BGP(ctx)
 	if got := viewOf(view, "10.0.0.2"); got.Announced || !strings.Contains(got.Reason, "waiting for the initial sync") {
@@ -192,5 +145,42 @@ services:
 	announces(t, speaker, "10.0.0.2/32")
 	if n := e.Node(); !n.Ready {
 		t.Fatalf("node after the initial sync: %+v, want ready", n)
+	}
+}
+
+// runEngine runs an engine on the config yaml with opts (a prober with no results and a 1 ms apply
+// interval unless set) until the test ends.
+func runEngine(t *testing.T, yaml string, opts Options) *Engine {
+	t.Helper()
+	cfg, err := config.Parse("test.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.Prober == nil {
+		opts.Prober = &fakeProber{states: map[string]health.Status{}}
+	}
+	if opts.MinApplyInterval == 0 {
+		opts.MinApplyInterval = time.Millisecond
+	}
+	e := New(cfg, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = e.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return e
+}
+
+// announcingTo are Options that announce to speaker, as router id 10.9.0.11, every 5 ms.
+func announcingTo(speaker *fakeSpeaker) Options {
+	return Options{
+		AnnounceInterval: 5 * time.Millisecond,
+		RouterID:         func() (netip.Addr, error) { return netip.MustParseAddr("10.9.0.11"), nil },
+		NewAnnouncer:     func(func(bgp.Event)) Announcer { return speaker },
 	}
 }
