@@ -5,8 +5,9 @@
 // A Replicator streams the flows its datapath creates and closes (datapath.FlowReplicator's
 // WatchFlows) to every peer, or to a multicast group, writes what its peers send into its own
 // datapath (ImportFlows), and answers a peer that (re)joins with a paced full resync
-// (SnapshotFlows). Nothing on the way blocks the datapath: updates wait in a bounded queue and a
-// full queue drops and counts.
+// (SnapshotFlows). Every Options.RefreshInterval it sends its peers its active flows again, so
+// that their copies keep a fresh idle time. Nothing on the way blocks the datapath: updates wait
+// in a bounded queue and a full queue drops and counts.
 //
 // # Wire format, version 1
 //
@@ -16,7 +17,8 @@
 //	offset size field
 //	0      4    magic "SLFS"
 //	4      1    version, 1
-//	5      1    type: 1 updates, 2 resync-request, 3 resync-data, 4 resync-end, 5 heartbeat
+//	5      1    type: 1 updates, 2 resync-request, 3 resync-data, 4 resync-end, 5 heartbeat,
+//	            6 refresh
 //	6      2    records: how many flow records the body holds
 //	8      8    sender node id, random, chosen when the sender starts
 //	16     8    sequence number, per sender node id, from 1, +1 per datagram
@@ -31,6 +33,7 @@
 //	resync-data      request reference (requester node id 8, request sequence number 8), records
 //	resync-end       request reference (16), total records of the resync (8)
 //	heartbeat        empty
+//	refresh          records
 //
 // A flow record is 32 bytes for IPv4 and 80 for IPv6; all its addresses are of its family:
 //
@@ -62,4 +65,30 @@
 // with fewer records than its total (lost datagrams), is requested again, up to three attempts.
 // The initial sync is done once a resync from a peer completed, or Options.InitialSyncTimeout
 // passed (the node then went ahead without).
+//
+// # Refresh
+//
+// The datapath tells of a flow only when it is created or starts closing, never per packet, so
+// a peer's copy would keep the idle time its update or resync gave it: past the service's
+// flow_timeout it no longer counts as active there, past 120 s a new fullnat flow of the peer may
+// take its source port, and the LRU evicts it in the end. So every Options.RefreshInterval
+// (default 1 minute) a node sends its whole table of active flows again in refresh datagrams, to
+// the peers connected when it begins (unicast, one copy each) or to the group: paced by the same
+// token bucket as the resyncs (Options.ResyncRate for all together, the bytes of every copy
+// counted), so that a million IPv4 flows (32 MB) take about 4 s at the default 8 MiB/s and never
+// saturate the link. A refresh still running when the next is due makes that one skipped and
+// counted (Status.RefreshesSkipped): two never run at once. A receiver imports a refresh's
+// records as it imports updates; the datapath keeps whichever of its entry and the record was
+// seen last, so a refresh renews the copy's last packet time and changes nothing else.
+//
+// Every record a resync or refresh sends carries the flow's idle time aged by the time since
+// the walk of the table began, so that the pacing never makes a flow look more recent on the
+// receiver than on the sender: two nodes that send each other's copies back in their refreshes
+// cannot keep an idle flow alive (each round trip ages it by no less than the real time, less
+// the datagrams' transit).
+//
+// Type 6 was added to version 1 without changing the version, since nothing else changed: a
+// receiver built before it drops refresh datagrams as decode_error (counted and logged, nothing
+// else changes: updates, resyncs and heartbeats still pass) and its copies age as before until
+// it is upgraded too.
 package flowsync

@@ -16,6 +16,15 @@ const (
 	DefaultHeartbeat  = time.Second
 	DefaultResyncRate = 8 << 20
 	DefaultMaxSkew    = 30 * time.Second
+	// DefaultRefreshInterval is how often a node sends its peers its active flows again.
+	DefaultRefreshInterval = time.Minute
+	// MinRefreshInterval and MaxRefreshInterval bound the refresh interval a sync section may
+	// ask for: below, a large table (a million flows take about 4 s at the default ResyncRate)
+	// would mostly skip; above, a peer's copies would age past any sensible flow_timeout between
+	// two refreshes. The package itself takes any positive interval up to MaxRefreshInterval
+	// (tests use milliseconds).
+	MinRefreshInterval = 10 * time.Second
+	MaxRefreshInterval = 10 * time.Minute
 	// MinSecret is the shortest shared secret accepted.
 	MinSecret = 16
 )
@@ -47,8 +56,15 @@ type Options struct {
 	QueueLimit int
 	// Heartbeat is the interval of heartbeats; a peer is down after three without a datagram.
 	Heartbeat time.Duration
-	// ResyncRate bounds the full resyncs this node sends, in bytes per second, all together.
+	// ResyncRate bounds the full resyncs and refreshes this node sends, in bytes per second,
+	// all together.
 	ResyncRate int
+	// RefreshInterval is how often this node sends its active flows to its connected peers (or
+	// the group) again, so that their copies keep a fresh idle time: the datapath tells of a
+	// flow only when it is created or starts closing. It must be shorter than the shortest flow_timeout
+	// of the services, and with fullnat than the 120 s after which a peer reuses an idle flow's
+	// source port; default DefaultRefreshInterval, at most MaxRefreshInterval.
+	RefreshInterval time.Duration
 	// MaxSkew is how far a datagram's clock may be from this node's before it is dropped as a
 	// replay: the nodes' clocks must be within it of each other (NTP).
 	MaxSkew time.Duration
@@ -77,6 +93,7 @@ func (o Options) resolve() (Options, error) {
 	defaultInt(&o.ResyncRate, DefaultResyncRate)
 	defaultDuration(&o.Heartbeat, DefaultHeartbeat)
 	defaultDuration(&o.MaxSkew, DefaultMaxSkew)
+	defaultDuration(&o.RefreshInterval, DefaultRefreshInterval)
 	switch {
 	case o.Port < 1 || o.Port > 65535:
 		fail("port", "%d is not a port", o.Port)
@@ -84,6 +101,8 @@ func (o Options) resolve() (Options, error) {
 		fail("mtu", "%d is not between %d and %d", o.MTU, minMTU, maxDatagram)
 	case o.QueueLimit < 0 || o.ResyncRate < 0 || o.Heartbeat < 0 || o.MaxSkew < 0 || o.InitialSyncTimeout < 0:
 		fail("options", "a negative queue limit, resync rate, heartbeat, skew or timeout")
+	case o.RefreshInterval < 0 || o.RefreshInterval > MaxRefreshInterval:
+		fail("refresh_interval", "%s is not between 0 (the default, %s) and %s", o.RefreshInterval, DefaultRefreshInterval, MaxRefreshInterval)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return Options{}, err

@@ -45,7 +45,7 @@ func (r *Replicator) handle(ctx context.Context, dec *decoder, b []byte, from ne
 		r.askResync(p)
 	}
 	switch m.kind {
-	case msgUpdates:
+	case msgUpdates, msgRefresh:
 		r.importFlows(ctx, p, m.flows)
 	case msgResyncData:
 		r.progress(p, m.ref, len(m.flows), now)
@@ -197,32 +197,15 @@ func (r *Replicator) serve(ctx context.Context, p *peer, ref resyncRef) {
 	})
 }
 
-// sendResync sends to addr every flow of the datapath, paced, then the resync-end.
+// sendResync sends to addr every active flow of the datapath, paced, then the resync-end.
 func (r *Replicator) sendResync(ctx context.Context, addr netip.Addr, ref resyncRef) (Resync, error) {
 	start := time.Now()
 	to := []netip.AddrPort{r.dest(addr)}
-	enc := newEncoder(r.opts.MTU)
-	enc.reset(msgResyncData, ref)
-	var total uint64
-	flush := func() error {
-		if err := r.pacer.wait(ctx, len(enc.buf)+macSize); err != nil {
-			return err
-		}
-		r.send(enc, to, nil)
-		total += uint64(enc.count)
-		return nil
-	}
-	var failed error
-	err := r.dp.SnapshotFlows(ctx, func(f datapath.ReplicatedFlow) bool {
-		failed = r.pack(enc, &f, flush)
-		return failed == nil
-	})
-	if err == nil && failed == nil && !enc.empty() {
-		failed = flush()
-	}
-	if err := errors.Join(err, failed); err != nil {
+	total, err := r.sendTable(ctx, msgResyncData, ref, to)
+	if err != nil {
 		return Resync{}, err
 	}
+	enc := newEncoder(minMTU)
 	enc.reset(msgResyncEnd, ref)
 	enc.setTotal(total)
 	r.send(enc, to, nil)

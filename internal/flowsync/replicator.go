@@ -43,6 +43,8 @@ type Replicator struct {
 	sendErrors  uint64
 	initial     InitialSync
 	unencodable atomic.Uint64
+	// refreshes, refreshesSkipped and refreshErrors count the refreshes sent, skipped and failed.
+	refreshes, refreshesSkipped, refreshErrors uint64
 
 	running   atomic.Bool
 	closeOnce sync.Once
@@ -105,6 +107,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 	wg.Go(func() { r.receive(ctx) })
 	wg.Go(func() { r.sendUpdates(ctx) })
 	wg.Go(func() { r.tick(ctx) })
+	wg.Go(func() { r.refreshLoop(ctx) })
 	<-ctx.Done()
 	r.Close() // ends receive
 	wg.Wait()
@@ -132,6 +135,7 @@ func (r *Replicator) Status() Status {
 		NodeID: r.node, InitialSync: r.initial,
 		QueueLength: q.length, QueueLimit: r.opts.QueueLimit, QueueDrops: q.drops, OldestQueued: q.oldest,
 		Unencodable: r.unencodable.Load(), SendErrors: r.sendErrors, Drops: maps.Clone(r.drops),
+		Refreshes: r.refreshes, RefreshesSkipped: r.refreshesSkipped, RefreshErrors: r.refreshErrors,
 	}
 	for _, p := range r.peers {
 		s.Peers = append(s.Peers, p.snapshot())

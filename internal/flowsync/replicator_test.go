@@ -22,6 +22,10 @@ type fakeDatapath struct {
 	table    []datapath.ReplicatedFlow
 	imported []datapath.ReplicatedFlow
 	emitFn   func([]datapath.ReplicatedFlow)
+	// pause, if set, is called by SnapshotFlows after the first flow; an error ends the walk.
+	pause func(ctx context.Context) error
+	// walks counts the SnapshotFlows calls, walking those running, maxWalking the most at once.
+	walks, walking, maxWalking int
 }
 
 func (d *fakeDatapath) WatchFlows(_ context.Context, emit func([]datapath.ReplicatedFlow)) error {
@@ -33,9 +37,22 @@ func (d *fakeDatapath) WatchFlows(_ context.Context, emit func([]datapath.Replic
 
 func (d *fakeDatapath) SnapshotFlows(ctx context.Context, fn func(datapath.ReplicatedFlow) bool) error {
 	d.mu.Lock()
-	table := slices.Clone(d.table)
+	table, pause := slices.Clone(d.table), d.pause
+	d.walks++
+	d.walking++
+	d.maxWalking = max(d.maxWalking, d.walking)
 	d.mu.Unlock()
-	for _, f := range table {
+	defer func() {
+		d.mu.Lock()
+		d.walking--
+		d.mu.Unlock()
+	}()
+	for i, f := range table {
+		if i == 1 && pause != nil {
+			if err := pause(ctx); err != nil {
+				return err
+			}
+		}
 		if !fn(f) {
 			break
 		}
@@ -58,16 +75,43 @@ func (d *fakeDatapath) emit(flows []datapath.ReplicatedFlow) {
 	fn(flows)
 }
 
-// has tells whether every flow of want was imported.
+// has tells whether every flow of want was imported (see sameFlow).
 func (d *fakeDatapath) has(want []datapath.ReplicatedFlow) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, f := range want {
-		if !slices.Contains(d.imported, f) {
+		if !slices.ContainsFunc(d.imported, func(got datapath.ReplicatedFlow) bool { return sameFlow(got, f) }) {
 			return false
 		}
 	}
 	return true
+}
+
+// sameFlow tells whether got is want as a peer takes it in: its idle time aged on the way (by
+// the time since the sender's walk of its table began), never younger.
+func sameFlow(got, want datapath.ReplicatedFlow) bool {
+	idle := got.Idle
+	got.Idle = want.Idle
+	return got == want && idle >= want.Idle
+}
+
+// lastImport is the latest import of want (see sameFlow), if any.
+func (d *fakeDatapath) lastImport(want datapath.ReplicatedFlow) (datapath.ReplicatedFlow, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, got := range slices.Backward(d.imported) {
+		if sameFlow(got, want) {
+			return got, true
+		}
+	}
+	return datapath.ReplicatedFlow{}, false
+}
+
+// walkStats are the SnapshotFlows calls so far, those running and the most that ran at once.
+func (d *fakeDatapath) walkStats() (walks, walking, maxWalking int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.walks, d.walking, d.maxWalking
 }
 
 func (d *fakeDatapath) importedCount() int {
@@ -353,6 +397,12 @@ func TestOptionsRefused(t *testing.T) {
 			o.Peers = peers("10.0.0.2", "2001:db8::1")
 		},
 		"flowsync: mtu: 100 is not between 160 and 65507": func(o *Options) { o.MTU = 100 },
+		"flowsync: refresh_interval: 11m0s is not between 0 (the default, 1m0s) and 10m0s": func(o *Options) {
+			o.RefreshInterval = 11 * time.Minute
+		},
+		"flowsync: refresh_interval: -1s is not between 0 (the default, 1m0s) and 10m0s": func(o *Options) {
+			o.RefreshInterval = -time.Second
+		},
 		"flowsync: interface: a group needs the interface to join it on": func(o *Options) {
 			o.Peers, o.Group = nil, netip.MustParseAddr("239.1.1.1")
 		},

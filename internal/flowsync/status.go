@@ -24,7 +24,13 @@ type Status struct {
 	// Drops counts the datagrams dropped, by reason, from any address (each peer's own are in
 	// its PeerStatus too).
 	Drops map[DropReason]uint64
-	Peers []PeerStatus
+	// Refreshes counts the refreshes sent in full (to the peers connected when each began);
+	// RefreshesSkipped those not begun because the one before was still running when they were
+	// due; RefreshErrors those the datapath failed to list the flows of.
+	Refreshes        uint64
+	RefreshesSkipped uint64
+	RefreshErrors    uint64
+	Peers            []PeerStatus
 }
 
 // PeerStatus is what a node knows of a peer.
@@ -35,7 +41,7 @@ type PeerStatus struct {
 	// Connected: a valid datagram came from it in the last three heartbeat intervals.
 	Connected bool
 	LastSeen  time.Time
-	// SentEntries and ReceivedEntries count flow records, in updates and resyncs.
+	// SentEntries and ReceivedEntries count flow records, in updates, resyncs and refreshes.
 	SentEntries     uint64
 	ReceivedEntries uint64
 	// SendErrors counts the datagrams to it the kernel refused (no route, unreachable).
@@ -52,6 +58,17 @@ type PeerStatus struct {
 	// it sent it.
 	LastResync Resync
 	LastServed Resync
+	// LastRefresh is the last refresh this node sent the peer in full.
+	LastRefresh Refresh
+}
+
+// Refresh is a refresh of a node's active flows sent in full.
+type Refresh struct {
+	// At is when it ended (zero: none yet).
+	At time.Time
+	// Entries is how many flow records it sent each peer; Duration how long it took, paced.
+	Entries  uint64
+	Duration time.Duration
 }
 
 // Resync is a full resync that ended.

@@ -24,6 +24,11 @@ const (
 	msgResyncData    msgType = 3
 	msgResyncEnd     msgType = 4
 	msgHeartbeat     msgType = 5
+	// msgRefresh carries a node's active flows again, every Options.RefreshInterval, so that
+	// its peers' copies keep a fresh idle time; added to version 1 (older receivers drop it).
+	msgRefresh msgType = 6
+	// lastType is the highest type a receiver takes in.
+	lastType = msgRefresh
 )
 
 // Sizes and bounds of the wire format.
@@ -94,7 +99,9 @@ type message struct {
 func (t msgType) hasRef() bool { return t == msgResyncData || t == msgResyncEnd }
 
 // hasRecords tells whether messages of type t carry flow records.
-func (t msgType) hasRecords() bool { return t == msgUpdates || t == msgResyncData }
+func (t msgType) hasRecords() bool {
+	return t == msgUpdates || t == msgResyncData || t == msgRefresh
+}
 
 // newMAC returns the HMAC-SHA256 of secret; one per goroutine, since it keeps state.
 func newMAC(secret []byte) hash.Hash { return hmac.New(sha256.New, secret) }
@@ -284,7 +291,7 @@ func (d *decoder) decode(b []byte) (message, bool) {
 		time: int64(binary.BigEndian.Uint64(b[24:])),
 	}
 	count := int(binary.BigEndian.Uint16(b[6:]))
-	if m.kind < msgUpdates || m.kind > msgHeartbeat || m.seq == 0 || (count > 0 && !m.kind.hasRecords()) {
+	if m.kind < msgUpdates || m.kind > lastType || m.seq == 0 || (count > 0 && !m.kind.hasRecords()) {
 		return message{}, false
 	}
 	rest := b[headerSize:]

@@ -56,7 +56,7 @@ func TestWireRoundTrip(t *testing.T) {
 	now := time.Unix(1700000000, 123456789)
 	flows := append(testFlows(3, false), testFlows(3, true)...)
 	dec := newDecoder(testSecret)
-	for _, kind := range []msgType{msgUpdates, msgResyncData} {
+	for _, kind := range []msgType{msgUpdates, msgResyncData, msgRefresh} {
 		b := seal(t, testSecret, kind, resyncRef{7, 9}, 42, 5, now, flows)
 		if want := headerSize + 3*record4Size + 3*record6Size + macSize; kind == msgUpdates && len(b) != want {
 			t.Errorf("datagram of %d bytes, want %d", len(b), want)
@@ -144,13 +144,14 @@ func decodeSeeds(t testing.TB) [][]byte {
 	updates := seal(t, testSecret, msgUpdates, resyncRef{}, 1, 1, now, testFlows(5, false))
 	data := seal(t, testSecret, msgResyncData, resyncRef{2, 3}, 1, 2, now, testFlows(4, true))
 	heartbeat := seal(t, testSecret, msgHeartbeat, resyncRef{}, 1, 3, now, nil)
+	refresh := seal(t, testSecret, msgRefresh, resyncRef{}, 1, 5, now, testFlows(3, false))
 	enc := newEncoder(DefaultMTU)
 	enc.reset(msgResyncEnd, resyncRef{2, 3})
 	enc.setTotal(4)
 	end := bytes.Clone(enc.seal(newMAC(testSecret), 1, 4, now))
 	flipped := bytes.Clone(updates)
 	flipped[40] ^= 1
-	return [][]byte{updates, data, heartbeat, end, flipped, updates[:len(updates)-1], updates[:minDatagram-1],
+	return [][]byte{updates, data, heartbeat, end, refresh, flipped, updates[:len(updates)-1], updates[:minDatagram-1],
 		[]byte("GET / HTTP/1.1\r\n\r\n"), {}, seal(t, []byte("another secret, 16+ bytes"), msgHeartbeat, resyncRef{}, 1, 1, now, nil)}
 }
 
