@@ -80,6 +80,10 @@ type Service struct {
 	Protocol  Protocol  `yaml:"protocol,omitempty" json:"protocol,omitempty"`
 	Mode      Mode      `yaml:"mode,omitempty" json:"mode,omitempty"`
 	Scheduler Scheduler `yaml:"scheduler,omitempty" json:"scheduler,omitempty"`
+	// FullNATSource is the address fullnat translates the clients' connections to, the source
+	// the backends see (in an active/backup pair, the floating address on the backends' side);
+	// unset, fullnat takes the address of the interface towards the backends.
+	FullNATSource IP `yaml:"fullnat_source,omitempty" json:"fullnat_source,omitzero"`
 	// TableSize is the Maglev table size M (a prime); 0 picks maglev.DefaultSize of the backend count.
 	TableSize int `yaml:"table_size,omitempty" json:"table_size,omitempty"`
 	// Fallback says what happens to new flows when no backend can take them: "drop", "reject", or

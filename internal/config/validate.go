@@ -133,6 +133,7 @@ func (s *Service) validate(at string, vips vipOwners, datapath Datapath, fail fu
 	seen := map[netip.AddrPort]backendPath{}
 	s.validateBackends(at+".backends", s.Backends, vip, vipErr == nil, vips, seen, fail)
 	s.validateBackends(at+".sorry_servers", s.SorryServers, vip, vipErr == nil, vips, seen, fail)
+	s.validateFullNATSource(at+".fullnat_source", vip, vipErr == nil, vips, fail)
 	return vip, vipErr == nil
 }
 

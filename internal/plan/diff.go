@@ -147,6 +147,7 @@ func diffFields(o, n *Service) []FieldChange {
 	for _, f := range []struct{ field, from, to string }{
 		{"listener", o.Listener(), n.Listener()},
 		{"mode", string(o.Mode), string(n.Mode)},
+		{"fullnat_source", addrText(o.FullNATSource), addrText(n.FullNATSource)},
 		{"scheduler", string(o.Scheduler), string(n.Scheduler)},
 		{"fallback", string(o.Fallback), string(n.Fallback)},
 		{"flow_timeout", o.FlowTimeout.String(), n.FlowTimeout.String()},
@@ -303,4 +304,12 @@ func moved(o, n *Service) float64 {
 		total = samples
 	}
 	return float64(diff) / float64(total)
+}
+
+// addrText renders an address, "none" when it is not set.
+func addrText(a netip.Addr) string {
+	if !a.IsValid() {
+		return "none"
+	}
+	return a.String()
 }

@@ -44,6 +44,9 @@ type Service struct {
 	// QuorumLost tells that the service's available weight is below its quorum: its backends
 	// take no new flows (its sorry servers do, if it has any).
 	QuorumLost bool
+	// FullNATSource is the source address fullnat translates clients to; invalid: the address
+	// of the interface towards the backends.
+	FullNATSource netip.Addr
 	// SYNProtection answers SYNs with cookies; Limits and LimitAction bound new and concurrent
 	// connections (zero: no limit).
 	SYNProtection bool
@@ -190,7 +193,7 @@ func buildService(cs config.Service, available Availability, quorum QuorumRule, 
 	s := Service{
 		Name: cs.Name, VIP: cs.VIP.Unmap(), Ports: cs.Port, Protocol: cs.Protocol, Mode: cs.Mode,
 		Scheduler: cs.Scheduler.OrDefault().Canonical(), Fallback: cs.Fallback.OrDefault(), FlowTimeout: config.DefaultFlowTimeout,
-		SHPort: cs.SHPort, Persistence: cs.PersistenceOrZero(),
+		SHPort: cs.SHPort, Persistence: cs.PersistenceOrZero(), FullNATSource: cs.FullNATSource.Unmap(),
 	}
 	if s.Persistence > 0 {
 		s.PersistencePrefix = cs.PersistencePrefix(s.VIP.Is6())
