@@ -267,7 +267,7 @@ func elementOwner(e *knftables.Element) string {
 		return serviceOf(e.Value[0])
 	}
 	if e.Comment != nil {
-		if f := strings.Fields(*e.Comment); len(f) > 0 && (isShared(e.Map, dispatchKind) || isShared(e.Set, fullNATKind)) {
+		if f := strings.Fields(*e.Comment); len(f) > 0 && (isShared(e.Map, dispatchKind) || isShared(e.Set, fullNATKind) || isShared(e.Map, snatKind)) {
 			return f[0]
 		}
 	}

@@ -106,7 +106,7 @@ func TestKernelAcceptsEveryCase(t *testing.T) {
 		d := newTestDatapath(t)
 		strictTCPTracking(t)
 		var steps []string
-		for _, c := range append(v4, "fullnat-v6-rr", "persistence-fullnat-v6", "protection-fullnat-v6") {
+		for _, c := range append(v4, "fullnat-v6-rr", "persistence-fullnat-v6", "protection-fullnat-v6", "fullnat-source") {
 			steps = append(steps, filepath.Join("testdata/golden", c, "config.yaml"))
 		}
 		cases, _ := filepath.Glob("testdata/transitions/*")

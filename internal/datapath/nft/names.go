@@ -36,7 +36,8 @@ type sharedKind string
 // The kinds of shared sets and maps.
 const (
 	dispatchKind  sharedKind = "dispatch"  // proto . vip . port : goto the service chain
-	fullNATKind   sharedKind = "fullnat"   // vip . port of the full-NAT services of a protocol
+	fullNATKind   sharedKind = "fullnat"   // vip . port of the full-NAT services of a protocol that masquerade
+	snatKind      sharedKind = "snat"      // vip . port of the full-NAT services with a fullnat_source : that source
 	forwardedKind sharedKind = "forwarded" // conntrack tuple parts of a protocol : packet counter
 	synproxyKind  sharedKind = "synproxy"  // vip . port of the tcp services with syn_protection : SYN counter
 	cookieAckKind sharedKind = "cookieack" // the same : counter of the ACKs handed to the synproxy
@@ -81,7 +82,7 @@ func parseSharedObject(name string) (o sharedObject, ok bool) {
 	}
 	switch o.kind {
 	case dispatchKind:
-	case fullNATKind, forwardedKind, synproxyKind, cookieAckKind, cookieOKKind:
+	case fullNATKind, snatKind, forwardedKind, synproxyKind, cookieAckKind, cookieOKKind:
 		if rest, ok = strings.CutPrefix(rest, "-"); !ok || len(rest) != len("tcp4") {
 			return sharedObject{}, false
 		}

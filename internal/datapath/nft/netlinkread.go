@@ -156,7 +156,7 @@ func elementOf(set string, b []byte) (*knftables.Element, bool, error) {
 		return nil, false, nil
 	}
 	e := &knftables.Element{Comment: n.comment}
-	if e.Value, err = n.renderedValue(); err != nil {
+	if e.Value, err = n.renderedValue(set); err != nil {
 		return nil, false, err
 	}
 	if n.comment != nil {
@@ -168,10 +168,14 @@ func elementOf(set string, b []byte) (*knftables.Element, bool, error) {
 	return e, true, nil
 }
 
-// renderedValue writes an element's data as rendering does: "goto chain", a counter's name or a
-// number (a mark, a weight).
-func (n *netlinkElement) renderedValue() ([]string, error) {
+// renderedValue writes the data of an element of set as rendering does: "goto chain", a
+// counter's name, an address (a snat map's source) or a number (a mark, a weight).
+func (n *netlinkElement) renderedValue(set string) ([]string, error) {
 	switch {
+	case isShared(set, snatKind):
+		if addr, ok := netip.AddrFromSlice(n.value); ok {
+			return []string{addr.String()}, nil
+		}
 	case n.chain != "" && n.verdict == unix.NFT_GOTO:
 		return []string{gotoVerdict(n.chain)}, nil
 	case n.chain != "" && n.verdict == unix.NFT_JUMP:

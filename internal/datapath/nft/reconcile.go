@@ -107,7 +107,7 @@ func keyFromComment(e *knftables.Element) []string {
 	switch {
 	case isShared(e.Map, dispatchKind) && len(f) >= 4:
 		return f[1:4]
-	case (isShared(e.Set, fullNATKind) || isShared(e.Map, synproxyKind)) && len(f) >= 4:
+	case (isShared(e.Set, fullNATKind) || isShared(e.Map, snatKind) || isShared(e.Map, synproxyKind)) && len(f) >= 4:
 		return f[2:4]
 	default:
 		return strings.Split(*e.Comment, " . ")

@@ -106,7 +106,7 @@ func sharedUseOf(p *plan.Plan) sharedUse {
 			u.add(f, sharedObject{forwardedKind, proto, v, ranged})
 		}
 		if s.Mode == config.ModeFullNAT {
-			u.add(f, sharedObject{fullNATKind, proto, v, ranged})
+			u.add(f, sharedObject{fullNATKindOf(s), proto, v, ranged})
 		}
 		if s.SYNProtection {
 			for _, c := range synproxyCounts {
@@ -138,7 +138,8 @@ func renderService(s *plan.Service, env Environment) (*state, error) {
 }
 
 // renderInetBase lays out the inet table: dispatch verdict maps keyed by proto . vip . port, the
-// nat hooks that consult those that are used, and the sets of full-NAT services whose flows are
+// nat hooks that consult those that are used, the maps of full-NAT services whose flows are
+// translated to their own source (fullnat_source) and the sets of those whose flows are
 // masqueraded. The nat postrouting chain stays, even empty: the kernel's nat hooks are
 // registered with the first nat chain, and its postrouting hook undoes a reply's DNAT.
 func renderInetBase(st *state, used sharedUse) {
@@ -153,6 +154,12 @@ func renderInetBase(st *state, used sharedUse) {
 			}
 		}
 		for _, proto := range []string{"tcp", "udp"} {
+			for i, m := range snatMaps(proto, v) {
+				st.addSet(f, m)
+				if used.has(f, sharedObject{snatKind, proto, v, i == 1}) {
+					post = append(post, fmt.Sprintf("meta l4proto %s snat %s to ct original %s daddr . ct original proto-dst map @%s", proto, v.ip, v.ip, m.Name))
+				}
+			}
 			for i, set := range fullNATSets(proto, v) {
 				st.addSet(f, set)
 				if used.has(f, sharedObject{fullNATKind, proto, v, i == 1}) {
@@ -174,6 +181,25 @@ func fullNATSets(proto string, v ipv) [2]*knftables.Set {
 		{Name: sharedObject{fullNATKind, proto, v, false}.String(), Type: typ},
 		{Name: sharedObject{fullNATKind, proto, v, true}.String(), Type: typ, Flags: []knftables.SetFlag{knftables.IntervalFlag}},
 	}
+}
+
+// snatMaps map the vip . ports of the full-NAT services of one protocol and IP version that
+// have a fullnat_source to that source address, as fullNATSets hold the others.
+func snatMaps(proto string, v ipv) [2]*knftables.Map {
+	typ := v.addrType + " . inet_service : " + v.addrType
+	return [2]*knftables.Map{
+		{Name: sharedObject{snatKind, proto, v, false}.String(), Type: typ},
+		{Name: sharedObject{snatKind, proto, v, true}.String(), Type: typ, Flags: []knftables.SetFlag{knftables.IntervalFlag}},
+	}
+}
+
+// fullNATKindOf is the kind of the shared set or map a full-NAT service's element goes to: the
+// snat map when it has a fullnat_source, else the masqueraded set.
+func fullNATKindOf(s *plan.Service) sharedKind {
+	if s.FullNATSource.IsValid() {
+		return snatKind
+	}
+	return fullNATKind
 }
 
 // renderForwarded counts every packet forwarded from a client to a backend of a nat or fullnat
@@ -386,7 +412,13 @@ func renderNATService(st *state, s *plan.Service) {
 	n := namesOf(s)
 	v := ipvOf(s.VIP)
 	commonService(st, f, s, n)
-	if s.Mode == config.ModeFullNAT {
+	switch {
+	case s.Mode != config.ModeFullNAT:
+	case s.FullNATSource.IsValid():
+		st.shared(f, snatMaps(string(s.Protocol), v)[rangeIndex(s)]).add(&knftables.Element{
+			Key: []string{s.VIP.String(), s.Ports.String()}, Value: []string{s.FullNATSource.String()}, Comment: ptr(describe(s)),
+		})
+	default:
 		st.shared(f, fullNATSets(string(s.Protocol), v)[rangeIndex(s)]).add(&knftables.Element{
 			Key: []string{s.VIP.String(), s.Ports.String()}, Comment: ptr(describe(s)),
 		})
