@@ -210,6 +210,30 @@ func TestKernelResyncReadsTheTablesOnlyAfterAnotherTransaction(t *testing.T) {
 	})
 }
 
+// TestKernelOtherTablesAreNotSluices: an operator's tables beside Sluice's, with chains and sets
+// of the same family (a firewall's `inet filter`, the sync guard's `inet sluice-sync`), are never
+// read as Sluice's: the kernel does not filter chain dumps by table, and a resync once tried to
+// flush their chains in Sluice's table.
+func TestKernelOtherTablesAreNotSluices(t *testing.T) {
+	inFreshNetns(t, func() {
+		d := newTestDatapath(t)
+		both := loadPlan(t, "testdata/transitions/add-service/after.yaml")
+		runNFT(t, "add table inet sluice-sync")
+		runNFT(t, "add chain inet sluice-sync input { type filter hook input priority 0; }")
+		runNFT(t, "add table inet filter")
+		runNFT(t, "add chain inet filter forward { type filter hook forward priority 0; }")
+		runNFT(t, "add set inet filter blocked { type ipv4_addr; }")
+		apply(t, d, both)
+		d.Resync()
+		apply(t, d, both)
+		if n := pending(t, d, both); n != 0 {
+			t.Fatalf("%d operations pending after a resync beside other tables", n)
+		}
+		runNFT(t, "list chain inet sluice-sync input")
+		runNFT(t, "list set inet filter blocked")
+	})
+}
+
 // runNFT runs one nft command in the test's namespace.
 func runNFT(t *testing.T, command string) {
 	t.Helper()

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
@@ -75,9 +76,11 @@ func generationAttribute(data []byte) uint32 {
 // dumpTries is how many times a dump interrupted by a concurrent transaction is started again.
 const dumpTries = 5
 
-// dump runs a netlink dump that request builds, with replies of type reply; a dump that a
-// transaction committed meanwhile interrupts (its results would mix two rulesets: the kernel says
-// so) is started again.
+// dump runs a netlink dump of Sluice's table that request builds, with replies of type reply; a
+// dump that a transaction committed meanwhile interrupts (its results would mix two rulesets: the
+// kernel says so) is started again. The kernel filters some dumps by the table the request names
+// but not all (chains: every table of the family comes back), so replies of another table are
+// dropped here: an operator's `inet filter` table must never be taken for Sluice's.
 func dump(request func() *nl.NetlinkRequest, reply uint16) ([][]byte, error) {
 	var msgs [][]byte
 	var err error
@@ -87,7 +90,25 @@ func dump(request func() *nl.NetlinkRequest, reply uint16) ([][]byte, error) {
 			break
 		}
 	}
-	return msgs, err
+	return slices.DeleteFunc(msgs, func(m []byte) bool { return !ofSluiceTable(m) }), err
+}
+
+// ofSluiceTable tells whether an nf_tables message (a chain, set, object or element list, each
+// naming its table in attribute 1) is of Sluice's table.
+func ofSluiceTable(msg []byte) bool {
+	if len(msg) < nl.SizeofNfgenmsg {
+		return false
+	}
+	attrs, err := nl.ParseRouteAttr(msg[nl.SizeofNfgenmsg:])
+	if err != nil {
+		return false
+	}
+	for _, a := range attrs {
+		if a.Attr.Type&nl.NLA_TYPE_MASK == 1 { // NFTA_{CHAIN,SET,OBJ,SET_ELEM_LIST}_TABLE
+			return string(bytes.TrimRight(a.Value, "\x00")) == TableName
+		}
+	}
+	return false
 }
 
 // readCounters reads every named counter of Sluice's table of family f in the current network
