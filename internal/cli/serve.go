@@ -143,6 +143,7 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 	log.Info("sluice started", "config", o.file, "source", store.Start().Source, "services", len(cfg.Services), "datapath", cfg.Datapath, "version", Version, "commit", Commit)
 	runErr := e.Run(ctx) // returns once the datapath apply in flight, if any, ended
 	stop()
+	replicator.Wait() // conntrackd and its guard table go with the daemon
 	withdrawBefore(e, log)
 	stopServing(servers, log)
 	if o.flushOnExit {

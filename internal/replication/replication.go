@@ -172,6 +172,17 @@ func (r *Runner) startFlows(s *config.Sync, secret []byte) error {
 	return nil
 }
 
+// Wait waits, once the Runner's context ended, for the replication to stop: the flow
+// replication's goroutines, conntrackd (SIGTERM, then SIGKILL after 5 s) and its nft guard table.
+func (r *Runner) Wait() {
+	r.mu.Lock()
+	if r.flows != nil {
+		<-r.flows.done
+	}
+	r.mu.Unlock()
+	<-r.ctd.Done()
+}
+
 // stopFlows stops the running flowsync.Replicator, if any, and waits for it.
 func (r *Runner) stopFlows() {
 	if r.flows == nil {

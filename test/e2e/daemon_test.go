@@ -64,8 +64,7 @@ func startDaemonIn(t *testing.T, ns, config string, flags ...string) *daemon {
 	if err := os.WriteFile(config, append(text, "state: {path: "+d.state+"}\n"...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d.start()
-	t.Cleanup(func() {
+	t.Cleanup(func() { // registered first: a daemon that never answers shows its log too
 		d.stop()
 		if t.Failed() {
 			if data, err := os.ReadFile(d.log); err == nil {
@@ -73,6 +72,7 @@ func startDaemonIn(t *testing.T, ns, config string, flags ...string) *daemon {
 			}
 		}
 	})
+	d.start()
 	return d
 }
 

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"os"
@@ -16,57 +15,8 @@ import (
 // group); the nodes replicate their flows over the backends' side (the sync section).
 var vrrpBackGateway = netip.MustParseAddr("10.91.2.254")
 
-// keepalivedSyncGroupConfig is pair node i's keepalived.conf with both VRRP addresses in one sync
-// group, so that they move together.
-func keepalivedSyncGroupConfig(socket string, i int) string {
-	return fmt.Sprintf(`global_defs {
-  router_id sluice-lb%[1]d
-  vrrp_version 3
-  script_user root
-  enable_script_security
-}
-
-vrrp_script sluice {
-  script "%[2]s --socket %[3]s node check"
-  interval 1
-  timeout 2
-  fall 2
-  rise 2
-}
-
-vrrp_sync_group pair {
-  group {
-    front
-    back
-  }
-  track_script {
-    sluice
-  }
-}
-
-vrrp_instance front {
-  state BACKUP
-  interface eth0
-  virtual_router_id 91
-  priority %[4]d
-  advert_int 0.1
-  virtual_ipaddress {
-    %[5]s/24
-  }
-}
-
-vrrp_instance back {
-  state BACKUP
-  interface eth1
-  virtual_router_id 92
-  priority %[4]d
-  advert_int 0.1
-  virtual_ipaddress {
-    %[6]s/24
-  }
-}
-`, i, sluiceBin, socket, 200-50*i, vrrpGateway, vrrpBackGateway)
-}
+// backInstance holds the backends' return gateway.
+var backInstance = vrrpInstance{"back", "eth1", 92, vrrpBackGateway}
 
 // natPairConfig is node i's config: the web service in nat mode, its flows replicated to the
 // other node over the backends' side.
@@ -97,13 +47,6 @@ func TestKeepalivedPairNATTakeover(t *testing.T) {
 }
 
 func testNATTakeover(t *testing.T, datapath string) {
-	if hops := nextHops(t, fleetVIP4); len(hops) != 0 {
-		t.Fatalf("the router routes %s over BGP already: %v", fleetVIP4, hops)
-	}
-	if err := theFleet.RouteVIPsVia(vrrpGateway, netip.Addr{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { run(t, "ip", "-n", theFleet.RouterNS(), "route", "del", "10.91.9.0/24") })
 	client := theFleet.ClientAddr(false).String() + "/32"
 	for j := 1; j <= labBackends; j++ {
 		ns := theFleet.BackendNS(j)
@@ -116,29 +59,7 @@ func testNATTakeover(t *testing.T, datapath string) {
 	if err := os.WriteFile(secret, []byte("a secret the two nodes share\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	nodes := make([]*daemon, 2)
-	for i := range nodes {
-		text := natPairConfig(datapath, i+1, secret)
-		nodes[i] = startDaemonIn(t, theFleet.BalancerNSOf(i+1), writeConfig(t, fmt.Sprintf("natpair%d.yaml", i+1), text))
-	}
-	t.Cleanup(func() {
-		for i := 1; i <= 2; i++ {
-			_ = theFleet.StopKeepalived(i)
-		}
-		for i, d := range nodes {
-			d.stop()
-			run(t, sluiceBin, "--netns", theFleet.BalancerNSOf(i+1), "flush")
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for i, d := range nodes {
-		waitFor(t, fmt.Sprintf("node %d ready (its initial sync)", i+1), 20*time.Second, func() bool { return d.cli("node", "check").Err == nil })
-		if err := theFleet.StartKeepalived(ctx, i+1, keepalivedSyncGroupConfig(d.socket, i+1)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitFor(t, "node 1 holds the VRRP addresses", 15*time.Second, func() bool { return vrrpHolder(t) == 1 })
+	nodes := startPair(t, func(i int) string { return natPairConfig(datapath, i, secret) }, frontInstance, backInstance)
 	res := fleetHammer(t, 4, 200, func() (string, error) { return httpOnce(netip.AddrPortFrom(fleetVIP4, 80)) })
 	res.requireNoFailures(t)
 

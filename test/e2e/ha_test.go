@@ -18,38 +18,100 @@ import (
 // track_script running `sluice node check` makes a node that should not take traffic give it up.
 var vrrpGateway = netip.MustParseAddr("10.91.3.254")
 
-// keepalivedConfig is the keepalived.conf of pair node i (1 or 2; 1 has the higher priority).
+// vrrpInstance is a VRRP address the pair's master holds: its instance's name, interface and
+// virtual router id.
+type vrrpInstance struct {
+	name, iface string
+	vrid        int
+	addr        netip.Addr
+}
+
+// frontInstance holds the address the router routes the VIPs to.
+var frontInstance = vrrpInstance{"front", "eth0", 91, vrrpGateway}
+
+// keepalivedConfig is the keepalived.conf of pair node i (1 or 2; 1 has the higher priority),
+// holding instances, in one sync group when there are several so that they move together.
 // VRRPv3 adverts every 100 ms: a backup takes over about 0.35 s after the master's last advert.
-func keepalivedConfig(socket string, i int) string {
-	return fmt.Sprintf(`global_defs {
-  router_id sluice-lb%[1]d
+func keepalivedConfig(socket string, i int, instances ...vrrpInstance) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `global_defs {
+  router_id sluice-lb%d
   vrrp_version 3
   script_user root
   enable_script_security
 }
 
 vrrp_script sluice {
-  script "%[2]s --socket %[3]s node check"
+  script "%s --socket %s node check"
   interval 1
   timeout 2
   fall 2
   rise 2
 }
-
-vrrp_instance vips {
+`, i, sluiceBin, socket)
+	if len(instances) > 1 {
+		b.WriteString("\nvrrp_sync_group pair {\n  group {\n")
+		for _, in := range instances {
+			fmt.Fprintf(&b, "    %s\n", in.name)
+		}
+		b.WriteString("  }\n}\n")
+	}
+	for _, in := range instances {
+		fmt.Fprintf(&b, `
+vrrp_instance %s {
   state BACKUP
-  interface eth0
-  virtual_router_id 91
-  priority %[4]d
+  interface %s
+  virtual_router_id %d
+  priority %d
   advert_int 0.1
   virtual_ipaddress {
-    %[5]s/24
+    %s/24
   }
   track_script {
     sluice
   }
 }
-`, i, sluiceBin, socket, 200-50*i, vrrpGateway)
+`, in.name, in.iface, in.vrid, 200-50*i, in.addr)
+	}
+	return b.String()
+}
+
+// startPair starts the pair: the router routes the VIPs to the front VRRP address, fleet nodes
+// 1 and 2 run the daemon with config(i) and, once it is ready (`node check`), keepalived holding
+// instances; it returns once node 1 holds the addresses. Everything stops when the test ends.
+func startPair(t *testing.T, config func(i int) string, instances ...vrrpInstance) []*daemon {
+	t.Helper()
+	if hops := nextHops(t, fleetVIP4); len(hops) != 0 {
+		t.Fatalf("the router routes %s over BGP already: %v", fleetVIP4, hops)
+	}
+	if err := theFleet.RouteVIPsVia(vrrpGateway, netip.Addr{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { run(t, "ip", "-n", theFleet.RouterNS(), "route", "del", lab.VIPNet4) })
+	nodes := make([]*daemon, 2)
+	for i := range nodes {
+		nodes[i] = startDaemonIn(t, theFleet.BalancerNSOf(i+1), writeConfig(t, fmt.Sprintf("pair%d.yaml", i+1), config(i+1)))
+	}
+	t.Cleanup(func() {
+		for i := 1; i <= 2; i++ {
+			_ = theFleet.StopKeepalived(i)
+		}
+		for i, d := range nodes {
+			d.stop()
+			run(t, sluiceBin, "--netns", theFleet.BalancerNSOf(i+1), "flush")
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i, d := range nodes {
+		// A node with a sync section is ready once it has its initial sync (or its timeout passed).
+		waitFor(t, fmt.Sprintf("node %d ready", i+1), 20*time.Second, func() bool { return d.cli("node", "check").Err == nil })
+		if err := theFleet.StartKeepalived(ctx, i+1, keepalivedConfig(d.socket, i+1, instances...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "node 1 holds the VRRP addresses", 15*time.Second, func() bool { return vrrpHolder(t) == 1 })
+	return nodes
 }
 
 // pairConfig is the one config both nodes run: the DSR web service, no bgp section.
@@ -109,36 +171,8 @@ func TestKeepalivedPair(t *testing.T) {
 }
 
 func testKeepalivedPair(t *testing.T, datapath string) {
-	if hops := nextHops(t, fleetVIP4); len(hops) != 0 {
-		t.Fatalf("the router routes %s over BGP already: %v", fleetVIP4, hops)
-	}
-	if err := theFleet.RouteVIPsVia(vrrpGateway, netip.Addr{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { run(t, "ip", "-n", theFleet.RouterNS(), "route", "del", lab.VIPNet4) })
 	text := pairConfig(datapath)
-	nodes := make([]*daemon, 2)
-	for i := range nodes {
-		nodes[i] = startDaemonIn(t, theFleet.BalancerNSOf(i+1), writeConfig(t, fmt.Sprintf("pair%d.yaml", i+1), text))
-	}
-	t.Cleanup(func() {
-		for i := 1; i <= 2; i++ {
-			_ = theFleet.StopKeepalived(i)
-		}
-		for i, d := range nodes {
-			d.stop()
-			run(t, sluiceBin, "--netns", theFleet.BalancerNSOf(i+1), "flush")
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for i, d := range nodes {
-		waitFor(t, fmt.Sprintf("node %d ready", i+1), 15*time.Second, func() bool { return d.cli("node", "check").Err == nil })
-		if err := theFleet.StartKeepalived(ctx, i+1, keepalivedConfig(d.socket, i+1)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitFor(t, "node 1 holds the VRRP address", 15*time.Second, func() bool { return vrrpHolder(t) == 1 })
+	nodes := startPair(t, func(int) string { return text }, frontInstance)
 	res := fleetHammer(t, 4, 200, func() (string, error) { return httpOnce(netip.AddrPortFrom(fleetVIP4, 80)) })
 	res.requireNoFailures(t)
 
