@@ -26,7 +26,13 @@ type FlowStatus struct {
 	Unencodable    uint64            `json:"unencodable"`
 	SendErrors     uint64            `json:"send_errors"`
 	Drops          map[string]uint64 `json:"drops"`
-	Peers          []PeerStatus      `json:"peers"`
+	// Refreshes counts the periodic resends of the whole table to the peers (which keep the
+	// replicated flows' idle time fresh there); RefreshesSkipped those skipped because the one
+	// before still ran; RefreshErrors those the datapath could not list.
+	Refreshes        uint64       `json:"refreshes"`
+	RefreshesSkipped uint64       `json:"refreshes_skipped"`
+	RefreshErrors    uint64       `json:"refresh_errors"`
+	Peers            []PeerStatus `json:"peers"`
 }
 
 // PeerStatus is what this node knows of a peer (flowsync.PeerStatus).
@@ -44,6 +50,7 @@ type PeerStatus struct {
 	LagNS           time.Duration     `json:"lag_ns"`
 	LastResync      Resync            `json:"last_resync"`
 	LastServed      Resync            `json:"last_served"`
+	LastRefresh     Resync            `json:"last_refresh"`
 }
 
 // Resync is a full resync that ended (flowsync.Resync).
@@ -58,6 +65,7 @@ func flowStatus(s flowsync.Status) FlowStatus {
 	out := FlowStatus{
 		NodeID: nodeID(s.NodeID), QueueLength: s.QueueLength, QueueLimit: s.QueueLimit, QueueDrops: s.QueueDrops,
 		OldestQueuedNS: s.OldestQueued, Unencodable: s.Unencodable, SendErrors: s.SendErrors, Drops: dropMap(s.Drops),
+		Refreshes: s.Refreshes, RefreshesSkipped: s.RefreshesSkipped, RefreshErrors: s.RefreshErrors,
 		Peers: make([]PeerStatus, 0, len(s.Peers)),
 	}
 	out.InitialSync.Done, out.InitialSync.WithoutPeer, out.InitialSync.At = s.InitialSync.Done, s.InitialSync.WithoutPeer, s.InitialSync.At
@@ -70,6 +78,7 @@ func flowStatus(s flowsync.Status) FlowStatus {
 			ReceivedEntries: p.ReceivedEntries, SendErrors: p.SendErrors, ImportErrors: p.ImportErrors,
 			Skipped: maps.Clone(p.Skipped), Drops: dropMap(p.Drops), LagNS: p.Lag,
 			LastResync: resync(p.LastResync), LastServed: resync(p.LastServed),
+			LastRefresh: Resync{At: p.LastRefresh.At, Entries: p.LastRefresh.Entries, Total: p.LastRefresh.Entries, DurationNS: p.LastRefresh.Duration},
 		}
 		if p.NodeID != 0 {
 			ps.NodeID = nodeID(p.NodeID)
