@@ -54,6 +54,12 @@ enum source_lists : __u8 {
 	SOURCES_DENY = 2,  /* clients in source_deny may not */
 };
 
+/* struct service.source: where a fullnat service's flows take their source address from. */
+enum service_source : __u8 {
+	SOURCE_NODE = 0, /* config: the node's address towards the backends */
+	SOURCE_OWN = 1,  /* service_sources: the service's own (fullnat_source) */
+};
+
 /* Why a service refused a new flow (its counter in struct refusals). */
 enum refusal : __u8 {
 	REFUSAL_NONE = 0,

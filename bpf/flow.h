@@ -60,12 +60,19 @@ static __always_inline bool addr_unset(const __u8 *a, __u32 n)
 	return n == 4 ? !w[0] : !(w[0] | w[1] | w[2] | w[3]);
 }
 
-/* The fullnat settings when a source address for the family and a port range are configured. */
-static __always_inline struct globals *fullnat_globals(__u8 family)
+/* The fullnat settings of a service, its own (service_sources) or the node's (config), when a
+ * source address for the family and a port range are configured. */
+static __always_inline struct globals *fullnat_settings(const struct service *svc, __u8 family)
 {
-	__u32           zero = 0;
-	struct globals *g = bpf_map_lookup_elem(&config, &zero);
+	__u32           key = 0;
+	struct globals *g;
 
+	if (svc->source == SOURCE_OWN) {
+		key = svc->id;
+		g = bpf_map_lookup_elem(&service_sources, &key);
+	} else {
+		g = bpf_map_lookup_elem(&config, &key);
+	}
 	if (!g || !g->port_low || g->port_high < g->port_low)
 		return NULL;
 	if (family == AF_INET ? addr_unset(g->snat4, 4) : addr_unset(g->snat6, 16))

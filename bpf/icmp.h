@@ -135,7 +135,7 @@ static __always_inline int icmp_to_backend(const struct service *svc, const stru
 	__builtin_memcpy(pl->nexthop, t.b->addr, sizeof(pl->nexthop));
 	if (svc->mode == MODE_DSR)
 		return VERDICT_FORWARD;
-	if (svc->mode == MODE_FULLNAT && (!t.nat_port || !(g = fullnat_globals(ck->family))))
+	if (svc->mode == MODE_FULLNAT && (!t.nat_port || !(g = fullnat_settings(svc, ck->family))))
 		return VERDICT_PASS;
 	pl->nat = 1;
 	__builtin_memcpy(pl->out.dst, t.b->addr, sizeof(pl->out.dst));

@@ -67,7 +67,7 @@ static __always_inline int lb_service(const struct packet *p, const struct servi
 
 	if (svc->mode != MODE_NAT && svc->mode != MODE_FULLNAT && svc->mode != MODE_DSR)
 		return VERDICT_PASS;
-	if (svc->mode == MODE_FULLNAT && !(g = fullnat_globals(p->key.family)))
+	if (svc->mode == MODE_FULLNAT && !(g = fullnat_settings(svc, p->key.family)))
 		return VERDICT_DROP;
 	err = flow_select(p, svc, g, &t);
 	if (err == SELECT_RETIRED)

@@ -103,6 +103,16 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } service_opts SEC(".maps");
 
+/* The fullnat source address and port range of the services that have their own
+ * (fullnat_source), by service id: read for those whose struct service.source is SOURCE_OWN. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct globals);
+	__uint(max_entries, MAX_SERVICES);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} service_sources SEC(".maps");
+
 /* Per-backend weight and connection thresholds, by backend id. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

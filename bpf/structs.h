@@ -16,13 +16,15 @@ struct vip_key {
 
 /* A service: how to pick a backend for a new flow and how to forward. */
 struct service {
-	__u32              id;          /* index into service_stats */
-	__u32              ring_offset; /* first slot of the service's Maglev table in maglev */
-	__u32              ring_size;   /* slots; 0 = no backend can take new flows (fallback) */
-	enum mode          mode;
-	enum fallback      fallback;
-	enum service_flags flags;
-	__u8               pad;
+	__u32               id;          /* index into service_stats */
+	__u32               ring_offset; /* first slot of the service's Maglev table in maglev */
+	__u32               ring_size;   /* slots; 0 = no backend can take new flows (fallback) */
+	enum mode           mode;
+	enum fallback       fallback;
+	enum service_flags  flags;
+	/* fullnat: SOURCE_OWN when service_sources holds the service's own source address; a pad
+	 * byte before it, which earlier versions wrote 0 (SOURCE_NODE) in pinned vips entries */
+	enum service_source source;
 };
 
 /* A backend, indexed by its id. */
@@ -167,7 +169,8 @@ struct if_mac {
 	__u16 pad;
 };
 
-/* Global settings written by the loader. */
+/* Global settings written by the loader; also a fullnat service's own source and port range in
+ * service_sources (flow_events unused there). */
 struct globals {
 	__u8  snat4[4];  /* fullnat source address towards IPv4 backends */
 	__u8  snat6[16]; /* fullnat source address towards IPv6 backends */

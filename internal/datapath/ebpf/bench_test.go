@@ -25,24 +25,38 @@ import (
 // BPF_PROG_TEST_RUN measures around the program, not the syscall around it) for a flow's first
 // packet (a SYN from a new client address and port: Maglev pick, the flow entry and for nat the
 // reply entry written into tables of the default size that are not full) and for an established
-// flow's packet, in nat and dsr, with 1, 1,000 and 10,000 services loaded, on tc and XDP. Each
-// run is one packet on a fresh copy of the frame, routed for real in the fixture network.
+// flow's packet, in nat, fullnat (from the node's source and from each service's own) and dsr,
+// with 1, 1,000 and 10,000 services loaded, on tc and XDP. Each run is one packet on a fresh copy
+// of the frame, routed for real in the fixture network.
 func BenchmarkProgRun(b *testing.B) {
 	n := newFxNet(b)
 	for _, h := range []hook{hookTC, hookXDP} {
-		for _, mode := range []config.Mode{config.ModeNAT, config.ModeDSR} {
+		for _, m := range benchModes {
 			for _, services := range []int{1, 1000, 10000} {
-				b.Run(fmt.Sprintf("%s/%s/services=%d", h, mode, services), func(b *testing.B) {
-					benchProgRun(b, n, h, mode, services)
+				b.Run(fmt.Sprintf("%s/%s/services=%d", h, m.name, services), func(b *testing.B) {
+					benchProgRun(b, n, h, m.mode, m.own, services)
 				})
 			}
 		}
 	}
 }
 
+// benchModes are BenchmarkProgRun's modes; own gives every service its own fullnat source.
+var benchModes = []struct {
+	name string
+	mode config.Mode
+	own  bool
+}{
+	{"nat", config.ModeNAT, false}, {"fullnat", config.ModeFullNAT, false},
+	{"fullnat_source", config.ModeFullNAT, true}, {"dsr", config.ModeDSR, false},
+}
+
 // benchProgRun is one BenchmarkProgRun case: a new flow's packet and an established one's.
-func benchProgRun(b *testing.B, n *fxNet, h hook, mode config.Mode, services int) {
+func benchProgRun(b *testing.B, n *fxNet, h hook, mode config.Mode, own bool, services int) {
 	objs := loadBenchWorld(b, services, mode)
+	if own {
+		ownBenchSources(b, objs, services)
+	}
 	if err := objs.IfMacs.Put(n.client, sluiceIfMac{Addr: [6]byte(macLBClient)}); err != nil {
 		b.Fatal(err) // recorded, as Apply does for XDP: the frames are for it
 	}
@@ -100,7 +114,32 @@ func loadBenchWorldEdited(b *testing.B, services int, mode config.Mode, edit fun
 	if _, err := objs.Vips.BatchUpdate(keys, values, nil); err != nil {
 		b.Fatal(err)
 	}
+	g := sluiceGlobals{Snat4: lbBackend4.As4(), PortLow: fullnatPortLow, PortHigh: fullnatPortHigh}
+	if err := objs.Config.Put(uint32(0), g); err != nil {
+		b.Fatal(err)
+	}
 	return objs
+}
+
+// ownBenchSources gives each benchmark service its own fullnat source, another address of the
+// fixture network's backend side than the node's.
+func ownBenchSources(b *testing.B, objs *sluiceObjects, services int) {
+	g := sluiceGlobals{Snat4: mustAddr("10.0.2.250").As4(), PortLow: fullnatPortLow, PortHigh: fullnatPortHigh}
+	var v sluiceService
+	for id := 1; id <= services; id++ {
+		k := vipKeyOf(benchVIP(id), 80, protoTCP)
+		err := objs.ServiceSources.Put(uint32(id), g)
+		if err == nil {
+			err = objs.Vips.Lookup(k, &v)
+		}
+		if err == nil {
+			v.Source = sluiceServiceSourceSOURCE_OWN
+			err = objs.Vips.Put(k, v)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // benchRun runs the hook's program b.N times, one packet each, and reports its mean time per

@@ -126,6 +126,7 @@ func (e *fxEnv) reset(t *testing.T) {
 			Mode: wireModes[s.mode], Fallback: wireFallbacks[s.fallback],
 		})
 	}
+	e.resetOwnSources()
 	for ifindex, mac := range map[uint32][]byte{e.net.client: macLBClient, e.net.backend: macLBBackend} {
 		var v sluiceIfMac
 		copy(v.Addr[:], mac)
@@ -347,7 +348,7 @@ var (
 
 func fixtures() []fixture {
 	var fs []fixture
-	for _, group := range [][]fixture{passFixtures(), forwardFixtures(), stateFixtures(), routeFixtures(), replyFixtures(), icmpFixtures(), malformedFixtures()} {
+	for _, group := range [][]fixture{passFixtures(), forwardFixtures(), stateFixtures(), routeFixtures(), replyFixtures(), icmpFixtures(), ownSourceFixtures(), malformedFixtures()} {
 		fs = append(fs, group...)
 	}
 	return fs

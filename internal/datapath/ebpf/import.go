@@ -17,7 +17,7 @@ const (
 	skipInvalid   = "invalid"            // addresses of mixed families, an unknown protocol
 	skipNoService = "no such service"    // no live service here has the flow's listener
 	skipNoBackend = "no such backend"    // the service has no backend of that address here
-	skipNATSource = "another nat source" // fullnat to a source address this node does not use, or a mode mismatch
+	skipNATSource = "another nat source" // fullnat to a source address the service does not use here, or a mode mismatch
 	skipNATPort   = "nat port taken"     // a live fullnat flow of this node has that source port
 	skipTracked   = "tracked here"       // this node saw a packet of the flow more recently
 )
@@ -117,8 +117,10 @@ func (im *importer) backend(id uint32, a netip.AddrPort, vport uint16) *backendS
 
 // imported is a replicated flow as this node's maps hold it.
 type imported struct {
-	svc     *serviceState
-	mode    sluiceMode
+	svc  *serviceState
+	mode sluiceMode
+	// nat is the fullnat source and port range the program uses for the service's flows.
+	nat     sluiceGlobals
 	backend *backendState
 	key     sluiceFlowKey
 	flow    sluiceFlow
@@ -183,6 +185,7 @@ func (im *importer) resolve(f datapath.ReplicatedFlow) (imported, string) {
 		return in, skipNoService
 	}
 	in.mode = v.Mode
+	in.nat = natSettings(im.st.globals, in.svc.source, v.Source)
 	if in.backend = im.backend(v.Id, backend, listener.Port()); in.backend == nil {
 		return in, skipNoBackend
 	}
@@ -200,8 +203,9 @@ func (im *importer) resolve(f datapath.ReplicatedFlow) (imported, string) {
 	return in, ""
 }
 
-// natSource checks a replicated flow's NAT source against this node's and takes its port: a
-// fullnat flow must come from this node's source address and port range, others from none.
+// natSource checks a replicated flow's NAT source against the one its service uses here and
+// takes its port: a fullnat flow must come from the service's source address (its fullnat_source,
+// or this node's) and port range, others from none.
 func (im *importer) natSource(in *imported, src netip.AddrPort) string {
 	if in.mode != sluiceModeMODE_FULLNAT {
 		if src.IsValid() {
@@ -209,7 +213,7 @@ func (im *importer) natSource(in *imported, src netip.AddrPort) string {
 		}
 		return ""
 	}
-	g := im.st.globals
+	g := in.nat
 	own, ok := snatOf(g, in.key.Family)
 	if !ok || !src.IsValid() || src.Addr() != own || src.Port() < g.PortLow || src.Port() > g.PortHigh {
 		return skipNATSource
@@ -228,7 +232,7 @@ func (im *importer) replyOf(in imported, client, listener netip.AddrPort) (sluic
 	}
 	to := client
 	if in.mode == sluiceModeMODE_FULLNAT {
-		src, _ := snatOf(im.st.globals, in.key.Family)
+		src, _ := snatOf(in.nat, in.key.Family)
 		to = netip.AddrPortFrom(src, wirePort(in.flow.NatPort))
 	}
 	k := flowKeyOf(netip.AddrPortFrom(addrFromWire(b.Addr, b.Family), port), to, in.key.Proto)

@@ -45,6 +45,8 @@ type kernelMaps struct {
 	ServiceRefusals *ebpf.Map
 	// ServiceUnforwarded counts the packets of each service the program could not forward, by reason.
 	ServiceUnforwarded *ebpf.Map
+	// ServiceSources holds the fullnat source of the services that have their own.
+	ServiceSources *ebpf.Map
 	// FlowEvents is the ring of new and closing flows a replicator reads (see WatchFlows), and
 	// FlowEventDrops counts the events a full ring lost.
 	FlowEvents     *ebpf.Map
@@ -59,7 +61,7 @@ var addedMaps = map[string]bool{
 	sluiceMapSourceAllow: true, sluiceMapSourceDeny: true,
 	sluiceMapServiceRate: true, sluiceMapServiceConns: true, sluiceMapServiceLost: true, sluiceMapClients: true,
 	sluiceMapServiceRefusals: true, sluiceMapServiceUnforwarded: true,
-	sluiceMapFlowEvents: true, sluiceMapFlowEventDrops: true,
+	sluiceMapFlowEvents: true, sluiceMapFlowEventDrops: true, sluiceMapServiceSources: true,
 }
 
 // fields are the maps' places in m by pin name.
@@ -76,6 +78,7 @@ func (m *kernelMaps) fields() map[string]**ebpf.Map {
 		sluiceMapServiceLost: &m.ServiceLost, sluiceMapClients: &m.Clients,
 		sluiceMapServiceRefusals: &m.ServiceRefusals, sluiceMapServiceUnforwarded: &m.ServiceUnforwarded,
 		sluiceMapFlowEvents: &m.FlowEvents, sluiceMapFlowEventDrops: &m.FlowEventDrops,
+		sluiceMapServiceSources: &m.ServiceSources,
 	}
 }
 

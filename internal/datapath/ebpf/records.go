@@ -41,13 +41,17 @@ type serviceRecord struct {
 	RingOffset  uint32
 	RingSize    uint32
 	FlowTimeout uint32 // seconds: how long an idle flow counts as active
-	// Flags holds recordRetired, and in bits 8-15 the service_flags the program sees besides
-	// SERVICE_RETIRED (schedulers, persistence, counting).
+	// Flags holds recordRetired, in bits 8-15 the service_flags the program sees besides
+	// SERVICE_RETIRED (schedulers, persistence, counting), and in bits 16-23 its service_source.
 	Flags uint32
 }
 
-// serviceFlagsShift is where a record's Flags keep the service's service_flags.
-const serviceFlagsShift = 8
+// serviceFlagsShift and serviceSourceShift are where a record's Flags keep the service's
+// service_flags and service_source.
+const (
+	serviceFlagsShift  = 8
+	serviceSourceShift = 16
+)
 
 // backendRecord is a backend as Sluice programmed it, the value of backend_meta.
 type backendRecord struct {
@@ -75,7 +79,7 @@ func serviceRecordOf(s *plan.Service) (serviceRecord, error) {
 		FlowTimeout: uint32(s.FlowTimeout / time.Second),
 	}
 	r.VIP, r.Family = wireAddr(s.VIP)
-	r.Flags = uint32(serviceFlagsOf(s)) << serviceFlagsShift
+	r.Flags = uint32(serviceFlagsOf(s))<<serviceFlagsShift | uint32(serviceSourceOf(s))<<serviceSourceShift
 	if err := setRecordText(r.Name[:], s.Name); err != nil {
 		return r, err
 	}
@@ -162,6 +166,11 @@ func (r *serviceRecord) scheduler() config.Scheduler {
 func (r *serviceRecord) retired() bool   { return r.Flags&recordRetired != 0 }
 func (r *serviceRecord) vip() netip.Addr { return addrFromWire(r.VIP, r.Family) }
 
+// source is where the service's flows take their fullnat source from.
+func (r *serviceRecord) source() sluiceServiceSource {
+	return sluiceServiceSource(r.Flags >> serviceSourceShift)
+}
+
 func (r *serviceRecord) ports() config.Range {
 	return config.Range{First: int(r.PortFirst), Last: int(r.PortLast)}
 }
@@ -222,6 +231,7 @@ func (r *serviceRecord) owns(k sluiceVipKey) bool {
 func (r *serviceRecord) vipValue(id uint32) sluiceService {
 	v := sluiceService{Id: id, RingOffset: r.RingOffset, RingSize: r.RingSize, Mode: r.Mode, Fallback: r.Fallback}
 	v.Flags = sluiceServiceFlags(r.Flags >> serviceFlagsShift)
+	v.Source = r.source()
 	if r.retired() {
 		v.Flags |= sluiceServiceFlagsSERVICE_RETIRED
 	}

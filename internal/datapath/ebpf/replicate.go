@@ -42,6 +42,7 @@ type flowEvent struct {
 type replicaMaps struct {
 	of                                        *kernelMaps // the maps they duplicate
 	events, flows, services, backends, config *ebpf.Map   // events: nil in pins made before it
+	sources                                   *ebpf.Map   // service_sources: nil in pins made before it
 }
 
 // cloneReplicaMaps duplicates the maps of m a replicator reads.
@@ -50,7 +51,7 @@ func cloneReplicaMaps(m *kernelMaps) (*replicaMaps, error) {
 	for _, c := range []struct {
 		from *ebpf.Map
 		to   **ebpf.Map
-	}{{m.FlowEvents, &r.events}, {m.Flows, &r.flows}, {m.ServiceMeta, &r.services}, {m.BackendMeta, &r.backends}, {m.Config, &r.config}} {
+	}{{m.FlowEvents, &r.events}, {m.Flows, &r.flows}, {m.ServiceMeta, &r.services}, {m.BackendMeta, &r.backends}, {m.Config, &r.config}, {m.ServiceSources, &r.sources}} {
 		if c.from == nil {
 			continue
 		}
@@ -66,7 +67,7 @@ func cloneReplicaMaps(m *kernelMaps) (*replicaMaps, error) {
 // Close closes the duplicates.
 func (r *replicaMaps) Close() error {
 	var errs []error
-	for _, m := range []*ebpf.Map{r.events, r.flows, r.services, r.backends, r.config} {
+	for _, m := range []*ebpf.Map{r.events, r.flows, r.services, r.backends, r.config, r.sources} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}
@@ -75,18 +76,35 @@ func (r *replicaMaps) Close() error {
 }
 
 // flowNamer names flows by addresses: backend ids by backend_meta, service ids by service_meta,
-// fullnat ports by this node's source address (config), each read once in its life.
+// fullnat ports by their service's source address (service_sources) or this node's (config),
+// each read once in its life.
 type flowNamer struct {
 	m        *replicaMaps
 	globals  sluiceGlobals
 	backends map[uint32]*backendRecord // nil: no record
 	services map[uint32]*serviceRecord
+	sources  map[uint32]sluiceGlobals // the services' own fullnat sources
 }
 
 // newFlowNamer reads config and starts with no record read.
 func newFlowNamer(m *replicaMaps) (*flowNamer, error) {
-	n := &flowNamer{m: m, backends: map[uint32]*backendRecord{}, services: map[uint32]*serviceRecord{}}
+	n := &flowNamer{m: m, backends: map[uint32]*backendRecord{}, services: map[uint32]*serviceRecord{}, sources: map[uint32]sluiceGlobals{}}
 	return n, m.config.Lookup(uint32(0), &n.globals)
+}
+
+// nat is the fullnat source and port range of service id's flows: the service's own when its
+// record says it has one (none when the pins lack service_sources), else this node's.
+func (n *flowNamer) nat(id uint32) sluiceGlobals {
+	rec := n.service(id)
+	if rec == nil || rec.source() != sluiceServiceSourceSOURCE_OWN {
+		return n.globals
+	}
+	g, seen := n.sources[id]
+	if !seen && n.m.sources != nil {
+		_ = n.m.sources.Lookup(id, &g) // unread: zero, a flow named by no source
+		n.sources[id] = g
+	}
+	return g
 }
 
 // backend is the record of backend id, or nil.
@@ -134,7 +152,7 @@ func (n *flowNamer) name(k sluiceFlowKey, f sluiceFlow, now uint64) (datapath.Re
 		rf.Idle = time.Duration(now - f.LastSeen)
 	}
 	if f.NatPort != 0 {
-		src, ok := snatOf(n.globals, k.Family)
+		src, ok := snatOf(n.nat(f.ServiceId), k.Family)
 		if !ok {
 			return datapath.ReplicatedFlow{}, false
 		}

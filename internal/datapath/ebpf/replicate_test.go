@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,13 +142,27 @@ func flowEventsOn(t *testing.T, d *Datapath) bool {
 // node B imports it and then forwards the flow's next segment (no SYN) to the same backend,
 // translated the same way, although B itself would send no new flow there (weight 0 on B), and
 // translates the backend's reply back to the client. B counts the flow for its backend (lc) and
-// learns when it closes. Node B's ids differ from A's (another service comes first).
+// learns when it closes. Node B's ids differ from A's (another service comes first). A fullnat
+// service with a fullnat_source (an address neither node holds: a pair's floating one) sends
+// from it on both nodes, and B refuses the flow from any other source.
 func TestFlowsMoveBetweenNodes(t *testing.T) {
-	for _, mode := range []config.Mode{config.ModeNAT, config.ModeFullNAT} {
-		t.Run(string(mode), func(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		mode   config.Mode
+		source string
+	}{{"nat", config.ModeNAT, ""}, {"fullnat", config.ModeFullNAT, ""}, {"fullnat_source", config.ModeFullNAT, "10.91.2.250"}} {
+		mode := c.mode
+		service := func(weight0 string) string {
+			y := replService(mode, weight0)
+			if c.source != "" {
+				y = strings.Replace(y, "    backends:\n", "    fullnat_source: "+c.source+"\n    backends:\n", 1)
+			}
+			return y
+		}
+		t.Run(c.name, func(t *testing.T) {
 			r := newRig(t)
 			a, b := r.datapath(Options{}), r.nodeB()
-			pa := planFromYAML(t, "datapath: ebpf\nservices:\n"+replService(mode, ""))
+			pa := planFromYAML(t, "datapath: ebpf\nservices:\n"+service(""))
 			r.apply(a, pa)
 			flows, _ := watchFlows(t, a)
 			a.Resync() // an Apply that reads the maps back keeps the flow events on
@@ -164,12 +179,22 @@ func TestFlowsMoveBetweenNodes(t *testing.T) {
 			if mode == config.ModeFullNAT && f.NATSource != natSrc || mode == config.ModeNAT && f.NATSource.IsValid() {
 				t.Fatalf("emitted NAT source %s, the program sent from %s", f.NATSource, natSrc)
 			}
+			if c.source != "" && natSrc.Addr().String() != c.source {
+				t.Fatalf("node A sent the SYN from %s, not from the service's fullnat_source %s", natSrc, c.source)
+			}
 
 			other := "  - {name: other, vip: 10.91.9.200, port: 80, backends: [{address: 10.91.2.21}, {address: 10.91.2.22}]}\n"
-			r.apply(b, planFromYAML(t, "datapath: ebpf\nservices:\n"+other+replService(mode, backend.Addr().String())))
+			r.apply(b, planFromYAML(t, "datapath: ebpf\nservices:\n"+other+service(backend.Addr().String())))
 			idB, idA := idsOf(t, b).of(t, "web/"+backend.String()), idsOf(t, a).of(t, "web/"+backend.String())
 			if idB == idA {
 				t.Fatalf("the backend has id %d on both nodes: the test would not show the translation", idA)
+			}
+			if c.source != "" {
+				foreign := f
+				foreign.NATSource = netip.AddrPortFrom(netip.MustParseAddr("10.91.2.1"), f.NATSource.Port())
+				if res, err := b.ImportFlows(context.Background(), []datapath.ReplicatedFlow{foreign}); err != nil || res.Skipped[skipNATSource] != 1 {
+					t.Fatalf("ImportFlows of the flow from another source = %+v, %v; want it skipped", res, err)
+				}
 			}
 			res, err := b.ImportFlows(context.Background(), []datapath.ReplicatedFlow{f})
 			if err != nil || res.Imported != 1 {

@@ -167,7 +167,7 @@ type sluiceService struct {
 	Mode       sluiceMode
 	Fallback   sluiceFallback
 	Flags      sluiceServiceFlags
-	Pad        uint8
+	Source     sluiceServiceSource
 }
 
 type sluiceServiceFlags uint8
@@ -195,6 +195,13 @@ type sluiceServiceSettings struct {
 	LimitAction    sluiceLimitAction
 	Pad            [5]uint8
 }
+
+type sluiceServiceSource uint8
+
+const (
+	sluiceServiceSourceSOURCE_NODE sluiceServiceSource = 0
+	sluiceServiceSourceSOURCE_OWN  sluiceServiceSource = 1
+)
 
 type sluiceSourceKey struct {
 	_         structs.HostLayout
@@ -257,6 +264,7 @@ const (
 	sluiceMapServiceOpts        = "service_opts"
 	sluiceMapServiceRate        = "service_rate"
 	sluiceMapServiceRefusals    = "service_refusals"
+	sluiceMapServiceSources     = "service_sources"
 	sluiceMapServiceStats       = "service_stats"
 	sluiceMapServiceUnforwarded = "service_unforwarded"
 	sluiceMapSourceAllow        = "source_allow"
@@ -338,6 +346,7 @@ type sluiceMapSpecs struct {
 	ServiceOpts        *ebpf.MapSpec `ebpf:"service_opts"`
 	ServiceRate        *ebpf.MapSpec `ebpf:"service_rate"`
 	ServiceRefusals    *ebpf.MapSpec `ebpf:"service_refusals"`
+	ServiceSources     *ebpf.MapSpec `ebpf:"service_sources"`
 	ServiceStats       *ebpf.MapSpec `ebpf:"service_stats"`
 	ServiceUnforwarded *ebpf.MapSpec `ebpf:"service_unforwarded"`
 	SourceAllow        *ebpf.MapSpec `ebpf:"source_allow"`
@@ -393,6 +402,7 @@ type sluiceMaps struct {
 	ServiceOpts        *ebpf.Map `ebpf:"service_opts"`
 	ServiceRate        *ebpf.Map `ebpf:"service_rate"`
 	ServiceRefusals    *ebpf.Map `ebpf:"service_refusals"`
+	ServiceSources     *ebpf.Map `ebpf:"service_sources"`
 	ServiceStats       *ebpf.Map `ebpf:"service_stats"`
 	ServiceUnforwarded *ebpf.Map `ebpf:"service_unforwarded"`
 	SourceAllow        *ebpf.Map `ebpf:"source_allow"`
@@ -423,6 +433,7 @@ func (m *sluiceMaps) Close() error {
 		m.ServiceOpts,
 		m.ServiceRate,
 		m.ServiceRefusals,
+		m.ServiceSources,
 		m.ServiceStats,
 		m.ServiceUnforwarded,
 		m.SourceAllow,

@@ -21,13 +21,17 @@ const (
 )
 
 // globalsFor computes config[0]: the fullnat source ports, and per IP version the source address
-// of the route towards the first backend of the first fullnat service (services by name,
-// backends by ID). One address per IP version: backends reached through interfaces with other
-// addresses need a route whose preferred source (ip route ... src) is that one.
+// of the route towards the first backend of the first fullnat service without a fullnat_source
+// (services by name, backends by ID). One address per IP version: backends reached through
+// interfaces with other addresses need a route whose preferred source (ip route ... src) is that
+// one, or the service a fullnat_source.
 func globalsFor(p *plan.Plan) (sluiceGlobals, error) {
 	g := sluiceGlobals{PortLow: fullnatPortLow, PortHigh: fullnatPortHigh}
 	var have4, have6 bool
 	for _, s := range p.Services {
+		if serviceSourceOf(&s) == sluiceServiceSourceSOURCE_OWN {
+			continue
+		}
 		if s.Mode != config.ModeFullNAT || len(s.Backends) == 0 || (s.VIP.Is4() && have4) || (s.VIP.Is6() && have6) {
 			continue
 		}
@@ -88,4 +92,53 @@ func (s *syncer) globals(p *plan.Plan) error {
 	}
 	s.st.globals = g
 	return nil
+}
+
+// serviceSourceOf is where a service of the plan takes its fullnat source from: its own
+// (fullnat_source) or the node's.
+func serviceSourceOf(s *plan.Service) sluiceServiceSource {
+	if s.Mode == config.ModeFullNAT && s.FullNATSource.IsValid() {
+		return sluiceServiceSourceSOURCE_OWN
+	}
+	return sluiceServiceSourceSOURCE_NODE
+}
+
+// ownSourceOf is the service_sources entry of a service with its own fullnat source: the address
+// and the port range the node's fullnat uses.
+func ownSourceOf(s *plan.Service) sluiceGlobals {
+	g := sluiceGlobals{PortLow: fullnatPortLow, PortHigh: fullnatPortHigh}
+	if a := s.FullNATSource; a.Is4() {
+		g.Snat4 = a.As4()
+	} else {
+		g.Snat6 = a.As16()
+	}
+	return g
+}
+
+// natSource writes a service's entry in service_sources when it has its own fullnat source that
+// the entry does not hold yet: before its vips entries, which tell the program to read it. A
+// service that drops its own keeps the entry, which the program no longer reads once the vips
+// entries say so; the next service given its id with one of its own overwrites it.
+func (s *syncer) natSource(cur *serviceState, ps *plan.Service) error {
+	if serviceSourceOf(ps) != sluiceServiceSourceSOURCE_OWN {
+		return nil
+	}
+	want := ownSourceOf(ps)
+	if want == cur.source {
+		return nil
+	}
+	if err := s.w.put(s.m.ServiceSources, cur.id, want); err != nil {
+		return err
+	}
+	cur.source = want
+	return nil
+}
+
+// natSettings is the fullnat source and port range the program uses for a service: its own
+// (own, from service_sources) or the node's (config).
+func natSettings(node, own sluiceGlobals, source sluiceServiceSource) sluiceGlobals {
+	if source == sluiceServiceSourceSOURCE_OWN {
+		return own
+	}
+	return node
 }

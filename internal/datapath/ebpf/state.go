@@ -39,6 +39,7 @@ type serviceState struct {
 	backends map[string]*backendState // by plan.Backend.ID(), retired ones included
 	slots    []uint32                 // the ring as in maglev: backend id per slot
 	opts     sluiceServiceSettings    // its entry in service_opts
+	source   sluiceGlobals            // its entry in service_sources, written while it has its own
 	sources  sourceLists              // its prefixes in source_allow and source_deny
 }
 
@@ -143,6 +144,9 @@ func readBackends(m *kernelMaps, st *state) error {
 	for _, s := range st.services {
 		if m.ServiceOpts != nil {
 			_ = m.ServiceOpts.Lookup(s.id, &s.opts) // an id out of range reads as no settings
+		}
+		if m.ServiceSources != nil && s.rec.source() == sluiceServiceSourceSOURCE_OWN {
+			_ = m.ServiceSources.Lookup(s.id, &s.source)
 		}
 		for _, b := range s.backends {
 			b.entry = entries[b.id]
