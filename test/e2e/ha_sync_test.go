@@ -83,4 +83,53 @@ func testNATTakeover(t *testing.T, datapath string) {
 	if r := nodes[1].cli("sync"); r.Err == nil {
 		t.Logf("node 2's sluice sync:\n%s", r.Stdout)
 	}
+
+	// Fail-back: new streams run through node 2, backend 2 leaves the tables, and node 1 comes
+	// back with its daemon restarted: it takes the addresses back (preempt) only once it has node
+	// 2's flows, which it then keeps.
+	conns = startLongLived(t, longLivedConns, netip.AddrPortFrom(fleetVIP4, 80))
+	time.Sleep(time.Second)
+	nodes[0].stop()
+	for i, d := range nodes {
+		if i == 0 {
+			continue
+		}
+		if r := d.cli("backend", "weight", "web", theFleet.BackendAddr(2, false).String(), "0"); r.Err != nil {
+			t.Fatalf("node %d: backend weight: %v\n%s", i+1, r.Err, r.Stderr)
+		}
+	}
+	weightOnNode1(t, nodes[0], 1, 2)
+	time.Sleep(500 * time.Millisecond)
+	if err := theFleet.RestoreBalancer(1); err != nil {
+		t.Fatal(err)
+	}
+	nodes[0].start()
+	back := waitFor(t, "node 1 takes the addresses back", 30*time.Second, func() bool { return vrrpHolder(t) == 1 })
+	time.Sleep(2 * time.Second)
+	slowest = conns.requireKept(t)
+	t.Logf("%s nat: node 1 restarted and took the addresses back after %v; slowest long-lived request %v", datapath, back.Round(time.Millisecond), slowest.Round(time.Millisecond))
+	if r := nodes[0].cli("sync"); r.Err == nil {
+		t.Logf("node 1's sluice sync:\n%s", r.Stdout)
+	}
+}
+
+// weightOnNode1 gives backends weight 0 in the config file node 1's daemon starts with (it is
+// stopped), as the changes through the API did on node 2.
+func weightOnNode1(t *testing.T, d *daemon, backends ...int) {
+	t.Helper()
+	data, err := os.ReadFile(d.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	for _, j := range backends {
+		line := fmt.Sprintf("      - address: %s\n", theFleet.BackendAddr(j, false))
+		if !strings.Contains(text, line) {
+			t.Fatalf("no line %q in %s", line, d.config)
+		}
+		text = strings.Replace(text, line, line+"        weight: 0\n", 1)
+	}
+	if err := os.WriteFile(d.config, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
