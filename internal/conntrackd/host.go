@@ -51,29 +51,11 @@ func settle(o *Options) (*settled, error) {
 		return nil, err
 	}
 	out.Binary = bin
-	link, err := netlink.LinkByName(o.Interface)
+	local, err := LinkAddress(o)
 	if err != nil {
-		return nil, fieldErr("sync.interface", "%s: no such interface in this network namespace (%v)", o.Interface, err)
-	}
-	family := netlink.FAMILY_V4
-	if !o.Family().Is4() {
-		family = netlink.FAMILY_V6
-	}
-	addrs, err := netlink.AddrList(link, family)
-	if err != nil {
-		return nil, fmt.Errorf("listing the addresses of %s: %w", o.Interface, err)
-	}
-	local, ok := pickAddress(addrs, o.Address)
-	switch {
-	case !ok && o.Address.IsValid():
-		return nil, fieldErr("sync.address", "%s is not an address of %s", o.Address, o.Interface)
-	case !ok:
-		return nil, fieldErr("sync.address", "%s has no address of the peers' family (%s): give it one, or name it in sync.address", o.Interface, o.Family())
-	}
-	out.Address = local.Addr()
-	if err := notOwn(o.Peers); err != nil {
 		return nil, err
 	}
+	out.Address = local.Addr()
 	if out.TableSize == 0 {
 		out.TableSize = readTableSize()
 	}
@@ -88,6 +70,32 @@ func settle(o *Options) (*settled, error) {
 		g.sources = []netip.Prefix{local.Masked()}
 	}
 	return &settled{opts: out, guard: g}, nil
+}
+
+// LinkAddress checks the sync link of o against the calling thread's network namespace: the
+// interface exists, has o.Address (or, without one, an address of the peers' family, which it
+// returns with its prefix), and no peer is an address of this node. Refusals name their field.
+func LinkAddress(o *Options) (netip.Prefix, error) {
+	link, err := netlink.LinkByName(o.Interface)
+	if err != nil {
+		return netip.Prefix{}, fieldErr("sync.interface", "%s: no such interface in this network namespace (%v)", o.Interface, err)
+	}
+	family := netlink.FAMILY_V4
+	if !o.Family().Is4() {
+		family = netlink.FAMILY_V6
+	}
+	addrs, err := netlink.AddrList(link, family)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("listing the addresses of %s: %w", o.Interface, err)
+	}
+	local, ok := pickAddress(addrs, o.Address)
+	switch {
+	case !ok && o.Address.IsValid():
+		return netip.Prefix{}, fieldErr("sync.address", "%s is not an address of %s", o.Address, o.Interface)
+	case !ok:
+		return netip.Prefix{}, fieldErr("sync.address", "%s has no address of the peers' family (%s): give it one, or name it in sync.address", o.Interface, o.Family())
+	}
+	return local, notOwn(o.Peers)
 }
 
 // pickAddress returns want if addrs has it, else (want invalid) the first global address, else

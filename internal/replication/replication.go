@@ -98,11 +98,14 @@ func (r *Runner) Check(cfg *config.Config) error {
 	if _, ok := r.dp.(datapath.FlowReplicator); n.flows && !ok {
 		return config.Errors{{Path: "sync", Msg: "this datapath cannot replicate its flows"}}
 	}
+	o := r.conntrackdOptions(cfg.Sync)
 	if n.conntrackd {
-		o := r.conntrackdOptions(cfg.Sync)
-		return fieldErrors(o.Check())
+		if err := o.Check(); err != nil {
+			return fieldErrors(err)
+		}
 	}
-	return nil
+	_, err := conntrackd.LinkAddress(o) // the sync link, for conntrackd and the flow tables alike
+	return fieldErrors(err)
 }
 
 // Set runs what cfg's sync section asks for, the whole desired state: a section removed stops

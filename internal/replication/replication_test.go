@@ -29,7 +29,8 @@ func TestNeeds(t *testing.T) {
 }
 
 // TestCheckNamesTheField: a sync section the host cannot run is refused naming the field: a
-// secret file that is missing, short or not a regular file, a datapath that cannot replicate.
+// secret file that is missing, short or not a regular file, a datapath that cannot replicate, an
+// interface that does not exist (it only reads the host's links).
 func TestCheckNamesTheField(t *testing.T) {
 	dir := t.TempDir()
 	short := filepath.Join(dir, "short")
@@ -45,17 +46,18 @@ func TestCheckNamesTheField(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		secret, datapath string
-		want             string
+		secret, datapath, iface, peer string
+		want                          string
 	}{
-		{filepath.Join(dir, "missing"), "nft", "sync.secret_file: open"},
-		{short, "nft", "sync.secret_file: " + short + " holds 8 bytes: the secret must be at least 16"},
-		{"/dev/zero", "nft", "sync.secret_file: /dev/zero: is a character device, not a regular file"},
-		{good, "ebpf", "sync: this datapath cannot replicate its flows"},
+		{filepath.Join(dir, "missing"), "nft", "eth1", "10.0.0.2", "sync.secret_file: open"},
+		{short, "nft", "eth1", "10.0.0.2", "sync.secret_file: " + short + " holds 8 bytes: the secret must be at least 16"},
+		{"/dev/zero", "nft", "eth1", "10.0.0.2", "sync.secret_file: /dev/zero: is a character device, not a regular file"},
+		{good, "ebpf", "eth1", "10.0.0.2", "sync: this datapath cannot replicate its flows"},
+		{good, "nft", "sluicenone0", "10.0.0.2", "sync.interface: sluicenone0: no such interface"},
 	} {
-		cfg := &config.Config{Datapath: config.Datapath(c.datapath), Sync: &config.Sync{Interface: "eth1", Peers: []config.IP{config.IPOf("10.0.0.2")}, SecretFile: c.secret}}
+		cfg := &config.Config{Datapath: config.Datapath(c.datapath), Sync: &config.Sync{Interface: c.iface, Peers: []config.IP{config.IPOf(c.peer)}, SecretFile: c.secret}}
 		if err := r.Check(cfg); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("Check(secret %s, %s) = %v, want %q", c.secret, c.datapath, err, c.want)
+			t.Errorf("Check(secret %s, %s, %s, peer %s) = %v, want %q", c.secret, c.datapath, c.iface, c.peer, err, c.want)
 		}
 	}
 	if ready, why := r.Ready(); !ready || why != "no sync section" {
