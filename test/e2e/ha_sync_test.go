@@ -18,13 +18,17 @@ var vrrpBackGateway = netip.MustParseAddr("10.91.2.254")
 // backInstance holds the backends' return gateway.
 var backInstance = vrrpInstance{"back", "eth1", 92, vrrpBackGateway}
 
-// natPairConfig is node i's config: the web service in nat mode, its flows replicated to the
-// other node over the backends' side.
-func natPairConfig(datapath string, i int, secretFile string) string {
+// natPairConfig is node i's config: the web service in nat or fullnat mode (translated to the
+// backends'-side VRRP address, which moves with the flows), its flows replicated to the other
+// node over the backends' side.
+func natPairConfig(datapath, mode string, i int, secretFile string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "datapath: %s\nsync:\n  interface: eth1\n  address: %s\n  peers: [%s]\n  secret_file: %s\n  initial_sync_timeout: 3s\n",
 		datapath, theFleet.BalancerBackSideAddr(i, false), theFleet.BalancerBackSideAddr(3-i, false), secretFile)
-	fmt.Fprintf(&b, "services:\n  - name: web\n    vip: %s\n    port: 80\n    mode: nat\n", fleetVIP4)
+	fmt.Fprintf(&b, "services:\n  - name: web\n    vip: %s\n    port: 80\n    mode: %s\n", fleetVIP4, mode)
+	if mode == "fullnat" {
+		fmt.Fprintf(&b, "    fullnat_source: %s\n", vrrpBackGateway)
+	}
 	fmt.Fprintf(&b, "    health_check: {type: tcp, interval: %s, timeout: %s, rise: %d, fall: %d}\n    backends:\n",
 		checkInterval, checkTimeout, checkRise, checkFall)
 	for j := 1; j <= labBackends; j++ {
@@ -33,7 +37,7 @@ func natPairConfig(datapath string, i int, secretFile string) string {
 	return b.String()
 }
 
-// TestKeepalivedPairNATTakeover: a nat pair whose nodes replicate their flows (conntrackd on nft,
+// TestKeepalivedPairNATTakeover: a nat or fullnat pair whose nodes replicate their flows (conntrackd on nft,
 // the flow tables on ebpf, both run by the daemons from their sync section) keeps every long-lived
 // connection across a takeover, also when the backends changed since the flows began: the backup
 // already holds the master's flows when the traffic arrives, with no notify script. (Without the
@@ -42,13 +46,15 @@ func natPairConfig(datapath string, i int, secretFile string) string {
 func TestKeepalivedPairNATTakeover(t *testing.T) {
 	fleetLab(t)
 	for _, dp := range []string{"nft", "ebpf"} {
-		t.Run(dp, func(t *testing.T) { testNATTakeover(t, dp) })
+		for _, mode := range []string{"nat", "fullnat"} {
+			t.Run(dp+"-"+mode, func(t *testing.T) { testNATTakeover(t, dp, mode) })
+		}
 	}
 }
 
-func testNATTakeover(t *testing.T, datapath string) {
+func testNATTakeover(t *testing.T, datapath, mode string) {
 	client := theFleet.ClientAddr(false).String() + "/32"
-	for j := 1; j <= labBackends; j++ {
+	for j := 1; j <= labBackends && mode == "nat"; j++ { // fullnat's replies go to its source
 		ns := theFleet.BackendNS(j)
 		if r := run(t, "ip", "-n", ns, "route", "add", client, "via", vrrpBackGateway.String()); r.Err != nil {
 			t.Fatalf("backend %d: route to the client via %s: %v: %s", j, vrrpBackGateway, r.Err, r.Stderr)
@@ -59,7 +65,7 @@ func testNATTakeover(t *testing.T, datapath string) {
 	if err := os.WriteFile(secret, []byte("a secret the two nodes share\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	nodes := startPair(t, func(i int) string { return natPairConfig(datapath, i, secret) }, frontInstance, backInstance)
+	nodes := startPair(t, func(i int) string { return natPairConfig(datapath, mode, i, secret) }, frontInstance, backInstance)
 	res := fleetHammer(t, 4, 200, func() (string, error) { return httpOnce(netip.AddrPortFrom(fleetVIP4, 80)) })
 	res.requireNoFailures(t)
 
@@ -79,7 +85,7 @@ func testNATTakeover(t *testing.T, datapath string) {
 	failover := waitFor(t, "node 2 takes the addresses over", 15*time.Second, func() bool { return vrrpHolder(t) == 2 })
 	time.Sleep(2 * time.Second)
 	slowest := conns.requireKept(t)
-	t.Logf("%s nat: node 2 took over after %v; slowest long-lived request %v", datapath, failover.Round(time.Millisecond), slowest.Round(time.Millisecond))
+	t.Logf("%s %s: node 2 took over after %v; slowest long-lived request %v", datapath, mode, failover.Round(time.Millisecond), slowest.Round(time.Millisecond))
 	if r := nodes[1].cli("sync"); r.Err == nil {
 		t.Logf("node 2's sluice sync:\n%s", r.Stdout)
 	}
@@ -107,7 +113,7 @@ func testNATTakeover(t *testing.T, datapath string) {
 	back := waitFor(t, "node 1 takes the addresses back", 30*time.Second, func() bool { return vrrpHolder(t) == 1 })
 	time.Sleep(2 * time.Second)
 	slowest = conns.requireKept(t)
-	t.Logf("%s nat: node 1 restarted and took the addresses back after %v; slowest long-lived request %v", datapath, back.Round(time.Millisecond), slowest.Round(time.Millisecond))
+	t.Logf("%s %s: node 1 restarted and took the addresses back after %v; slowest long-lived request %v", datapath, mode, back.Round(time.Millisecond), slowest.Round(time.Millisecond))
 	if r := nodes[0].cli("sync"); r.Err == nil {
 		t.Logf("node 1's sluice sync:\n%s", r.Stdout)
 	}

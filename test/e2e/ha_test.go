@@ -99,6 +99,9 @@ func startPair(t *testing.T, config func(i int) string, instances ...vrrpInstanc
 		for i, d := range nodes {
 			d.stop()
 			run(t, sluiceBin, "--netns", theFleet.BalancerNSOf(i+1), "flush")
+			// The nodes' conntrack entries (their own and the replicated ones) would otherwise
+			// translate the next test's connections that reuse a client port.
+			run(t, "ip", "netns", "exec", theFleet.BalancerNSOf(i+1), "conntrack", "-F")
 		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
