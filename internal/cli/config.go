@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -89,12 +90,29 @@ the file from standard input.`,
 			if err := flushOthers(ctx, cfg, g.logger()); err != nil {
 				return err
 			}
+			if sections := daemonSections(cfg); len(sections) > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "%s: the %s section runs in the daemon (sluice serve), not here: only the services were programmed\n",
+					fileName(file), strings.Join(sections, " and "))
+			}
 			return reportChange(cmd.OutOrStdout(), flags, change)
 		},
 	}
 	fileFlag(cmd, &file)
 	flags.register(cmd, false)
 	return cmd
+}
+
+// daemonSections names the sections of cfg that only a daemon runs (announcing over BGP,
+// replicating flows), which an apply without one leaves aside.
+func daemonSections(cfg *config.Config) []string {
+	var out []string
+	if cfg.BGP != nil {
+		out = append(out, "bgp")
+	}
+	if cfg.Sync != nil {
+		out = append(out, "sync")
+	}
+	return out
 }
 
 func flushCmd(g *globals) *cobra.Command {

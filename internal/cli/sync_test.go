@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/conntrackd"
 	"github.com/sluicelb/sluice/internal/replication"
 )
@@ -36,6 +37,21 @@ func TestPrintSync(t *testing.T) {
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("sync listing lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestDaemonSections(t *testing.T) {
+	for _, c := range []struct {
+		cfg  config.Config
+		want string
+	}{
+		{config.Config{}, ""},
+		{config.Config{BGP: &config.BGP{}}, "bgp"},
+		{config.Config{BGP: &config.BGP{}, Sync: &config.Sync{}}, "bgp sync"},
+	} {
+		if got := strings.Join(daemonSections(&c.cfg), " "); got != c.want {
+			t.Errorf("daemonSections = %q, want %q", got, c.want)
 		}
 	}
 }
