@@ -39,8 +39,8 @@ func printSync(w io.Writer, s replication.Status, now time.Time) error {
 	if f == nil {
 		return nil
 	}
-	fmt.Fprintf(w, "flows: node %s; queue %d of %d, %d dropped; %d send errors; dropped datagrams: %s; %d refreshes, %d skipped, %d failed\n",
-		f.NodeID, f.QueueLength, f.QueueLimit, f.QueueDrops, f.SendErrors, counts(f.Drops), f.Refreshes, f.RefreshesSkipped, f.RefreshErrors)
+	fmt.Fprintf(w, "flows: node %s; queue %d of %d, %d dropped; %d events lost; %d send errors; dropped datagrams: %s; %d refreshes, %d skipped, %d failed\n",
+		f.NodeID, f.QueueLength, f.QueueLimit, f.QueueDrops, f.LostEvents, f.SendErrors, counts(f.Drops), f.Refreshes, f.RefreshesSkipped, f.RefreshErrors)
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "PEER\tCONNECTED\tLAST SEEN\tSENT\tRECEIVED\tLAG\tLAST RESYNC\tSKIPPED\tDROPPED")

@@ -29,7 +29,7 @@ func TestPrintSync(t *testing.T) {
 		"sync: NOT READY: waiting for the initial sync",
 		"conntrackd: NOT RUNNING: exited with status 1; restarting in 2s; 3 restarts",
 		"7 foreign packets dropped",
-		"queue 0 of 65536, 2 dropped",
+		"queue 0 of 65536, 2 dropped; 0 events lost",
 		"dropped datagrams: bad_mac 4; 0 refreshes, 0 skipped, 0 failed\n",
 		"10.91.4.12  yes",
 		"1m0s ago, 1800 entries in 250ms",

@@ -41,6 +41,9 @@ type FlowReplicator interface {
 	// their first packet; a flow this node cannot take (no such service or backend here, another
 	// NAT source) is skipped and counted by reason.
 	ImportFlows(ctx context.Context, flows []ReplicatedFlow) (ImportResult, error)
+	// LostFlows counts the flows created or closed that WatchFlows could not report (its buffer
+	// was full) since the datapath's tables were made; the peers learn them at the next refresh.
+	LostFlows(ctx context.Context) (uint64, error)
 }
 
 // ImportResult counts what ImportFlows did with a batch.

@@ -67,6 +67,8 @@ func (d *fakeDatapath) ImportFlows(_ context.Context, flows []datapath.Replicate
 	return datapath.ImportResult{Imported: len(flows), Skipped: map[string]int{"no such service": 0}}, nil
 }
 
+func (d *fakeDatapath) LostFlows(context.Context) (uint64, error) { return 0, nil }
+
 // emit hands flows to the Replicator as the datapath would.
 func (d *fakeDatapath) emit(flows []datapath.ReplicatedFlow) {
 	d.mu.Lock()

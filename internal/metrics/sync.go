@@ -22,8 +22,10 @@ var (
 		"Entries conntrackd wrote into the kernel's conntrack table from its peers.", nil, nil)
 	conntrackdForeign = prometheus.NewDesc("sluice_sync_conntrackd_foreign_dropped_total",
 		"Packets to conntrackd's port from an address that is not a peer, dropped.", nil, nil)
-	syncQueue       = prometheus.NewDesc("sluice_sync_queue_flows", "Flows waiting to be sent to the peers.", nil, nil)
-	syncQueueDrops  = prometheus.NewDesc("sluice_sync_queue_dropped_total", "Flows not sent because the queue was full.", nil, nil)
+	syncQueue      = prometheus.NewDesc("sluice_sync_queue_flows", "Flows waiting to be sent to the peers.", nil, nil)
+	syncQueueDrops = prometheus.NewDesc("sluice_sync_queue_dropped_total", "Flows not sent because the queue was full.", nil, nil)
+	syncLostEvents = prometheus.NewDesc("sluice_sync_flow_events_lost_total",
+		"Flows created or closed that the datapath could not report to the replication (its ring was full).", nil, nil)
 	syncSendErrors  = prometheus.NewDesc("sluice_sync_send_errors_total", "Datagrams the kernel refused to send.", nil, nil)
 	syncDrops       = prometheus.NewDesc("sluice_sync_dropped_datagrams_total", "Datagrams received and dropped, by reason.", []string{"reason"}, nil)
 	syncPeerUp      = prometheus.NewDesc("sluice_sync_peer_connected", "Whether the peer was heard within three heartbeats (1).", []string{"peer"}, nil)
@@ -44,7 +46,7 @@ type syncCollector struct {
 // Describe sends every metric the collector can emit.
 func (c syncCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{syncEnabled, syncReady, conntrackdUp, conntrackdRestarts, conntrackdPackets,
-		conntrackdErrors, conntrackdInjected, conntrackdForeign, syncQueue, syncQueueDrops, syncSendErrors, syncDrops,
+		conntrackdErrors, conntrackdInjected, conntrackdForeign, syncQueue, syncQueueDrops, syncLostEvents, syncSendErrors, syncDrops,
 		syncPeerUp, syncPeerEntries, syncPeerSkipped, syncPeerLag, syncPeerResync} {
 		ch <- d
 	}
@@ -76,6 +78,7 @@ func (c syncCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- gauge(syncQueue, float64(f.QueueLength))
 	ch <- counter(syncQueueDrops, float64(f.QueueDrops))
+	ch <- counter(syncLostEvents, float64(f.LostEvents))
 	ch <- counter(syncSendErrors, float64(f.SendErrors))
 	for reason, n := range f.Drops {
 		ch <- counter(syncDrops, float64(n), reason)

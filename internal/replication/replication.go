@@ -246,10 +246,30 @@ func (r *Runner) Status() Status {
 	}
 	if r.flows != nil {
 		f := flowStatus(r.flows.r.Status())
+		f.LostEvents = r.lostFlows()
 		st.Flows = &f
 	}
 	return st
 }
+
+// lostFlows reads how many flow events the datapath lost; a failure to read is logged and counts
+// as none lost since the last read would not: the counter is the datapath's, it never resets.
+func (r *Runner) lostFlows() uint64 {
+	dp, ok := r.dp.(datapath.FlowReplicator)
+	if !ok {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, statusTimeout)
+	defer cancel()
+	n, err := dp.LostFlows(ctx)
+	if err != nil {
+		r.log.Warn("sync: reading the lost flow events", "err", err)
+	}
+	return n
+}
+
+// statusTimeout bounds what Status waits for the datapath.
+const statusTimeout = 2 * time.Second
 
 // readSecret reads the shared secret of sync.secret_file: a regular file, at most a token's
 // size, its content without surrounding whitespace at least flowsync.MinSecret bytes.

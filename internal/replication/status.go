@@ -29,6 +29,9 @@ type FlowStatus struct {
 	// Refreshes counts the periodic resends of the whole table to the peers (which keep the
 	// replicated flows' idle time fresh there); RefreshesSkipped those skipped because the one
 	// before still ran; RefreshErrors those the datapath could not list.
+	// LostEvents counts the flows created or closed that the datapath could not report to the
+	// replication (its buffer was full); the peers learn them at the next refresh.
+	LostEvents       uint64       `json:"lost_events"`
 	Refreshes        uint64       `json:"refreshes"`
 	RefreshesSkipped uint64       `json:"refreshes_skipped"`
 	RefreshErrors    uint64       `json:"refresh_errors"`

@@ -176,7 +176,7 @@ func snatOf(g sluiceGlobals, family uint8) (netip.Addr, bool) {
 // WatchFlows has the program hand its new and closing flows to flow_events and calls emit with
 // them, named by addresses, every flowEventsEvery until ctx ends; see datapath.FlowReplicator.
 // It loads the program if no Apply did yet. One watcher at a time: the ring has one reader.
-// Events the full ring lost are counted (FlowEventDrops); a peer learns those flows from its
+// Events the full ring lost are counted (LostFlows); a peer learns those flows from its
 // next full resync (SnapshotFlows).
 func (d *Datapath) WatchFlows(ctx context.Context, emit func([]datapath.ReplicatedFlow)) error {
 	d.mu.Lock()
@@ -322,9 +322,9 @@ func (d *Datapath) followMaps(rm *replicaMaps, rd *ringbuf.Reader) (*replicaMaps
 	return nrm, nrd
 }
 
-// FlowEventDrops is how many new or closing flows the program could not hand to a full
+// LostFlows is how many new or closing flows the program could not hand to a full
 // flow_events since the maps were made: flows the peers learn only from a full resync.
-func (d *Datapath) FlowEventDrops(context.Context) (uint64, error) {
+func (d *Datapath) LostFlows(context.Context) (uint64, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	m, err := d.pinnedMaps()

@@ -319,6 +319,19 @@ func (d *Datapath) SnapshotFlows(ctx context.Context, fn func(datapath.Replicate
 	return nil
 }
 
+// LostFlows sums the flows the datapaths that replicate them could not report.
+func (d *Datapath) LostFlows(ctx context.Context) (uint64, error) {
+	var total uint64
+	for _, r := range d.replicators() {
+		n, err := r.LostFlows(ctx)
+		if err != nil {
+			return total, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
 // skipNoService is the reason a datapath gives for a flow of a service it does not hold.
 const skipNoService = "no such service"
 

@@ -113,6 +113,9 @@ func (r *replicator) ImportFlows(_ context.Context, flows []datapath.ReplicatedF
 	return res, nil
 }
 
+// LostFlows answers its listener port, so that a sum shows which datapaths were asked.
+func (r *replicator) LostFlows(context.Context) (uint64, error) { return uint64(r.port), nil }
+
 // TestFlowsReplicateWhereTheirServiceIs: each replicating datapath takes the flows of its own
 // services, and a flow is of no service only when neither holds it; a datapath that does not
 // replicate is left out; snapshots and watches cover both.
@@ -129,9 +132,10 @@ func TestFlowsReplicateWhereTheirServiceIs(t *testing.T) {
 		d             *Datapath
 		imported, got int
 		skipped       map[string]int
+		lost          uint64
 	}{
-		{"both", New(a, b, nil), 2, 3, map[string]int{"no such service": 1, "no such backend": 1}},
-		{"the first", New(a, fake.New(), nil), 1, 1, map[string]int{"no such service": 3}},
+		{"both", New(a, b, nil), 2, 3, map[string]int{"no such service": 1, "no such backend": 1}, 80 + 81},
+		{"the first", New(a, fake.New(), nil), 1, 1, map[string]int{"no such service": 3}, 80},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			res, err := c.d.ImportFlows(ctx, batch)
@@ -149,6 +153,9 @@ func TestFlowsReplicateWhereTheirServiceIs(t *testing.T) {
 			emitted := 0
 			if err := c.d.WatchFlows(ctx, func(b []datapath.ReplicatedFlow) { emitted += len(b) }); err != nil || emitted != c.got {
 				t.Errorf("WatchFlows emitted %d (%v), want %d", emitted, err, c.got)
+			}
+			if lost, err := c.d.LostFlows(ctx); err != nil || lost != c.lost {
+				t.Errorf("LostFlows = %d, %v; want %d", lost, err, c.lost)
 			}
 		})
 	}
