@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicelb/sluice/internal/boundedread"
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/engine"
@@ -164,6 +165,11 @@ func (c *Client) BGP(ctx context.Context) (engine.BGPView, error) {
 	return out, err
 }
 
+// MaxAnswerBytes bounds an answer the client reads: a listing of 10,000 services with their
+// backends and counters is about 20 MiB of JSON, and a server (--api) must not make the CLI read
+// without end.
+const MaxAnswerBytes = 256 << 20
+
 // Sync returns the state of the replication of flows to the other nodes.
 func (c *Client) Sync(ctx context.Context) (replication.Status, error) {
 	var out replication.Status
@@ -284,7 +290,7 @@ func (c *Client) call(ctx context.Context, method, path string, body *requestBod
 		return err
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
+	data, err := boundedread.Reader(resp.Body, method+" "+path+": the answer", MaxAnswerBytes)
 	if err != nil {
 		return err
 	}
