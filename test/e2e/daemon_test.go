@@ -109,9 +109,15 @@ func (d *daemon) stop() {
 			d.t.Errorf("daemon exited with %v", err)
 		}
 	case <-time.After(15 * time.Second):
-		_ = d.cmd.Process.Kill()
-		<-d.done
-		d.t.Error("daemon did not stop within 15 s of SIGTERM")
+		// SIGQUIT makes the Go runtime write every goroutine's stack to the log: where it hung.
+		_ = d.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-d.done:
+		case <-time.After(5 * time.Second):
+			_ = d.cmd.Process.Kill()
+			<-d.done
+		}
+		d.t.Error("daemon did not stop within 15 s of SIGTERM (its goroutines' stacks are in its log)")
 	}
 	d.cmd = nil
 }
