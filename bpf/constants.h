@@ -16,6 +16,7 @@
 #define MAX_SOURCES    (1 << 20) /* source_allow or source_deny prefixes, all services */
 #define MAX_CLIENTS    (1 << 18) /* clients tracked for per-source limits (LRU), all services */
 #define FLOW_EVENTS    (1 << 22) /* bytes of flow_events: 58,254 events of 72 bytes */
+#define PREV_SLOTS     (1 << 20) /* table slots remembered for second chance, all services */
 
 /* The enums have the width of the field that holds them (a clang extension) so that the fields
  * can be typed and bpf2go -type generates their Go constants. */

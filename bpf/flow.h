@@ -246,15 +246,17 @@ static __always_inline void flow_announce(const struct flow_key *k, const struct
 #define SELECT_LIMITED    -5 /* the flow is over one of the service's limits */
 
 /* Balances client flow k afresh: picks a backend, claims the reply 5-tuple and records the flow.
- * Returns 0, SELECT_NO_BACKEND, SELECT_REFUSED, SELECT_LIMITED or SELECT_NO_PORT. */
+ * midflow: the packet is a TCP segment past the SYN (see backend_pick). Returns 0,
+ * SELECT_NO_BACKEND, SELECT_REFUSED, SELECT_LIMITED or SELECT_NO_PORT. */
 static __always_inline int flow_create(const struct flow_key *k, const struct service *svc,
-				       const struct globals *g, struct target *t, __u64 now)
+				       const struct globals *g, struct target *t, __u64 now,
+				       bool midflow)
 {
 	struct flow     f = {.service_id = svc->id, .last_seen = now};
 	struct flow_key rk;
 	struct reverse  r;
 
-	switch (backend_pick(svc, k, now, &t->id)) {
+	switch (backend_pick(svc, k, now, midflow, &t->id)) {
 	case 0:
 		break;
 	case PICK_REFUSED:
@@ -324,7 +326,10 @@ static __always_inline int flow_select(const struct packet *p, const struct serv
 			limits_count(svc->flags, svc->id, k, false);
 		}
 	}
-	return flow_create(k, svc, g, t, now);
+	/* No flow: a mid-flow TCP segment (neither a SYN nor a reset) of a connection another node
+	 * or an earlier table began gets a second chance. */
+	return flow_create(k, svc, g, t, now,
+			   !f && k->proto == IPPROTO_TCP && !(p->tcp_flags & (TCP_SYN | TCP_RST)));
 }
 
 /* Counts a new flow, and a packet of l3_len bytes when it was handed on (sent), for a service and

@@ -244,6 +244,27 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } flow_event_drops SEC(".maps");
 
+/* Table slots whose backend changed in the last flow_timeout: global slot (as in maglev) -> the
+ * backend before the change (second chance). Written by the loader, expired by until_ns. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct prev_slot);
+	__uint(max_entries, PREV_SLOTS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} maglev_prev SEC(".maps");
+
+/* Per-service mid-flow packets without a flow that second chance sent to the previous table's
+ * backend, by service id (per CPU). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, MAX_SERVICES);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} second_chances SEC(".maps");
+
 /* icmp.h adds icmp_scratch, the ICMP error path's per-CPU working space (unpinned, no state). */
 
 #endif

@@ -293,14 +293,37 @@ static __always_inline bool source_refused(const struct service_settings *o,
 	return (o->sources & SOURCES_ALLOW) && !bpf_map_lookup_elem(&source_allow, sk);
 }
 
+/* Second chance: the backend the previous generation of the service's table gave the slot of
+ * mid-flow packet k, when the slot changed in the last flow_timeout and that backend is still
+ * the service's; 0 with it in *id, else -1. */
+static __always_inline int second_chance(const struct service *svc, const struct flow_key *k,
+					 __u64 now, __u32 *id)
+{
+	struct prev_slot *ps;
+	__u32             slot, at, cur, sid = svc->id;
+	__u64            *n;
+
+	if ((svc->flags & SERVICE_LEAST_CONN) || table_lookup(svc, k, &slot, &cur))
+		return -1;
+	at = svc->ring_offset + slot;
+	ps = bpf_map_lookup_elem(&maglev_prev, &at);
+	if (!ps || ps->service_id != svc->id || (__s64)(ps->until_ns - now) <= 0 ||
+	    ps->backend_id == cur || !backend_get(ps->backend_id, k->family))
+		return -1;
+	*id = ps->backend_id;
+	if (!count_nothing && (n = bpf_map_lookup_elem(&second_chances, &sid)))
+		*n += 1;
+	return 0;
+}
+
 /* backend_pick's error for a client its service's access lists refuse. */
 #define PICK_REFUSED -2
 
 /* Picks the backend id of a new flow k of a service at time now; -1 when none can take it,
  * PICK_REFUSED when the service refuses the client, PICK_LIMITED when the flow is over one of
- * the service's limits. */
+ * the service's limits. A mid-flow packet (midflow) gets a second chance before the table. */
 static __always_inline int backend_pick(const struct service *svc, const struct flow_key *k,
-					__u64 now, __u32 *id)
+					__u64 now, bool midflow, __u32 *id)
 {
 	struct service_settings *o = NULL;
 	struct pick_work        *w = NULL;
@@ -331,6 +354,8 @@ static __always_inline int backend_pick(const struct service *svc, const struct 
 			w = NULL;
 		}
 	}
+	if (err && midflow)
+		err = second_chance(svc, k, now, id);
 	if (err)
 		err = svc->flags & SERVICE_LEAST_CONN ? least_pick(svc, k, id)
 						      : table_pick(svc, k, id);

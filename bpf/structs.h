@@ -188,4 +188,13 @@ struct flow_event {
 };
 _Static_assert(sizeof(struct flow_event) == 64, "flow_event is flow_key then flow, unpadded");
 
+/* The backend a table slot had before its service's table last changed, for the mid-flow packets
+ * without a flow that arrive until until_ns (second chance: their flow likely began on that
+ * backend, on a node that did not hand it over). */
+struct prev_slot {
+	__u32 backend_id;
+	__u32 service_id; /* the service whose table the slot was in */
+	__u64 until_ns;   /* CLOCK_MONOTONIC: the change plus the service's flow_timeout */
+};
+
 #endif

@@ -80,6 +80,9 @@ type ServiceStatus struct {
 	Unforwarded Unforwarded `json:"unforwarded,omitzero"`
 	// SYNCookies counts what the SYN protection did (syn_protection only).
 	SYNCookies SYNCookies `json:"syn_cookies,omitzero"`
+	// SecondChances counts the mid-flow TCP segments without a flow that went to the backend
+	// their table slot had before the table last changed (ebpf only; see docs/ha.md).
+	SecondChances uint64 `json:"second_chances,omitzero"`
 }
 
 // SYNCookies count a service's SYN cookies: Sent answered a SYN; Validated came back in an ACK

@@ -42,6 +42,9 @@ type ServiceView struct {
 	Unforwarded datapath.Unforwarded `json:"unforwarded,omitzero"`
 	// SYNCookies counts the SYN protection's cookies (syn_protection only).
 	SYNCookies datapath.SYNCookies `json:"syn_cookies,omitzero"`
+	// SecondChances counts the mid-flow segments without a flow sent to their slot's previous
+	// backend (ebpf only).
+	SecondChances uint64 `json:"second_chances,omitzero"`
 	Backends   []BackendView       `json:"backends"`
 }
 
@@ -156,6 +159,7 @@ func (e *Engine) serviceView(s *config.Service, k *datapath.ServiceStatus, avail
 	counters := map[string]datapath.BackendStatus{}
 	if k != nil {
 		v.Slots, v.Refused, v.Unforwarded, v.SYNCookies = k.Slots, k.Refused, k.Unforwarded, k.SYNCookies
+		v.SecondChances = k.SecondChances
 		for _, b := range k.Backends {
 			counters[BackendID(b.Address, b.Port)] = b
 		}
@@ -186,7 +190,7 @@ func (e *Engine) backendView(s *config.Service, b config.Backend, counters map[s
 		Packets: k.Packets, Bytes: k.Bytes, Health: "unchecked", State: "active",
 		Connections: k.Connections, MaxConnections: pb.MaxConns, MinConnections: pb.MinConns,
 	}
-	if s.HealthCheck != nil && available != nil {
+	if s.CheckOf(&b) != nil && available != nil {
 		v.Health = "up"
 		if !available(s.Name, pb) {
 			v.Health, v.State = "down", "down"

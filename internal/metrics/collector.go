@@ -175,6 +175,9 @@ var (
 	serviceUnforwarded = prometheus.NewDesc("sluice_service_unforwarded_packets_total",
 		"Packets of the service (both ways) the datapath could not forward and dropped, by reason: forwarding_disabled (a forwarding sysctl is 0), no_route, no_neighbour; counted in no backend's packets. ebpf only; a reason that dropped none has no series.",
 		[]string{"service", "reason"}, nil)
+	serviceSecondChances = prometheus.NewDesc("sluice_service_second_chance_flows_total",
+		"Mid-flow TCP segments without a flow that went to the backend their table slot had before the service's table last changed (second chance, within flow_timeout of the change). ebpf only; a service that gave none has no series.",
+		[]string{"service"}, nil)
 	serviceSYNCookies = prometheus.NewDesc("sluice_service_syn_cookies_total",
 		"SYN cookies of a service with syn_protection: sent (answering a SYN), validated (opening a connection to a backend), rejected (a wrong cookie, the ACK dropped).",
 		[]string{"service", "result"}, nil)
@@ -201,6 +204,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- serviceQuorum
 	ch <- serviceRefused
 	ch <- serviceUnforwarded
+	ch <- serviceSecondChances
 	ch <- serviceSYNCookies
 	ch <- backendState
 	describe(ch, applyFamilies)
@@ -246,6 +250,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			if n := reason.count(s.Unforwarded); n > 0 {
 				ch <- prometheus.MustNewConstMetric(serviceUnforwarded, prometheus.CounterValue, float64(n), s.Name, reason.name)
 			}
+		}
+		if s.SecondChances > 0 {
+			ch <- prometheus.MustNewConstMetric(serviceSecondChances, prometheus.CounterValue, float64(s.SecondChances), s.Name)
 		}
 		if c := s.SYNCookies; c != (datapath.SYNCookies{}) {
 			for result, n := range map[string]uint64{"sent": c.Sent, "validated": c.Validated, "rejected": c.Rejected} {

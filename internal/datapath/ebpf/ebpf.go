@@ -110,6 +110,9 @@ func (d *Datapath) apply(ctx context.Context, p *plan.Plan) (int, error) {
 		return s.w.entries, fmt.Errorf("programming the maps: %w (after %d map writes; the next apply reads the maps back)", err, s.w.entries)
 	}
 	d.state = st
+	if s.prevSkipped > 0 {
+		d.log.Warn("ebpf: maglev_prev is full: changed table slots without a second chance", "slots", s.prevSkipped)
+	}
 	if s.w.entries > 0 {
 		d.log.Info("ebpf: applied", "map_writes", s.w.entries)
 	} else {

@@ -51,6 +51,10 @@ type kernelMaps struct {
 	// FlowEventDrops counts the events a full ring lost.
 	FlowEvents     *ebpf.Map
 	FlowEventDrops *ebpf.Map
+	// MaglevPrev holds the slots whose backend changed in the last flow_timeout, and
+	// SecondChances counts the flows each service gave to them (see secondchance.go).
+	MaglevPrev    *ebpf.Map
+	SecondChances *ebpf.Map
 }
 
 // addedMaps are the pinned maps later versions added: pins of an older version lack them, which
@@ -62,6 +66,7 @@ var addedMaps = map[string]bool{
 	sluiceMapServiceRate: true, sluiceMapServiceConns: true, sluiceMapServiceLost: true, sluiceMapClients: true,
 	sluiceMapServiceRefusals: true, sluiceMapServiceUnforwarded: true,
 	sluiceMapFlowEvents: true, sluiceMapFlowEventDrops: true, sluiceMapServiceSources: true,
+	sluiceMapMaglevPrev: true, sluiceMapSecondChances: true,
 }
 
 // fields are the maps' places in m by pin name.
@@ -78,7 +83,8 @@ func (m *kernelMaps) fields() map[string]**ebpf.Map {
 		sluiceMapServiceLost: &m.ServiceLost, sluiceMapClients: &m.Clients,
 		sluiceMapServiceRefusals: &m.ServiceRefusals, sluiceMapServiceUnforwarded: &m.ServiceUnforwarded,
 		sluiceMapFlowEvents: &m.FlowEvents, sluiceMapFlowEventDrops: &m.FlowEventDrops,
-		sluiceMapServiceSources: &m.ServiceSources,
+		sluiceMapServiceSources: &m.ServiceSources, sluiceMapMaglevPrev: &m.MaglevPrev,
+		sluiceMapSecondChances: &m.SecondChances,
 	}
 }
 

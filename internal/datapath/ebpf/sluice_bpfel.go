@@ -139,6 +139,13 @@ type sluicePersistKey struct {
 	Pad       [3]uint8
 }
 
+type sluicePrevSlot struct {
+	_         structs.HostLayout
+	BackendId uint32
+	ServiceId uint32
+	UntilNs   uint64
+}
+
 type sluiceRefusals struct {
 	_           structs.HostLayout
 	Source      uint64
@@ -256,9 +263,11 @@ const (
 	sluiceMapIcmpScratch        = "icmp_scratch"
 	sluiceMapIfMacs             = "if_macs"
 	sluiceMapMaglev             = "maglev"
+	sluiceMapMaglevPrev         = "maglev_prev"
 	sluiceMapPersist            = "persist"
 	sluiceMapPickScratch        = "pick_scratch"
 	sluiceMapReplies            = "replies"
+	sluiceMapSecondChances      = "second_chances"
 	sluiceMapServiceConns       = "service_conns"
 	sluiceMapServiceLost        = "service_lost"
 	sluiceMapServiceOpts        = "service_opts"
@@ -338,9 +347,11 @@ type sluiceMapSpecs struct {
 	IcmpScratch        *ebpf.MapSpec `ebpf:"icmp_scratch"`
 	IfMacs             *ebpf.MapSpec `ebpf:"if_macs"`
 	Maglev             *ebpf.MapSpec `ebpf:"maglev"`
+	MaglevPrev         *ebpf.MapSpec `ebpf:"maglev_prev"`
 	Persist            *ebpf.MapSpec `ebpf:"persist"`
 	PickScratch        *ebpf.MapSpec `ebpf:"pick_scratch"`
 	Replies            *ebpf.MapSpec `ebpf:"replies"`
+	SecondChances      *ebpf.MapSpec `ebpf:"second_chances"`
 	ServiceConns       *ebpf.MapSpec `ebpf:"service_conns"`
 	ServiceLost        *ebpf.MapSpec `ebpf:"service_lost"`
 	ServiceOpts        *ebpf.MapSpec `ebpf:"service_opts"`
@@ -394,9 +405,11 @@ type sluiceMaps struct {
 	IcmpScratch        *ebpf.Map `ebpf:"icmp_scratch"`
 	IfMacs             *ebpf.Map `ebpf:"if_macs"`
 	Maglev             *ebpf.Map `ebpf:"maglev"`
+	MaglevPrev         *ebpf.Map `ebpf:"maglev_prev"`
 	Persist            *ebpf.Map `ebpf:"persist"`
 	PickScratch        *ebpf.Map `ebpf:"pick_scratch"`
 	Replies            *ebpf.Map `ebpf:"replies"`
+	SecondChances      *ebpf.Map `ebpf:"second_chances"`
 	ServiceConns       *ebpf.Map `ebpf:"service_conns"`
 	ServiceLost        *ebpf.Map `ebpf:"service_lost"`
 	ServiceOpts        *ebpf.Map `ebpf:"service_opts"`
@@ -425,9 +438,11 @@ func (m *sluiceMaps) Close() error {
 		m.IcmpScratch,
 		m.IfMacs,
 		m.Maglev,
+		m.MaglevPrev,
 		m.Persist,
 		m.PickScratch,
 		m.Replies,
+		m.SecondChances,
 		m.ServiceConns,
 		m.ServiceLost,
 		m.ServiceOpts,

@@ -21,6 +21,7 @@ type state struct {
 	readBack bool
 	strays   strays
 	limits   limits
+	prev     prevSlots // the content of maglev_prev
 }
 
 // strays are what a read back found that no record explains, by id: removed by the next sync
@@ -64,7 +65,7 @@ func limitsOf(m *kernelMaps) limits {
 func newState(l limits) *state {
 	return &state{
 		limits: l, services: map[string]*serviceState{}, byID: map[uint32]*serviceState{}, vips: map[sluiceVipKey]sluiceService{},
-		serviceIDs: newIDSet(l.services), backendIDs: newIDSet(l.backends), ring: newRingSpace(l.slots),
+		serviceIDs: newIDSet(l.services), backendIDs: newIDSet(l.backends), ring: newRingSpace(l.slots), prev: prevSlots{},
 	}
 }
 
@@ -109,6 +110,9 @@ func readState(m *kernelMaps) (*state, error) {
 		return nil, err
 	}
 	if err := readSources(m, st); err != nil {
+		return nil, err
+	}
+	if err := readPrev(m.MaglevPrev, st); err != nil {
 		return nil, err
 	}
 	return st, readRings(m, st)

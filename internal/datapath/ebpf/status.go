@@ -94,6 +94,11 @@ func serviceStatus(m *kernelMaps, s *serviceState, active map[uint32]uint64) (da
 		}
 		out.Unforwarded = unforwarded
 	}
+	second, err := secondChances(m.SecondChances, s.id)
+	if err != nil {
+		return out, err
+	}
+	out.SecondChances = second
 	owned := map[uint32]int{}
 	for _, id := range s.slots {
 		owned[id]++

@@ -44,6 +44,9 @@ func (s *syncer) sweep() error {
 	if len(idle) == 0 {
 		return nil
 	}
+	if err := s.forgetPrevBackends(idle); err != nil {
+		return err
+	}
 	for id := range idle {
 		if err := s.w.put(s.m.Backends, id, sluiceBackend{}); err != nil {
 			return err

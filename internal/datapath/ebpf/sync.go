@@ -2,6 +2,7 @@ package ebpf
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -20,6 +21,8 @@ type syncer struct {
 	// events keeps the program handing new and closing flows to flow_events (config's
 	// flow_events), for WatchFlows.
 	events bool
+	// prevSkipped counts the changed slots a full maglev_prev could not remember.
+	prevSkipped int
 }
 
 // plan programs p. Services whose plan did not change since st recorded it are skipped, so the
@@ -29,6 +32,9 @@ func (s *syncer) plan(p *plan.Plan) error {
 		return err
 	}
 	if err := s.globals(p); err != nil {
+		return err
+	}
+	if err := s.forgetPrevExpired(); err != nil {
 		return err
 	}
 	inPlan := make(map[string]bool, len(p.Services))
@@ -80,6 +86,11 @@ func (s *syncer) service(ps *plan.Service) error {
 		if err := s.w.put(s.m.ServiceUnforwarded, id, []sluiceUnforwarded{}); err != nil {
 			return err
 		}
+		if s.m.SecondChances != nil {
+			if err := s.w.put(s.m.SecondChances, id, []uint64{}); err != nil {
+				return err
+			}
+		}
 		cur = &serviceState{id: id, backends: map[string]*backendState{}}
 		s.st.addService(ps.Name, cur)
 	}
@@ -98,7 +109,7 @@ func (s *syncer) service(ps *plan.Service) error {
 		ring[i] = ids[b]
 	}
 	old := cur.rec
-	if err := s.ring(cur, &rec, ring); err != nil {
+	if err := s.ring(cur, &rec, ring, ps.FlowTimeout); err != nil {
 		return err
 	}
 	if err := s.vips(cur.id, old, rec); err != nil {
@@ -171,16 +182,25 @@ func (s *syncer) backends(cur *serviceState, ps *plan.Service) ([]uint32, error)
 }
 
 // ring writes a service's Maglev table and sets its place in rec: in place, only the slots that
-// changed, when its size did not change; else all of it in a newly allocated range.
-func (s *syncer) ring(cur *serviceState, rec *serviceRecord, want []uint32) error {
+// changed (their previous backends kept for flowTimeout: second chance), when its size did not
+// change; else all of it in a newly allocated range.
+func (s *syncer) ring(cur *serviceState, rec *serviceRecord, want []uint32, flowTimeout time.Duration) error {
 	n := uint32(len(want))
 	var keys, values []uint32
+	if cur.rec.RingSize > 0 && n != cur.rec.RingSize {
+		if err := s.forgetPrevRing(cur.rec.RingOffset, cur.rec.RingSize); err != nil {
+			return err
+		}
+	}
 	if n > 0 && n == cur.rec.RingSize {
 		rec.RingOffset = cur.rec.RingOffset
 		for i, b := range want {
 			if cur.slots[i] != b {
 				keys, values = append(keys, rec.RingOffset+uint32(i)), append(values, b)
 			}
+		}
+		if err := s.rememberPrev(cur, rec.RingOffset, cur.slots, want, flowTimeout); err != nil {
+			return err
 		}
 	} else if n > 0 {
 		offset, err := s.st.ring.alloc(n)
@@ -252,6 +272,9 @@ func (s *syncer) retireService(cur *serviceState) error {
 		return err
 	}
 	if cur.rec.RingSize > 0 {
+		if err := s.forgetPrevRing(cur.rec.RingOffset, cur.rec.RingSize); err != nil {
+			return err
+		}
 		s.st.ring.free(cur.rec.RingOffset)
 	}
 	cur.slots, cur.planned = nil, nil
@@ -277,6 +300,9 @@ func (s *syncer) dropService(cur *serviceState) error {
 		return err
 	}
 	if cur.rec.RingSize > 0 {
+		if err := s.forgetPrevRing(cur.rec.RingOffset, cur.rec.RingSize); err != nil {
+			return err
+		}
 		s.st.ring.free(cur.rec.RingOffset)
 	}
 	s.st.dropService(cur)

@@ -251,7 +251,8 @@ func slotChanges(before, after *plan.Service) int {
 }
 
 // TestOneChangeCostsItsOwnWrites changes one backend's weight among many services: Apply writes
-// that backend's record and the slots that changed, nothing of the other services. Adding a
+// that backend's record and the slots that changed (each with its previous backend in
+// maglev_prev, for second chance), nothing of the other services. Adding a
 // service writes its own entries, removing one deletes its own.
 func TestOneChangeCostsItsOwnWrites(t *testing.T) {
 	r := newRig(t)
@@ -264,21 +265,21 @@ func TestOneChangeCostsItsOwnWrites(t *testing.T) {
 	changed := planFromYAML(t, manyServices(40, 3)).Services
 	i := slices.IndexFunc(changed, func(s plan.Service) bool { return s.Name == "s7" })
 	after.Services[i] = changed[i]
-	want := 1 + slotChanges(&before.Services[i], &after.Services[i])
+	want := 1 + 2*slotChanges(&before.Services[i], &after.Services[i])
 	if want == 1 {
 		t.Fatal("the weight change moves no slot: pick another")
 	}
 	if got := r.apply(d, after); got != want {
-		t.Errorf("a weight change wrote %d entries, want %d (1 record + the changed slots)", got, want)
+		t.Errorf("a weight change wrote %d entries, want %d (1 record + the changed slots, twice)", got, want)
 	}
 	checkMaps(t, d.maps, after)
 
 	added := planFromYAML(t, manyServices(41, 1))
 	added.Services = slices.Concat(after.Services, added.Services[slices.IndexFunc(added.Services, func(s plan.Service) bool { return s.Name == "s40" }):][:1])
 	s40 := &added.Services[len(added.Services)-1]
-	// Counters, refusal and unforwarded counters of the service, counters of its 3 backends, 3
-	// records and entries, the ring, 1 port, 1 record.
-	want = 3 + 3*3 + len(s40.Slots) + 1 + 1
+	// Counters, refusal, unforwarded and second chance counters of the service, counters of its
+	// 3 backends, 3 records and entries, the ring, 1 port, 1 record.
+	want = 4 + 3*3 + len(s40.Slots) + 1 + 1
 	if got := r.apply(d, added); got != want {
 		t.Errorf("adding a service wrote %d entries, want %d", got, want)
 	}

@@ -1,0 +1,117 @@
+package ebpf
+
+import (
+	"time"
+
+	"github.com/cilium/ebpf"
+)
+
+// Second chance: when a service's table changes in place, the slots whose backend changed keep
+// their previous backend in maglev_prev for the service's flow_timeout. A mid-flow TCP segment
+// without a flow (its connection began on another node that did not hand it over, or before the
+// flow table lost it) whose slot changed goes to that previous backend rather than to the new
+// one, which would reset it. The program checks the entry's service, expiry and backend; the
+// syncer removes entries that expired, whose ring went away or whose backend id was freed, so
+// that none can point into another service's table or at a reused backend id. A table that
+// changes size (backends added past a size step, table_size changed) gets no second chance: its
+// slots no longer say which flows they held.
+
+// prevSlots mirrors maglev_prev: global slot -> entry.
+type prevSlots map[uint32]sluicePrevSlot
+
+// rememberPrev records, for the slots of service cur's ring at offset that change from was to
+// want, the backend they had until flowTimeout from now: only the service's own backends (a slot
+// that others damaged is repaired, not remembered). A full map is not an error: those slots get
+// no second chance, which the count in s.prevSkipped tells.
+func (s *syncer) rememberPrev(cur *serviceState, offset uint32, was, want []uint32, flowTimeout time.Duration) error {
+	if s.m.MaglevPrev == nil || flowTimeout <= 0 {
+		return nil
+	}
+	own := make(map[uint32]bool, len(cur.backends))
+	for _, b := range cur.backends {
+		own[b.id] = true
+	}
+	until := monotonicNow() + uint64(flowTimeout)
+	var keys []uint32
+	var values []sluicePrevSlot
+	for i, b := range want {
+		if i < len(was) && was[i] != b && own[was[i]] {
+			keys = append(keys, offset+uint32(i))
+			values = append(values, sluicePrevSlot{BackendId: was[i], ServiceId: cur.id, UntilNs: until})
+		}
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), batchSize)
+		done, err := s.m.MaglevPrev.BatchUpdate(keys[:n], values[:n], nil)
+		s.w.entries += done
+		for i := range done {
+			s.st.prev[keys[i]] = values[i]
+		}
+		if err != nil {
+			s.prevSkipped += len(keys) - done
+			return nil
+		}
+		keys, values = keys[n:], values[n:]
+	}
+	return nil
+}
+
+// forgetPrev deletes the entries of maglev_prev that gone says are gone.
+func (s *syncer) forgetPrev(gone func(slot uint32, e sluicePrevSlot) bool) error {
+	if s.m.MaglevPrev == nil || len(s.st.prev) == 0 {
+		return nil
+	}
+	var keys []uint32
+	for slot, e := range s.st.prev {
+		if gone(slot, e) {
+			keys = append(keys, slot)
+		}
+	}
+	if err := deleteAll(&s.w, s.m.MaglevPrev, keys); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		delete(s.st.prev, k)
+	}
+	return nil
+}
+
+// forgetPrevExpired deletes the entries past their time.
+func (s *syncer) forgetPrevExpired() error {
+	now := monotonicNow()
+	return s.forgetPrev(func(_ uint32, e sluicePrevSlot) bool { return int64(e.UntilNs-now) <= 0 })
+}
+
+// forgetPrevRing deletes the entries of a ring that is freed or replaced.
+func (s *syncer) forgetPrevRing(offset, size uint32) error {
+	return s.forgetPrev(func(slot uint32, _ sluicePrevSlot) bool { return slot >= offset && slot-offset < size })
+}
+
+// forgetPrevBackends deletes the entries naming backend ids about to be freed.
+func (s *syncer) forgetPrevBackends(ids map[uint32]bool) error {
+	return s.forgetPrev(func(_ uint32, e sluicePrevSlot) bool { return ids[e.BackendId] })
+}
+
+// readPrev reads maglev_prev back.
+func readPrev(m *ebpf.Map, st *state) error {
+	if m == nil {
+		return nil
+	}
+	return readAll(m, func(slot uint32, e sluicePrevSlot) bool { st.prev[slot] = e; return true })
+}
+
+// secondChances sums a service's second chances over the CPUs.
+func secondChances(m *ebpf.Map, id uint32) (uint64, error) {
+	if m == nil {
+		return 0, nil
+	}
+	var per []uint64
+	if err := m.Lookup(id, &per); err != nil {
+		return 0, err
+	}
+	var n uint64
+	for _, c := range per {
+		n += c
+	}
+	return n, nil
+}

@@ -1,0 +1,135 @@
+package ebpf
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gopacket/gopacket/layers"
+)
+
+// midFlow sends a mid-flow segment (ACK, data) of client's connection and returns the backend
+// the program sent it to.
+func midFlow(t *testing.T, d *Datapath, client netip.AddrPort) netip.Addr {
+	t.Helper()
+	return destination(t, d, segmentWith(t, client, vipOf(client), layers.TCP{ACK: true, PSH: true})).Addr()
+}
+
+// forgetFlows empties the flow table, as on a node that never saw the flows.
+func forgetFlows(t *testing.T, d *Datapath) {
+	t.Helper()
+	var keys []sluiceFlowKey
+	if err := readAll(d.maps.Flows, func(k sluiceFlowKey, _ sluiceFlow) bool { keys = append(keys, k); return true }); err != nil {
+		t.Fatal(err)
+	}
+	var w writer
+	if err := deleteAll(&w, d.maps.Flows, keys); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// prevEntries counts maglev_prev's entries.
+func prevEntries(t *testing.T, d *Datapath) int {
+	t.Helper()
+	n := 0
+	if err := readAll(d.maps.MaglevPrev, func(uint32, sluicePrevSlot) bool { n++; return true }); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestSecondChance: a backend's weight goes to 0 while connections to it run on another node.
+// Their mid-flow segments reach this node, which has no flow for them: they go to the backend
+// their slot had before the change (second chance), counted; a SYN on the same 5-tuple is a new
+// connection and goes by the new table; once the entries expire, a mid-flow segment goes by the
+// new table too; a table that changes size, or a service removed, leaves no entry behind.
+func TestSecondChance(t *testing.T) {
+	r := newRig(t)
+	d := r.datapath(Options{})
+	r.apply(d, planFromYAML(t, threeBackends("")))
+	leaving := netip.MustParseAddr("10.91.2.13")
+	var held []netip.AddrPort
+	for i := 0; len(held) < 20; i++ {
+		if c := client(i, 40000, false); midFlow(t, d, c) == leaving {
+			held = append(held, c)
+		}
+	}
+	forgetFlows(t, d)
+	weightZero := strings.Replace(threeBackends(""), "weight: 3", "weight: 0", 1)
+	r.apply(d, planFromYAML(t, weightZero))
+	if prevEntries(t, d) == 0 {
+		t.Fatal("the table changed and maglev_prev is empty")
+	}
+	for _, c := range held {
+		if got := midFlow(t, d, c); got != leaving {
+			t.Errorf("client %s: a mid-flow segment without a flow went to %s, want %s (its slot's previous backend)", c, got, leaving)
+		}
+	}
+	st, ok, err := d.ServiceStatus(context.Background(), "web")
+	if err != nil || !ok || st.SecondChances != uint64(len(held)) {
+		t.Errorf("second chances: %d (%v, %v), want %d", st.SecondChances, ok, err, len(held))
+	}
+	for _, c := range held {
+		if got := connect(t, d, c); got == leaving {
+			t.Errorf("client %s: a SYN went to %s, which takes no new flow", c, got)
+		}
+	}
+
+	// Expired: no second chance any more.
+	forgetFlows(t, d)
+	var keys []uint32
+	var values []sluicePrevSlot
+	if err := readAll(d.maps.MaglevPrev, func(k uint32, e sluicePrevSlot) bool {
+		e.UntilNs = monotonicNow() - uint64(time.Second) // the program's coarse clock lags by a tick
+		keys, values = append(keys, k), append(values, e)
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var w writer
+	if err := putAll(&w, d.maps.MaglevPrev, keys, values); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range held {
+		if got := midFlow(t, d, c); got == leaving {
+			t.Errorf("client %s: an expired entry still sent a mid-flow segment to %s", c, got)
+		}
+	}
+	d.Resync() // the read-back apply finds the expired entries and deletes them
+	r.apply(d, planFromYAML(t, weightZero))
+	if n := prevEntries(t, d); n != 0 {
+		t.Errorf("maglev_prev holds %d expired entries after an apply", n)
+	}
+
+	// A removed service leaves none behind.
+	r.apply(d, planFromYAML(t, threeBackends("")))
+	if prevEntries(t, d) == 0 {
+		t.Fatal("the table changed back and maglev_prev is empty")
+	}
+	r.apply(d, planFromYAML(t, "datapath: ebpf\nservices: []\n"))
+	if n := prevEntries(t, d); n != 0 {
+		t.Errorf("maglev_prev holds %d entries of a removed service", n)
+	}
+}
+
+// TestSecondChanceKeepsAccessLists: a client the access lists refuse gets no second chance.
+func TestSecondChanceKeepsAccessLists(t *testing.T) {
+	r := newRig(t)
+	d := r.datapath(Options{})
+	r.apply(d, planFromYAML(t, threeBackends("")))
+	leaving := netip.MustParseAddr("10.91.2.13")
+	var c netip.AddrPort
+	for i := 0; ; i++ {
+		if c = client(i, 40000, false); midFlow(t, d, c) == leaving {
+			break
+		}
+	}
+	forgetFlows(t, d)
+	denied := strings.Replace(threeBackends("    source_deny: ["+c.Addr().String()+"]"), "weight: 3", "weight: 0", 1)
+	r.apply(d, planFromYAML(t, denied))
+	if v := runVerdict(t, d, segmentWith(t, c, vipOf(c), layers.TCP{ACK: true})); v != tcShot {
+		t.Errorf("a denied client's mid-flow segment got verdict %d, want dropped (%d)", v, tcShot)
+	}
+}
