@@ -33,22 +33,41 @@ type APIGuard struct {
 	bgp *BGP
 	// sync is the running sync section: whom the node sends its flows to, and its secret's file.
 	sync *Sync
-	// exec is the command of every running exec check, by service name.
-	exec map[string][]string
+	// exec is the commands of the running exec checks, the service's and its backends', by
+	// service name.
+	exec map[string][][]string
 	// quorumCommands are the running quorum_up and quorum_down commands, by service name.
 	quorumCommands map[string][2][]string
 }
 
 // NewAPIGuard returns the guard of changes to running.
 func NewAPIGuard(running *Config) APIGuard {
-	g := APIGuard{state: running.State, policy: running.policy(), bgp: running.BGP.Clone(), sync: running.Sync.Clone(), exec: map[string][]string{}, quorumCommands: map[string][2][]string{}}
+	g := APIGuard{state: running.State, policy: running.policy(), bgp: running.BGP.Clone(), sync: running.Sync.Clone(), exec: map[string][][]string{}, quorumCommands: map[string][2][]string{}}
 	for _, s := range running.Services {
 		g.quorumCommands[s.Name] = [2][]string{s.QuorumUp, s.QuorumDown}
-		if s.HealthCheck != nil && s.HealthCheck.Type == CheckExec {
-			g.exec[s.Name] = s.HealthCheck.Command
-		}
+		g.exec[s.Name] = s.execCommands()
 	}
 	return g
+}
+
+// execCommands lists the commands of the exec checks of s and of its backends.
+func (s *Service) execCommands() [][]string {
+	var list [][]string
+	for _, h := range append([]*HealthCheck{s.HealthCheck}, backendChecks(s.Backends)...) {
+		if h != nil && h.Type == CheckExec {
+			list = append(list, h.Command)
+		}
+	}
+	return list
+}
+
+// backendChecks lists the backends' own health checks, nil for a backend without one.
+func backendChecks(backends []Backend) []*HealthCheck {
+	out := make([]*HealthCheck, len(backends))
+	for i := range backends {
+		out[i] = backends[i].HealthCheck
+	}
+	return out
 }
 
 // fileOnly is the message of a change to a section only the config file sets.
@@ -104,16 +123,28 @@ func (g APIGuard) Check(next *Config) Errors {
 				})
 			}
 		}
-		h := s.HealthCheck
-		if h == nil || h.Type != CheckExec {
-			continue
+		errs = append(errs, g.checkExec(i, &next.Services[i])...)
+	}
+	return errs
+}
+
+// checkExec lists the exec checks of service i, its own or its backends', whose command is not
+// one that runs for the service of that name already.
+func (g APIGuard) checkExec(i int, s *Service) Errors {
+	var errs Errors
+	refuse := func(path string, h *HealthCheck) {
+		running := g.exec[s.Name]
+		if h == nil || h.Type != CheckExec || slices.ContainsFunc(running, func(c []string) bool { return slices.Equal(c, h.Command) }) {
+			return
 		}
-		if running, ok := g.exec[s.Name]; !ok || !slices.Equal(running, h.Command) {
-			errs = append(errs, FieldError{
-				Path: fmt.Sprintf("services[%d].health_check.command", i),
-				Msg:  "an exec check runs its command as root: only the config file can add one or change its command, unless it sets api.allow_exec_checks: true",
-			})
-		}
+		errs = append(errs, FieldError{
+			Path: path + ".health_check.command",
+			Msg:  "an exec check runs its command as root: only the config file can add one or change its command, unless it sets api.allow_exec_checks: true",
+		})
+	}
+	refuse(fmt.Sprintf("services[%d]", i), s.HealthCheck)
+	for j := range s.Backends {
+		refuse(fmt.Sprintf("services[%d].backends[%d]", i, j), s.Backends[j].HealthCheck)
 	}
 	return errs
 }

@@ -141,6 +141,17 @@ type Backend struct {
 	MaxConnections int `yaml:"max_connections,omitempty" json:"max_connections,omitempty"`
 	// MinConnections is the lower threshold (IPVS lthreshold); 0 means 3/4 of MaxConnections.
 	MinConnections int `yaml:"min_connections,omitempty" json:"min_connections,omitempty"`
+	// HealthCheck, when set, probes this backend instead of the service's check.
+	HealthCheck *HealthCheck `yaml:"health_check,omitempty" json:"health_check,omitempty"`
+}
+
+// CheckOf is the health check that probes backend b of s: its own, else the service's; nil when
+// b is not checked.
+func (s *Service) CheckOf(b *Backend) *HealthCheck {
+	if b.HealthCheck != nil {
+		return b.HealthCheck
+	}
+	return s.HealthCheck
 }
 
 // ConnectionThresholds are the backend's upper and lower thresholds, the lower one resolved;
@@ -190,12 +201,7 @@ func (c *Config) Clone() *Config {
 		s.BGP = s.BGP.clone()
 		s.Backends = cloneBackends(s.Backends)
 		s.SorryServers = cloneBackends(s.SorryServers)
-		if s.HealthCheck != nil {
-			h := *s.HealthCheck
-			h.ExpectStatus = slices.Clone(h.ExpectStatus)
-			h.Command = slices.Clone(h.Command)
-			s.HealthCheck = &h
-		}
+		s.HealthCheck = s.HealthCheck.clone()
 		s.QuorumUp, s.QuorumDown = slices.Clone(s.QuorumUp), slices.Clone(s.QuorumDown)
 		s.SourceAllow, s.SourceDeny = slices.Clone(s.SourceAllow), slices.Clone(s.SourceDeny)
 		if s.Limits != nil {
@@ -213,6 +219,7 @@ func cloneBackends(bs []Backend) []Backend {
 		if w := out[i].Weight; w != nil {
 			out[i].Weight = &[]int{*w}[0]
 		}
+		out[i].HealthCheck = out[i].HealthCheck.clone()
 	}
 	return out
 }

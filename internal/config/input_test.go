@@ -103,6 +103,7 @@ services:
 	same := running.Clone()
 	same.Services[0].Backends = append(same.Services[0].Backends, Backend{Address: IPOf("10.0.1.9")})
 	same.Services[0].HealthCheck.Interval = "5s"
+	same.Services[0].Backends[1].HealthCheck = &HealthCheck{Type: "exec", Command: []string{"/usr/local/bin/check-db"}}
 	if errs := guard.Check(same); len(errs) > 0 {
 		t.Errorf("a change beside the file's exec check refused: %v", errs)
 	}
@@ -111,6 +112,10 @@ services:
 	changed.Services[0].HealthCheck.Command = []string{"sh", "-c", "id > /tmp/pwned"}
 	added := running.Clone()
 	added.Services[1].HealthCheck = &HealthCheck{Type: "exec", Command: []string{"/usr/local/bin/check-db"}}
+	backend := running.Clone()
+	backend.Services[1].Backends[0].HealthCheck = &HealthCheck{Type: "exec", Command: []string{"/bin/sh", "-c", "id"}}
+	backendDB := running.Clone()
+	backendDB.Services[0].Backends[0].HealthCheck = &HealthCheck{Type: "exec", Command: []string{"/bin/sh", "-c", "{address}"}}
 	policy := running.Clone()
 	policy.API = &APIPolicy{AllowExecChecks: true}
 	peering := running.Clone()
@@ -121,8 +126,11 @@ services:
 	}{
 		"changed command":      {changed, "services[0].health_check.command: an exec check runs its command as root"},
 		"added to another one": {added, "services[1].health_check.command: an exec check runs its command as root"},
-		"api section":          {policy, "api: only the config file sets it"},
-		"bgp section":          {peering, "bgp: only the config file sets it"},
+		"a backend's own":      {backend, "services[1].backends[0].health_check.command: an exec check runs its command as root"},
+		"a backend's own, another command": {backendDB,
+			"services[0].backends[0].health_check.command: an exec check runs its command as root"},
+		"api section": {policy, "api: only the config file sets it"},
+		"bgp section": {peering, "bgp: only the config file sets it"},
 	} {
 		if errs := guard.Check(c.next); len(errs) != 1 || !strings.Contains(errs.Error(), c.want) {
 			t.Errorf("%s: got %v, want %q", name, errs, c.want)

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluicelb/sluice/internal/maglev"
@@ -189,6 +190,13 @@ func (s *Service) validateBackends(at string, backends []Backend, vip netip.Addr
 		}
 		if w := b.WeightOrDefault(); !weightBounds.has(w) {
 			fail(bat()+".weight", "%d is out of range %s", w, weightBounds)
+		}
+		if b.HealthCheck != nil {
+			if strings.HasSuffix(at, ".sorry_servers") {
+				fail(bat()+".health_check", "sorry servers are not health-checked")
+			} else {
+				b.HealthCheck.validate(bat()+".health_check", fail)
+			}
 		}
 		if err != nil || !anyPortBounds.has(b.Port) {
 			continue

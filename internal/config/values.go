@@ -146,11 +146,47 @@ const (
 	CheckHTTPS       CheckType = "https"
 	CheckUDP         CheckType = "udp"
 	CheckExec        CheckType = "exec"
+	CheckSMTP        CheckType = "smtp"
+	CheckICMP        CheckType = "icmp"
+	CheckDNS         CheckType = "dns"
 	DefaultCheckType           = CheckTCP
 )
 
 // CheckTypes are the allowed health check types.
-var CheckTypes = []CheckType{CheckTCP, CheckHTTP, CheckHTTPS, CheckUDP, CheckExec}
+var CheckTypes = []CheckType{CheckTCP, CheckHTTP, CheckHTTPS, CheckUDP, CheckExec, CheckSMTP, CheckICMP, CheckDNS}
+
+// DNSQueryType is the record type a dns check asks for.
+type DNSQueryType string
+
+// The record types a dns check may ask for.
+const (
+	QueryA              DNSQueryType = "A"
+	QueryAAAA           DNSQueryType = "AAAA"
+	QueryCNAME          DNSQueryType = "CNAME"
+	QueryMX             DNSQueryType = "MX"
+	QueryNS             DNSQueryType = "NS"
+	QueryPTR            DNSQueryType = "PTR"
+	QuerySOA            DNSQueryType = "SOA"
+	QuerySRV            DNSQueryType = "SRV"
+	QueryTXT            DNSQueryType = "TXT"
+	DefaultDNSQueryType              = QuerySOA
+)
+
+// DNSQueryTypes are the allowed dns check record types.
+var DNSQueryTypes = []DNSQueryType{QueryA, QueryAAAA, QueryCNAME, QueryMX, QueryNS, QueryPTR, QuerySOA, QuerySRV, QueryTXT}
+
+// DNSTransport is how a dns check sends its query: udp or tcp.
+type DNSTransport string
+
+// The transports of a dns check.
+const (
+	DNSOverUDP          DNSTransport = "udp"
+	DNSOverTCP          DNSTransport = "tcp"
+	DefaultDNSTransport              = DNSOverUDP
+)
+
+// DNSTransports are the allowed dns check transports.
+var DNSTransports = []DNSTransport{DNSOverUDP, DNSOverTCP}
 
 // IsHTTP tells whether the check sends an HTTP request (http or https).
 func (t CheckType) IsHTTP() bool { return t == CheckHTTP || t == CheckHTTPS }

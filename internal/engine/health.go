@@ -29,9 +29,9 @@ type HealthView struct {
 	Message   string        `json:"last_message"`
 }
 
-// probeOf is the probe of one backend of a service, and whether the service is checked at all.
+// probeOf is the probe of one backend of a service, and whether the backend is checked at all.
 func probeOf(s *config.Service, addr netip.Addr, port uint16) (health.Probe, bool) {
-	hc := s.HealthCheck
+	hc := checkOf(s, addr, port)
 	if hc == nil {
 		return health.Probe{}, false
 	}
@@ -42,6 +42,20 @@ func probeOf(s *config.Service, addr netip.Addr, port uint16) (health.Probe, boo
 		port = uint16(s.Port.First)
 	}
 	return health.Probe{Check: *hc, Target: netip.AddrPortFrom(addr, port)}, true
+}
+
+// checkOf is the health check of the backend of s at addr and port (as plan.BackendOf makes
+// them): its own, else the service's.
+func checkOf(s *config.Service, addr netip.Addr, port uint16) *config.HealthCheck {
+	for i := range s.Backends {
+		if s.Backends[i].HealthCheck == nil {
+			continue
+		}
+		if pb, err := plan.BackendOf(s.Backends[i], s.Mode); err == nil && pb.Addr == addr && pb.Port == port {
+			return s.Backends[i].HealthCheck
+		}
+	}
+	return s.HealthCheck
 }
 
 // probes lists the probes a config needs: one per checked backend (sorry servers are not checked).
@@ -101,7 +115,7 @@ func (e *Engine) HealthChanged(st health.Status) {
 			}
 			affected = append(affected, s.Name+"/"+pb.ID())
 			if key := s.Name + "/" + pb.ID(); !st.Up {
-				e.resets[key] = e.resets[key] || s.HealthCheck.OnFailure == config.OnFailureReset
+				e.resets[key] = e.resets[key] || p.Check.OnFailure == config.OnFailureReset
 			}
 		}
 	}

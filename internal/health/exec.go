@@ -25,8 +25,8 @@ const (
 )
 
 // execChecker runs a command (no shell); exit status 0 passes. The command gets the target in
-// SLUICE_BACKEND_ADDRESS and SLUICE_BACKEND_PORT and runs in its own process group, which is
-// killed whole when the probe times out.
+// SLUICE_BACKEND_ADDRESS and SLUICE_BACKEND_PORT, and in its arguments for {address} and
+// {port}, and runs in its own process group, which is killed whole when the probe times out.
 type execChecker struct {
 	command []string
 }
@@ -40,9 +40,9 @@ func newExecChecker(hc *config.HealthCheck) (*execChecker, error) {
 
 func (c *execChecker) Check(ctx context.Context, target netip.AddrPort) Result {
 	start := time.Now()
-	out, err := RunCommand(ctx, c.command,
-		"SLUICE_BACKEND_ADDRESS="+target.Addr().String(),
-		"SLUICE_BACKEND_PORT="+strconv.Itoa(int(target.Port())))
+	address, port := target.Addr().String(), strconv.Itoa(int(target.Port()))
+	out, err := RunCommand(ctx, targetArgv(c.command, address, port),
+		"SLUICE_BACKEND_ADDRESS="+address, "SLUICE_BACKEND_PORT="+port)
 	if err == nil {
 		return passed(start, "exit status 0")
 	}
@@ -54,6 +54,17 @@ func (c *execChecker) Check(ctx context.Context, target netip.AddrPort) Result {
 		reason += ": " + out
 	}
 	return failed(start, reason)
+}
+
+// targetArgv is command with {address} and {port} replaced in its arguments (not the program):
+// each stays one argument, whatever the address, since no shell reads it.
+func targetArgv(command []string, address, port string) []string {
+	replacer := strings.NewReplacer(config.AddressPlaceholder, address, config.PortPlaceholder, port)
+	argv := slices.Clone(command)
+	for i := 1; i < len(argv); i++ {
+		argv[i] = replacer.Replace(argv[i])
+	}
+	return argv
 }
 
 // RunCommand runs argv (no shell) with env added to the daemon's, in a process group of its own

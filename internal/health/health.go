@@ -1,4 +1,4 @@
-// Package health probes backends (tcp, http, https, udp, exec) and tracks whether each is up,
+// Package health probes backends (tcp, http, https, udp, exec, smtp, icmp, dns) and tracks whether each is up,
 // Seesaw style: a Checker runs one probe, a Monitor runs every probe on its interval and applies
 // the rise/fall thresholds.
 package health
@@ -30,7 +30,7 @@ type Checker interface {
 	Check(ctx context.Context, target netip.AddrPort) Result
 }
 
-// NewChecker builds the checker of a health check (tcp, http, https, udp, exec).
+// NewChecker builds the checker of a health check (tcp, http, https, udp, exec, smtp, icmp, dns).
 func NewChecker(hc *config.HealthCheck) (Checker, error) {
 	if hc == nil {
 		return nil, errors.New("no health check")
@@ -44,6 +44,12 @@ func NewChecker(hc *config.HealthCheck) (Checker, error) {
 		return newUDPChecker(hc)
 	case config.CheckExec:
 		return newExecChecker(hc)
+	case config.CheckSMTP:
+		return newSMTPChecker(hc), nil
+	case config.CheckICMP:
+		return icmpChecker{}, nil
+	case config.CheckDNS:
+		return newDNSChecker(hc)
 	}
 	return nil, fmt.Errorf("unknown health check type %q", hc.Type)
 }

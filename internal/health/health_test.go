@@ -81,9 +81,10 @@ func TestNewCheckerRejectsNonsense(t *testing.T) {
 		want string
 	}{
 		{"nil", nil, "no health check"},
-		{"unknown type", &config.HealthCheck{Type: "icmp"}, `unknown health check type "icmp"`},
+		{"unknown type", &config.HealthCheck{Type: "ldap"}, `unknown health check type "ldap"`},
 		{"empty type", &config.HealthCheck{}, `unknown health check type ""`},
-		{"udp without send", &config.HealthCheck{Type: "udp"}, "needs a datagram"},
+		{"udp expecting without send", &config.HealthCheck{Type: "udp", Expect: "pong"}, "needs a datagram"},
+		{"dns name too long", &config.HealthCheck{Type: "dns", QueryName: strings.Repeat("x", 64)}, "query_name"},
 		{"exec without command", &config.HealthCheck{Type: "exec"}, "needs a command"},
 		{"exec with empty command", &config.HealthCheck{Type: "exec", Command: []string{""}}, "needs a command"},
 		{"http relative path", &config.HealthCheck{Type: "http", Path: "healthz"}, "not a path"},

@@ -3,7 +3,9 @@ package health
 import (
 	"bytes"
 	"context"
+	"crypto/md5" //nolint:gosec // keepalived's digest is MD5: a page's fingerprint, not a secret
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -17,7 +19,7 @@ import (
 	"github.com/sluicelb/sluice/internal/config"
 )
 
-// maxBodyScan is how much of a response body ExpectBody is searched in.
+// maxBodyScan is how much of a response body ExpectBody is searched in and ExpectDigest hashes.
 const maxBodyScan = 64 << 10
 
 // defaultExpectStatus is what an http check accepts when it lists no status.
@@ -31,6 +33,7 @@ type httpChecker struct {
 	host         string  // Host header, when set
 	expectStatus []config.Range
 	expectBody   []byte
+	expectDigest string // lowercase hex MD5 of the body, when set
 }
 
 func newHTTPChecker(hc *config.HealthCheck) (*httpChecker, error) {
@@ -75,6 +78,7 @@ func newHTTPChecker(hc *config.HealthCheck) (*httpChecker, error) {
 		host:         hc.Host,
 		expectStatus: expectStatus,
 		expectBody:   []byte(hc.ExpectBody),
+		expectDigest: strings.ToLower(hc.ExpectDigest),
 	}, nil
 }
 
@@ -108,16 +112,38 @@ func (c *httpChecker) Check(ctx context.Context, target netip.AddrPort) Result {
 	if !c.statusExpected(resp.StatusCode) {
 		return failed(start, fmt.Sprintf("status %d, want %s", resp.StatusCode, rangesText(c.expectStatus)))
 	}
-	if len(c.expectBody) > 0 {
-		body, err := io.ReadAll(io.LimitReader(resp.Body, maxBodyScan))
-		if err != nil {
-			return networkFailure(ctx, start, err)
-		}
-		if !bytes.Contains(body, c.expectBody) {
-			return failed(start, fmt.Sprintf("status %d, body lacks %q", resp.StatusCode, c.expectBody))
-		}
+	if len(c.expectBody) == 0 && c.expectDigest == "" {
+		return passed(start, fmt.Sprintf("status %d", resp.StatusCode))
+	}
+	// One byte past the bound tells a body longer than it, which has no digest to compare.
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBodyScan+1))
+	if err != nil {
+		return networkFailure(ctx, start, err)
+	}
+	if reason := c.judgeBody(body); reason != "" {
+		return failed(start, fmt.Sprintf("status %d, %s", resp.StatusCode, reason))
 	}
 	return passed(start, fmt.Sprintf("status %d", resp.StatusCode))
+}
+
+// judgeBody says what is wrong with a body read up to one byte past maxBodyScan: the text
+// expect_body wants missing from its first maxBodyScan bytes, or a digest other than
+// expect_digest; "" when nothing is.
+func (c *httpChecker) judgeBody(body []byte) string {
+	if len(c.expectBody) > 0 && !bytes.Contains(clip(body, maxBodyScan), c.expectBody) {
+		return fmt.Sprintf("body lacks %q", c.expectBody)
+	}
+	if c.expectDigest == "" {
+		return ""
+	}
+	if len(body) > maxBodyScan {
+		return fmt.Sprintf("body longer than %d KiB, the most expect_digest hashes", maxBodyScan>>10)
+	}
+	sum := md5.Sum(body)
+	if got := hex.EncodeToString(sum[:]); got != c.expectDigest {
+		return fmt.Sprintf("body digest %s, want %s", got, c.expectDigest)
+	}
+	return ""
 }
 
 func (c *httpChecker) statusExpected(status int) bool {

@@ -1,6 +1,7 @@
 package health
 
 import (
+	"crypto/md5"
 	"fmt"
 	"io"
 	"log"
@@ -49,6 +50,9 @@ func healthHandler() http.Handler {
 	mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, strings.Repeat("x", maxBodyScan), "marker")
 	})
+	mux.HandleFunc("/full", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, strings.Repeat("x", maxBodyScan))
+	})
 	mux.HandleFunc("/vhost", func(w http.ResponseWriter, r *http.Request) {
 		if r.Host != "health.example" {
 			http.Error(w, "wrong host "+r.Host, http.StatusMisdirectedRequest)
@@ -70,6 +74,12 @@ func healthHandler() http.Handler {
 	mux.HandleFunc("POST /post", func(w http.ResponseWriter, r *http.Request) {})
 	return mux
 }
+
+// allGoodMD5 is what genhash prints for the body of /ok, "all good"; fullMD5 for /full's.
+var (
+	allGoodMD5 = "7bc22c8cd42ff8a897538a6fd9851958" // echo -n "all good" | md5sum
+	fullMD5    = fmt.Sprintf("%x", md5.Sum([]byte(strings.Repeat("x", maxBodyScan))))
+)
 
 func TestHTTP(t *testing.T) {
 	forEachLoopback(t, func(t *testing.T, loopback netip.Addr) {
@@ -93,6 +103,18 @@ func TestHTTP(t *testing.T) {
 			{"body found", config.HealthCheck{Path: "/ok", ExpectBody: "good"}, true, "status 200"},
 			{"body missing", config.HealthCheck{Path: "/ok", ExpectBody: "bad"}, false, `body lacks "bad"`},
 			{"body beyond 64 KiB", config.HealthCheck{Path: "/big", ExpectBody: "marker"}, false, "body lacks"},
+			{"digest matches", config.HealthCheck{Path: "/ok", ExpectDigest: allGoodMD5},
+				true, "status 200"},
+			{"digest and body", config.HealthCheck{Path: "/ok", ExpectBody: "good", ExpectDigest: allGoodMD5},
+				true, "status 200"},
+			{"digest differs", config.HealthCheck{Path: "/ok", ExpectDigest: "00000000000000000000000000000000"},
+				false, "body digest " + allGoodMD5 + ", want 00000000000000000000000000000000"},
+			{"digest in capitals", config.HealthCheck{Path: "/ok", ExpectDigest: strings.ToUpper(allGoodMD5)},
+				true, "status 200"},
+			{"digest of a body beyond 64 KiB", config.HealthCheck{Path: "/big", ExpectDigest: allGoodMD5},
+				false, "body longer than 64 KiB"},
+			{"digest of a body of 64 KiB", config.HealthCheck{Path: "/full", ExpectDigest: fullMD5},
+				true, "status 200"},
 			{"host header", config.HealthCheck{Path: "/vhost", Host: "health.example"}, true, "status 200"},
 			{"no host header", config.HealthCheck{Path: "/vhost"}, false, "status 421"},
 			{"one connection per probe", config.HealthCheck{Path: "/fresh"}, true, "status 200"},

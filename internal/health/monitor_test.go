@@ -242,8 +242,8 @@ func TestMonitorCloseWaits(t *testing.T) {
 func TestMonitorBrokenCheckFalls(t *testing.T) {
 	changed := newChanges()
 	m := newTestMonitor(t, nil, changed.record)
-	m.Set([]Probe{probe("icmp", "192.0.2.1:80", 1, 1)})
-	if s := changed.next(t); s.Up || !strings.Contains(s.Last.Message, `cannot check: unknown health check type "icmp"`) {
+	m.Set([]Probe{probe("ldap", "192.0.2.1:80", 1, 1)})
+	if s := changed.next(t); s.Up || !strings.Contains(s.Last.Message, `cannot check: unknown health check type "ldap"`) {
 		t.Errorf("change = %+v, want down because the check cannot run", s)
 	}
 }

@@ -17,13 +17,16 @@ const maxReply = 64 << 10
 
 // udpChecker sends one datagram over a connected socket and waits for a reply. Being connected,
 // the socket reports an ICMP port unreachable as "connection refused", a fast failure.
+//
+// Without a datagram to send (keepalived's UDP_CHECK without a payload) it sends an empty one
+// and passes unless a port unreachable comes back within the timeout: silence is up.
 type udpChecker struct {
 	send, expect []byte
 }
 
 func newUDPChecker(hc *config.HealthCheck) (*udpChecker, error) {
-	if hc.Send == "" {
-		return nil, errors.New("a udp health check needs a datagram to send")
+	if hc.Send == "" && hc.Expect != "" {
+		return nil, errors.New("a udp health check that expects a reply needs a datagram to send")
 	}
 	return &udpChecker{send: []byte(hc.Send), expect: []byte(hc.Expect)}, nil
 }
@@ -45,6 +48,9 @@ func (c *udpChecker) Check(ctx context.Context, target netip.AddrPort) Result {
 	reply := make([]byte, maxReply)
 	n, err := conn.Read(reply)
 	if err != nil {
+		if len(c.send) == 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return passed(start, "no port unreachable within the timeout")
+		}
 		return networkFailure(ctx, start, err)
 	}
 	reply = reply[:n]

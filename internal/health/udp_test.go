@@ -59,6 +59,12 @@ func TestUDP(t *testing.T) {
 				false, "timed out after 50ms"},
 			{"closed port", config.HealthCheck{Send: "ping"}, closedPort(t, "udp", loopback), probeTimeout,
 				false, "connection refused"},
+			// Without a payload (keepalived's UDP_CHECK): silence is up, a port unreachable down.
+			{"no payload, silence", config.HealthCheck{}, silent, 50 * time.Millisecond,
+				true, "no port unreachable within the timeout"},
+			{"no payload, reply", config.HealthCheck{}, pong, probeTimeout, true, "8-byte reply"},
+			{"no payload, closed port", config.HealthCheck{}, closedPort(t, "udp", loopback), probeTimeout,
+				false, "connection refused"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				tc.hc.Type = "udp"
