@@ -365,8 +365,7 @@ func (c *kaConverter) serviceOptions(vs *stmt) (Service, bool) {
 		note("sh-port/mh-port dropped: it only applies to the sh scheduler.")
 		svc.SHPort = false
 	}
-	var check *config.HealthCheck
-	var checkAt *stmt
+	var checks []*config.HealthCheck
 	seen := map[netip.AddrPort]*stmt{}
 	for _, rs := range servers {
 		b, hc, ok := c.realServer(rs, defaults, svc.Mode, note)
@@ -381,13 +380,9 @@ func (c *kaConverter) serviceOptions(vs *stmt) (Service, bool) {
 		seen[key] = rs
 		svc.Backends = append(svc.Backends, b)
 		svc.backendAt = append(svc.backendAt, pos{rs.file(), rs.line()})
-		if checkAt == nil {
-			check, checkAt = hc, rs
-		} else if !reflect.DeepEqual(check, hc) {
-			c.fail(rs, "real_server %s is checked unlike real_server %s (line %d): Sluice has one health_check per service", rs.args()[0], checkAt.args()[0], checkAt.line())
-		}
+		checks = append(checks, hc)
 	}
-	svc.HealthCheck = check
+	svc.HealthCheck = shareChecks(svc.Backends, checks)
 	if svc.Mode == config.ModeDSR {
 		for i := range svc.SorryServers {
 			svc.SorryServers[i].Port = 0
@@ -398,6 +393,26 @@ func (c *kaConverter) serviceOptions(vs *stmt) (Service, bool) {
 		note("no real_server: new flows are dropped.")
 	}
 	return svc, c.errs.count() == before
+}
+
+// shareChecks gives each backend its real server's check: the check all share becomes the
+// service's; when they differ, the first server's is the service's and the others' differing
+// ones are their own, unless a server has none (keepalived counts it up), which leaves the
+// service without a check and each checked backend with its own.
+func shareChecks(backends []config.Backend, checks []*config.HealthCheck) *config.HealthCheck {
+	if len(checks) == 0 {
+		return nil
+	}
+	shared := checks[0]
+	if slices.Contains(checks, nil) {
+		shared = nil
+	}
+	for i, hc := range checks {
+		if !reflect.DeepEqual(hc, shared) {
+			backends[i].HealthCheck = hc
+		}
+	}
+	return shared
 }
 
 // kaFlags are the keywords that take no value.
@@ -531,9 +546,9 @@ func (c *kaConverter) realServer(rs *stmt, d checkDefaults, mode config.Mode, no
 	switch len(checks) {
 	case 0:
 	case 1:
-		hc = c.check(checks[0], d, note)
+		hc = c.check(checks[0], d, b.Address.Addr, note)
 	default:
-		c.fail(checks[1], "real_server %s has several checks: Sluice has one health_check per service", rs.args()[0])
+		c.fail(checks[1], "real_server %s has several checks: Sluice has one health_check per backend", rs.args()[0])
 	}
 	return b, hc, c.errs.count() == before
 }
@@ -542,20 +557,18 @@ func isCheck(key string) bool {
 	return strings.HasSuffix(key, "_CHECK") || strings.HasSuffix(key, "_GET")
 }
 
-// dnsWord is a name or record type safe to put in the shell command of a DNS check.
-var dnsWord = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
-
-// check converts a checker block into a health check.
-func (c *kaConverter) check(cs *stmt, d checkDefaults, note func(string, ...any)) *config.HealthCheck {
+// check converts a checker block of the real server at addr into a health check.
+func (c *kaConverter) check(cs *stmt, d checkDefaults, addr netip.Addr, note func(string, ...any)) *config.HealthCheck {
 	hc := &config.HealthCheck{Rise: 1}
 	var urls []*stmt
 	var payload, reply, dnsName, dnsType, misc string
+	hosts := 0
 	for _, s := range cs.block {
 		if !c.keyword(s) {
 			continue
 		}
 		args := s.args()
-		if len(args) == 0 && !slices.Contains(kaFlags, s.key()) && s.key() != "url" {
+		if len(args) == 0 && !slices.Contains(kaFlags, s.key()) && s.key() != "url" && s.key() != "host" {
 			c.fail(s, "%s needs a value", s.key())
 			continue
 		}
@@ -586,6 +599,14 @@ func (c *kaConverter) check(cs *stmt, d checkDefaults, note func(string, ...any)
 			dnsType = args[0]
 		case "misc_path":
 			misc = strings.Join(args, " ")
+		case "helo_name":
+			hc.HELOName = args[0]
+		case "host":
+			if hosts++; hosts > 1 {
+				c.fail(s, "SMTP_CHECK with several host blocks refused: Sluice checks the backend once")
+			} else {
+				c.smtpHost(s, hc, addr, note)
+			}
 		case "misc_dynamic":
 			c.fail(s, "misc_dynamic refused: keepalived takes exit codes 2-255 as up with a weight; Sluice takes any exit code but 0 as down")
 		case "delay_before_retry":
@@ -615,22 +636,73 @@ func (c *kaConverter) check(cs *stmt, d checkDefaults, note func(string, ...any)
 		if err != nil {
 			c.fail(cs, "MISC_CHECK misc_path refused: %v", err)
 		}
-		hc.Command = argv
+		hc.Command = placeAddress(argv, addr)
 	case "UDP_CHECK":
 		c.udpCheck(cs, hc, payload, reply, note)
+	case "SMTP_CHECK":
+		hc.Type = config.CheckSMTP
+	case "PING_CHECK":
+		hc.Type = config.CheckICMP
+		hc.Port = 0
 	case "DNS_CHECK":
-		dnsName, dnsType = cmpOr(dnsName, "."), cmpOr(dnsType, "SOA")
-		if !dnsWord.MatchString(dnsName) || !dnsWord.MatchString(dnsType) {
-			c.fail(cs, "DNS_CHECK name %q or type %q refused: not a plain DNS name and record type", dnsName, dnsType)
-		}
-		hc.Type = config.CheckExec
-		port := `"$SLUICE_BACKEND_PORT"`
-		hc.Command = []string{"/bin/sh", "-c", fmt.Sprintf(`dig +tries=1 +time=%d -p %s @"$SLUICE_BACKEND_ADDRESS" %s %s | grep -q 'status: NOERROR'`, max(1, int(timeout/time.Second)), port, dnsName, dnsType)}
-		note("DNS_CHECK runs dig (package dnsutils or bind-utils): up when the answer's status is NOERROR, like keepalived.")
+		c.dnsCheck(cs, hc, dnsName, dnsType)
 	default:
-		c.fail(cs, "%s refused: Sluice checks by tcp, http, https, udp or exec (a command)", cs.key())
+		c.fail(cs, "%s refused: Sluice checks by tcp, http, https, udp, smtp, icmp, dns or exec (a command)", cs.key())
 	}
 	return hc
+}
+
+// smtpHost reads an SMTP_CHECK host block: it may name the real server's own address and a port.
+func (c *kaConverter) smtpHost(hs *stmt, hc *config.HealthCheck, addr netip.Addr, note func(string, ...any)) {
+	for _, s := range hs.block {
+		if !c.keyword(s) {
+			continue
+		}
+		args := s.args()
+		if len(args) == 0 {
+			c.fail(s, "%s needs a value", s.key())
+			continue
+		}
+		switch s.key() {
+		case "connect_ip":
+			if a, err := parseAddr(args[0]); err != nil || a != addr {
+				c.fail(s, "connect_ip %s refused: Sluice checks the backend's own address, %s", shown(args[0]), addr)
+			}
+		case "connect_port":
+			if p, err := parsePort(args[0]); err != nil || p == 0 {
+				c.fail(s, "connect_port %s is not a port from 1 to 65535", shown(args[0]))
+			} else {
+				hc.Port = p
+			}
+		default:
+			note("SMTP_CHECK host %s: dropped, Sluice has no equivalent.", statement(s))
+		}
+	}
+}
+
+// placeAddress writes {address} for each argument of a MISC_CHECK command that is the real
+// server's address, so that servers checked by one script share one check.
+func placeAddress(argv []string, addr netip.Addr) []string {
+	for i := 1; i < len(argv); i++ {
+		if a, err := netip.ParseAddr(argv[i]); err == nil && a == addr {
+			argv[i] = config.AddressPlaceholder
+		}
+	}
+	return argv
+}
+
+// dnsCheck fills a dns check from DNS_CHECK's name and type (keepalived's defaults . and SOA).
+func (c *kaConverter) dnsCheck(cs *stmt, hc *config.HealthCheck, name, qtype string) {
+	hc.Type = config.CheckDNS
+	if name != "" && name != config.DefaultQueryName {
+		hc.QueryName = name
+	}
+	if qtype = strings.ToUpper(qtype); qtype != "" && qtype != string(config.DefaultDNSQueryType) {
+		hc.QueryType = config.DNSQueryType(qtype)
+		if !slices.Contains(config.DNSQueryTypes, hc.QueryType) {
+			c.fail(cs, "DNS_CHECK type %s refused: Sluice asks for %v", shown(qtype), config.DNSQueryTypes)
+		}
+	}
 }
 
 func cmpOr(v, def string) string {
@@ -679,7 +751,10 @@ func (c *kaConverter) httpCheck(cs *stmt, hc *config.HealthCheck, urls []*stmt, 
 				hc.ExpectStatus = append(hc.ExpectStatus, r)
 			}
 		case "digest":
-			c.fail(s, "digest refused: Sluice checks the status and text in the body, not an MD5 digest of it (use expect_body)")
+			if sum, err := hex.DecodeString(args[0]); err != nil || len(sum) != 16 {
+				c.fail(s, "digest %s is not an MD5 digest: 32 hex digits, as genhash prints", shown(args[0]))
+			}
+			hc.ExpectDigest = strings.ToLower(args[0])
 		case "regex", "regex_no_match":
 			c.fail(s, "%s refused: Sluice looks for plain text in the body (expect_body), not a regular expression", s.key())
 		case "virtualhost":
@@ -697,7 +772,10 @@ func (c *kaConverter) httpCheck(cs *stmt, hc *config.HealthCheck, urls []*stmt, 
 func (c *kaConverter) udpCheck(cs *stmt, hc *config.HealthCheck, payload, reply string, note func(string, ...any)) {
 	hc.Type = config.CheckUDP
 	if payload == "" {
-		c.fail(cs, "UDP_CHECK without a payload refused: a Sluice udp check sends a datagram and waits for the answer")
+		if reply != "" {
+			c.fail(cs, "UDP_CHECK require_reply without a payload refused: a Sluice udp check waits for a reply only to a datagram it sends")
+		}
+		note("UDP_CHECK without a payload: an empty datagram, up unless an ICMP port unreachable comes back, as keepalived.")
 		return
 	}
 	send, err := hex.DecodeString(payload)
