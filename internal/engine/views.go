@@ -44,8 +44,8 @@ type ServiceView struct {
 	SYNCookies datapath.SYNCookies `json:"syn_cookies,omitzero"`
 	// SecondChances counts the mid-flow segments without a flow sent to their slot's previous
 	// backend (ebpf only).
-	SecondChances uint64 `json:"second_chances,omitzero"`
-	Backends   []BackendView       `json:"backends"`
+	SecondChances uint64        `json:"second_chances,omitzero"`
+	Backends      []BackendView `json:"backends"`
 }
 
 // BackendView is one backend (or sorry server) of a service.
