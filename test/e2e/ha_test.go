@@ -18,62 +18,20 @@ import (
 // track_script running `sluice node check` makes a node that should not take traffic give it up.
 var vrrpGateway = netip.MustParseAddr("10.91.3.254")
 
-// vrrpInstance is a VRRP address the pair's master holds: its instance's name, interface and
-// virtual router id.
-type vrrpInstance struct {
-	name, iface string
-	vrid        int
-	addr        netip.Addr
-}
+// vrrpInstance is a VRRP address the pair's master holds (lab.VRRPInstance).
+type vrrpInstance lab.VRRPInstance
 
 // frontInstance holds the address the router routes the VIPs to.
 var frontInstance = vrrpInstance{"front", "eth0", 91, vrrpGateway}
 
-// keepalivedConfig is the keepalived.conf of pair node i (1 or 2; 1 has the higher priority),
-// holding instances, in one sync group when there are several so that they move together.
-// VRRPv3 adverts every 100 ms: a backup takes over about 0.35 s after the master's last advert.
+// keepalivedConfig is the keepalived.conf of pair node i (lab.PairKeepalivedConfig) asking the
+// daemon behind socket, holding instances.
 func keepalivedConfig(socket string, i int, instances ...vrrpInstance) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, `global_defs {
-  router_id sluice-lb%d
-  vrrp_version 3
-  script_user root
-  enable_script_security
-}
-
-vrrp_script sluice {
-  script "%s --socket %s node check"
-  interval 1
-  timeout 2
-  fall 2
-  rise 2
-}
-`, i, sluiceBin, socket)
-	if len(instances) > 1 {
-		b.WriteString("\nvrrp_sync_group pair {\n  group {\n")
-		for _, in := range instances {
-			fmt.Fprintf(&b, "    %s\n", in.name)
-		}
-		b.WriteString("  }\n}\n")
+	ins := make([]lab.VRRPInstance, len(instances))
+	for j, in := range instances {
+		ins[j] = lab.VRRPInstance(in)
 	}
-	for _, in := range instances {
-		fmt.Fprintf(&b, `
-vrrp_instance %s {
-  state BACKUP
-  interface %s
-  virtual_router_id %d
-  priority %d
-  advert_int 0.1
-  virtual_ipaddress {
-    %s/24
-  }
-  track_script {
-    sluice
-  }
-}
-`, in.name, in.iface, in.vrid, 200-50*i, in.addr)
-	}
-	return b.String()
+	return lab.PairKeepalivedConfig(sluiceBin, socket, i, ins...)
 }
 
 // startPair starts the pair: the router routes the VIPs to the front VRRP address, fleet nodes
