@@ -32,7 +32,7 @@ func benchCmd() *cobra.Command {
 	cmd.PersistentFlags().BoolVar(&f.reuseLab, "reuse-lab", false, "with --prefix, take (and at the end tear down) a lab of that prefix that exists; without, the benchmark refuses it")
 	cmd.PersistentFlags().IntVar(&f.backends, "backends", 3, "number of nginx backends in the lab")
 	cmd.PersistentFlags().StringVar(&f.jsonPath, "json", "", "also write the results as JSON to this file (- for stdout, replacing the table)")
-	cmd.AddCommand(benchLBCmd(f), benchNetCmd(f), benchScaleCmd(f), benchFleetCmd(f), benchFloodCmd(f), benchPPSCmd(f))
+	cmd.AddCommand(benchLBCmd(f), benchNetCmd(f), benchScaleCmd(f), benchFleetCmd(f), benchFailoverCmd(f), benchFloodCmd(f), benchPPSCmd(f))
 	return cmd
 }
 

@@ -1,0 +1,303 @@
+package bench
+
+// The events of bench failover's rows, and the cell that runs one under load.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sluicelb/sluice/internal/lab"
+)
+
+// FailoverEvents are the events bench failover runs, in the table's order.
+var FailoverEvents = []string{"node-death", "vrrp-takeover", "vrrp-failback", "drain", "daemon-restart", "binary-upgrade", "backends-change"}
+
+// A cell's phases: the load runs warmup before the event (the flows reach the other node
+// meanwhile) and settleTime after the pair reconverged, longer than stallLimit so that a
+// connection the event stalled is counted. drainHold is how long a drained node stays drained;
+// backendsCut is when backends-change loses the master, within backendsSpread of weight changes.
+const (
+	warmup         = 2 * time.Second
+	settleTime     = 6 * time.Second
+	drainHold      = 2 * time.Second
+	backendsSpread = time.Second
+	backendsCut    = 500 * time.Millisecond
+)
+
+// pairEvent is one row: prepare (optional) runs before the load and is not counted; act runs the
+// event under load and returns the reconvergence, and for a drain the time back.
+type pairEvent struct {
+	prepare func(ctx context.Context, p *pair) error
+	act     func(ctx context.Context, p *pair) (reconverge, back time.Duration, err error)
+}
+
+// failoverEvent is the event named name (one of FailoverEvents).
+func failoverEvent(name string) pairEvent {
+	return map[string]pairEvent{
+		"node-death":      {act: nodeDeath},
+		"vrrp-takeover":   {act: vrrpTakeover},
+		"vrrp-failback":   {prepare: masterDown, act: vrrpFailback},
+		"drain":           {act: drainUndrain},
+		"daemon-restart":  {act: daemonRestart},
+		"binary-upgrade":  {act: binaryUpgrade},
+		"backends-change": {act: backendsChange},
+	}[name]
+}
+
+// during runs action in the background and wait meanwhile, and returns how long wait took from
+// action's start, once both ended.
+func during(action, wait func() error) (time.Duration, error) {
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- action() }()
+	err := wait()
+	took := time.Since(start)
+	return took, errors.Join(err, <-done)
+}
+
+// killMaster is a node's death: node 1's links cut (no goodbye) and its daemon killed with
+// SIGKILL; its keepalived, alone, gives its addresses up when its track script fails.
+func (p *pair) killMaster() error {
+	err := p.e.Lab.CutBalancer(1)
+	p.kill(1)
+	return err
+}
+
+// heldBy2 waits until node 2 holds the front address.
+func (p *pair) heldBy2(ctx context.Context) func() error {
+	return func() error {
+		_, err := p.waitHeldBy(ctx, 2)
+		return err
+	}
+}
+
+// nodeDeath: node 1 dies; reconverged when node 2 holds the address.
+func nodeDeath(ctx context.Context, p *pair) (time.Duration, time.Duration, error) {
+	took, err := during(p.killMaster, p.heldBy2(ctx))
+	return took, 0, err
+}
+
+// vrrpTakeover: node 1's keepalived stops (priority 0 advert); reconverged when node 2 holds the address.
+func vrrpTakeover(ctx context.Context, p *pair) (time.Duration, time.Duration, error) {
+	took, err := during(func() error { return p.stopKeepalived(1) }, p.heldBy2(ctx))
+	return took, 0, err
+}
+
+// masterDown prepares the fail-back: node 1 dies and node 2 alone holds the addresses.
+func masterDown(ctx context.Context, p *pair) error {
+	if err := p.killMaster(); err != nil {
+		return err
+	}
+	return p.waitHolders(ctx, moveLimit, 2)
+}
+
+// vrrpFailback: node 1 comes back on the network and its daemon starts; it preempts once its
+// daemon is ready (the initial sync from node 2 in); reconverged when node 1 alone holds the address.
+func vrrpFailback(ctx context.Context, p *pair) (time.Duration, time.Duration, error) {
+	start := time.Now()
+	if err := errors.Join(p.e.Lab.RestoreBalancer(1), p.startDaemon(1)); err != nil {
+		return 0, 0, err
+	}
+	err := p.waitHolders(ctx, moveLimit, 1)
+	return time.Since(start), 0, err
+}
+
+// drainUndrain: node 1 is drained (its track script fails, node 2 takes over), stays drained
+// drainHold, and is undrained (it preempts); the times to node 2 holding the address and back.
+func drainUndrain(ctx context.Context, p *pair) (time.Duration, time.Duration, error) {
+	took, err := during(func() error { return p.cli(ctx, 1, "node", "drain", "--no-wait") }, p.heldBy2(ctx))
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := sleep(ctx, drainHold); err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	if err := p.cli(ctx, 1, "node", "undrain"); err != nil {
+		return 0, 0, err
+	}
+	err = p.waitHolders(ctx, moveLimit, 1)
+	return took, time.Since(start), err
+}
+
+// daemonRestart: node 1's daemon is stopped (SIGTERM) and started again; reconverged when it is
+// ready and node 1 alone holds the address.
+func daemonRestart(ctx context.Context, p *pair) (time.Duration, time.Duration, error) {
+	start := time.Now()
+	p.daemons[0].stop()
+	if err := p.startDaemon(1); err != nil {
+		return 0, 0, err
+	}
+	err := errors.Join(p.waitReady(ctx, 1, readyLimit), p.waitHolders(ctx, moveLimit, 1))
+	return time.Since(start), 0, err
+}
+
+// binaryUpgrade is daemonRestart from a copy of the binary at a new path, as a package upgrade
+// replaces it; node 1 runs the copy from then on.
+func binaryUpgrade(ctx context.Context, p *pair) (time.Duration, time.Duration, error) {
+	next := filepath.Join(p.dir, fmt.Sprintf("sluice-upgraded-%d", time.Now().UnixNano()))
+	if err := copyExecutable(p.bins[0], next); err != nil {
+		return 0, 0, err
+	}
+	p.bins[0] = next
+	return daemonRestart(ctx, p)
+}
+
+// copyExecutable copies the file from to a new executable file to.
+func copyExecutable(from, to string) error {
+	src, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(dst, src)
+	return errors.Join(err, dst.Close())
+}
+
+// backendsChange: 30% of the backends get weight 0 on both nodes, spread over backendsSpread,
+// and node 1 dies backendsCut into it; reconverged (from the death) when node 2 holds the address.
+func backendsChange(ctx context.Context, p *pair) (time.Duration, time.Duration, error) {
+	changed := p.changedBackends()
+	var mu sync.Mutex
+	dead := false
+	type step struct {
+		at    time.Duration
+		do    func() error
+		death bool
+	}
+	steps := []step{{at: backendsCut, death: true, do: func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		dead = true
+		return p.killMaster()
+	}}}
+	for k, b := range changed {
+		steps = append(steps, step{at: time.Duration(k) * backendsSpread / time.Duration(len(changed)), do: func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			nodes := []int{2}
+			if !dead {
+				nodes = append(nodes, 1)
+			}
+			for _, i := range nodes {
+				if err := p.setWeights(ctx, i, 0, []netip.Addr{b}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}})
+	}
+	slices.SortStableFunc(steps, func(a, b step) int { return int(a.at - b.at) })
+	start := time.Now()
+	cut := make(chan time.Time, 1)
+	done := make(chan error, 1)
+	go func() {
+		var errs []error
+		for _, s := range steps {
+			time.Sleep(time.Until(start.Add(s.at)))
+			errs = append(errs, s.do())
+			if s.death {
+				cut <- time.Now()
+			}
+		}
+		done <- errors.Join(errs...)
+	}()
+	at := <-cut
+	_, err := p.waitHeldBy(ctx, 2)
+	took := time.Since(at)
+	return took, 0, errors.Join(err, <-done)
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// runCell runs ev in the pair under load (the load from the next client port range): the load
+// starts warmup before the event and runs until settleTime after the pair reconverged.
+func (p *pair) runCell(ctx context.Context, name string, o FailoverOptions, ports *portRanges) (FailoverCell, error) {
+	ev := failoverEvent(name)
+	if ev.prepare != nil {
+		if err := ev.prepare(ctx, p); err != nil {
+			return FailoverCell{}, fmt.Errorf("preparing: %w", err)
+		}
+	}
+	l := p.e.Lab
+	if err := l.SetClientPorts(ports.next(true)); err != nil {
+		return FailoverCell{}, err
+	}
+	to := netip.AddrPortFrom(netip.MustParseAddr(lab.VIP4), vipPort)
+	if err := waitAnswered(ctx, l, to, moveLimit); err != nil {
+		return FailoverCell{}, err
+	}
+	moves := p.watchMoves()
+	load := startLoad(l, to, o.Conns, o.NewRate)
+	event := time.Now().Add(warmup)
+	reconverge, back, err := func() (time.Duration, time.Duration, error) {
+		if err := sleep(ctx, time.Until(event)); err != nil {
+			return 0, 0, err
+		}
+		reconverge, back, err := ev.act(ctx, p)
+		if err != nil {
+			return 0, 0, err
+		}
+		return reconverge, back, sleep(ctx, settleTime)
+	}()
+	c := load.finish(event)
+	c.AddressMoves = moves()
+	if err != nil {
+		return FailoverCell{}, err
+	}
+	c.Event, c.Datapath, c.Mode = name, p.datapath, p.mode
+	c.ReconvergeS, c.ReturnS = reconverge.Seconds(), back.Seconds()
+	return c, nil
+}
+
+// watchMoves counts the times a node takes the front address (appears among its holders) until
+// the function it returns is called, which returns the count.
+func (p *pair) watchMoves() func() int {
+	stop, count := make(chan struct{}), make(chan int, 1)
+	go func() {
+		last, _ := p.holders()
+		n := 0
+		for {
+			select {
+			case <-stop:
+				count <- n
+				return
+			case <-time.After(pairPoll):
+			}
+			now, err := p.holders()
+			if err != nil {
+				continue
+			}
+			for _, i := range now {
+				if !slices.Contains(last, i) {
+					n++
+				}
+			}
+			last = now
+		}
+	}()
+	return func() int {
+		close(stop)
+		return <-count
+	}
+}
