@@ -27,7 +27,8 @@ const kernelBytesPerElement = 250
 // marks map and live set, with 2 elements and a rule per backend. Protection adds per access list
 // its set, counter, rule and prefixes; per limit its counter and rule, and its set (a per-source
 // one counted full, sourceSetSize); syn_protection 3 synproxy elements and counters, and the base
-// chains of the synproxy once.
+// chains of the synproxy once. Second chance adds its map and rule, its map counted full (one
+// element per slot).
 func elements(p *plan.Plan) int {
 	n := baseOperations
 	synproxy := false
@@ -42,6 +43,9 @@ func elements(p *plan.Plan) int {
 			n += 9 + 7*b + len(s.Slots)
 			if s.Uncounted {
 				n -= 2 * b
+			}
+			if givesSecondChance(s) {
+				n += 2 + len(s.Slots)
 			}
 		}
 		switch {

@@ -34,6 +34,9 @@ func TestElementsBoundsWhatIsRendered(t *testing.T) {
 			if s.Persistence > 0 { // its map, empty when applied, counts as full
 				sent += persistenceSize
 			}
+			if givesSecondChance(&s) { // likewise the second chance map
+				sent += len(s.Slots)
+			}
 			for _, limit := range []struct{ value, size int }{ // likewise the limits' dynamic sets
 				{s.Limits.NewConnectionsPerSourcePerSecond, sourceSetSize}, {s.Limits.ConnectionsPerSource, sourceSetSize}, {s.Limits.Connections, connsSetSize},
 			} {

@@ -116,6 +116,7 @@ type serviceKind string
 const (
 	serviceChain  serviceKind = "svc"      // the service chain, where the dispatch map goes
 	slotsMap      serviceKind = "slots"    // slot : backend chain (dsr: backend mark)
+	prevMap       serviceKind = "prev"     // second chance: slot : the backend chain it had before a change, for flow_timeout
 	membersMap    serviceKind = "members"  // backend . port : weight, so a listing needs no config
 	flowsMap      serviceKind = "flows"    // dsr: flow : backend mark, written by the packet path
 	marksMap      serviceKind = "backends" // dsr: backend mark : backend chain
@@ -144,7 +145,7 @@ const (
 	cookiesOK    serviceKind = "cookieok"  // syn_protection: SYNs the synproxy sent on a valid cookie
 )
 
-var serviceKinds = []serviceKind{serviceChain, slotsMap, membersMap, flowsMap, marksMap, newFlowsMap,
+var serviceKinds = []serviceKind{serviceChain, slotsMap, prevMap, membersMap, flowsMap, marksMap, newFlowsMap,
 	persistMap, liveSet, backendChains, chainCounter, packetCounter, newFlowCounter,
 	denyList, allowList, rateLimit, srcRateLimit, connsLimit, srcConnLimit, synCounter, cookieAcks, cookiesOK}
 
@@ -207,7 +208,7 @@ func serviceOf(name string) string {
 // serviceNames are the names of one service's chain and sets. Their hash covers everything the
 // service chain's rules depend on, so a change of those makes new objects.
 type serviceNames struct {
-	chain, slots, members, flows, marks, newFlows, live string
+	chain, slots, prev, members, flows, marks, newFlows, live string
 
 	// persist is the persistence map, none without persistence (see namesOf).
 	persist string
@@ -218,6 +219,9 @@ func namesOf(s *plan.Service) serviceNames {
 	parts := []string{describe(s), strconv.Itoa(len(s.Slots)), string(s.Fallback), s.FlowTimeout.String()}
 	// No tag without protection: the names of services without stay as they were.
 	parts = append(parts, protectionTag(s)...)
+	if givesSecondChance(s) {
+		parts = append(parts, string(prevMap))
+	}
 	if s.Persistence > 0 { // only then: the names of services without persistence stay as they were
 		parts = append(parts, s.Persistence.String(), strconv.Itoa(s.PersistencePrefix))
 	}
@@ -235,7 +239,7 @@ func namesOf(s *plan.Service) serviceNames {
 func serviceNamesOf(service, hash string) serviceNames {
 	name := func(k serviceKind) string { return serviceObject{kind: k, service: service, hash: hash}.String() }
 	return serviceNames{
-		chain: name(serviceChain), slots: name(slotsMap), members: name(membersMap),
+		chain: name(serviceChain), slots: name(slotsMap), prev: name(prevMap), members: name(membersMap),
 		flows: name(flowsMap), marks: name(marksMap), newFlows: name(newFlowsMap),
 		live: name(liveSet),
 	}

@@ -65,8 +65,9 @@ func readTable(st *state, f knftables.Family) error {
 }
 
 // packetPathKinds are the kinds of the sets whose elements the packet path writes: the dsr flow
-// maps, the persistence maps, the per-source and connection count sets of the limits.
-var packetPathKinds = map[serviceKind]bool{flowsMap: true, persistMap: true, srcRateLimit: true, connsLimit: true, srcConnLimit: true}
+// maps, the persistence maps, the per-source and connection count sets of the limits; and the
+// second chance maps, whose elements Apply writes as slots change (secondchance.go).
+var packetPathKinds = map[serviceKind]bool{flowsMap: true, prevMap: true, persistMap: true, srcRateLimit: true, connsLimit: true, srcConnLimit: true}
 
 // dumpTable dumps the objects of one kind (request get, replies of type reply) of Sluice's table
 // of family f; tableAttr is the kind's table attribute. A missing table is errNoTable.

@@ -50,6 +50,7 @@ func reconcile(tx *knftables.Transaction, have, want *state) int {
 			}
 		}
 	}
+	flushSecondChances(tx, have, want)
 	for _, k := range sortedKeys(want.sets) {
 		w, h := want.sets[k], have.sets[k]
 		for _, id := range sortedIDs(w.elems) {
@@ -58,6 +59,7 @@ func reconcile(tx *knftables.Transaction, have, want *state) int {
 			}
 		}
 	}
+	addSecondChances(tx, have, want)
 	// Obsolete objects: empty chains first so nothing refers to what is deleted next.
 	for _, k := range sortedKeys(have.chains) {
 		if want.chains[k] == nil && want.tables[k.family] {

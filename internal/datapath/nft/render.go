@@ -437,6 +437,9 @@ func renderNATService(st *state, s *plan.Service) {
 		for slot, bi := range s.Slots {
 			slots.add(&knftables.Element{Key: []string{strconv.Itoa(slot)}, Value: []string{gotoVerdict(backendChain(s.Name, string(s.Protocol), s.Backends[bi].ID(), ""))}})
 		}
+		if givesSecondChance(s) {
+			rules = append(rules, renderSecondChance(st, s, n))
+		}
 		rules = append(rules, fmt.Sprintf("meta l4proto %s %s vmap @%s", s.Protocol, selector(s), n.slots))
 	}
 	rules = append(rules, fallbackRule(s))

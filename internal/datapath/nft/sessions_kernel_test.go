@@ -25,7 +25,8 @@ var (
 )
 
 // sessionRig builds natTopology with the client addresses above and a third backend, 10.91.2.13,
-// each answering its own address on ports 80 and 81 (serveLocalAddr).
+// each answering its own address on ports 80 and 81 (serveLocalAddr), and on port 82 each line
+// of a connection that stays open (serveWhoAmI).
 func sessionRig(t *testing.T) (client netns.NsHandle, d *Datapath) {
 	t.Helper()
 	client, backends := natTopology(t)
@@ -41,6 +42,7 @@ func sessionRig(t *testing.T) (client netns.NsHandle, d *Datapath) {
 		addAddrs(t, "veth1", "10.91.2.13/24")
 		serveLocalAddr(t, ":80")
 		serveLocalAddr(t, ":81")
+		serveWhoAmI(t, ":82")
 	})
 	return client, newTestDatapath(t)
 }

@@ -1,0 +1,101 @@
+package nft
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+)
+
+// serveWhoAmI answers each line a connection sends with the address it was accepted on (the
+// backend the balancer chose), for as long as the connection lasts.
+func serveWhoAmI(t *testing.T, addr string) {
+	l := listenTCP(t, addr)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					if _, err := r.ReadString('\n'); err != nil {
+						return
+					}
+					if _, err := io.WriteString(c, c.LocalAddr().(*net.TCPAddr).IP.String()+"\n"); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+}
+
+// ask sends a line on a held connection and returns the backend that answered.
+func ask(c net.Conn) (netip.Addr, error) {
+	_ = c.SetDeadline(time.Now().Add(echoTimeout))
+	if _, err := io.WriteString(c, "who\n"); err != nil {
+		return netip.Addr{}, err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	return netip.ParseAddr(strings.TrimSpace(line))
+}
+
+// TestKernelSecondChance: connections held through the balancer lose their conntrack entries
+// (as on a node that takes them over without their state) right after a backend's weight went to
+// 0. Their next segment is a new flow to conntrack; the prev map sends it to the backend its slot
+// had, so every connection goes on, those of the drained backend included. A connection opened
+// after the change never goes to the drained backend.
+func TestKernelSecondChance(t *testing.T) {
+	inFreshNetns(t, func() {
+		client, d := sessionRig(t)
+		vip := netip.MustParseAddrPort("10.91.9.100:82")
+		drained := netip.MustParseAddr("10.91.2.13")
+		apply(t, d, sessionPlan(t, "", "port: 82", rigBackends(netip.Addr{})...))
+		var held []net.Conn
+		onDrained := 0
+		for i := range 24 {
+			c := dialSrc(t, client, netip.AddrPortFrom(clients24a[i%3], uint16(41000+i)), vip)
+			t.Cleanup(func() { c.Close() })
+			b, err := ask(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b == drained {
+				onDrained++
+			}
+			held = append(held, c)
+		}
+		if onDrained == 0 {
+			t.Fatalf("none of %d connections reached %s: pick other ports", len(held), drained)
+		}
+		apply(t, d, sessionPlan(t, "", "port: 82", rigBackends(drained)...))
+		if err := netlink.ConntrackTableFlush(netlink.ConntrackTable); err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range held {
+			if _, err := ask(c); err != nil {
+				t.Errorf("connection %d, its conntrack entry gone after the change: %v", i, err)
+			}
+		}
+		t.Logf("%d connections, %d of them on the drained backend", len(held), onDrained)
+		for i := range 12 {
+			c := dialSrc(t, client, netip.AddrPortFrom(clients24b[i%2], uint16(42000+i)), vip)
+			b, err := ask(c)
+			c.Close()
+			if err != nil || b == drained {
+				t.Errorf("a new connection after the change: %s, %v; want another backend than %s", b, err, drained)
+			}
+		}
+	})
+}
