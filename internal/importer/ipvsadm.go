@@ -278,7 +278,7 @@ func addIPVSServer(opts map[string]string, byKey map[string]*ipvsService, line i
 	}
 	switch {
 	case forward == "-i":
-		fail("-i (tunnel) refused: Sluice forwards by NAT or direct routing, not through IP-in-IP tunnels")
+		fail("-i refused: %s", tunnelRefused)
 		return false
 	case s.forward != "" && s.forward != forward:
 		fail("%s differs from %s of the service's real servers before: Sluice's mode is per service", forward, s.forward)

@@ -425,7 +425,7 @@ func (c *kaConverter) mode(s *stmt) config.Mode {
 	case "DR":
 		return config.ModeDSR
 	case "TUN":
-		c.fail(s, "%s TUN refused: Sluice forwards by NAT or direct routing, not through IP-in-IP tunnels", s.key())
+		c.fail(s, "%s TUN refused: %s", s.key(), tunnelRefused)
 	default:
 		c.fail(s, "%s %s refused: not NAT, DR or TUN", s.key(), s.args()[0])
 	}
