@@ -14,6 +14,9 @@ const (
 	EventSyncResync = "sync_resync"
 	// EventSyncInitial: the node has the peers' flows (or went ahead without, past the timeout).
 	EventSyncInitial = "sync_initial"
+	// EventSyncRejoin: a node cut off from every peer got one back: it waits for a resync before
+	// it takes traffic (it served nothing while alone), or goes on (it did); then the resync came.
+	EventSyncRejoin = "sync_rejoin"
 	// EventSyncFailed: the replication the sync section asks for could not start (retried).
 	EventSyncFailed = "sync_failed"
 )

@@ -35,13 +35,14 @@ func (r *Replicator) handle(ctx context.Context, dec *decoder, b []byte, from ne
 		r.dropped(from, reason, "")
 		return
 	}
-	p, up, reason, detail := r.admit(from, &m, now)
+	p, up, back, reason, detail := r.admit(from, &m, now)
 	if reason != "" {
 		r.dropped(from, reason, detail)
 		return
 	}
 	if up {
 		r.notify(Event{Kind: EventPeerUp, Peer: from, Message: fmt.Sprintf("peer %s up (node %016x)", from, m.node)})
+		r.notify(back...)
 		r.askResync(p)
 	}
 	switch m.kind {
@@ -76,18 +77,18 @@ func (r *Replicator) dropped(from netip.Addr, reason DropReason, detail string) 
 // admit checks an authenticated datagram's sender (a peer, not this node) and freshness (its
 // clock and sequence number), and records it; up tells that the peer came up (first heard,
 // heard again after being down, or a new node id).
-func (r *Replicator) admit(from netip.Addr, m *message, now time.Time) (p *peer, up bool, reason DropReason, detail string) {
+func (r *Replicator) admit(from netip.Addr, m *message, now time.Time) (p *peer, up bool, back []Event, reason DropReason, detail string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p = r.peers[from]
 	switch {
 	case p == nil && (!r.opts.Group.IsValid() || len(r.peers) >= maxGroupPeers):
-		return nil, false, DropUnknownPeer, ""
+		return nil, false, nil, DropUnknownPeer, ""
 	case m.node == r.node:
-		return nil, false, DropFromSelf, ""
+		return nil, false, nil, DropFromSelf, ""
 	}
 	if skew := now.Sub(time.Unix(0, m.time)); skew > r.opts.MaxSkew || skew < -r.opts.MaxSkew {
-		return nil, false, DropReplay, fmt.Sprintf("its clock is %s from this node's (at most %s): a replay, or clocks not in sync",
+		return nil, false, nil, DropReplay, fmt.Sprintf("its clock is %s from this node's (at most %s): a replay, or clocks not in sync",
 			skew.Round(time.Millisecond), r.opts.MaxSkew)
 	}
 	if p == nil {
@@ -96,18 +97,19 @@ func (r *Replicator) admit(from netip.Addr, m *message, now time.Time) (p *peer,
 	}
 	newNode, ok := p.admit(m)
 	if !ok {
-		return nil, false, DropReplay, fmt.Sprintf("node %016x sequence number %d seen or too old", m.node, m.seq)
+		return nil, false, nil, DropReplay, fmt.Sprintf("node %016x sequence number %d seen or too old", m.node, m.seq)
 	}
 	up = newNode || !p.connected
 	if up {
 		p.asked = nil // a fresh resync, with fresh attempts
+		back = r.noteBack(p, now)
 	}
 	p.connected, p.lastSeen = true, now
 	p.status.ReceivedEntries += uint64(len(m.flows))
 	if m.kind == msgUpdates || m.kind == msgHeartbeat {
 		p.status.Lag = now.Sub(time.Unix(0, m.time))
 	}
-	return p, up, "", ""
+	return p, up, back, "", ""
 }
 
 // importFlows writes a peer's flows into the datapath.
@@ -160,6 +162,7 @@ func (r *Replicator) resyncEnded(p *peer, m *message, now time.Time) {
 			close(r.synced)
 			evs = append(evs, Event{Kind: EventInitialSync, Peer: p.addr, Message: fmt.Sprintf("initial sync done: from %s", p.addr)})
 		}
+		evs = append(evs, r.rejoined(p.addr, now)...)
 	}
 	r.mu.Unlock()
 	r.notify(evs...)

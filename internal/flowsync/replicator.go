@@ -45,6 +45,8 @@ type Replicator struct {
 	unencodable atomic.Uint64
 	// refreshes, refreshesSkipped and refreshErrors count the refreshes sent, skipped and failed.
 	refreshes, refreshesSkipped, refreshErrors uint64
+	// alone is a time cut off from every peer, and the rejoin that follows it (rejoin.go).
+	alone isolation
 
 	running   atomic.Bool
 	closeOnce sync.Once
@@ -100,7 +102,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 	if r.opts.InitialSyncTimeout == 0 {
 		r.goWithout()
 	}
-	if err := r.dp.WatchFlows(ctx, r.queue.push); err != nil {
+	if err := r.dp.WatchFlows(ctx, r.countServed); err != nil {
 		return fmt.Errorf("flowsync: watch flows: %w", err)
 	}
 	var wg sync.WaitGroup
@@ -132,7 +134,7 @@ func (r *Replicator) Status() Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := Status{
-		NodeID: r.node, InitialSync: r.initial,
+		NodeID: r.node, InitialSync: r.initial, Rejoin: r.alone.rejoin,
 		QueueLength: q.length, QueueLimit: r.opts.QueueLimit, QueueDrops: q.drops, OldestQueued: q.oldest,
 		Unencodable: r.unencodable.Load(), SendErrors: r.sendErrors, Drops: maps.Clone(r.drops),
 		Refreshes: r.refreshes, RefreshesSkipped: r.refreshesSkipped, RefreshErrors: r.refreshErrors,
@@ -290,6 +292,7 @@ func (r *Replicator) check(now time.Time) {
 	var evs []Event
 	var again []*peer
 	r.mu.Lock()
+	evs = append(evs, r.rejoinExpired(now)...)
 	for _, p := range r.peers {
 		if p.connected && now.Sub(p.lastSeen) >= late {
 			p.connected = false
@@ -306,6 +309,7 @@ func (r *Replicator) check(now time.Time) {
 			}
 		}
 	}
+	r.noteAlone(now)
 	r.mu.Unlock()
 	r.notify(evs...)
 	for _, p := range again {

@@ -11,6 +11,9 @@ type Status struct {
 	// NodeID is this node's id, chosen at random when the Replicator was made.
 	NodeID      uint64
 	InitialSync InitialSync
+	// Rejoin is pending while the node, back from being cut off from every peer, waits for a
+	// resync (see Rejoining).
+	Rejoin Rejoin
 	// QueueLength flows wait to be sent, of at most QueueLimit; QueueDrops were dropped when it
 	// was full; OldestQueued is how long the oldest waiting one has waited.
 	QueueLength  int

@@ -197,8 +197,9 @@ func (r *Runner) stopFlows() {
 }
 
 // Ready tells whether the node has the state it needs before it takes traffic: no replication is
-// configured, or the initial sync from a peer completed, or its timeout passed. why says which,
-// or what it waits for.
+// configured, or the initial sync from a peer completed, or its timeout passed; and, back from
+// being cut off from every peer without serving meanwhile, a resync from a peer completed or its
+// timeout passed (flowsync's Rejoining). why says which, or what it waits for.
 func (r *Runner) Ready() (ready bool, why string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -212,6 +213,12 @@ func (r *Runner) Ready() (ready bool, why string) {
 	}
 	if r.needs.flows && !closed(r.flows.r.InitialSyncDone()) {
 		waiting = append(waiting, "the flow tables")
+	}
+	if len(waiting) == 0 && r.needs.flows {
+		if j := r.flows.r.Rejoining(); j.Pending {
+			return false, fmt.Sprintf("waiting for a full resync of the flow tables: this node was cut off from every peer, served no new flow meanwhile, and %s came back %s ago (at most %s)",
+				j.Peer, time.Since(j.Since).Round(time.Millisecond), timeout)
+		}
 	}
 	switch {
 	case len(waiting) == 0:
