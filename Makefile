@@ -1,4 +1,5 @@
-# Sluice: `make demo` shows it working, `make test` proves it. Both install what they need.
+# Sluice: `make demo` shows it working, `make test` proves it. Both install what they need:
+# make deps the Debian packages and Go modules, make lint (part of make test) the pinned linter.
 GO ?= go
 BIN ?= bin/sluice
 
@@ -28,6 +29,7 @@ FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 
 all: build
 
+# The packages and modules the build, the lab and the demo need; no linter (make lint installs it).
 deps:
 	./scripts/deps.sh
 

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs what Sluice's build, tests and demo need on a fresh Debian machine (idempotent).
+# Installs the Debian packages and Go modules that Sluice's build, lab, tests and demo need on a
+# fresh Debian machine (idempotent). The pinned linter is not among them: make lint (and so make
+# test) installs it with scripts/tools.sh, so make demo builds no linter.
 set -euo pipefail
 need=()
 for pair in clang-14:clang-14 llvm-strip-14:llvm-14 clang-format-14:clang-format-14 /usr/include/linux/bpf.h:linux-libc-dev nft:nftables nginx:nginx-light wrk:wrk /usr/lib/nginx/modules/ngx_http_echo_module.so:libnginx-mod-http-echo curl:curl ip:iproute2 conntrack:conntrack conntrackd:conntrackd hping3:hping3 bird:bird2 keepalived:keepalived trafgen:netsniff-ng iptables:iptables; do
@@ -25,4 +27,3 @@ if [ ${#need[@]} -gt 0 ]; then
 	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 go mod download
-"$(dirname "$0")/tools.sh"
