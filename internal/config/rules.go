@@ -143,5 +143,6 @@ var rules = map[reflect.Type]map[string]rule{
 		"port":                 zeroOr(syncPortBounds),
 		"secret_file":          {required: true},
 		"initial_sync_timeout": {pattern: durationPattern},
+		"refresh_interval":     {pattern: durationPattern},
 	},
 }

@@ -30,6 +30,10 @@ type Sync struct {
 	// InitialSyncTimeout is how long a node that starts waits for a peer's full resync before it
 	// takes traffic without it; default 10s, 0s: it does not wait.
 	InitialSyncTimeout string `yaml:"initial_sync_timeout,omitempty" json:"initial_sync_timeout,omitempty"`
+	// RefreshInterval is how often a node sends its peers its whole table of active flows again
+	// (ebpf), so that their copies keep a fresh idle time; default 1m, 10s-10m. It must stay below
+	// the services' flow_timeout for a copy to count as active between two refreshes.
+	RefreshInterval string `yaml:"refresh_interval,omitempty" json:"refresh_interval,omitempty"`
 }
 
 // Defaults and bounds of the sync section.
@@ -37,6 +41,11 @@ const (
 	DefaultSyncPort           = 3780
 	DefaultInitialSyncTimeout = 10 * time.Second
 	MaxInitialSyncTimeout     = 10 * time.Minute
+	// DefaultRefreshInterval, MinRefreshInterval and MaxRefreshInterval are flowsync's (which
+	// config does not import: config_test holds them equal).
+	DefaultRefreshInterval = time.Minute
+	MinRefreshInterval     = 10 * time.Second
+	MaxRefreshInterval     = 10 * time.Minute
 	// MaxSyncPeers bounds the unicast peers: every update goes to each of them.
 	MaxSyncPeers = 16
 )
@@ -58,6 +67,11 @@ func (s *Sync) ConntrackdPort() int { return s.PortOrDefault() + 1 }
 // InitialSyncTimeoutOrDefault is how long a starting node waits for its first full resync.
 func (s *Sync) InitialSyncTimeoutOrDefault() time.Duration {
 	return durationOr(s.InitialSyncTimeout, DefaultInitialSyncTimeout)
+}
+
+// RefreshIntervalOrDefault is how often a node resends its active flows to its peers.
+func (s *Sync) RefreshIntervalOrDefault() time.Duration {
+	return durationOr(s.RefreshInterval, DefaultRefreshInterval)
 }
 
 // Clone returns a deep copy of s (nil for nil).
@@ -101,6 +115,11 @@ func (c *Config) validateSync(fail func(path, format string, args ...any)) {
 	if s.InitialSyncTimeout != "" {
 		if d, err := time.ParseDuration(s.InitialSyncTimeout); err != nil || d < 0 || d > MaxInitialSyncTimeout {
 			fail("sync.initial_sync_timeout", "%q is not a duration between 0s and %s (like 10s)", s.InitialSyncTimeout, MaxInitialSyncTimeout)
+		}
+	}
+	if s.RefreshInterval != "" {
+		if d, err := time.ParseDuration(s.RefreshInterval); err != nil || d < MinRefreshInterval || d > MaxRefreshInterval {
+			fail("sync.refresh_interval", "%q is not a duration between %s and %s (like 1m): below, a large table would not be sent in time; above, the peers' copies age past a flow_timeout", s.RefreshInterval, MinRefreshInterval, MaxRefreshInterval)
 		}
 	}
 }

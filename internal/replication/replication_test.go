@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/datapath/fake"
+	"github.com/sluicelb/sluice/internal/flowsync"
 )
 
 func TestNeeds(t *testing.T) {
@@ -65,5 +66,15 @@ func TestCheckNamesTheField(t *testing.T) {
 	}
 	if err := r.Set(&config.Config{}); err != nil {
 		t.Errorf("Set without a section: %v", err)
+	}
+}
+
+// TestRefreshIntervalBoundsAreFlowsync's: the sync section's refresh_interval bounds and default
+// are the flowsync package's (config does not import it).
+func TestRefreshIntervalBoundsAreFlowsyncs(t *testing.T) {
+	if config.DefaultRefreshInterval != flowsync.DefaultRefreshInterval || config.MinRefreshInterval != flowsync.MinRefreshInterval ||
+		config.MaxRefreshInterval != flowsync.MaxRefreshInterval {
+		t.Errorf("config's refresh interval %s (%s-%s), flowsync's %s (%s-%s)", config.DefaultRefreshInterval, config.MinRefreshInterval,
+			config.MaxRefreshInterval, flowsync.DefaultRefreshInterval, flowsync.MinRefreshInterval, flowsync.MaxRefreshInterval)
 	}
 }
