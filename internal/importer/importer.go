@@ -18,7 +18,10 @@ type Result struct {
 	// Source says what was converted, like "keepalived /etc/keepalived/keepalived.conf".
 	Source string
 	// Notes are about the whole source: sections skipped, options dropped.
-	Notes    []string
+	Notes []string
+	// Warnings are about how the source was read (FILE:LINE: what), for standard error: a
+	// key repeated in nftlb's JSON.
+	Warnings []string
 	Services []Service
 	// rendered is the YAML that finish validated.
 	rendered []byte

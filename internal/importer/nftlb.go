@@ -1,16 +1,11 @@
 package importer
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicelb/sluice/internal/boundedread"
 	"github.com/sluicelb/sluice/internal/config"
@@ -18,36 +13,36 @@ import (
 
 // nftlbFarm is the part of an nftlb farm that converts; the rest is read key by key.
 type nftlbFarm struct {
-	Name       string `yaml:"name"`
-	Addr       string `yaml:"virtual-addr"`
-	Ports      string `yaml:"virtual-ports"`
-	Protocol   string `yaml:"protocol"`
-	Mode       string `yaml:"mode"`
-	Scheduler  string `yaml:"scheduler"`
-	SchedParam string `yaml:"sched-param"`
-	Persist    string `yaml:"persistence"`
-	PersistTTL string `yaml:"persist-ttl"`
-	Helper     string `yaml:"helper"`
+	Name       string `json:"name"`
+	Addr       string `json:"virtual-addr"`
+	Ports      string `json:"virtual-ports"`
+	Protocol   string `json:"protocol"`
+	Mode       string `json:"mode"`
+	Scheduler  string `json:"scheduler"`
+	SchedParam string `json:"sched-param"`
+	Persist    string `json:"persistence"`
+	PersistTTL string `json:"persist-ttl"`
+	Helper     string `json:"helper"`
 	// NewRateLimit, NewRateBurst and ConnLimit are per client address; Verdict is what
 	// nftlb does with a client over them or matched by a policy.
-	NewRateLimit string         `yaml:"new-rtlimit"`
-	NewRateBurst string         `yaml:"new-rtlimit-burst"`
-	ConnLimit    string         `yaml:"est-connlimit"`
-	Verdict      string         `yaml:"verdict"`
-	State        string         `yaml:"state"`
-	Backends     []nftlbBackend `yaml:"backends"`
+	NewRateLimit string `json:"new-rtlimit"`
+	NewRateBurst string `json:"new-rtlimit-burst"`
+	ConnLimit    string `json:"est-connlimit"`
+	Verdict      string `json:"verdict"`
+	State        string `json:"state"`
+	Backends     []nftlbBackend
 }
 
-// nftlbBackend is one backend of a farm.
+// nftlbBackend is one backend of a farm, at its line.
 type nftlbBackend struct {
-	Name      string `yaml:"name"`
-	Addr      string `yaml:"ip-addr"`
-	Port      string `yaml:"port"`
-	Weight    string `yaml:"weight"`
-	Priority  string `yaml:"priority"`
-	ConnLimit string `yaml:"est-connlimit"`
-	State     string `yaml:"state"`
-	Mark      string `yaml:"mark"`
+	Name      string `json:"name"`
+	Addr      string `json:"ip-addr"`
+	Port      string `json:"port"`
+	Weight    string `json:"weight"`
+	Priority  string `json:"priority"`
+	ConnLimit string `json:"est-connlimit"`
+	State     string `json:"state"`
+	Mark      string `json:"mark"`
 	line      int
 }
 
@@ -65,45 +60,68 @@ var nftlbDropped = map[string]string{
 	"rst-rtlimit-log-prefix": "Sluice logs events, not packets", "log-rtlimit": "Sluice logs events, not packets",
 	"intra-connect": "not supported",
 	"responsettl":   "not supported", "virtual-addr6": "not supported",
+	"sessions": "Sluice learns persistence from the flows",
+}
+
+// nftlbState are keys of nftlb's own dumps that configure nothing: counters and commands.
+var nftlbState = []string{"counter-packets", "counter-bytes", "action", "newname", "used", "expiration"}
+
+// nftlbKnown are the other keys nftlb reads (include/config.h); it ignores the rest.
+var nftlbKnown = []string{"fqdn", "iether-addr", "oether-addr", "ports", "type", "timeout", "elements", "data", "time", "client", "backend", "addresses", "route"}
+
+// nftlbOff are the values of dropped keys that mean "off" or nftlb's default, which its
+// dumps write out.
+var nftlbOff = []string{"", "0", "0x0", "none", "off"}
+
+// nftlbDrop notes a farm key the converter does not read: dropped with the reason, or ignored
+// as nftlb ignores it; a value that means "off" is dropped without a note.
+func nftlbDrop(key, value string, note func(string, ...any)) {
+	switch why, dropped := nftlbDropped[key]; {
+	case slices.Contains(nftlbConverted, key), slices.Contains(nftlbState, key):
+	case dropped:
+		if !slices.Contains(nftlbOff, value) && (key != "priority" || value != "1") {
+			note("%s %s: dropped, %s.", plain(key), plain(value), why)
+		}
+	case slices.Contains(nftlbKnown, key):
+		note("%s %s: dropped, Sluice has no equivalent.", plain(key), plain(value))
+	default:
+		note("%s: ignored, as nftlb ignores it (not one of its keys).", plain(key))
+	}
 }
 
 // nftlbConverted are the farm keys the converter reads (family: the addresses tell it).
 var nftlbConverted = []string{"name", "family", "virtual-addr", "virtual-ports", "protocol", "mode", "scheduler", "sched-param", "persistence", "persist-ttl", "helper", "state", "backends", "new-rtlimit", "new-rtlimit-burst", "est-connlimit", "verdict", "policies"}
 
 // Nftlb converts an nftlb JSON config ({"farms": [...]}) into services: one per farm, port list
-// item and protocol.
+// item and protocol. It reads the JSON as nftlb does: a repeated key takes its last value
+// (with a warning), numbers may be strings.
 func Nftlb(path string) (*Result, error) {
 	data, err := boundedread.File(path, boundedread.ImportBytes)
 	if err != nil {
 		return nil, err
 	}
-	if !json.Valid(data) {
-		var syntax *json.SyntaxError
-		if err := json.Unmarshal(data, new(any)); errors.As(err, &syntax) {
-			return nil, &Error{path, 1 + bytes.Count(data[:syntax.Offset], []byte("\n")), "not JSON: " + err.Error()}
-		}
-		return nil, fmt.Errorf("%s: not JSON", path)
+	doc, warnings, err := parseJSON(path, data)
+	if err != nil {
+		return nil, err
 	}
-	// JSON is YAML, whose nodes know their lines; JSON's tabs are only ever blanks.
-	var root yaml.Node
-	if err := yaml.Unmarshal(bytes.ReplaceAll(data, []byte("\t"), []byte(" ")), &root); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	doc := root.Content[0]
-	if doc.Kind != yaml.MappingNode {
-		return nil, &Error{path, doc.Line, "not an nftlb config: an object with the farms"}
+	if doc.kind != jsonObject {
+		return nil, &Error{path, doc.line, "not an nftlb config: an object with the farms, not " + doc.what()}
 	}
 	c := &nftlbConverter{file: path, names: namer{}, policy: map[string]*nftlbPolicy{}}
-	res := &Result{Source: "nftlb " + path}
+	res := &Result{Source: "nftlb " + path, Notes: warnings, Warnings: warnings}
 	// Farms name the policies, which may come after them.
-	if policies := mapping(doc, "policies"); policies != nil {
+	if policies := doc.get("policies"); policies != nil {
 		c.policies(policies)
 	}
-	for i := 0; i+1 < len(doc.Content); i += 2 {
-		key, value := doc.Content[i], doc.Content[i+1]
-		switch key.Value {
+	for i, key := range doc.keys {
+		value := doc.items[i]
+		switch key {
 		case "farms":
-			for _, farm := range value.Content {
+			if value.kind != jsonArray {
+				c.errs.add(path, value.line, "farms is %s: nftlb takes an array of farms", value.what())
+				continue
+			}
+			for _, farm := range value.items {
 				res.Services = append(res.Services, c.farm(farm)...)
 				if c.fatal != nil {
 					return nil, c.fatal
@@ -111,7 +129,7 @@ func Nftlb(path string) (*Result, error) {
 			}
 		case "policies":
 		default:
-			res.Notes = append(res.Notes, fmt.Sprintf("%s: dropped, Sluice has no equivalent.", plain(key.Value)))
+			res.Notes = append(res.Notes, fmt.Sprintf("%s: dropped, Sluice has no equivalent.", plain(key)))
 		}
 	}
 	if err := c.errs.err(); err != nil {
@@ -137,53 +155,38 @@ type nftlbConverter struct {
 	fatal error
 }
 
-// mapping returns the value node of key in a mapping node, nil when absent.
-func mapping(n *yaml.Node, key string) *yaml.Node {
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			return n.Content[i+1]
-		}
-	}
-	return nil
-}
-
 // farm converts one farm into a service per protocol and port list item.
-func (c *nftlbConverter) farm(n *yaml.Node) []Service {
-	var f nftlbFarm
-	if err := n.Decode(&f); err != nil {
-		c.errs.add(c.file, n.Line, "farm: %v", err)
+func (c *nftlbConverter) farm(n *jsonNode) []Service {
+	if n.kind != jsonObject {
+		c.errs.add(c.file, n.line, "a farm is %s: nftlb takes an object", n.what())
 		return nil
 	}
-	if backends := mapping(n, "backends"); backends != nil {
-		for i := range f.Backends {
-			f.Backends[i].line = backends.Content[i].Line
+	before := c.errs.count()
+	var f nftlbFarm
+	scalars(n, &f, &c.errs, c.file, "farm")
+	for _, b := range c.list(n.get("backends"), "backends") {
+		nb := nftlbBackend{line: b.line}
+		if b.kind != jsonObject {
+			c.errs.add(c.file, b.line, "a backend is %s: nftlb takes an object", b.what())
+			continue
 		}
+		scalars(b, &nb, &c.errs, c.file, "backend")
+		f.Backends = append(f.Backends, nb)
 	}
 	line := func(key string) int {
-		if v := mapping(n, key); v != nil {
-			return v.Line
+		if v := n.get(key); v != nil {
+			return v.line
 		}
-		return n.Line
+		return n.line
 	}
-	before := c.errs.count()
-	tmpl := Service{Notes: []string{fmt.Sprintf("from nftlb farm %s (%s:%d)", plain(f.Name), c.file, n.Line)}, at: pos{c.file, n.Line}}
+	tmpl := Service{Notes: []string{fmt.Sprintf("from nftlb farm %s (%s:%d)", plain(f.Name), c.file, n.line)}, at: pos{c.file, n.line}}
 	note := func(format string, args ...any) { tmpl.Notes = append(tmpl.Notes, fmt.Sprintf(format, args...)) }
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		key, value := n.Content[i].Value, n.Content[i+1].Value
-		if slices.Contains(nftlbConverted, key) {
-			continue
-		}
-		if why, ok := nftlbDropped[key]; ok {
-			if value != "" && value != "0" && value != "none" && value != "off" {
-				note("%s %s: dropped, %s.", plain(key), plain(value), why)
-			}
-			continue
-		}
-		note("%s %s: dropped, Sluice has no equivalent.", plain(key), plain(value))
+	for i, key := range n.keys {
+		nftlbDrop(key, n.items[i].text, note)
 	}
 	if f.State == "off" || f.State == "down" {
 		c.errs.truncate(before)
-		c.notes = append(c.notes, fmt.Sprintf("farm %s (line %d) is %s: not imported.", plain(f.Name), n.Line, f.State))
+		c.notes = append(c.notes, fmt.Sprintf("farm %s (line %d) is %s: not imported.", plain(f.Name), n.line, f.State))
 		return nil
 	}
 	switch f.Mode {
@@ -194,7 +197,8 @@ func (c *nftlbConverter) farm(n *yaml.Node) []Service {
 	case "dsr":
 		tmpl.Mode = config.ModeDSR
 	case "stlsdnat":
-		c.errs.add(c.file, line("mode"), "mode stlsdnat refused: Sluice's nat tracks connections; stateless DNAT has no equivalent")
+		tmpl.Mode = config.ModeNAT
+		note("mode stlsdnat: nat; nftlb rewrites each packet without state, Sluice tracks the flows (the client and the backends see the same packets).")
 	default:
 		c.errs.add(c.file, line("mode"), "mode %q refused: not snat, dnat, dsr or stlsdnat", f.Mode)
 	}
@@ -215,7 +219,7 @@ func (c *nftlbConverter) farm(n *yaml.Node) []Service {
 	}
 	c.backends(&f, &tmpl, note)
 	c.limits(&f, &tmpl, line, note)
-	if f.Verdict != "" && !strings.Contains(f.Verdict, "drop") && (tmpl.Limits != nil || mapping(n, "policies") != nil) {
+	if f.Verdict != "" && !strings.Contains(f.Verdict, "drop") && (tmpl.Limits != nil || n.get("policies") != nil) {
 		c.errs.add(c.file, line("verdict"), "verdict %s refused: nftlb lets in what its limits and policies match, Sluice drops it", f.Verdict)
 	}
 	if c.errs.count() > before {
@@ -296,7 +300,7 @@ func (c *nftlbConverter) backends(f *nftlbFarm, tmpl *Service, note func(string,
 				c.errs.add(c.file, nb.line, "backend %s est-connlimit %q is not from 0 to %d", nb.Name, nb.ConnLimit, config.MaxConnectionThreshold)
 			}
 		}
-		if nb.Mark != "" && nb.Mark != "0x0" && nb.Mark != "0" {
+		if !slices.Contains(nftlbOff, nb.Mark) {
 			note("backend %s mark %s: dropped, Sluice does not mark packets.", plain(nb.Name), plain(nb.Mark))
 		}
 		if tmpl.Mode == config.ModeDSR {
@@ -328,8 +332,20 @@ func (c *nftlbConverter) backends(f *nftlbFarm, tmpl *Service, note func(string,
 	}
 }
 
+// list is the elements of an array value (what names it for an error), nil when n is absent.
+func (c *nftlbConverter) list(n *jsonNode, what string) []*jsonNode {
+	switch {
+	case n == nil || n.kind == jsonNull:
+		return nil
+	case n.kind != jsonArray:
+		c.errs.add(c.file, n.line, "%s is %s: nftlb takes an array", what, n.what())
+		return nil
+	}
+	return n.items
+}
+
 // expand makes a service per protocol ("all" is tcp and udp) and virtual-ports item.
-func (c *nftlbConverter) expand(n *yaml.Node, f *nftlbFarm, tmpl Service, line func(string) int) []Service {
+func (c *nftlbConverter) expand(n *jsonNode, f *nftlbFarm, tmpl Service, line func(string) int) []Service {
 	vip, err := parseAddr(f.Addr)
 	if err != nil {
 		c.errs.add(c.file, line("virtual-addr"), "virtual-addr: %v", err)
@@ -368,7 +384,7 @@ func (c *nftlbConverter) expand(n *yaml.Node, f *nftlbFarm, tmpl Service, line f
 	var out []Service
 	for _, proto := range protos {
 		for _, r := range ports {
-			if err := c.out.take(pos{c.file, n.Line}, 1, len(tmpl.Backends)+len(tmpl.SorryServers)); err != nil {
+			if err := c.out.take(pos{c.file, n.line}, 1, len(tmpl.Backends)+len(tmpl.SorryServers)); err != nil {
 				c.fatal = err
 				return nil
 			}

@@ -7,15 +7,13 @@ import (
 	"strconv"
 	"strings"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/sluicelb/sluice/internal/config"
 )
 
 // nftlbPolicy is one of nftlb's named client lists, which farms attach by name.
 type nftlbPolicy struct {
-	Name     string `yaml:"name"`
-	Type     string `yaml:"type"`
+	Name     string `json:"name"`
+	Type     string `json:"type"`
 	prefixes []netip.Prefix
 	line     int
 	used     bool
@@ -25,41 +23,44 @@ type nftlbPolicy struct {
 var nftlbPolicyKeys = []string{"name", "type", "family", "elements"}
 
 // policies reads the file's policies by name, checking their elements.
-func (c *nftlbConverter) policies(list *yaml.Node) {
-	for _, n := range list.Content {
-		p := &nftlbPolicy{line: n.Line}
-		if err := n.Decode(p); err != nil {
-			c.errs.add(c.file, n.Line, "policy: %v", err)
+func (c *nftlbConverter) policies(list *jsonNode) {
+	for _, n := range c.list(list, "policies") {
+		p := &nftlbPolicy{line: n.line}
+		if n.kind != jsonObject {
+			c.errs.add(c.file, n.line, "a policy is %s: nftlb takes an object", n.what())
+			continue
+		}
+		before := c.errs.count()
+		scalars(n, p, &c.errs, c.file, "policy")
+		if c.errs.count() > before {
 			continue
 		}
 		if p.Type != "blacklist" && p.Type != "whitelist" {
-			c.errs.add(c.file, n.Line, "policy %s type %q refused: not blacklist or whitelist", p.Name, p.Type)
+			c.errs.add(c.file, n.line, "policy %s type %q refused: not blacklist or whitelist", p.Name, p.Type)
 			continue
 		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			if key, value := n.Content[i].Value, n.Content[i+1].Value; !slices.Contains(nftlbPolicyKeys, key) && value != "" {
+		for i, key := range n.keys {
+			if value := n.items[i].text; !slices.Contains(nftlbPolicyKeys, key) && value != "" {
 				c.notes = append(c.notes, fmt.Sprintf("policy %s %s %s: dropped, Sluice has no equivalent.", plain(p.Name), plain(key), plain(value)))
 			}
 		}
-		if elements := mapping(n, "elements"); elements != nil {
-			for _, e := range elements.Content {
-				data := ""
-				if v := mapping(e, "data"); v != nil {
-					data = v.Value
-				}
-				prefix, note, err := nftlbPrefix(data)
-				if err != nil {
-					c.errs.add(c.file, e.Line, "policy %s element: %v", p.Name, err)
-					continue
-				}
-				if note != "" {
-					c.notes = append(c.notes, fmt.Sprintf("policy %s: %s", plain(p.Name), note))
-				}
-				p.prefixes = append(p.prefixes, prefix)
+		for _, e := range c.list(n.get("elements"), "policy "+p.Name+" elements") {
+			data := ""
+			if v := e.get("data"); v != nil {
+				data = v.text
 			}
+			prefix, note, err := nftlbPrefix(data)
+			if err != nil {
+				c.errs.add(c.file, e.line, "policy %s element: %v", p.Name, err)
+				continue
+			}
+			if note != "" {
+				c.notes = append(c.notes, fmt.Sprintf("policy %s: %s", plain(p.Name), note))
+			}
+			p.prefixes = append(p.prefixes, prefix)
 		}
 		if c.policy[p.Name] != nil {
-			c.errs.add(c.file, n.Line, "policy %s is defined twice (first at line %d)", p.Name, c.policy[p.Name].line)
+			c.errs.add(c.file, n.line, "policy %s is defined twice (first at line %d)", p.Name, c.policy[p.Name].line)
 			continue
 		}
 		c.policy[p.Name] = p
@@ -95,20 +96,16 @@ func (c *nftlbConverter) unusedPolicies() {
 // farmPolicies maps the policies a farm attaches: blacklists to source_deny, a whitelist to
 // source_allow, both with the prefixes of the VIP's family only (the others cannot match its
 // clients). A whitelist left empty is refused: nftlb lets no client in, source_allow: [] all.
-func (c *nftlbConverter) farmPolicies(n *yaml.Node, farm string, vip netip.Addr, tmpl *Service) {
-	list := mapping(n, "policies")
-	if list == nil {
-		return
-	}
+func (c *nftlbConverter) farmPolicies(n *jsonNode, farm string, vip netip.Addr, tmpl *Service) {
 	var whitelist *nftlbPolicy
-	for _, ref := range list.Content {
+	for _, ref := range c.list(n.get("policies"), "farm "+farm+" policies") {
 		name := ""
-		if v := mapping(ref, "name"); v != nil {
-			name = v.Value
+		if v := ref.get("name"); v != nil {
+			name = v.text
 		}
 		p := c.policy[name]
 		if p == nil {
-			c.errs.add(c.file, ref.Line, "farm %s policy %q is not defined in the file's policies", farm, name)
+			c.errs.add(c.file, ref.line, "farm %s policy %q is not defined in the file's policies", farm, name)
 			continue
 		}
 		p.used = true
@@ -127,9 +124,9 @@ func (c *nftlbConverter) farmPolicies(n *yaml.Node, farm string, vip netip.Addr,
 		}
 		switch {
 		case whitelist != nil:
-			c.errs.add(c.file, ref.Line, "farm %s whitelists %s and %s refused: Sluice's source_allow is one list (merge them into one policy)", farm, whitelist.Name, p.Name)
+			c.errs.add(c.file, ref.line, "farm %s whitelists %s and %s refused: Sluice's source_allow is one list (merge them into one policy)", farm, whitelist.Name, p.Name)
 		case len(kept) == 0:
-			c.errs.add(c.file, ref.Line, "farm %s whitelist %s has no element for %s refused: nftlb lets no client in, an empty source_allow lets all in", farm, p.Name, vip)
+			c.errs.add(c.file, ref.line, "farm %s whitelist %s has no element for %s refused: nftlb lets no client in, an empty source_allow lets all in", farm, p.Name, vip)
 		}
 		whitelist = p
 		tmpl.SourceAllow = kept
