@@ -20,11 +20,14 @@ var backInstance = vrrpInstance{"back", "eth1", 92, vrrpBackGateway}
 
 // natPairConfig is node i's config: the web service in nat or fullnat mode (translated to the
 // backends'-side VRRP address, which moves with the flows), its flows replicated to the other
-// node over the backends' side.
+// node over the backends' side (none without a secretFile).
 func natPairConfig(datapath, mode string, i int, secretFile string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "datapath: %s\nsync:\n  interface: eth1\n  address: %s\n  peers: [%s]\n  secret_file: %s\n  initial_sync_timeout: 3s\n",
-		datapath, theFleet.BalancerBackSideAddr(i, false), theFleet.BalancerBackSideAddr(3-i, false), secretFile)
+	fmt.Fprintf(&b, "datapath: %s\n", datapath)
+	if secretFile != "" {
+		fmt.Fprintf(&b, "sync:\n  interface: eth1\n  address: %s\n  peers: [%s]\n  secret_file: %s\n  initial_sync_timeout: 3s\n",
+			theFleet.BalancerBackSideAddr(i, false), theFleet.BalancerBackSideAddr(3-i, false), secretFile)
+	}
 	fmt.Fprintf(&b, "services:\n  - name: web\n    vip: %s\n    port: 80\n    mode: %s\n", fleetVIP4, mode)
 	if mode == "fullnat" {
 		fmt.Fprintf(&b, "    fullnat_source: %s\n", vrrpBackGateway)
@@ -53,14 +56,7 @@ func TestKeepalivedPairNATTakeover(t *testing.T) {
 }
 
 func testNATTakeover(t *testing.T, datapath, mode string) {
-	client := theFleet.ClientAddr(false).String() + "/32"
-	for j := 1; j <= labBackends && mode == "nat"; j++ { // fullnat's replies go to its source
-		ns := theFleet.BackendNS(j)
-		if r := run(t, "ip", "-n", ns, "route", "add", client, "via", vrrpBackGateway.String()); r.Err != nil {
-			t.Fatalf("backend %d: route to the client via %s: %v: %s", j, vrrpBackGateway, r.Err, r.Stderr)
-		}
-		t.Cleanup(func() { run(t, "ip", "-n", ns, "route", "del", client) })
-	}
+	routeClientViaBackGateway(t, mode)
 	secret := filepath.Join(t.TempDir(), "sync.key")
 	if err := os.WriteFile(secret, []byte("a secret the two nodes share\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -116,6 +112,55 @@ func testNATTakeover(t *testing.T, datapath, mode string) {
 	t.Logf("%s %s: node 1 restarted and took the addresses back after %v; slowest long-lived request %v", datapath, mode, back.Round(time.Millisecond), slowest.Round(time.Millisecond))
 	if r := nodes[0].cli("sync"); r.Err == nil {
 		t.Logf("node 1's sluice sync:\n%s", r.Stdout)
+	}
+}
+
+// routeClientViaBackGateway routes the backends' replies to the client through the pair's
+// backends'-side VRRP address, under nat (fullnat's replies go to its source), until the test
+// ends.
+func routeClientViaBackGateway(t *testing.T, mode string) {
+	t.Helper()
+	client := theFleet.ClientAddr(false).String() + "/32"
+	for j := 1; j <= labBackends && mode == "nat"; j++ {
+		ns := theFleet.BackendNS(j)
+		if r := run(t, "ip", "-n", ns, "route", "add", client, "via", vrrpBackGateway.String()); r.Err != nil {
+			t.Fatalf("backend %d: route to the client via %s: %v: %s", j, vrrpBackGateway, r.Err, r.Stderr)
+		}
+		t.Cleanup(func() { run(t, "ip", "-n", ns, "route", "del", client) })
+	}
+}
+
+// TestKeepalivedPairSecondChance: a pair that replicates nothing. The backend that holds some of
+// the long-lived connections leaves the table on both nodes (weight 0), then the master dies:
+// the new master has no state for any connection, but each one's slot remembers the backend it
+// had before the change (second chance), so every connection goes on, those of the backend
+// that left included. (Without second chance, those are reset: their slot now names another
+// backend.)
+func TestKeepalivedPairSecondChance(t *testing.T) {
+	fleetLab(t)
+	for _, dp := range []string{"nft", "ebpf"} {
+		t.Run(dp, func(t *testing.T) {
+			routeClientViaBackGateway(t, "nat")
+			nodes := startPair(t, func(i int) string { return natPairConfig(dp, "nat", i, "") }, frontInstance, backInstance)
+			conns := startLongLived(t, longLivedConns, netip.AddrPortFrom(fleetVIP4, 80))
+			time.Sleep(500 * time.Millisecond)
+			for i, d := range nodes {
+				if r := d.cli("backend", "weight", "web", theFleet.BackendAddr(1, false).String(), "0"); r.Err != nil {
+					t.Fatalf("node %d: backend weight: %v\n%s", i+1, r.Err, r.Stderr)
+				}
+			}
+			time.Sleep(500 * time.Millisecond)
+			if err := theFleet.CutBalancer(1); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = theFleet.RestoreBalancer(1) }()
+			waitFor(t, "node 2 takes the addresses over", 15*time.Second, func() bool { return vrrpHolder(t) == 2 })
+			time.Sleep(2 * time.Second)
+			conns.requireKept(t)
+			if r := nodes[1].cli("list", "-o", "json"); r.Err == nil && dp == "ebpf" {
+				t.Logf("node 2's list:\n%s", r.Stdout)
+			}
+		})
 	}
 }
 
