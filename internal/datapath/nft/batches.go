@@ -14,45 +14,56 @@ import (
 // 17 GB), so a batch of 40,000 stays near 64 MB whatever the size of the config.
 const maxBatchOperations = 40000
 
-// batches splits the change from have to want into states to reconcile one after another, each in
+// batch is one transaction of a change: the states it reconciles, and the services it changes
+// (none for the first and last batches of a split change, which hold only shared objects).
+type batch struct {
+	have, want *state
+	services   []string
+}
+
+// batches splits the change from have to want into batches to reconcile one after another, each in
 // its own transaction of about maxOps operations at most. A service's objects and its elements of
 // the shared sets always travel together, so every transaction takes each service it touches from
 // its old state to its new one at once; services whose shared elements share a key (a VIP handed
 // from one service to another) travel together too. The first batch creates the shared objects
 // both states need, and the last deletes those want no longer holds. A change that fits in one
 // transaction is one batch: have to want.
-func batches(have, want *state, maxOps int) [][2]*state {
+func batches(have, want *state, maxOps int) []batch {
 	units := changeUnits(have, want)
 	total := 0
+	var all []string
 	for _, u := range units {
 		total += u.ops
+		all = append(all, u.services...)
 	}
 	if total <= maxOps {
-		return [][2]*state{{have, want}}
+		slices.Sort(all)
+		return []batch{{have, want, all}}
 	}
 	haveBase, wantBase := have.base(), want.base()
 	bridge := haveBase.union(wantBase)
-	out := [][2]*state{{haveBase, bridge}}
-	var group map[string]bool
+	out := []batch{{have: haveBase, want: bridge}}
+	var group []string
 	ops := 0
 	flush := func() {
 		if len(group) > 0 {
-			out = append(out, [2]*state{have.only(group, bridge), want.only(group, bridge)})
+			named := map[string]bool{}
+			for _, name := range group {
+				named[name] = true
+			}
+			out = append(out, batch{have.only(named, bridge), want.only(named, bridge), group})
 		}
-		group, ops = map[string]bool{}, 0
+		group, ops = nil, 0
 	}
-	flush()
 	for _, u := range units {
 		if ops > 0 && ops+u.ops > maxOps {
 			flush()
 		}
-		for _, name := range u.services {
-			group[name] = true
-		}
+		group = append(group, u.services...)
 		ops += u.ops
 	}
 	flush()
-	return append(out, [2]*state{bridge, wantBase})
+	return append(out, batch{have: bridge, want: wantBase})
 }
 
 // changeUnit is services that must change in one transaction, and an upper bound of the

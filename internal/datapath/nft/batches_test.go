@@ -37,11 +37,11 @@ func TestBatchesKeepServicesWhole(t *testing.T) {
 			model := contentOf(before)
 			for i, part := range parts {
 				tx := fake.NewTransaction()
-				reconcile(tx, part[0], part[1])
+				reconcile(tx, part.have, part.want)
 				if err := fake.Run(context.Background(), tx); err != nil {
 					t.Fatalf("batch %d of %d rejected: %v\n%s", i+1, len(parts), err, tx)
 				}
-				model = step(t, model, contentOf(part[0]), contentOf(part[1]))
+				model = step(t, model, contentOf(part.have), contentOf(part.want))
 				for _, svc := range servicesOf(before, after) {
 					got, old, next := owned(model, svc), owned(contentOf(before), svc), owned(contentOf(after), svc)
 					if !slices.Equal(got, old) && !slices.Equal(got, next) {
@@ -68,7 +68,7 @@ func TestBatchesKeepServicesWhole(t *testing.T) {
 // TestSmallChangeIsOneBatch: a change within the bound is the one transaction it always was.
 func TestSmallChangeIsOneBatch(t *testing.T) {
 	before, after := renderFile(t, "testdata/batches/handover-before.yaml"), renderFile(t, "testdata/batches/handover-after.yaml")
-	if parts := batches(before, after, maxBatchOperations); len(parts) != 1 || parts[0][0] != before || parts[0][1] != after {
+	if parts := batches(before, after, maxBatchOperations); len(parts) != 1 || parts[0].have != before || parts[0].want != after {
 		t.Fatalf("batches = %d, want the change itself", len(parts))
 	}
 }

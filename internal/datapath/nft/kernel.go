@@ -9,12 +9,56 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"sigs.k8s.io/knftables"
+
+	"github.com/sluicelb/sluice/internal/datapath"
+	"github.com/sluicelb/sluice/internal/plan"
 )
 
 var families = []knftables.Family{knftables.InetFamily, knftables.NetDevFamily}
 
-// read loads the current content of Sluice's tables from the kernel, over netlink.
-func (d *Datapath) read(ctx context.Context) (*state, error) {
+// host is what Apply asks of the machine besides its transactions (the datapath's
+// knftables.Interface): the plan's checks against the namespace's settings, the environment
+// rendering needs, the conntrack timeout policies (which knftables cannot express), the ruleset's
+// generation and the tables as they are. kernelHost is the machine's; the unit tests pass one
+// over knftables' fake.
+type host interface {
+	// check refuses a plan the namespace's settings cannot carry (forwarding, conntrack's).
+	check(p *plan.Plan) error
+	// environment finds the dsr devices (configured: those) and the device towards each backend.
+	environment(configured []string) (Environment, error)
+	// ensureCTTimeouts creates the policies where missing and tells whether that ran a transaction.
+	ensureCTTimeouts(ctx context.Context) (created bool, err error)
+	// generation is the ruleset's generation; 0 when it cannot be read.
+	generation() uint32
+	// read is the current content of Sluice's tables.
+	read(ctx context.Context) (*state, error)
+}
+
+// kernelHost is the host of the calling thread's network namespace.
+type kernelHost struct{}
+
+func (kernelHost) check(p *plan.Plan) error {
+	if err := datapath.CheckForwarding(p); err != nil {
+		return err
+	}
+	return checkSynproxySysctl(p)
+}
+
+func (kernelHost) environment(configured []string) (Environment, error) {
+	return hostEnvironment(configured)
+}
+
+func (kernelHost) ensureCTTimeouts(ctx context.Context) (bool, error) { return ensureCTTimeouts(ctx) }
+
+func (kernelHost) generation() uint32 { return rulesetGeneration() }
+
+func (kernelHost) read(ctx context.Context) (*state, error) { return readTables(ctx) }
+
+// read loads the current content of Sluice's tables from the host.
+func (d *Datapath) read(ctx context.Context) (*state, error) { return d.host.read(ctx) }
+
+// readTables loads the current content of Sluice's tables from the kernel, over netlink.
+func readTables(ctx context.Context) (*state, error) {
 	st := newState()
 	for _, f := range families {
 		if err := ctx.Err(); err != nil {

@@ -26,9 +26,12 @@ import (
 
 // Datapath programs plans through nft in the current network namespace.
 type Datapath struct {
-	nft   knftables.Interface // transactions spanning both tables
+	nft   knftables.Interface // runs the transactions spanning both tables (scriptRunner on the machine)
 	flows knftables.Interface // the netdev table, whose dsr flow maps are listed one by one
+	host  host                // the rest of what Apply asks of the machine (kernelHost on the machine)
 	log   *slog.Logger
+	// maxOps bounds the operations of one transaction (maxBatchOperations; see batches).
+	maxOps int
 
 	mu sync.Mutex
 	// committed is what the last successful Apply left in the kernel; nil when that is not
@@ -64,7 +67,12 @@ func New(log *slog.Logger) (*Datapath, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
-	return &Datapath{nft: nft, flows: flows, log: log}, nil
+	return newDatapath(scriptRunner{nft}, flows, kernelHost{}, log), nil
+}
+
+// newDatapath is a datapath running its transactions through nft and asking the rest of host.
+func newDatapath(nft, flows knftables.Interface, h host, log *slog.Logger) *Datapath {
+	return &Datapath{nft: nft, flows: flows, host: h, log: log, maxOps: maxBatchOperations}
 }
 
 var _ datapath.ForwardingChecker = (*Datapath)(nil)
@@ -80,24 +88,21 @@ func (d *Datapath) Apply(ctx context.Context, p *plan.Plan) error {
 	if err := d.Budget(p); err != nil {
 		return err
 	}
-	if err := d.CheckForwarding(p); err != nil {
+	if err := d.host.check(p); err != nil {
 		return err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	env, err := hostEnvironment(p.Interfaces)
+	env, err := d.host.environment(p.Interfaces)
 	if err != nil {
 		return err
 	}
-	if created, err := ensureCTTimeouts(ctx); err != nil {
+	if created, err := d.host.ensureCTTimeouts(ctx); err != nil {
 		return err
 	} else if created {
-		d.recordOwn(rulesetGeneration()) // the watcher must not take it for someone else's
+		d.recordOwn(d.host.generation()) // the watcher must not take it for someone else's
 	}
-	if err := checkSynproxySysctl(p); err != nil {
-		return err
-	}
-	gen := rulesetGeneration()
+	gen := d.host.generation()
 	// exact: the kernel's tables hold committed, as of gen (or are read below, after gen).
 	exact := d.committed != nil && gen != 0 && d.generation == gen
 	recheckRoutes := false
@@ -131,34 +136,53 @@ func (d *Datapath) Apply(ctx context.Context, p *plan.Plan) error {
 		d.commit(next, exact, gen)
 		return nil
 	}
-	after := rulesetGeneration()
+	after := d.host.generation()
 	d.commit(next, exact && after == gen+uint32(txs), after) // +txs: ours were the only transactions since gen
 	return nil
 }
 
 // run reconciles have into want in one transaction, or in several when the change is too big for
-// one nft process (see batches), and returns the operations and transactions it ran.
+// one nft process (see batches), and returns the operations and transactions it ran. A rejected
+// transaction's error names its batch and the services it was changing.
 func (d *Datapath) run(ctx context.Context, have, want *state) (ops, txs int, err error) {
-	parts := batches(have, want, maxBatchOperations)
+	parts := batches(have, want, d.maxOps)
 	for i, part := range parts {
 		tx := d.nft.NewTransaction()
-		n := reconcile(tx, part[0], part[1])
+		n := reconcile(tx, part.have, part.want)
 		if n == 0 {
 			continue
 		}
 		d.log.Info("nft: applying", "operations", n, "batch", i+1, "batches", len(parts))
-		if err := runTransaction(ctx, tx); err != nil {
-			if txs == 0 {
-				return ops, txs, fmt.Errorf("nft transaction (%d operations) rejected, nothing changed: %w", n, err)
+		if err := d.nft.Run(ctx, tx); err != nil {
+			which := "nft transaction"
+			if len(parts) > 1 {
+				which += fmt.Sprintf(" %d of %d", i+1, len(parts))
 			}
-			return ops, txs, fmt.Errorf("nft transaction %d of %d (%d operations) rejected after %d applied (each holds whole services); the next apply reads the kernel and completes the change: %w",
-				i+1, len(parts), n, txs, err)
+			which += fmt.Sprintf(" (%s, %d operations)", changing(part.services), n)
+			if txs == 0 {
+				return ops, txs, fmt.Errorf("%s rejected, nothing changed: %w", which, err)
+			}
+			return ops, txs, fmt.Errorf("%s rejected after %d applied (each holds whole services); the next apply reads the kernel and completes the change: %w",
+				which, txs, err)
 		}
 		ops += n
 		txs++
-		d.recordOwn(rulesetGeneration())
+		d.recordOwn(d.host.generation())
 	}
 	return ops, txs, nil
+}
+
+// changing says which services a transaction changes: the first few by name.
+func changing(services []string) string {
+	const named = 5
+	switch {
+	case len(services) == 0:
+		return "shared objects only"
+	case len(services) > named:
+		return fmt.Sprintf("services %s and %d more", strings.Join(services[:named], ", "), len(services)-named)
+	default:
+		return "services " + strings.Join(services, ", ")
+	}
 }
 
 // recordOwn remembers that Sluice's transaction made generation gen (0: unknown), among the last 64.
@@ -218,7 +242,7 @@ func (d *Datapath) Flush(ctx context.Context) error {
 	if reconcile(tx, have, newState()) == 0 {
 		return nil
 	}
-	return runTransaction(ctx, tx)
+	return d.nft.Run(ctx, tx)
 }
 
 // Status reads the programmed services back, with per-backend counters and active flows. A

@@ -11,8 +11,14 @@ import (
 	"sigs.k8s.io/knftables"
 )
 
-// runTransaction runs tx through `nft -f`, its element commands coalesced (see coalesce).
-func runTransaction(ctx context.Context, tx *knftables.Transaction) error {
+// scriptRunner is the datapath's knftables.Interface on the machine: knftables' own, except that
+// its Run coalesces the element commands that nft 1.0.6 would otherwise send one netlink message
+// each (see coalesce). The unit tests put knftables' fake in its place.
+type scriptRunner struct{ knftables.Interface }
+
+// Run runs tx through `nft -f`, its element commands coalesced; the error carries the first lines
+// nft wrote.
+func (scriptRunner) Run(ctx context.Context, tx *knftables.Transaction) error {
 	script, err := coalesce(tx.String())
 	if err != nil {
 		return err
