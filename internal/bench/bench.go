@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/sluicelb/sluice/internal/lab"
 )
 
@@ -72,11 +74,19 @@ func (e *Env) resetNode(ctx context.Context, ns string) error {
 	if err := run(exec.CommandContext(ctx, e.Sluice, "--netns", ns, "flush")); err != nil {
 		return err
 	}
-	return e.InNS(ctx, ns, "conntrack", "-F")
+	return flushConntrack(ns)
 }
 
-// InNS runs argv to completion inside namespace ns; conntrack's "0 flow entries" chatter and
-// other output is returned only in the error.
+// flushConntrack forgets every conntrack entry of namespace ns, both families, as conntrack -F.
+func flushConntrack(ns string) error {
+	err := lab.WithHandle(ns, func(h *netlink.Handle) error { return h.ConntrackTableFlush(netlink.ConntrackTable) })
+	if err != nil {
+		return fmt.Errorf("flush conntrack in %s: %w", ns, err)
+	}
+	return nil
+}
+
+// InNS runs argv to completion inside namespace ns; its output is returned only in the error.
 func (e *Env) InNS(ctx context.Context, ns string, argv ...string) error {
 	return run(e.Lab.Exec(ctx, ns, argv...))
 }

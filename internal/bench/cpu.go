@@ -1,11 +1,13 @@
 package bench
 
 import (
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
+	"fmt"
+	"math"
 	"time"
+
+	"github.com/prometheus/procfs"
+
+	"github.com/sluicelb/sluice/internal/procs"
 )
 
 // clockTicks is USER_HZ, the unit of /proc/PID/stat times (100 on every Linux architecture Sluice runs on).
@@ -36,43 +38,68 @@ func (c *cpuClock) cores() *float64 {
 	return &used
 }
 
-// treeTicks sums user and system time of the processes and all their descendants.
+// treeTicks sums user and system time of the processes and all their descendants; 0 without /proc.
 func treeTicks(pids []int) int64 {
-	var total int64
-	for _, pid := range pids {
-		total += procTicks(pid) + treeTicks(children(pid))
-	}
-	return total
-}
-
-// procTicks is utime+stime of pid (all its threads), 0 if it is gone.
-func procTicks(pid int) int64 {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		return 0
 	}
-	// Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-	_, rest, ok := strings.Cut(string(b), ") ")
-	f := strings.Fields(rest)
-	if !ok || len(f) < 13 {
+	stats, err := procs.Stats(fs)
+	if err != nil {
 		return 0
 	}
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return utime + stime
+	return sumTreeTicks(stats, pids)
 }
 
-// children lists pid's child processes (from every thread).
-func children(pid int) []int {
-	tasks, _ := filepath.Glob(filepath.Join("/proc", strconv.Itoa(pid), "task", "*", "children"))
-	var out []int
-	for _, t := range tasks {
-		b, _ := os.ReadFile(t)
-		for _, f := range strings.Fields(string(b)) {
-			if c, err := strconv.Atoi(f); err == nil {
-				out = append(out, c)
+// sumTreeTicks sums utime+stime (all threads) of the processes pids and their descendants in
+// stats; a pid that is gone counts 0, and so do its children, as its children list is gone too.
+func sumTreeTicks(stats []procfs.ProcStat, pids []int) int64 {
+	byPID := map[int]procfs.ProcStat{}
+	children := map[int][]int{}
+	for _, st := range stats {
+		byPID[st.PID] = st
+		children[st.PPID] = append(children[st.PPID], st.PID)
+	}
+	var sum func(pids []int) int64
+	sum = func(pids []int) int64 {
+		var total int64
+		for _, pid := range pids {
+			if st, ok := byPID[pid]; ok {
+				total += int64(st.UTime+st.STime) + sum(children[pid])
 			}
 		}
+		return total
 	}
-	return out
+	return sum(pids)
+}
+
+// hostCPU is CPU cpu's line of the machine's /proc/stat.
+func hostCPU(cpu int) (procfs.CPUStat, error) {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return procfs.CPUStat{}, err
+	}
+	return cpuStat(fs, cpu)
+}
+
+// cpuStat is CPU cpu's line of fs's stat; a CPU it does not list is an error.
+func cpuStat(fs procfs.FS, cpu int) (procfs.CPUStat, error) {
+	st, err := fs.Stat()
+	if err != nil {
+		return procfs.CPUStat{}, err
+	}
+	c, ok := st.CPU[int64(cpu)]
+	if !ok {
+		return procfs.CPUStat{}, fmt.Errorf("/proc/stat has no cpu%d", cpu)
+	}
+	return c, nil
+}
+
+// ticks sums times procfs gives in seconds back in clockTicks, the integers /proc/stat holds.
+func ticks(seconds ...float64) int64 {
+	var sum float64
+	for _, s := range seconds {
+		sum += s
+	}
+	return int64(math.Round(sum * clockTicks))
 }

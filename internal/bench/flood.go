@@ -12,8 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -23,6 +23,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"github.com/vishvananda/netlink"
 
 	"github.com/sluicelb/sluice/internal/lab"
@@ -491,35 +492,33 @@ func (h *halfOpenPeak) value() int64 {
 // forgedHalfOpen counts the IPv4 TCP sockets of namespace ns in SYN_RECV whose peer is outside
 // the lab's addresses, from the namespace's /proc/net/tcp.
 func forgedHalfOpen(e *Env, ns string) (int64, error) {
-	var data []byte
-	err := e.Lab.Do(ns, func() (err error) {
-		data, err = os.ReadFile("/proc/thread-self/net/tcp")
+	var tcp procfs.NetTCP
+	err := e.Lab.Do(ns, func() error {
+		// /proc/thread-self/net is the namespace of the thread Do switched, not of the process.
+		fs, err := procfs.NewFS(filepath.Join(procfs.DefaultMountPoint, "thread-self"))
+		if err != nil {
+			return err
+		}
+		tcp, err = fs.NetTCP()
 		return err
 	})
 	if err != nil {
 		return 0, err
 	}
-	return countForgedHalfOpen(string(data)), nil
+	return countForgedHalfOpen(tcp), nil
 }
 
-// countForgedHalfOpen counts the lines of a /proc/net/tcp in state SYN_RECV (03) whose remote
+// tcpSynRecv is TCP_SYN_RECV, a half-open connection's state in /proc/net/tcp.
+const tcpSynRecv = 0x03
+
+// countForgedHalfOpen counts the sockets of a /proc/net/tcp in state SYN_RECV whose remote
 // address is outside labNet.
-func countForgedHalfOpen(procNetTCP string) int64 {
+func countForgedHalfOpen(tcp procfs.NetTCP) int64 {
 	inLab := netip.MustParsePrefix(labNet)
 	var n int64
-	for line := range strings.Lines(procNetTCP) {
-		f := strings.Fields(line)
-		if len(f) < 4 || f[3] != "03" {
-			continue
-		}
-		host, _, ok := strings.Cut(f[2], ":")
-		v, err := strconv.ParseUint(host, 16, 32)
-		if !ok || err != nil {
-			continue
-		}
-		// The kernel prints the address as a host-order (little-endian) number.
-		addr := netip.AddrFrom4([4]byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)})
-		if !inLab.Contains(addr) {
+	for _, s := range tcp {
+		addr, ok := netip.AddrFromSlice(s.RemAddr)
+		if s.St == tcpSynRecv && ok && !inLab.Contains(addr.Unmap()) {
 			n++
 		}
 	}

@@ -54,13 +54,13 @@ func TestFloodLoadPaces(t *testing.T) {
 }
 
 func TestCountForgedHalfOpen(t *testing.T) {
-	// 10.91.1.2 (the client) and 1.2.3.4 (forged) in SYN_RECV, 5.6.7.8 established.
-	proc := `  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
-   0: 0B025B0A:0050 02015B0A:9C40 03 00000000:00000000 00:00000000 00000000     0        0 0
-   1: 0B025B0A:0050 04030201:1F90 03 00000000:00000000 00:00000000 00000000     0        0 0
-   2: 0B025B0A:0050 08070605:1F90 01 00000000:00000000 00:00000000 00000000     0        0 0
-`
-	if n := countForgedHalfOpen(proc); n != 1 {
+	// testdata/proc/net/tcp: 10.91.1.2 (the client) and 1.2.3.4 (forged) in SYN_RECV, 5.6.7.8
+	// established, a listener.
+	tcp, err := fixtureProc(t).NetTCP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := countForgedHalfOpen(tcp); n != 1 {
 		t.Errorf("%d forged half-open connections, want 1", n)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/sluicelb/sluice/internal/procs"
 )
 
 // peakGroupMemory samples, every 50 ms until done, the resident memory of every process of
@@ -28,16 +30,13 @@ func peakGroupMemory(pgid int, done <-chan struct{}) int64 {
 
 // groupMemory is the resident memory of process group pgid's processes, summed, in bytes.
 func groupMemory(fs procfs.FS, pgid int) int64 {
-	procs, err := fs.AllProcs()
+	group, err := procs.Group(fs, pgid)
 	if err != nil {
 		return 0
 	}
 	var sum int64
-	for _, p := range procs {
-		st, err := p.Stat()
-		if err == nil && st.PGRP == pgid {
-			sum += int64(st.ResidentMemory())
-		}
+	for _, st := range group {
+		sum += int64(st.ResidentMemory())
 	}
 	return sum
 }

@@ -1,12 +1,11 @@
 package bench
 
 import (
-	"bufio"
-	"os"
 	"runtime"
 	"strings"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -31,17 +30,19 @@ func ThisMachine() Machine {
 	if unix.Sysinfo(&si) == nil {
 		m.MemoryGiB = float64(si.Totalram) * float64(si.Unit) / (1 << 30)
 	}
-	if f, err := os.Open("/proc/cpuinfo"); err == nil {
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.CPUModel = strings.TrimSpace(v)
-				break
-			}
-		}
+	if fs, err := procfs.NewDefaultFS(); err == nil {
+		m.CPUModel = cpuModel(fs)
 	}
 	return m
+}
+
+// cpuModel is the model name of the first CPU of fs's cpuinfo; empty where it names none.
+func cpuModel(fs procfs.FS) string {
+	cpus, err := fs.CPUInfo()
+	if err != nil || len(cpus) == 0 {
+		return ""
+	}
+	return strings.TrimSpace(cpus[0].ModelName)
 }
 
 // Report is the envelope of every benchmark's JSON output.

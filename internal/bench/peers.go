@@ -92,7 +92,7 @@ func (p *nftlbPeer) stop(ctx context.Context, e *Env) error {
 	for _, family := range []string{"ip", "netdev"} {
 		_ = e.InNS(ctx, e.Lab.BalancerNS(), "nft", "delete", "table", family, "nftlb") // absent in the other mode
 	}
-	return e.InNS(ctx, e.Lab.BalancerNS(), "conntrack", "-F")
+	return flushConntrack(e.Lab.BalancerNS())
 }
 
 // nftlbFarm is one farm of nftlb's JSON config. nftlb reads keys in order: the farm's name

@@ -259,7 +259,7 @@ func (ppsIptables) stop(ctx context.Context, e *Env) error {
 	ns := e.Lab.BalancerNS()
 	err := e.InNS(ctx, ns, "iptables", "-t", "nat", "-F")
 	_ = e.InNS(ctx, ns, "nft", "delete", "table", "ip", "nat") // absent with iptables-legacy
-	return errors.Join(err, e.InNS(ctx, ns, "conntrack", "-F"))
+	return errors.Join(err, flushConntrack(ns))
 }
 
 // ppsCandidates are direct, Sluice's datapaths in nat and dsr (ebpf at tc and at XDP), then
@@ -593,25 +593,11 @@ const ppsCPU = 0
 // clockTicks). Besides the balancer's forwarding it holds the generator's sends, the switch's
 // bridging and the backends' ingress, the same for every candidate.
 func kernelTicks(cpu int) int64 {
-	b, err := os.ReadFile("/proc/stat")
+	c, err := hostCPU(cpu)
 	if err != nil {
 		return 0
 	}
-	var sum int64
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line) // cpuN user nice system idle iowait irq softirq ...
-		if len(f) < 8 || !strings.HasPrefix(f[0], "cpu") {
-			continue
-		}
-		if f[0] != "cpu"+strconv.Itoa(cpu) {
-			continue
-		}
-		for _, i := range []int{3, 6, 7} {
-			v, _ := strconv.ParseInt(f[i], 10, 64)
-			sum += v
-		}
-	}
-	return sum
+	return ticks(c.System, c.IRQ, c.SoftIRQ)
 }
 
 // summarizePPS turns the samples into cells: medians, and ratios to direct of the same workload.

@@ -14,7 +14,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -148,25 +147,11 @@ func (c *busyClock) cores() (float64, error) {
 
 // cpuIdleUser reads CPU cpu's idle+iowait and user+nice time from /proc/stat, in clockTicks.
 func cpuIdleUser(cpu int) (idle, user int64, err error) {
-	b, err := os.ReadFile("/proc/stat")
+	c, err := hostCPU(cpu)
 	if err != nil {
 		return 0, 0, err
 	}
-	name := "cpu" + strconv.Itoa(cpu)
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line) // cpuN user nice system idle iowait ...
-		if len(f) < 6 || f[0] != name {
-			continue
-		}
-		v := make([]int64, 5)
-		for i := range v {
-			if v[i], err = strconv.ParseInt(f[i+1], 10, 64); err != nil {
-				return 0, 0, fmt.Errorf("/proc/stat %s: %w", name, err)
-			}
-		}
-		return v[3] + v[4], v[0] + v[1], nil
-	}
-	return 0, 0, fmt.Errorf("/proc/stat has no %s", name)
+	return ticks(c.Idle, c.Iowait), ticks(c.User, c.Nice), nil
 }
 
 // sendSteered runs `sluice lab pps-sender` on CPU 0 in the client namespace for d, to the VIP or

@@ -8,7 +8,6 @@ package bench
 // should not grow with the size of the rest.
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -16,11 +15,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/prometheus/procfs"
 
 	"github.com/sluicelb/sluice/internal/api"
 	"github.com/sluicelb/sluice/internal/lab"
@@ -255,8 +255,11 @@ func watchMemory(ctx context.Context, stop context.CancelCauseFunc) {
 			return
 		case <-tick.C:
 		}
-		m, err := meminfo("MemAvailable", "MemTotal")
-		if floor := int64(memoryFloor * float64(m["MemTotal"])); err == nil && m["MemAvailable"] < floor {
+		m, err := hostMemory(memAvailable, memTotal)
+		if err != nil {
+			continue
+		}
+		if floor := int64(memoryFloor * float64(m[1])); m[0] < floor {
 			stop(fmt.Errorf("stopped: the machine's available memory fell below %s", mebibytes(floor)))
 			return
 		}
@@ -453,46 +456,65 @@ func (d *scaleDaemon) addBackend(ctx context.Context, service string, b netip.Ad
 	return d.waitApplied(ctx, sent, st.Apply.Applies)
 }
 
-// meminfo reads fields of /proc/meminfo, in bytes.
-func meminfo(fields ...string) (map[string]int64, error) {
-	return readKB("/proc/meminfo", fields...)
+// memField is a field of /proc/meminfo: its name, and its value in bytes in procfs' Meminfo
+// (nil where the kernel does not print it).
+type memField struct {
+	name  string
+	bytes func(procfs.Meminfo) *uint64
 }
 
-// readKB reads "Name: N kB" lines of a proc file, in bytes.
-func readKB(path string, fields ...string) (map[string]int64, error) {
-	f, err := os.Open(path)
+// The meminfo fields the scale benchmark reads.
+var (
+	memTotal     = memField{"MemTotal", func(m procfs.Meminfo) *uint64 { return m.MemTotalBytes }}
+	memAvailable = memField{"MemAvailable", func(m procfs.Meminfo) *uint64 { return m.MemAvailableBytes }}
+	sUnreclaim   = memField{"SUnreclaim", func(m procfs.Meminfo) *uint64 { return m.SUnreclaimBytes }}
+	percpu       = memField{"Percpu", func(m procfs.Meminfo) *uint64 { return m.PercpuBytes }}
+	vmallocUsed  = memField{"VmallocUsed", func(m procfs.Meminfo) *uint64 { return m.VmallocUsedBytes }}
+)
+
+// hostMemory reads fields of the machine's /proc/meminfo, in bytes.
+func hostMemory(fields ...memField) ([]int64, error) {
+	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	out := map[string]int64{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		name, value, ok := strings.Cut(sc.Text(), ":")
-		if !ok || !slices.Contains(fields, name) {
-			continue
-		}
-		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %s: %w", path, name, err)
-		}
-		out[name] = kb << 10
+	return memBytes(fs, fields...)
+}
+
+// memBytes reads fields of fs's meminfo, in bytes, in the order asked; one the kernel does not
+// print is an error naming it.
+func memBytes(fs procfs.FS, fields ...memField) ([]int64, error) {
+	m, err := fs.Meminfo()
+	if err != nil {
+		return nil, err
 	}
-	for _, name := range fields {
-		if _, ok := out[name]; !ok {
-			return nil, fmt.Errorf("%s has no %s", path, name)
+	out := make([]int64, len(fields))
+	for i, f := range fields {
+		v := f.bytes(m)
+		if v == nil {
+			return nil, fmt.Errorf("/proc/meminfo has no %s", f.name)
 		}
+		out[i] = int64(*v)
 	}
-	return out, sc.Err()
+	return out, nil
 }
 
 // kernelMemoryFields are where rulesets, maps and counters live: kmalloc'ed objects, per-CPU
 // counters and large tables that kvmalloc puts in vmalloc space.
-var kernelMemoryFields = []string{"SUnreclaim", "Percpu", "VmallocUsed"}
+var kernelMemoryFields = []memField{sUnreclaim, percpu, vmallocUsed}
+
+// kernelMemoryNames is the kernelMemoryFields' names, joined by +.
+func kernelMemoryNames() string {
+	names := make([]string, len(kernelMemoryFields))
+	for i, f := range kernelMemoryFields {
+		names[i] = f.name
+	}
+	return strings.Join(names, "+")
+}
 
 // kernelMemory is the sum of the kernelMemoryFields, in bytes.
 func kernelMemory() (int64, error) {
-	m, err := meminfo(kernelMemoryFields...)
+	m, err := hostMemory(kernelMemoryFields...)
 	if err != nil {
 		return 0, err
 	}
@@ -503,10 +525,14 @@ func kernelMemory() (int64, error) {
 	return sum, nil
 }
 
-// residentMemory is a process's resident set, in bytes.
+// residentMemory is a process's resident set (VmRSS), in bytes.
 func residentMemory(pid int) (int64, error) {
-	m, err := readKB(fmt.Sprintf("/proc/%d/status", pid), "VmRSS")
-	return m["VmRSS"], err
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return 0, err
+	}
+	st, err := p.NewStatus()
+	return int64(st.VmRSS), err
 }
 
 // scaleConfig generates the config of one size. Service svc0 takes the benchmark's traffic at
@@ -604,7 +630,7 @@ func (r ScaleReport) Table() string {
 		}
 	}
 	fmt.Fprintf(&b, "apply peak mem: sluice apply and nft together; add 1: median of %d; kernel mem~: growth of %s while applying, approximate (shared machine); req/s: median of %d wrk runs; ratio: over the smallest size's\n",
-		r.Options.Reps, strings.Join(kernelMemoryFields, "+"), r.Options.Rounds)
+		r.Options.Reps, kernelMemoryNames(), r.Options.Rounds)
 	return b.String()
 }
 

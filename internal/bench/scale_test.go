@@ -2,9 +2,13 @@ package bench
 
 import (
 	"net/netip"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/procfs"
 
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/lab"
@@ -100,12 +104,26 @@ func TestScaleTableAndRatios(t *testing.T) {
 	}
 }
 
-func TestReadKB(t *testing.T) {
-	m, err := meminfo("MemTotal", "MemAvailable")
-	if err != nil || m["MemTotal"] <= 0 || m["MemAvailable"] > m["MemTotal"] {
-		t.Fatalf("meminfo %v, %v", m, err)
+func TestMemBytes(t *testing.T) {
+	m, err := memBytes(fixtureProc(t), memAvailable, memTotal, sUnreclaim, percpu, vmallocUsed)
+	want := []int64{22769964 << 10, 24684096 << 10, 123456 << 10, 9876 << 10, 54321 << 10}
+	if err != nil || !slices.Equal(m, want) {
+		t.Fatalf("meminfo %v, %v; want %v", m, err, want)
 	}
-	if _, err := meminfo("NoSuchField"); err == nil {
-		t.Error("a missing field is not an error")
+	missing := memField{"NoSuchField", func(procfs.Meminfo) *uint64 { return nil }}
+	if _, err := memBytes(fixtureProc(t), memTotal, missing); err == nil || !strings.Contains(err.Error(), "NoSuchField") {
+		t.Errorf("a missing field: %v, want an error naming it", err)
+	}
+	if got := kernelMemoryNames(); got != "SUnreclaim+Percpu+VmallocUsed" {
+		t.Errorf("kernel memory fields %q", got)
+	}
+}
+
+func TestHostMemory(t *testing.T) {
+	if m, err := hostMemory(memTotal, memAvailable); err != nil || m[0] <= 0 || m[1] > m[0] {
+		t.Errorf("this machine's meminfo %v, %v", m, err)
+	}
+	if rss, err := residentMemory(os.Getpid()); err != nil || rss <= 0 {
+		t.Errorf("this process's VmRSS %d, %v", rss, err)
 	}
 }
