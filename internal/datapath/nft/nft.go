@@ -1,7 +1,21 @@
 // Package nft is Sluice's nftables datapath: an inet table for nat and fullnat (DNAT through
 // conntrack, so established flows keep their backend) and a netdev table for dsr, both laid out
 // like nftlb's (a verdict map keyed by proto . vip . port, one chain per service) and changed by
-// one atomic transaction holding only the difference.
+// atomic transactions holding only the difference: one, or several of whole services when the
+// difference is too big for one nft process.
+//
+// A plan goes through Apply in one direction, a file per stage:
+//
+//   - check: budget.go (the elements the plan needs), the host's checks (kernel.go);
+//   - render: desired.go (renderPlan: what is new since the last commit), render.go (renderBase,
+//     then renderService per service: its protection, protect.go, then its mode's chains and
+//     maps), with second chance (secondchance.go), names (names.go) and states (state.go) as
+//     helpers;
+//   - compare: desired.go (changes, against the committed state) or the tables as read back
+//     (kernel.go, netlinkread.go);
+//   - batch: batches.go; reconcile: reconcile.go (and secondchance.go's prev elements);
+//   - run: the datapath's knftables.Interface (script.go's scriptRunner on the machine, knftables'
+//     fake in the unit tests), then commit (nft.go).
 package nft
 
 import (
@@ -82,8 +96,9 @@ var _ datapath.ForwardingChecker = (*Datapath)(nil)
 func (d *Datapath) CheckForwarding(p *plan.Plan) error { return datapath.CheckForwarding(p) }
 
 // Apply programs the plan in one transaction holding only what differs from the state it last
-// committed: it renders only the services whose plan changed and leaves the others alone. When
-// that state is not known it renders everything and compares with the kernel's.
+// committed (in several of whole services when that is too big, see run): it renders only the
+// services whose plan changed and leaves the others alone. When that state is not known it renders
+// everything and compares with the kernel's.
 func (d *Datapath) Apply(ctx context.Context, p *plan.Plan) error {
 	if err := d.Budget(p); err != nil {
 		return err
@@ -139,6 +154,19 @@ func (d *Datapath) Apply(ctx context.Context, p *plan.Plan) error {
 	after := d.host.generation()
 	d.commit(next, exact && after == gen+uint32(txs), after) // +txs: ours were the only transactions since gen
 	return nil
+}
+
+// transition returns the states Apply reconciles to reach next: the changed part of what was
+// committed and of next, or the kernel's current state and all of next.
+func (d *Datapath) transition(ctx context.Context, next *desired) (have, want *state, err error) {
+	if d.committed != nil {
+		return d.committed.changes(next)
+	}
+	if have, err = d.read(ctx); err != nil {
+		return nil, nil, err
+	}
+	want, err = next.all()
+	return have, want, err
 }
 
 // run reconciles have into want in one transaction, or in several when the change is too big for
@@ -203,19 +231,6 @@ func (d *Datapath) commit(next *desired, exact bool, gen uint32) {
 		d.generation = gen
 	}
 	d.layout.Store(next)
-}
-
-// transition returns the states Apply reconciles to reach next: the changed part of what was
-// committed and of next, or the kernel's current state and all of next.
-func (d *Datapath) transition(ctx context.Context, next *desired) (have, want *state, err error) {
-	if d.committed != nil {
-		return d.committed.changes(next)
-	}
-	if have, err = d.read(ctx); err != nil {
-		return nil, nil, err
-	}
-	want, err = next.all()
-	return have, want, err
 }
 
 // Resync makes the next Apply repair what others changed in Sluice's tables and follow moved

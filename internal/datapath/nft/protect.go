@@ -44,6 +44,31 @@ func protectionName(s *plan.Service, k serviceKind, limit int) string {
 	return serviceObject{kind: k, service: s.Name, hash: hash8(parts...)}.String()
 }
 
+// Protection is a stage of rendering of its own: renderProtectionBase adds the synproxy's base
+// chains and maps to the base (render.go's renderBase); renderProtection renders a service's
+// access lists, limits and synproxy elements, and returns the rules that judge its new flows,
+// which the service's mode (render.go) puts in its chain. testdata/golden/*/protection.nft hold
+// what this stage alone renders of each golden config.
+
+// renderProtectionBase adds the synproxy's chains and maps when a service of p has syn_protection.
+func renderProtectionBase(st *state, p *plan.Plan, used sharedUse) {
+	if slices.ContainsFunc(p.Services, func(s plan.Service) bool { return s.SYNProtection }) {
+		renderSynproxyBase(st, used)
+	}
+}
+
+// renderProtection adds what guards a service's new flows and returns the rules that judge them
+// (see protectionRules); it refuses what the service's mode cannot program (checkProtection).
+func renderProtection(st *state, s *plan.Service) ([]string, error) {
+	if err := checkProtection(s); err != nil {
+		return nil, err
+	}
+	if s.SYNProtection {
+		renderSynproxyService(st, s)
+	}
+	return protectionRules(st, familyOf(s), s), nil
+}
+
 // checkProtection refuses what the family of a service's mode cannot program (the config refuses
 // it first): connection counts need conntrack, which dsr's netdev chains have not; so does the
 // synproxy, for tcp only.

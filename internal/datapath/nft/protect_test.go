@@ -1,14 +1,68 @@
 package nft
 
 import (
+	"context"
+	"fmt"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"sigs.k8s.io/knftables"
+
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/plan"
 )
+
+// TestGoldenProtection renders the protection stage alone of each golden config that protects a
+// service: the synproxy's chains and maps, the services' sets, counters and synproxy elements (as
+// a knftables fake dumps them), then the rules with which each service's chain judges new flows;
+// and compares it with protection.nft.
+func TestGoldenProtection(t *testing.T) {
+	dirs, _ := filepath.Glob("testdata/golden/*")
+	cases := 0
+	for _, dir := range dirs {
+		p := loadPlan(t, filepath.Join(dir, "config.yaml"))
+		if !slices.ContainsFunc(p.Services, protects) {
+			continue
+		}
+		cases++
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			st := newState()
+			renderProtectionBase(st, p, sharedUseOf(p))
+			var guards strings.Builder
+			for i := range p.Services {
+				s := &p.Services[i]
+				part := newState()
+				guard, err := renderProtection(part, s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				st.tables[familyOf(s)] = true
+				st.include(part)
+				for _, rule := range guard {
+					fmt.Fprintf(&guards, "# %s judges new flows: %s\n", s.Name, rule)
+				}
+			}
+			fake := knftables.NewFake("", "")
+			tx := fake.NewTransaction()
+			reconcile(tx, newState(), st)
+			if err := fake.Run(context.Background(), tx); err != nil {
+				t.Fatalf("transaction rejected by the fake: %v", err)
+			}
+			compareGolden(t, filepath.Join(dir, "protection.nft"), fake.Dump()+guards.String())
+		})
+	}
+	if cases == 0 {
+		t.Fatal("no golden config protects a service")
+	}
+}
+
+// protects tells whether a service has an access list, a limit or syn_protection.
+func protects(s plan.Service) bool {
+	return len(s.SourceAllow) > 0 || len(s.SourceDeny) > 0 || s.Limits != (config.Limits{}) || s.SYNProtection
+}
 
 // TestRenderRefusesWhatTheModeCannotProtect: connection counts need conntrack, which dsr's netdev
 // chains have not; so does the synproxy, for tcp only. The error names the service and the keys.

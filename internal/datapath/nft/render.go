@@ -69,9 +69,7 @@ func renderBase(p *plan.Plan, env Environment) (*state, error) {
 			return nil, err
 		}
 	}
-	if slices.ContainsFunc(p.Services, func(s plan.Service) bool { return s.SYNProtection }) {
-		renderSynproxyBase(st, used)
-	}
+	renderProtectionBase(st, p, used)
 	return st, nil
 }
 
@@ -117,21 +115,24 @@ func sharedUseOf(p *plan.Plan) sharedUse {
 	return u
 }
 
-// renderService renders one service's objects, and its elements of the base's sets.
+// renderService renders one service's objects, and its elements of the base's sets, in two
+// stages: its protection (protect.go: access lists, limits, syn_protection), whose rules judge its
+// new flows, then its mode's chains and maps, which put those rules where new flows pass.
 func renderService(s *plan.Service, env Environment) (*state, error) {
 	if s.Scheduler.CountsConnections() || slices.ContainsFunc(s.Backends, func(b plan.Backend) bool { return b.MaxConns > 0 }) {
 		// The config refuses them for datapath nft: nothing here counts a backend's connections.
 		return nil, fmt.Errorf("service %s: %s scheduling and max_connections need datapath ebpf", s.Name, s.Scheduler)
 	}
-	if err := checkProtection(s); err != nil {
+	st := newState()
+	guard, err := renderProtection(st, s)
+	if err != nil {
 		return nil, fmt.Errorf("service %s: %w", s.Name, err)
 	}
-	st := newState()
 	if s.Mode != config.ModeDSR {
-		renderNATService(st, s)
+		renderNATService(st, s, guard)
 		return st, nil
 	}
-	if err := renderDSRService(st, s, env); err != nil {
+	if err := renderDSRService(st, s, guard, env); err != nil {
 		return nil, fmt.Errorf("service %s: %w", s.Name, err)
 	}
 	return st, nil
@@ -407,7 +408,9 @@ func commonService(st *state, f knftables.Family, s *plan.Service, n serviceName
 	}
 }
 
-func renderNATService(st *state, s *plan.Service) {
+// renderNATService renders a nat or fullnat service's chains and maps; guard judges new flows
+// first, once the conntrack timeout policy is set.
+func renderNATService(st *state, s *plan.Service, guard []string) {
 	const f = knftables.InetFamily
 	n := namesOf(s)
 	v := ipvOf(s.VIP)
@@ -423,10 +426,7 @@ func renderNATService(st *state, s *plan.Service) {
 			Key: []string{s.VIP.String(), s.Ports.String()}, Comment: ptr(describe(s)),
 		})
 	}
-	if s.SYNProtection {
-		renderSynproxyService(st, s)
-	}
-	rules := append([]string{ctTimeoutRule(string(s.Protocol))}, protectionRules(st, f, s)...)
+	rules := append([]string{ctTimeoutRule(string(s.Protocol))}, guard...)
 	variant, first := "", []string(nil)
 	switch {
 	case s.Persistence > 0:
@@ -524,8 +524,9 @@ func fallbackRule(s *plan.Service) string {
 }
 
 // renderDSRService hashes new flows to a backend mark, remembers flow -> mark in a dynamic map
-// (DSR has no conntrack) and forwards to the backend's MAC, keeping the VIP as destination.
-func renderDSRService(st *state, s *plan.Service, env Environment) error {
+// (DSR has no conntrack) and forwards to the backend's MAC, keeping the VIP as destination; guard
+// judges the new flows, once the known ones have gone to their backends.
+func renderDSRService(st *state, s *plan.Service, guard []string, env Environment) error {
 	if s.VIP.Is6() {
 		// nft 1.0.6 (Debian 12) aborts on a 20-byte IPv6 flow key in a set update (fixed in 1.0.9).
 		return fmt.Errorf("dsr over IPv6 is not supported with this nftables datapath yet; use nat or fullnat")
@@ -566,7 +567,7 @@ func renderDSRService(st *state, s *plan.Service, env Environment) error {
 	rules = append(rules, fmt.Sprintf("meta l4proto %s meta mark set %s map @%s update @%s { %s : meta mark } meta mark vmap @%s",
 		s.Protocol, flowKey, n.flows, n.flows, flowKey, n.marks))
 	// Only new flows go on: the access lists and limits judge them.
-	rules = append(rules, protectionRules(st, f, s)...)
+	rules = append(rules, guard...)
 	var p *persistence
 	if s.Persistence > 0 {
 		// A new flow of a remembered client goes to its backend if that takes new flows (the
