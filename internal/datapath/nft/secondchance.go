@@ -54,13 +54,17 @@ func prevOf(slots string) string {
 }
 
 // addSecondChances adds to tx, for every slot whose backend chain changes from have to want, an
-// element of the service's prev map holding the chain it had, when that chain stays.
+// element of the service's prev map holding the chain it had, when that chain stays. The map is
+// flushed first: nft 1.0.6 cannot replace an element, and adding one whose key an earlier change
+// left there fails the transaction, so a change's record replaces the one before it.
 func addSecondChances(tx *knftables.Transaction, have, want *state) {
 	for _, k := range sortedKeys(want.sets) {
-		if !isServiceObject(k.name, slotsMap) || have.sets[k] == nil || want.sets[objKey{k.family, prevOf(k.name)}] == nil {
+		prev := want.sets[objKey{k.family, prevOf(k.name)}]
+		if !isServiceObject(k.name, slotsMap) || have.sets[k] == nil || prev == nil {
 			continue
 		}
 		was := valuesByKey(have.sets[k])
+		flushed := false
 		for _, id := range sortedIDs(want.sets[k].elems) {
 			e := want.sets[k].elems[id]
 			old, ok := was[strings.Join(e.Key, " . ")]
@@ -69,6 +73,10 @@ func addSecondChances(tx *knftables.Transaction, have, want *state) {
 			}
 			if chain, ok := parseGoto(old[0]); !ok || want.chains[objKey{k.family, chain}] == nil {
 				continue
+			}
+			if !flushed {
+				tx.Flush(prev.obj)
+				flushed = true
 			}
 			tx.Add(&knftables.Element{Family: k.family, Table: TableName, Map: prevOf(k.name), Key: e.Key, Value: old})
 		}

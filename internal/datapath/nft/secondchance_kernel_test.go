@@ -54,8 +54,9 @@ func ask(c net.Conn) (netip.Addr, error) {
 // TestKernelSecondChance: connections held through the balancer lose their conntrack entries
 // (as on a node that takes them over without their state) right after a backend's weight went to
 // 0. Their next segment is a new flow to conntrack; the prev map sends it to the backend its slot
-// had, so every connection goes on, those of the drained backend included. A connection opened
-// after the change never goes to the drained backend.
+// had, so every connection goes on, those of the drained backend included. The same slots change
+// again, twice, and each apply succeeds; a connection opened after the changes never goes to the
+// drained backend.
 func TestKernelSecondChance(t *testing.T) {
 	inFreshNetns(t, func() {
 		client, d := sessionRig(t)
@@ -89,6 +90,10 @@ func TestKernelSecondChance(t *testing.T) {
 			}
 		}
 		t.Logf("%d connections, %d of them on the drained backend", len(held), onDrained)
+		// The weight comes back, then goes again: slots that changed before change again, and
+		// each change's record replaces the one before it.
+		apply(t, d, sessionPlan(t, "", "port: 82", rigBackends(netip.Addr{})...))
+		apply(t, d, sessionPlan(t, "", "port: 82", rigBackends(drained)...))
 		for i := range 12 {
 			c := dialSrc(t, client, netip.AddrPortFrom(clients24b[i%2], uint16(42000+i)), vip)
 			b, err := ask(c)
