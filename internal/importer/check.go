@@ -10,25 +10,39 @@ import (
 	"github.com/sluicelb/sluice/internal/config"
 )
 
+// maxValidations bounds the validations of a partial import's output: each leaves out the
+// services the one before refused.
+const maxValidations = 4
+
 // finish refuses a result without services (applying it would remove every service), one
 // larger than Sluice reads, and one Sluice's config validation refuses, naming the source
-// line of the offending service or backend; file is the source. It keeps the YAML it checked.
-func (r *Result) finish(file string) error {
-	if len(r.Services) == 0 {
-		return &Error{file, 1, "no service to import (applying a config without services would remove every service): nothing was printed"}
+// line of the offending service or backend; file is the source. With partial it leaves out
+// the services validation refuses instead. It keeps the YAML it checked.
+func (r *Result) finish(file string, partial bool) error {
+	for range maxValidations {
+		if len(r.Services) == 0 && len(r.Omitted) > 0 {
+			return r.omittedError()
+		}
+		if len(r.Services) == 0 {
+			return &Error{file, 1, "no service to import (applying a config without services would remove every service): nothing was printed"}
+		}
+		out, err := r.render()
+		if err != nil {
+			return err
+		}
+		if len(out) > MaxOutputBytes {
+			return &Error{file, 1, fmt.Sprintf("the converted config takes %d bytes, more than the %s Sluice reads from a config file: import the config in parts (split the file)", len(out), boundedread.Size(MaxOutputBytes))}
+		}
+		_, err = config.Parse(file, out)
+		if err == nil {
+			r.rendered = out
+			return nil
+		}
+		if !partial || !r.leaveOutInvalid(file, err) {
+			return r.sourceErrors(file, err)
+		}
 	}
-	out, err := r.render()
-	if err != nil {
-		return err
-	}
-	if len(out) > MaxOutputBytes {
-		return &Error{file, 1, fmt.Sprintf("the converted config takes %d bytes, more than the %s Sluice reads from a config file: import the config in parts (split the file)", len(out), boundedread.Size(MaxOutputBytes))}
-	}
-	if _, err := config.Parse(file, out); err != nil {
-		return r.sourceErrors(file, err)
-	}
-	r.rendered = out
-	return nil
+	return &Error{file, 1, fmt.Sprintf("the converted config still fails validation after leaving out what %d validations refused", maxValidations)}
 }
 
 // servicePath reads the service and the backend or sorry server a validation error names.

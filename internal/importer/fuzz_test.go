@@ -15,7 +15,7 @@ const maxFuzzAlloc = 512 << 20
 
 // fuzzImport converts input as the format's file (with a keepalived include beside it): no
 // panic, a bounded allocation, and any output loads as a Sluice config.
-func fuzzImport(t *testing.T, convert func(string) (*Result, error), input []byte) {
+func fuzzImport(t *testing.T, convert converter, input []byte) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "input")
 	for name, data := range map[string][]byte{"input": input, "included.conf": input} {
@@ -25,7 +25,7 @@ func fuzzImport(t *testing.T, convert func(string) (*Result, error), input []byt
 	}
 	var res *Result
 	var err error
-	if n := allocated(func() { res, err = convert(path) }); n > maxFuzzAlloc {
+	if n := allocated(func() { res, err = convert(path, Options{}) }); n > maxFuzzAlloc {
 		t.Fatalf("allocated %d bytes for an input of %d", n, len(input))
 	}
 	if err != nil {

@@ -36,11 +36,11 @@ func allocated(f func()) uint64 {
 
 // refused converts path with convert, expecting an error that matches want, within maxAlloc
 // bytes allocated; it returns the error's text.
-func refused(t *testing.T, convert func(string) (*Result, error), path, want string, maxAlloc uint64) string {
+func refused(t *testing.T, convert converter, path, want string, maxAlloc uint64) string {
 	t.Helper()
 	var res *Result
 	var err error
-	n := allocated(func() { res, err = convert(path) })
+	n := allocated(func() { res, err = convert(path, Options{}) })
 	if err == nil {
 		out, _ := res.YAML()
 		t.Fatalf("converted:\n%.2000s", out)
@@ -189,7 +189,7 @@ func TestIpvsadmManyRealServers(t *testing.T) {
 		fmt.Fprintf(&b, "-a -t 10.0.0.1:80 -r 10.%d.%d.%d:80 -m\n", 1+i>>16, i>>8&255, i&255)
 	}
 	path := write(t, "s", b.String())
-	res, err := Ipvsadm(path)
+	res, err := Ipvsadm(path, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,8 @@ type Result struct {
 	// key repeated in nftlb's JSON.
 	Warnings []string
 	Services []Service
+	// Omitted is what a partial import left out, in the source's order.
+	Omitted []Omission
 	// rendered is the YAML that finish validated.
 	rendered []byte
 }

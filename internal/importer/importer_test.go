@@ -14,8 +14,11 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files of testdata")
 
+// converter is an importer.
+type converter = func(string, Options) (*Result, error)
+
 // formats are the importers by the corpus directory (and bad file prefix) they read.
-var formats = map[string]func(string) (*Result, error){
+var formats = map[string]converter{
 	"keepalived": Keepalived,
 	"nftlb":      Nftlb,
 	"ipvsadm":    Ipvsadm,
@@ -64,7 +67,7 @@ func TestGolden(t *testing.T) {
 	for format, convert := range formats {
 		for _, src := range corpus(t, format) {
 			t.Run(filepath.Base(src), func(t *testing.T) {
-				res, err := convert(src)
+				res, err := convert(src, Options{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -102,7 +105,7 @@ func TestRefusals(t *testing.T) {
 				t.Fatalf("%s: no format %q", e.Name(), format)
 			}
 			src := filepath.Join("testdata", "bad", e.Name())
-			res, err := convert(src)
+			res, err := convert(src, Options{})
 			if err == nil {
 				out, _ := res.YAML()
 				t.Fatalf("converted:\n%s", out)

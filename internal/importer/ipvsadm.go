@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -20,6 +21,9 @@ type ipvsService struct {
 	forward string // -g, -m: Sluice's mode is per service
 	// servers are the lines of its real servers, by destination.
 	servers map[netip.AddrPort]int
+	// refused are the refusals of its real servers, which a partial import leaves it out for.
+	refused []error
+	more    int
 }
 
 // ipvsReader reads the lines of one save file.
@@ -30,22 +34,42 @@ type ipvsReader struct {
 	byKey    map[string]*ipvsService
 	names    namer
 	out      output
+	// key is the service the line read last names ("" for none), adds whether it was an -A
+	// line; partial is the result of a partial import, leftOut the keys of the -A lines it
+	// left out and lone the lines it left out that are no service's.
+	key     string
+	adds    bool
+	partial *Result
+	leftOut map[string]bool
+	lone    []Omission
 }
 
 // Ipvsadm converts the output of ipvsadm -Sn (or -S, when it holds no host or port names):
-// -A lines make services, -a lines their backends.
-func Ipvsadm(path string) (*Result, error) {
+// -A lines make services, -a lines their backends. With opts.Partial a service it cannot
+// convert (or one of its real servers) is left out, and so is a line of no service.
+func Ipvsadm(path string, opts Options) (*Result, error) {
 	data, err := boundedread.File(path, boundedread.ImportBytes)
 	if err != nil {
 		return nil, err
 	}
-	r := &ipvsReader{path: path, byKey: map[string]*ipvsService{}, names: namer{}}
+	r := &ipvsReader{path: path, byKey: map[string]*ipvsService{}, names: namer{}, leftOut: map[string]bool{}}
+	res := &Result{Source: "ipvsadm " + path}
+	if opts.Partial {
+		r.partial = res
+	}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 4096), MaxLineBytes+1)
 	n := 1
 	for ; sc.Scan(); n++ {
+		before := r.errs.count()
+		r.key, r.adds = "", false
 		if err := r.line(sc.Text(), n); err != nil {
 			return nil, err
+		}
+		if r.partial != nil && r.errs.count() > before {
+			if err := r.leaveOut(before, n); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if errors.Is(sc.Err(), bufio.ErrTooLong) {
@@ -54,18 +78,76 @@ func Ipvsadm(path string) (*Result, error) {
 	if err := r.errs.err(); err != nil {
 		return nil, err
 	}
-	res := &Result{Source: "ipvsadm " + path}
+	if err := r.result(res); err != nil {
+		return nil, err
+	}
+	if err := res.finish(path, opts.Partial); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// leaveOut leaves out what line n refused, after the first before refusals: an -a line's
+// service (at its -A line), an -A line with the -a lines of its service, or the line alone.
+func (r *ipvsReader) leaveOut(before, n int) error {
+	reasons, more := r.errs.since(before)
+	switch s := r.byKey[r.key]; {
+	case r.key == "":
+	case r.adds:
+		if r.byKey[r.key] == nil {
+			r.leftOut[r.key] = true
+		}
+	case s != nil:
+		s.refused, s.more = append(s.refused, reasons...), s.more+more
+		return nil
+	case r.leftOut[r.key]:
+		return nil // an -a line of an -A line left out
+	}
+	if len(r.lone) >= MaxServices {
+		return &Error{r.path, n, fmt.Sprintf("more than %d lines left out: this is not a save file an import converts in part", MaxServices)}
+	}
+	r.lone = append(r.lone, Omission{File: r.path, Line: n, Reasons: reasons, More: more})
+	return nil
+}
+
+// result makes the services of a partial import, with what it left out in the file's order.
+func (r *ipvsReader) result(res *Result) error {
+	lone := r.lone
+	omitUpTo := func(line int) error {
+		for ; len(lone) > 0 && lone[0].Line < line; lone = lone[1:] {
+			if err := res.omit(pos{lone[0].File, lone[0].Line}, lone[0].Reasons, lone[0].More, len(res.Services)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for _, s := range r.services {
+		if err := omitUpTo(s.line); err != nil {
+			return err
+		}
+		if s.refused != nil {
+			if err := res.omit(s.at, s.refused, s.more, len(res.Services)); err != nil {
+				return err
+			}
+			continue
+		}
 		if len(s.Backends) == 0 {
 			s.Fallback = config.FallbackDrop
 			s.Notes = append(s.Notes, "no real server: new flows are dropped.")
 		}
 		res.Services = append(res.Services, s.Service)
 	}
-	if err := res.finish(path); err != nil {
-		return nil, err
+	return omitUpTo(math.MaxInt)
+}
+
+// ipvsKey is the service a line names by -t or -u ("tcp 10.0.0.1:80"), "" for none.
+func ipvsKey(opts map[string]string) string {
+	for _, flag := range []string{"-t", "-u"} {
+		if ap, err := parseAddrPort(opts[flag]); err == nil {
+			return map[string]string{"-t": "tcp", "-u": "udp"}[flag] + " " + ap.String()
+		}
 	}
-	return res, nil
+	return ""
 }
 
 // line reads line n; the error is a limit of limits.go, which ends the conversion.
@@ -83,6 +165,7 @@ func (r *ipvsReader) line(text string, n int) error {
 		fail("%v", err)
 		return nil
 	}
+	r.key, r.adds = ipvsKey(opts), fields[0] == "-A" || fields[0] == "--add-service"
 	switch fields[0] {
 	case "-A", "--add-service":
 		s := newIPVSService(opts, n, fail)

@@ -8,7 +8,7 @@ import (
 // TestNftlbRepeatedKeys: a key repeated in an object takes its last value, as nftlb reads it,
 // with a warning naming the key and both lines.
 func TestNftlbRepeatedKeys(t *testing.T) {
-	res, err := Nftlb("testdata/nftlb/repeated-keys.json")
+	res, err := Nftlb("testdata/nftlb/repeated-keys.json", Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

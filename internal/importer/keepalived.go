@@ -26,8 +26,9 @@ const (
 var kaStatusDefault = []config.Range{{First: 200, Last: 299}}
 
 // Keepalived converts a keepalived.conf, and the files it includes, into services: one per
-// virtual_server, or per member of the virtual_server_group it names.
-func Keepalived(path string) (*Result, error) {
+// virtual_server, or per member of the virtual_server_group it names; with opts.Partial a
+// virtual_server it cannot convert is left out.
+func Keepalived(path string, opts Options) (*Result, error) {
 	toks, err := lexKeepalived(path)
 	if err != nil {
 		return nil, err
@@ -62,16 +63,23 @@ func Keepalived(path string) (*Result, error) {
 		if s.key() != "virtual_server" {
 			continue
 		}
+		before := c.errs.count()
 		services, err := c.virtualServer(s)
 		if err != nil {
 			return nil, err
+		}
+		if opts.Partial && c.errs.count() > before {
+			if err := res.leaveOut(&c.errs, before, pos{s.file(), s.line()}); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		res.Services = append(res.Services, services...)
 	}
 	if err := c.errs.err(); err != nil {
 		return nil, err
 	}
-	if err := res.finish(path); err != nil {
+	if err := res.finish(path, opts.Partial); err != nil {
 		return nil, err
 	}
 	return res, nil

@@ -94,8 +94,9 @@ var nftlbConverted = []string{"name", "family", "virtual-addr", "virtual-ports",
 
 // Nftlb converts an nftlb JSON config ({"farms": [...]}) into services: one per farm, port list
 // item and protocol. It reads the JSON as nftlb does: a repeated key takes its last value
-// (with a warning), numbers may be strings.
-func Nftlb(path string) (*Result, error) {
+// (with a warning), numbers may be strings. With opts.Partial a farm or a policy it cannot
+// convert is left out.
+func Nftlb(path string, opts Options) (*Result, error) {
 	data, err := boundedread.File(path, boundedread.ImportBytes)
 	if err != nil {
 		return nil, err
@@ -107,11 +108,16 @@ func Nftlb(path string) (*Result, error) {
 	if doc.kind != jsonObject {
 		return nil, &Error{path, doc.line, "not an nftlb config: an object with the farms, not " + doc.what()}
 	}
-	c := &nftlbConverter{file: path, names: namer{}, policy: map[string]*nftlbPolicy{}}
 	res := &Result{Source: "nftlb " + path, Notes: warnings, Warnings: warnings}
+	c := &nftlbConverter{file: path, names: namer{}, policy: map[string]*nftlbPolicy{}, brokenPolicy: map[string]int{}}
+	if opts.Partial {
+		c.partial = res
+	}
 	// Farms name the policies, which may come after them.
 	if policies := doc.get("policies"); policies != nil {
-		c.policies(policies)
+		if c.policies(policies); c.fatal != nil {
+			return nil, c.fatal
+		}
 	}
 	for i, key := range doc.keys {
 		value := doc.items[i]
@@ -122,10 +128,16 @@ func Nftlb(path string) (*Result, error) {
 				continue
 			}
 			for _, farm := range value.items {
-				res.Services = append(res.Services, c.farm(farm)...)
+				before := c.errs.count()
+				services := c.farm(farm)
+				if c.fatal == nil && c.errs.count() > before && opts.Partial {
+					c.fatal = res.leaveOut(&c.errs, before, pos{path, farm.line})
+					services = nil
+				}
 				if c.fatal != nil {
 					return nil, c.fatal
 				}
+				res.Services = append(res.Services, services...)
 			}
 		case "policies":
 		default:
@@ -137,7 +149,7 @@ func Nftlb(path string) (*Result, error) {
 	}
 	c.unusedPolicies()
 	res.Notes = append(res.Notes, c.notes...)
-	if err := res.finish(path); err != nil {
+	if err := res.finish(path, opts.Partial); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -153,6 +165,10 @@ type nftlbConverter struct {
 	out    output
 	// fatal is a limit of limits.go reached, which ends the conversion.
 	fatal error
+	// partial is the result a partial import leaves a broken policy out of; nil refuses it.
+	partial *Result
+	// brokenPolicy are the lines of the policies a partial import left out, by name.
+	brokenPolicy map[string]int
 }
 
 // farm converts one farm into a service per protocol and port list item.

@@ -22,49 +22,62 @@ type nftlbPolicy struct {
 // nftlbPolicyKeys are the policy keys the converter reads; others are noted as dropped.
 var nftlbPolicyKeys = []string{"name", "type", "family", "elements"}
 
-// policies reads the file's policies by name, checking their elements.
+// policies reads the file's policies by name, checking their elements; a partial import
+// leaves a broken policy out (and the farms that attach it).
 func (c *nftlbConverter) policies(list *jsonNode) {
 	for _, n := range c.list(list, "policies") {
-		p := &nftlbPolicy{line: n.line}
-		if n.kind != jsonObject {
-			c.errs.add(c.file, n.line, "a policy is %s: nftlb takes an object", n.what())
-			continue
-		}
 		before := c.errs.count()
-		scalars(n, p, &c.errs, c.file, "policy")
-		if c.errs.count() > before {
-			continue
+		name := c.policy1(n)
+		if c.partial != nil && c.errs.count() > before && c.fatal == nil {
+			c.fatal = c.partial.leaveOut(&c.errs, before, pos{c.file, n.line})
+			delete(c.policy, name)
+			c.brokenPolicy[name] = n.line
 		}
-		if p.Type != "blacklist" && p.Type != "whitelist" {
-			c.errs.add(c.file, n.line, "policy %s type %q refused: not blacklist or whitelist", p.Name, p.Type)
-			continue
-		}
-		for i, key := range n.keys {
-			if value := n.items[i].text; !slices.Contains(nftlbPolicyKeys, key) && value != "" {
-				c.notes = append(c.notes, fmt.Sprintf("policy %s %s %s: dropped, Sluice has no equivalent.", plain(p.Name), plain(key), plain(value)))
-			}
-		}
-		for _, e := range c.list(n.get("elements"), "policy "+p.Name+" elements") {
-			data := ""
-			if v := e.get("data"); v != nil {
-				data = v.text
-			}
-			prefix, note, err := nftlbPrefix(data)
-			if err != nil {
-				c.errs.add(c.file, e.line, "policy %s element: %v", p.Name, err)
-				continue
-			}
-			if note != "" {
-				c.notes = append(c.notes, fmt.Sprintf("policy %s: %s", plain(p.Name), note))
-			}
-			p.prefixes = append(p.prefixes, prefix)
-		}
-		if c.policy[p.Name] != nil {
-			c.errs.add(c.file, n.line, "policy %s is defined twice (first at line %d)", p.Name, c.policy[p.Name].line)
-			continue
-		}
-		c.policy[p.Name] = p
 	}
+}
+
+// policy1 reads one policy, returning the name it has (when it has one).
+func (c *nftlbConverter) policy1(n *jsonNode) string {
+	p := &nftlbPolicy{line: n.line}
+	if n.kind != jsonObject {
+		c.errs.add(c.file, n.line, "a policy is %s: nftlb takes an object", n.what())
+		return ""
+	}
+	before := c.errs.count()
+	scalars(n, p, &c.errs, c.file, "policy")
+	if c.errs.count() > before {
+		return p.Name
+	}
+	if p.Type != "blacklist" && p.Type != "whitelist" {
+		c.errs.add(c.file, n.line, "policy %s type %q refused: not blacklist or whitelist", p.Name, p.Type)
+		return p.Name
+	}
+	for i, key := range n.keys {
+		if value := n.items[i].text; !slices.Contains(nftlbPolicyKeys, key) && value != "" {
+			c.notes = append(c.notes, fmt.Sprintf("policy %s %s %s: dropped, Sluice has no equivalent.", plain(p.Name), plain(key), plain(value)))
+		}
+	}
+	for _, e := range c.list(n.get("elements"), "policy "+p.Name+" elements") {
+		data := ""
+		if v := e.get("data"); v != nil {
+			data = v.text
+		}
+		prefix, note, err := nftlbPrefix(data)
+		if err != nil {
+			c.errs.add(c.file, e.line, "policy %s element: %v", p.Name, err)
+			continue
+		}
+		if note != "" {
+			c.notes = append(c.notes, fmt.Sprintf("policy %s: %s", plain(p.Name), note))
+		}
+		p.prefixes = append(p.prefixes, prefix)
+	}
+	if c.policy[p.Name] != nil {
+		c.errs.add(c.file, n.line, "policy %s is defined twice (first at line %d)", p.Name, c.policy[p.Name].line)
+		return p.Name
+	}
+	c.policy[p.Name] = p
+	return p.Name
 }
 
 // nftlbPrefix reads a policy element: an address or a prefix. nft masks a prefix's host
@@ -104,6 +117,10 @@ func (c *nftlbConverter) farmPolicies(n *jsonNode, farm string, vip netip.Addr, 
 			name = v.text
 		}
 		p := c.policy[name]
+		if line, broken := c.brokenPolicy[name]; broken {
+			c.errs.add(c.file, ref.line, "farm %s attaches policy %s, left out at line %d", farm, name, line)
+			continue
+		}
 		if p == nil {
 			c.errs.add(c.file, ref.line, "farm %s policy %q is not defined in the file's policies", farm, name)
 			continue

@@ -27,12 +27,23 @@ func (r *Result) render() ([]byte, error) {
 		services.Style = yaml.FlowStyle
 	}
 	var needs []string
-	for _, s := range r.Services {
+	next := 0 // the first omission not written
+	omitted := func(i int) []string {
+		var lines []string
+		for ; next < len(r.Omitted) && r.Omitted[next].before <= i; next++ {
+			lines = append(lines, r.Omitted[next].Lines()...)
+		}
+		return lines
+	}
+	for i, s := range r.Services {
 		var n yaml.Node
 		if err := n.Encode(&s.Service); err != nil {
 			return nil, fmt.Errorf("service %s: %w", s.Name, err)
 		}
-		n.HeadComment = comment(s.Notes)
+		n.HeadComment = comment(append(omitted(i), s.Notes...))
+		if i == len(r.Services)-1 {
+			n.FootComment = comment(omitted(i + 1))
+		}
 		services.Content = append(services.Content, &n)
 		if why := needsEBPF(&s.Service); why != "" {
 			needs = append(needs, s.Name+": "+why)
