@@ -1,16 +1,17 @@
 package bgp
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
+	"sort"
 	"strconv"
-	"strings"
 	"syscall"
+
+	"github.com/prometheus/procfs"
+
+	"github.com/sluicelb/sluice/internal/procs"
 )
 
 // PortTakenError is a listen port that something else holds: the server could not start on it.
@@ -59,40 +60,51 @@ func CheckListen(port int32) error {
 // portHolder names the process that listens on TCP port in this network namespace, as
 // "bird (pid 812)"; empty when none is found (another namespace's view, no /proc).
 func portHolder(port uint16) string {
-	inodes := map[string]bool{}
-	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		listeningInodes(table, port, inodes)
-	}
-	if len(inodes) == 0 {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
 		return ""
 	}
-	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
-	for _, fd := range fds {
-		link, err := os.Readlink(fd)
-		if err != nil || !strings.HasPrefix(link, "socket:[") || !inodes[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")] {
-			continue
+	return holder(fs, port)
+}
+
+// holder is portHolder in the /proc fs: the first process, by pid, that holds a socket of
+// net/tcp or net/tcp6 listening on port.
+func holder(fs procfs.FS, port uint16) string {
+	listening := listeningInodes(fs, port)
+	if len(listening) == 0 {
+		return ""
+	}
+	all, err := fs.AllProcs()
+	if err != nil {
+		return ""
+	}
+	sort.Sort(all)
+	for _, p := range all {
+		held, _ := procs.SocketInodes(p)
+		for inode := range held {
+			if listening[inode] {
+				comm, _ := p.Comm()
+				return fmt.Sprintf("%s (pid %d)", comm, p.PID)
+			}
 		}
-		pid := strings.Split(fd, "/")[2]
-		comm, _ := os.ReadFile("/proc/" + pid + "/comm")
-		return fmt.Sprintf("%s (pid %s)", strings.TrimSpace(string(comm)), pid)
 	}
 	return ""
 }
 
-// listeningInodes adds to inodes the socket inodes of a /proc/net/tcp table that listen on port.
-func listeningInodes(table string, port uint16, inodes map[string]bool) {
-	f, err := os.Open(table)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	want := fmt.Sprintf(":%04X", port)
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
-		f := strings.Fields(sc.Text())
-		if len(f) > 9 && strings.HasSuffix(f[1], want) && f[3] == "0A" {
-			inodes[f[9]] = true
+// tcpListen is TCP_LISTEN, a listening socket's state in /proc/net/tcp.
+const tcpListen = 0x0A
+
+// listeningInodes is the set of the inodes of fs's TCP sockets (IPv4 and IPv6) that listen on
+// port; a table that cannot be read adds none.
+func listeningInodes(fs procfs.FS, port uint16) map[uint64]bool {
+	inodes := map[uint64]bool{}
+	for _, table := range []func() (procfs.NetTCP, error){fs.NetTCP, fs.NetTCP6} {
+		sockets, _ := table()
+		for _, s := range sockets {
+			if s.St == tcpListen && s.LocalPort == uint64(port) {
+				inodes[s.Inode] = true
+			}
 		}
 	}
+	return inodes
 }

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/prometheus/procfs"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -112,14 +113,14 @@ func nsPids(name string) ([]int, error) {
 	if err := unix.Stat(filepath.Join(netnsDir, name), &want); err != nil {
 		return nil, err
 	}
-	entries, err := os.ReadDir("/proc")
+	all, err := procfs.AllProcs()
 	if err != nil {
 		return nil, err
 	}
 	var pids []int
-	for _, e := range entries {
-		pid, ok := parsePid(e.Name())
-		if !ok || pid == os.Getpid() {
+	for _, p := range all {
+		pid := p.PID
+		if pid == os.Getpid() {
 			continue
 		}
 		var st unix.Stat_t

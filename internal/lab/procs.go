@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +12,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/procfs"
+
+	"github.com/sluicelb/sluice/internal/procs"
 )
 
 // Timeouts for process start-up and for a graceful stop before SIGKILL.
@@ -40,17 +43,15 @@ func parsePid(s string) (int, bool) {
 }
 
 // running reports whether pid is a live (non-zombie) process whose command
-// line, with NULs read as spaces, contains marker; the marker guards
+// line, its arguments joined by spaces, contains marker; the marker guards
 // against signalling a recycled pid.
 func running(pid int, marker string) bool {
-	if pid <= 0 {
+	p, st, err := processStat(pid)
+	if err != nil || st.State == "Z" || st.State == "X" {
 		return false
 	}
-	if f := processStat(pid); len(f) == 0 || f[0] == "Z" || f[0] == "X" {
-		return false
-	}
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return err == nil && strings.Contains(string(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '})), marker)
+	cmdline, err := p.CmdLine()
+	return err == nil && strings.Contains(strings.Join(cmdline, " "), marker)
 }
 
 // readPidFile returns the pid on a pid file's first line and the rest of the file (trimmed).
@@ -154,39 +155,36 @@ func signalAll(pids []int, sig syscall.Signal) {
 	}
 }
 
-// processStat is the part of /proc/pid/stat after the command name: state, ppid, pgrp, ...
-func processStat(pid int) []string {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+// processStat reads pid's /proc/pid/stat; an error when pid is gone.
+func processStat(pid int) (procfs.Proc, procfs.ProcStat, error) {
+	p, err := procfs.NewProc(pid)
 	if err != nil {
-		return nil
+		return procfs.Proc{}, procfs.ProcStat{}, err
 	}
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return nil
-	}
-	return strings.Fields(string(stat[i+1:]))
+	st, err := p.Stat()
+	return p, st, err
 }
 
 // stopped reports whether pid is stopped by a signal (or gone).
 func stopped(pid int) bool {
-	f := processStat(pid)
-	return len(f) == 0 || f[0] == "T"
+	_, st, err := processStat(pid)
+	return err != nil || st.State == "T"
 }
 
-// processGroup lists the live processes of process group pgid.
+// processGroup lists the live (non-zombie) processes of process group pgid.
 func processGroup(pgid int) ([]int, error) {
-	entries, err := os.ReadDir("/proc")
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return nil, err
+	}
+	group, err := procs.Group(fs, pgid)
 	if err != nil {
 		return nil, err
 	}
 	var pids []int
-	for _, e := range entries {
-		pid, ok := parsePid(e.Name())
-		if !ok {
-			continue
-		}
-		if f := processStat(pid); len(f) > 2 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
-			pids = append(pids, pid)
+	for _, st := range group {
+		if st.State != "Z" {
+			pids = append(pids, st.PID)
 		}
 	}
 	return pids, nil

@@ -5,7 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+
+	"github.com/prometheus/procfs"
+
+	"github.com/sluicelb/sluice/internal/procs"
 )
 
 // SluiceUDPResponder is a UDPResponderCmd that runs the hidden `lab udp-responder` command of the
@@ -64,22 +69,23 @@ func (l *Lab) stopUDPResponder(ctx context.Context, i int) error {
 
 // hasUDPSocket reports whether pid holds a socket listed in its namespace's UDP tables.
 func hasUDPSocket(pid int) bool {
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return false
 	}
-	inodes := map[string]bool{}
-	for _, fd := range fds {
-		target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
-		if ino, ok := strings.CutPrefix(target, "socket:["); err == nil && ok {
-			inodes[strings.TrimSuffix(ino, "]")] = true
-		}
+	held, err := procs.SocketInodes(p)
+	if err != nil {
+		return false
 	}
-	for _, table := range []string{"udp", "udp6"} {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, table))
-		for _, line := range strings.Split(string(b), "\n")[1:] {
-			// Columns: sl local rem st tx:rx tr:when retrnsmt uid timeout inode ...
-			if f := strings.Fields(line); len(f) > 9 && inodes[f[9]] {
+	// /proc/PID/net holds the tables of pid's network namespace.
+	ns, err := procfs.NewFS(filepath.Join(procfs.DefaultMountPoint, strconv.Itoa(pid)))
+	if err != nil {
+		return false
+	}
+	for _, table := range []func() (procfs.NetUDP, error){ns.NetUDP, ns.NetUDP6} {
+		sockets, _ := table()
+		for _, s := range sockets {
+			if held[s.Inode] {
 				return true
 			}
 		}
