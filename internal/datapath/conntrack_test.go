@@ -15,7 +15,7 @@ func TestConntrackFillReadsTheNamespace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, statErr := os.Stat(conntrackSysctls + "nf_conntrack_max"); statErr != nil {
+		if _, statErr := os.Stat(procSys + "net/netfilter/nf_conntrack_max"); statErr != nil {
 			if count != 0 || max != 0 {
 				t.Fatalf("without conntrack: %d of %d, want 0 of 0", count, max)
 			}

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/prometheus/procfs"
+
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/plan"
 )
@@ -97,6 +99,10 @@ func CheckForwarding(p *plan.Plan) error {
 // sysctlOn tells whether the sysctl name (dotted, like net.ipv4.ip_forward) of the calling
 // thread's network namespace is not 0.
 func sysctlOn(name string) (bool, error) {
-	v, err := readSysctl(procSys + strings.ReplaceAll(name, ".", "/"))
+	proc, err := procfs.NewDefaultFS()
+	if err != nil {
+		return false, err
+	}
+	v, err := readSysctl(proc, name)
 	return v != 0, err
 }
