@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -74,6 +75,15 @@ func testNATTakeover(t *testing.T, datapath, mode string) {
 		}
 	}
 	time.Sleep(500 * time.Millisecond)
+	// Second chance alone would keep these flows too: that the replicated state holds them is
+	// shown by node 2 holding node 1's flows to backend 1 before the cut, and (ebpf, where it is
+	// counted) by no second chance given after it.
+	b1 := theFleet.BackendAddr(1, false).String()
+	held := flowsTo(t, nodes[0], b1)
+	if held == 0 {
+		t.Fatal("no long-lived connection on backend 1")
+	}
+	waitFor(t, "node 2 holding node 1's flows to backend 1", 5*time.Second, func() bool { return flowsTo(t, nodes[1], b1) >= held })
 	if err := theFleet.CutBalancer(1); err != nil {
 		t.Fatal(err)
 	}
@@ -81,6 +91,9 @@ func testNATTakeover(t *testing.T, datapath, mode string) {
 	failover := waitFor(t, "node 2 takes the addresses over", 15*time.Second, func() bool { return vrrpHolder(t) == 2 })
 	time.Sleep(2 * time.Second)
 	slowest := conns.requireKept(t)
+	if n := secondChances(t, nodes[1]); n != 0 {
+		t.Errorf("node 2 gave %d second chances: the replicated flows were not all there", n)
+	}
 	t.Logf("%s %s: node 2 took over after %v; slowest long-lived request %v", datapath, mode, failover.Round(time.Millisecond), slowest.Round(time.Millisecond))
 	if r := nodes[1].cli("sync"); r.Err == nil {
 		t.Logf("node 2's sluice sync:\n%s", r.Stdout)
@@ -113,6 +126,44 @@ func testNATTakeover(t *testing.T, datapath, mode string) {
 	if r := nodes[0].cli("sync"); r.Err == nil {
 		t.Logf("node 1's sluice sync:\n%s", r.Stdout)
 	}
+}
+
+// flowsTo counts the web service's flows to backend addr that node d holds.
+func flowsTo(t *testing.T, d *daemon, addr string) int {
+	t.Helper()
+	r := d.cli("flows", "web", "--backend", addr, "-o", "json")
+	if r.Err != nil {
+		t.Fatalf("sluice flows: %v\n%s", r.Err, r.Stderr)
+	}
+	var list struct {
+		Total int `json:"total"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &list); err != nil {
+		t.Fatalf("sluice flows -o json: %v\n%s", err, r.Stdout)
+	}
+	return list.Total
+}
+
+// secondChances is the web service's count of second chances on node d (ebpf; 0 on nft).
+func secondChances(t *testing.T, d *daemon) uint64 {
+	t.Helper()
+	r := d.cli("list", "-o", "json")
+	if r.Err != nil {
+		t.Fatalf("sluice list: %v\n%s", r.Err, r.Stderr)
+	}
+	var services []struct {
+		Name          string `json:"name"`
+		SecondChances uint64 `json:"second_chances"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &services); err != nil {
+		t.Fatalf("sluice list -o json: %v\n%s", err, r.Stdout)
+	}
+	for _, s := range services {
+		if s.Name == "web" {
+			return s.SecondChances
+		}
+	}
+	return 0
 }
 
 // routeClientViaBackGateway routes the backends' replies to the client through the pair's
@@ -157,8 +208,8 @@ func TestKeepalivedPairSecondChance(t *testing.T) {
 			waitFor(t, "node 2 takes the addresses over", 15*time.Second, func() bool { return vrrpHolder(t) == 2 })
 			time.Sleep(2 * time.Second)
 			conns.requireKept(t)
-			if r := nodes[1].cli("list", "-o", "json"); r.Err == nil && dp == "ebpf" {
-				t.Logf("node 2's list:\n%s", r.Stdout)
+			if n := secondChances(t, nodes[1]); dp == "ebpf" && n == 0 {
+				t.Error("node 2 counted no second chance: the connections went on some other way")
 			}
 		})
 	}
