@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -16,10 +18,10 @@ import (
 	"github.com/sluicelb/sluice/internal/plan"
 )
 
-// fakeHost is the machine of the unit tests of Apply, without root: the datapath's transactions
-// run in knftables' fake, each one that succeeds advancing the ruleset's generation as the
-// kernel's do; the tables are read back from the fake; dsr arrives on eth0 and the backends are
-// behind device.
+// fakeHost is the machine of the unit tests of Apply and Status, without root: the datapath's
+// transactions run in knftables' fake, each one that succeeds advancing the ruleset's generation
+// as the kernel's do; the tables and their counters are read back from the fake; conntrack is
+// empty; dsr arrives on eth0 and the backends are behind device.
 type fakeHost struct {
 	*knftables.Fake
 	gen      uint32 // the ruleset's generation
@@ -32,7 +34,18 @@ type fakeHost struct {
 // newFakeDatapath is a datapath on a fakeHost with empty tables.
 func newFakeDatapath() (*Datapath, *fakeHost) {
 	h := &fakeHost{Fake: knftables.NewFake("", ""), gen: 1, device: "eth1"}
-	return newDatapath(h, h, h, slog.New(slog.DiscardHandler)), h
+	return newDatapath(h, fakeFlows{h}, h, slog.New(slog.DiscardHandler)), h
+}
+
+// fakeFlows lists the maps of a fakeHost's netdev table, as the datapath's flows interface lists
+// the kernel's; a missing map has no elements.
+type fakeFlows struct{ *fakeHost }
+
+func (f fakeFlows) ListElements(_ context.Context, _, name string) ([]*knftables.Element, error) {
+	if t := f.Tables[knftables.NetDevFamily][TableName]; t != nil && t.Maps[name] != nil {
+		return t.Maps[name].Elements, nil
+	}
+	return nil, nil
 }
 
 // errRejected is what the fake's nft answers to the transaction it rejects (rejectAt).
@@ -79,6 +92,18 @@ func (h *fakeHost) ensureCTTimeouts(ctx context.Context) (bool, error) {
 
 func (h *fakeHost) generation() uint32 { return h.gen }
 
+func (h *fakeHost) counters(f knftables.Family) (map[string]*knftables.Counter, error) {
+	out := map[string]*knftables.Counter{}
+	if t := h.Tables[f][TableName]; t != nil {
+		for name, c := range t.Counters {
+			out[name] = &c.Counter
+		}
+	}
+	return out, nil
+}
+
+func (h *fakeHost) conntrack(uint8) ([]ctEntry, error) { return nil, nil }
+
 // read reads the fake's tables back as readTables reads the kernel's, with the chains' rules.
 func (h *fakeHost) read(context.Context) (*state, error) {
 	st := newState()
@@ -95,8 +120,9 @@ func (h *fakeHost) read(context.Context) (*state, error) {
 			}
 			st.chains[objKey{f, name}] = &chainDef{chain: &knftables.Chain{Family: f, Table: TableName, Name: name}, rules: rules}
 		}
-		for name := range t.Counters {
-			st.addCounter(f, name)
+		counters, _ := h.counters(f)
+		for name, c := range counters {
+			st.counters[objKey{f, name}] = c
 		}
 		for name, s := range t.Sets {
 			readFakeElements(st.addSet(f, &knftables.Set{Name: name}), name, s.Elements)
@@ -367,5 +393,51 @@ func TestFlushDeletesTheTables(t *testing.T) {
 	apply(t, d, p)
 	if got, want := sortedLines(h.Dump()), fresh(t, p, testEnv); got != want {
 		t.Errorf("the apply after Flush differs from a fresh one:\n%s\n---\n%s", got, want)
+	}
+}
+
+// TestStatusFromThePlanIsStatusReadBack: for every golden config, what the daemon's datapath
+// reports of the services it committed (their layout from the plan, the counters from the tables)
+// is what a one-shot datapath reads back from the tables alone, service by service too.
+func TestStatusFromThePlanIsStatusReadBack(t *testing.T) {
+	dirs, _ := filepath.Glob("testdata/golden/*")
+	for _, dir := range dirs {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			d, h := newFakeDatapath()
+			p := loadPlan(t, filepath.Join(dir, "config.yaml"))
+			apply(t, d, p)
+			countDistinctly(h)
+			planned, err := d.Status(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			oneShot := newDatapath(h, fakeFlows{h}, h, slog.New(slog.DiscardHandler))
+			read, err := oneShot.Status(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(planned) != len(p.Services) || !reflect.DeepEqual(planned, read) {
+				t.Fatalf("status from the plan:\n%+v\nread back:\n%+v", planned, read)
+			}
+			for _, want := range planned {
+				got, found, err := d.ServiceStatus(context.Background(), want.Name)
+				if err != nil || !found || !reflect.DeepEqual(got, want) {
+					t.Errorf("ServiceStatus(%s) = %+v, %v, %v; want %+v", want.Name, got, found, err, want)
+				}
+			}
+		})
+	}
+}
+
+// countDistinctly gives every counter of the fake's tables packets and bytes of its own.
+func countDistinctly(h *fakeHost) {
+	n := uint64(0)
+	for _, f := range families {
+		if t := h.Tables[f][TableName]; t != nil {
+			for _, name := range slices.Sorted(maps.Keys(t.Counters)) {
+				n++
+				t.Counters[name].Packets, t.Counters[name].Bytes = ptr(n), ptr(100*n)
+			}
+		}
 	}
 }

@@ -92,9 +92,11 @@ func (d *Datapath) readLiveFlows(ctx context.Context, src liveSources) (*liveFlo
 	live := &liveFlows{nat: map[natFlow]uint64{}, dsr: map[string]map[string]uint64{}}
 	for _, v := range []ipv{ipv4, ipv6} {
 		if src.conntrack[v] {
-			if err := live.addConntrack(conntrackFamily(v)); err != nil {
+			entries, err := d.host.conntrack(conntrackFamily(v))
+			if err != nil {
 				return nil, err
 			}
+			live.addConntrack(entries)
 		}
 	}
 	for _, name := range src.flowMaps {
@@ -107,18 +109,13 @@ func (d *Datapath) readLiveFlows(ctx context.Context, src liveSources) (*liveFlo
 	return live, nil
 }
 
-// addConntrack counts the active translated entries of one address family.
-func (l *liveFlows) addConntrack(family uint8) error {
-	entries, err := dumpConntrack(family)
-	if err != nil {
-		return err
-	}
+// addConntrack counts the active translated entries among entries.
+func (l *liveFlows) addConntrack(entries []ctEntry) {
 	for _, e := range entries {
 		if e.active() && e.flow.translated() {
 			l.nat[e.flow]++
 		}
 	}
-	return nil
 }
 
 func (l *liveFlows) natActive(t natTarget) uint64 {

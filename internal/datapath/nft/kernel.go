@@ -16,11 +16,11 @@ import (
 
 var families = []knftables.Family{knftables.InetFamily, knftables.NetDevFamily}
 
-// host is what Apply asks of the machine besides its transactions (the datapath's
+// host is what Apply and Status ask of the machine besides transactions (the datapath's
 // knftables.Interface): the plan's checks against the namespace's settings, the environment
 // rendering needs, the conntrack timeout policies (which knftables cannot express), the ruleset's
-// generation and the tables as they are. kernelHost is the machine's; the unit tests pass one
-// over knftables' fake.
+// generation, the tables as they are, their counters and conntrack's entries. kernelHost is the
+// machine's; the unit tests pass one over knftables' fake.
 type host interface {
 	// check refuses a plan the namespace's settings cannot carry (forwarding, conntrack's).
 	check(p *plan.Plan) error
@@ -32,6 +32,10 @@ type host interface {
 	generation() uint32
 	// read is the current content of Sluice's tables.
 	read(ctx context.Context) (*state, error)
+	// counters are the named counters of Sluice's table of family f, by name.
+	counters(f knftables.Family) (map[string]*knftables.Counter, error)
+	// conntrack is the conntrack entries of one address family.
+	conntrack(family uint8) ([]ctEntry, error)
 }
 
 // kernelHost is the host of the calling thread's network namespace.
@@ -53,6 +57,12 @@ func (kernelHost) ensureCTTimeouts(ctx context.Context) (bool, error) { return e
 func (kernelHost) generation() uint32 { return rulesetGeneration() }
 
 func (kernelHost) read(ctx context.Context) (*state, error) { return readTables(ctx) }
+
+func (kernelHost) counters(f knftables.Family) (map[string]*knftables.Counter, error) {
+	return readCounters(f)
+}
+
+func (kernelHost) conntrack(family uint8) ([]ctEntry, error) { return dumpConntrack(family) }
 
 // read loads the current content of Sluice's tables from the host.
 func (d *Datapath) read(ctx context.Context) (*state, error) { return d.host.read(ctx) }

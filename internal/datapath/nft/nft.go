@@ -332,7 +332,7 @@ func (d *Datapath) statusOf(ctx context.Context, plans []plan.Service) ([]datapa
 		if !needed[f] {
 			continue
 		}
-		read, err := readCounters(f)
+		read, err := d.host.counters(f)
 		if err != nil {
 			return nil, err
 		}
