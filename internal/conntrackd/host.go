@@ -1,7 +1,6 @@
 package conntrackd
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,11 +14,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
-	"github.com/sluicelb/sluice/internal/boundedread"
+	"github.com/sluicelb/sluice/internal/datapath"
 )
-
-// conntrackMax is where the namespace's conntrack table size is read.
-const conntrackMax = "/proc/sys/net/netfilter/nf_conntrack_max"
 
 // inNamespace runs fn on a thread of its own switched into ns. The thread is never switched
 // back: it ends with the goroutine, so no other goroutine can land in ns.
@@ -160,15 +156,11 @@ func findBinary(bin string) (string, error) {
 
 // readTableSize is the namespace's conntrack table size, DefaultTableSize if unreadable.
 func readTableSize() int {
-	b, err := boundedread.File(conntrackMax, 64)
-	if err != nil {
+	_, max, err := datapath.ConntrackFill()
+	if err != nil || max == 0 {
 		return DefaultTableSize
 	}
-	n, err := strconv.Atoi(string(bytes.TrimSpace(b)))
-	if err != nil || n <= 0 {
-		return DefaultTableSize
-	}
-	return n
+	return int(max)
 }
 
 // clientOutput bounds what a conntrackd client command may print.
