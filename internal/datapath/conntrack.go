@@ -8,9 +8,6 @@ import (
 	"github.com/prometheus/procfs"
 )
 
-// procSys holds the sysctls of the calling thread's network namespace.
-const procSys = "/proc/sys/"
-
 // ConntrackFill reads how many entries the conntrack table of the calling thread's network
 // namespace holds, and how many it can hold; both are 0 where conntrack is not loaded. A full
 // table drops the first packet of every new flow that needs an entry.

@@ -7,6 +7,9 @@ import (
 	"github.com/sluicelb/sluice/internal/netnstest"
 )
 
+// procSys holds the sysctls of the calling thread's network namespace.
+const procSys = "/proc/sys/"
+
 // TestConntrackFillReadsTheNamespace: the fill of a new network namespace's table is its own
 // (empty), with the kernel's maximum.
 func TestConntrackFillReadsTheNamespace(t *testing.T) {
