@@ -13,8 +13,9 @@ import (
 // so anything near it is an expansion the limits missed.
 const maxFuzzAlloc = 512 << 20
 
-// fuzzImport converts input as the format's file (with a keepalived include beside it): no
-// panic, a bounded allocation, and any output loads as a Sluice config.
+// fuzzImport converts input as the format's file (with a keepalived include beside it), whole
+// and with Options.Partial: no panic, a bounded allocation, and any output loads as a Sluice
+// config.
 func fuzzImport(t *testing.T, convert converter, input []byte) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "input")
@@ -23,30 +24,38 @@ func fuzzImport(t *testing.T, convert converter, input []byte) {
 			t.Fatal(err)
 		}
 	}
-	var res *Result
-	var err error
-	if n := allocated(func() { res, err = convert(path, Options{}) }); n > maxFuzzAlloc {
-		t.Fatalf("allocated %d bytes for an input of %d", n, len(input))
-	}
-	if err != nil {
-		return
-	}
-	out, err := res.YAML()
-	if err != nil {
-		t.Fatalf("converted, but no YAML: %v", err)
-	}
-	if _, err := config.Parse("out.yaml", out); err != nil {
-		t.Fatalf("the output does not validate: %v\n%s", err, out)
+	for _, opts := range []Options{{}, {Partial: true}} {
+		var res *Result
+		var err error
+		if n := allocated(func() { res, err = convert(path, opts) }); n > maxFuzzAlloc {
+			t.Fatalf("allocated %d bytes for an input of %d (%+v)", n, len(input), opts)
+		}
+		if err != nil {
+			continue
+		}
+		out, err := res.YAML()
+		if err != nil {
+			t.Fatalf("converted, but no YAML (%+v): %v", opts, err)
+		}
+		if _, err := config.Parse("out.yaml", out); err != nil {
+			t.Fatalf("the output does not validate (%+v): %v\n%s", opts, err, out)
+		}
 	}
 }
 
-// seeds adds the corpus files of a format and the hostile inputs to f.
+// seeds adds the corpus files of a format (converted, refused and partly converted) and the
+// hostile inputs to f.
 func seeds(f *testing.F, format string, hostile ...string) {
-	dir := filepath.Join("testdata", format)
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		if data, err := os.ReadFile(filepath.Join(dir, e.Name())); err == nil && !strings.HasSuffix(e.Name(), ".golden.yaml") {
-			f.Add(data)
+	for _, dir := range []string{format, "bad", "partial"} {
+		entries, _ := os.ReadDir(filepath.Join("testdata", dir))
+		for _, e := range entries {
+			name := e.Name()
+			if dir != format && !strings.HasPrefix(name, format+"-") || strings.HasSuffix(name, ".golden.yaml") || strings.HasSuffix(name, ".err") {
+				continue
+			}
+			if data, err := os.ReadFile(filepath.Join("testdata", dir, name)); err == nil {
+				f.Add(data)
+			}
 		}
 	}
 	for _, h := range hostile {
@@ -82,6 +91,9 @@ func FuzzNftlb(f *testing.F) {
 		`{"farms":[{"name":"web","virtual-addr":"10.0.0.1","virtual-ports":"1-65535","protocol":"all","backends":[{"name":"a","ip-addr":"10.0.0.1","port":"80"}]}]}`,
 		"{\"farms\":[{\"name\":\"w\\u0000\",\"virtual-addr\":\"10.0.0.1\",\"backends\":[{\"ip-addr\":\"10.0.1.1\"}]}]}",
 		strings.Repeat("[", 1000)+strings.Repeat("]", 1000),
+		`{"farms":[{"name":"a","name":"b","virtual-addr":"10.0.0.1","virtual-addr":"127.0.0.1","backends":[{"ip-addr":"10.0.1.1"}]}]}`,
+		`{"farms":[{"name":"a","virtual-addr":"10.0.0.1","virtual-ports":80,"backends":[{"ip-addr":"10.0.1.1","weight":1e3,"port":-1}]}]}`,
+		`{"policies":[{"name":"p","type":"blacklist","elements":[{"data":"x"}]}],"farms":[{"name":"a","virtual-addr":"10.0.0.1","policies":[{"name":"p"}]}]}`,
 	)
 	f.Fuzz(func(t *testing.T, input []byte) { fuzzImport(t, Nftlb, input) })
 }

@@ -76,8 +76,8 @@ func TestGolden(t *testing.T) {
 					t.Fatal(err)
 				}
 				golden(t, src+".golden.yaml", out)
-				if _, err := config.Parse(src+".golden.yaml", out); err != nil {
-					t.Errorf("the output does not validate:\n%v\n%s", err, out)
+				if _, err := config.Load(src + ".golden.yaml"); err != nil {
+					t.Errorf("the golden output does not load:\n%v", err)
 				}
 			})
 		}
@@ -169,5 +169,28 @@ func TestMaskPrefix(t *testing.T) {
 		if (err != nil) != (want == 0) || got != want {
 			t.Errorf("maskPrefix(%q) = %d, %v; want %d", text, got, err, want)
 		}
+	}
+}
+
+// TestCorpusSize: each of keepalived and nftlb has at least 30 configs with an expected output
+// or refusal (converted, refused or partly converted).
+func TestCorpusSize(t *testing.T) {
+	for _, format := range []string{"keepalived", "nftlb"} {
+		n := len(corpus(t, format))
+		for _, dir := range []string{"bad", "partial"} {
+			entries, err := os.ReadDir(filepath.Join("testdata", dir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range entries {
+				if strings.HasPrefix(e.Name(), format+"-") && !strings.HasSuffix(e.Name(), ".err") && !strings.HasSuffix(e.Name(), ".golden.yaml") && !e.IsDir() {
+					n++
+				}
+			}
+		}
+		if n < 30 {
+			t.Errorf("%s: %d configs in the corpus, want at least 30", format, n)
+		}
+		t.Logf("%s: %d configs", format, n)
 	}
 }

@@ -198,7 +198,11 @@ func (c *nftlbConverter) farm(n *jsonNode) []Service {
 	tmpl := Service{Notes: []string{fmt.Sprintf("from nftlb farm %s (%s:%d)", plain(f.Name), c.file, n.line)}, at: pos{c.file, n.line}}
 	note := func(format string, args ...any) { tmpl.Notes = append(tmpl.Notes, fmt.Sprintf(format, args...)) }
 	for i, key := range n.keys {
-		nftlbDrop(key, n.items[i].text, note)
+		value := n.items[i].text
+		if v := n.items[i]; v.kind == jsonArray && len(v.items) > 0 {
+			value = fmt.Sprintf("(%d entries)", len(v.items))
+		}
+		nftlbDrop(key, value, note)
 	}
 	if f.State == "off" || f.State == "down" {
 		c.errs.truncate(before)
