@@ -84,6 +84,12 @@ type Service struct {
 	// the backends see (in an active/backup pair, the floating address on the backends' side);
 	// unset, fullnat takes the address of the interface towards the backends.
 	FullNATSource IP `yaml:"fullnat_source,omitempty" json:"fullnat_source,omitzero"`
+	// Tunnel is mode tunnel's encapsulation, ipip (default) or gue; GUEPort is the UDP port of
+	// gue (default 6080); TunnelSource is the outer source address (default: the address of the
+	// interface towards the backend).
+	Tunnel       Tunnel `yaml:"tunnel,omitempty" json:"tunnel,omitempty"`
+	GUEPort      int    `yaml:"gue_port,omitempty" json:"gue_port,omitempty"`
+	TunnelSource IP     `yaml:"tunnel_source,omitempty" json:"tunnel_source,omitzero"`
 	// TableSize is the Maglev table size M (a prime); 0 picks maglev.DefaultSize of the backend count.
 	TableSize int `yaml:"table_size,omitempty" json:"table_size,omitempty"`
 	// Fallback says what happens to new flows when no backend can take them: "drop", "reject", or

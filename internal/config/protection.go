@@ -79,8 +79,8 @@ func (s *Service) validateProtection(at string, datapath Datapath, is6, vipOK bo
 		switch {
 		case s.Protocol != ProtocolTCP:
 			fail(at+".syn_protection", "only applies to tcp services (SYN cookies are a TCP handshake)")
-		case s.Mode == ModeDSR:
-			fail(at+".syn_protection", "cannot apply to mode dsr: the backend's replies bypass the balancer, which would have to translate their sequence numbers (use nat or fullnat)")
+		case s.Mode.Direct():
+			fail(at+".syn_protection", "cannot apply to mode %s: the backend's replies bypass the balancer, which would have to translate their sequence numbers (use nat or fullnat)", s.Mode)
 		}
 	}
 	// An unset limit_action stays unset (drop): services without limits do not show one.

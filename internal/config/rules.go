@@ -79,6 +79,8 @@ var rules = map[reflect.Type]map[string]rule{
 		"protocol":                {enum: Names(Protocols), def: string(DefaultProtocol)},
 		"mode":                    {enum: Names(Modes), def: string(DefaultMode)},
 		"scheduler":               {enum: Names(Schedulers), def: string(DefaultScheduler)},
+		"tunnel":                  {enum: Names(Tunnels), def: string(DefaultTunnel)},
+		"gue_port":                zeroOr(gueBounds),
 		"fallback":                {enum: Names(Fallbacks)},
 		"table_size":              zeroOr(tableSizeBounds),
 		"flow_timeout":            {pattern: durationPattern},

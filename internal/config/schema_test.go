@@ -50,7 +50,7 @@ func TestSchemaRefusesBadConfigs(t *testing.T) {
 		"unknown-key.yaml":      "services[0].backends[0].weigth: unknown",
 		"unknown-top-key.yaml":  "colour: unknown",
 		"bgp-unknown-key.yaml":  "bgp.peers[0].holdtime: unknown",
-		"mode.yaml":             `services[0].mode: "tunnel" is not one of`,
+		"mode.yaml":             `services[0].mode: "gre" is not one of`,
 		"datapath.yaml":         `datapath: "bpf" is not one of`,
 		"weight.yaml":           "services[0].backends[0].weight: 1001 is above 1000",
 		"weight-fraction.yaml":  "services[0].backends[0].weight: 1.5 is not a JSON integer",

@@ -104,15 +104,15 @@ func (s *Service) validate(at string, vips vipOwners, datapath Datapath, fail fu
 	s.Scheduler = oneOf(s.Scheduler, Schedulers, DefaultScheduler, at+".scheduler", fail)
 	// An unset fallback stays unset: it tells a service without backends from one that drops.
 	s.Fallback = oneOf(s.Fallback, Fallbacks, "", at+".fallback", fail)
-	if s.Fallback == FallbackReject && s.Mode == ModeDSR {
-		fail(at+".fallback", "dsr can only drop: its rules run on ingress, before the stack could answer")
+	if s.Fallback == FallbackReject && s.Mode.Direct() {
+		fail(at+".fallback", "%s can only drop: its rules run on ingress, before the stack could answer", s.Mode)
 	}
 	if s.TableSize != 0 {
 		s.validateTableSize(at+".table_size", fail)
 	}
 	if s.FlowTimeout != "" {
-		if s.Mode != ModeDSR {
-			fail(at+".flow_timeout", "only applies to mode dsr (nat and fullnat flows are tracked by conntrack)")
+		if !s.Mode.Direct() {
+			fail(at+".flow_timeout", "only applies to modes dsr and tunnel (nat and fullnat flows are tracked by conntrack)")
 		} else if d, err := time.ParseDuration(s.FlowTimeout); err != nil || d < time.Second {
 			fail(at+".flow_timeout", "%q is not a duration of at least 1s (like 5m)", s.FlowTimeout)
 		}
@@ -135,6 +135,7 @@ func (s *Service) validate(at string, vips vipOwners, datapath Datapath, fail fu
 	s.validateBackends(at+".backends", s.Backends, vip, vipErr == nil, vips, seen, fail)
 	s.validateBackends(at+".sorry_servers", s.SorryServers, vip, vipErr == nil, vips, seen, fail)
 	s.validateFullNATSource(at+".fullnat_source", vip, vipErr == nil, vips, fail)
+	s.validateTunnel(at, vip, vipErr == nil, vips, datapath, fail)
 	return vip, vipErr == nil
 }
 
@@ -185,8 +186,8 @@ func (s *Service) validateBackends(at string, backends []Backend, vip netip.Addr
 		if !anyPortBounds.has(b.Port) {
 			fail(bat()+".port", "%d is not a port in %s", b.Port, portBounds)
 		}
-		if s.Mode == ModeDSR && b.Port != 0 && (s.Port.IsRange() || b.Port != s.Port.First) {
-			fail(bat()+".port", "dsr cannot remap ports (backend port %d, service port %s): the packet keeps its destination", b.Port, s.Port)
+		if s.Mode.Direct() && b.Port != 0 && (s.Port.IsRange() || b.Port != s.Port.First) {
+			fail(bat()+".port", "%s cannot remap ports (backend port %d, service port %s): the packet keeps its destination", s.Mode, b.Port, s.Port)
 		}
 		if w := b.WeightOrDefault(); !weightBounds.has(w) {
 			fail(bat()+".weight", "%d is out of range %s", w, weightBounds)

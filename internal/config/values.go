@@ -60,11 +60,12 @@ const (
 	ModeNAT     Mode = "nat"
 	ModeFullNAT Mode = "fullnat"
 	ModeDSR     Mode = "dsr"
+	ModeTunnel  Mode = "tunnel" // dsr through an IPIP or GUE tunnel, to routed backends
 	DefaultMode      = ModeNAT
 )
 
 // Modes are the allowed modes.
-var Modes = []Mode{ModeNAT, ModeFullNAT, ModeDSR}
+var Modes = []Mode{ModeNAT, ModeFullNAT, ModeDSR, ModeTunnel}
 
 // OrDefault is m, or DefaultMode when unset.
 func (m Mode) OrDefault() Mode { return orDefault(m, DefaultMode) }
