@@ -26,8 +26,11 @@ func printIPVS(w io.Writer, services []engine.ServiceView) error {
 		}
 		fmt.Fprintf(&b, "%-4s %s %s%s\n", strings.ToUpper(string(s.Protocol)), hostPort(s.VIP.String(), s.Ports), sched, ipvsFlags(s))
 		forward := "Masq"
-		if s.Mode == config.ModeDSR {
+		switch s.Mode {
+		case config.ModeDSR:
 			forward = "Route"
+		case config.ModeTunnel:
+			forward = "Tunnel"
 		}
 		for _, be := range s.Backends {
 			port := s.Ports

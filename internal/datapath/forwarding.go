@@ -63,7 +63,7 @@ func ForwardingSysctl(addr netip.Addr) string {
 // interface does not forward. Only nft dsr does without: its netdev fwd hands the frame to the
 // neighbour layer directly.
 func NeedsForwarding(dp config.Datapath, s *plan.Service) bool {
-	return dp == config.DatapathEBPF || s.Mode != config.ModeDSR
+	return dp == config.DatapathEBPF || !s.Mode.Direct()
 }
 
 // CheckForwarding returns a *ForwardingError when a service of p needs a forwarding sysctl that the

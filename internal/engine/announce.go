@@ -399,7 +399,7 @@ func (e *Engine) serviceReadiness(s *plan.Service) readiness {
 // isSorryServer tells whether b is one of the service's sorry servers.
 func isSorryServer(cs *config.Service, b plan.Backend) bool {
 	for _, sorry := range cs.SorryServers {
-		if sorry.Address.Addr == b.Addr && (sorry.Port == int(b.Port) || cs.Mode == config.ModeDSR) {
+		if sorry.Address.Addr == b.Addr && (sorry.Port == int(b.Port) || cs.Mode.Direct()) {
 			return true
 		}
 	}

@@ -191,7 +191,7 @@ func (e *Engine) activeFlows(ctx context.Context, service, id string) (uint64, e
 // configBackendID is the ID of a config backend of a service, as the plan and datapath name it.
 func configBackendID(s *config.Service, b config.Backend) string {
 	port := b.Port
-	if s.Mode == config.ModeDSR {
+	if s.Mode.Direct() {
 		port = 0
 	}
 	return plan.Backend{Addr: b.Address.Addr, Port: uint16(port)}.ID()

@@ -148,6 +148,7 @@ func diffFields(o, n *Service) []FieldChange {
 		{"listener", o.Listener(), n.Listener()},
 		{"mode", string(o.Mode), string(n.Mode)},
 		{"fullnat_source", addrText(o.FullNATSource), addrText(n.FullNATSource)},
+		{"tunnel", o.Tunnel.String(), n.Tunnel.String()},
 		{"scheduler", string(o.Scheduler), string(n.Scheduler)},
 		{"fallback", string(o.Fallback), string(n.Fallback)},
 		{"flow_timeout", o.FlowTimeout.String(), n.FlowTimeout.String()},

@@ -3,6 +3,7 @@
 package plan
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -47,6 +48,8 @@ type Service struct {
 	// FullNATSource is the source address fullnat translates clients to; invalid: the address
 	// of the interface towards the backends.
 	FullNATSource netip.Addr
+	// Tunnel is mode tunnel's encapsulation; empty for the other modes.
+	Tunnel Tunnel
 	// SYNProtection answers SYNs with cookies; Limits and LimitAction bound new and concurrent
 	// connections (zero: no limit).
 	SYNProtection bool
@@ -63,6 +66,26 @@ type Service struct {
 	// (maglev, hash) or counter mod len(Slots) (rr, wrr, random). Empty when no backend takes new flows.
 	// Read-only: the plans of one Builder share it.
 	Slots []int
+}
+
+// Tunnel is how a mode tunnel service encapsulates: the kind, GUE's destination port (0 for
+// ipip), and the outer source (invalid: the address of the interface towards the backend).
+type Tunnel struct {
+	Kind    config.Tunnel
+	GUEPort uint16
+	Source  netip.Addr
+}
+
+// String renders the tunnel as an operator reads it: "ipip", "gue:6080 from 10.0.0.1".
+func (t Tunnel) String() string {
+	s := string(t.Kind)
+	if t.GUEPort != 0 {
+		s += ":" + strconv.Itoa(int(t.GUEPort))
+	}
+	if t.Source.IsValid() {
+		s += " from " + t.Source.String()
+	}
+	return s
 }
 
 // Backend is one real server of a service.
@@ -195,6 +218,12 @@ func buildService(cs config.Service, available Availability, quorum QuorumRule, 
 		Scheduler: cs.Scheduler.OrDefault().Canonical(), Fallback: cs.Fallback.OrDefault(), FlowTimeout: config.DefaultFlowTimeout,
 		SHPort: cs.SHPort, Persistence: cs.PersistenceOrZero(), FullNATSource: cs.FullNATSource.Unmap(),
 	}
+	if cs.Mode == config.ModeTunnel {
+		s.Tunnel = Tunnel{Kind: cmp.Or(cs.Tunnel, config.DefaultTunnel), Source: cs.TunnelSource.Unmap()}
+		if s.Tunnel.Kind == config.TunnelGUE {
+			s.Tunnel.GUEPort = uint16(cs.GUEPortOrDefault())
+		}
+	}
 	if s.Persistence > 0 {
 		s.PersistencePrefix = cs.PersistencePrefix(s.VIP.Is6())
 	}
@@ -306,14 +335,14 @@ func prefixes(list []config.Prefix) ([]netip.Prefix, error) {
 	return slices.Compact(out), nil
 }
 
-// BackendOf is a configured backend of a service in mode as the datapaths program it: dsr
-// cannot remap ports, so a dsr backend always takes the client's port (Port 0).
+// BackendOf is a configured backend of a service in mode as the datapaths program it: dsr and
+// tunnel cannot remap ports, so their backends always take the client's port (Port 0).
 func BackendOf(cb config.Backend, mode config.Mode) (Backend, error) {
 	if !cb.Address.IsValid() {
 		return Backend{}, fmt.Errorf("backend %q is not an IP address", cb.Address)
 	}
 	port := uint16(cb.Port)
-	if mode == config.ModeDSR {
+	if mode.Direct() {
 		port = 0
 	}
 	upper, lower := cb.ConnectionThresholds()

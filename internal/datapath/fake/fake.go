@@ -6,7 +6,6 @@ import (
 	"context"
 	"sync"
 
-	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/plan"
 )
@@ -72,7 +71,7 @@ func (d *Datapath) Status(context.Context) ([]datapath.ServiceStatus, error) {
 				Address: b.Addr.String(), Port: int(b.Port), Weight: b.Weight, Share: share[i],
 				ActiveFlows: d.active[s.Name+"/"+b.ID()],
 			}
-			if !s.Uncounted || s.Mode == config.ModeDSR { // what nft counts; nothing passes here
+			if !s.Uncounted || s.Mode.Direct() { // what nft counts; nothing passes here
 				bs.Packets, bs.Bytes = new(uint64), new(uint64)
 			}
 			st.Backends = append(st.Backends, bs)
