@@ -104,6 +104,13 @@ func (h *fakeHost) counters(f knftables.Family) (map[string]*knftables.Counter, 
 
 func (h *fakeHost) conntrack(uint8) ([]ctEntry, error) { return nil, nil }
 
+func (h *fakeHost) elements(f knftables.Family, set string) ([]*knftables.Element, error) {
+	if t := h.Tables[f][TableName]; t != nil && t.Maps[set] != nil {
+		return t.Maps[set].Elements, nil
+	}
+	return nil, nil
+}
+
 // read reads the fake's tables back as readTables reads the kernel's, with the chains' rules.
 func (h *fakeHost) read(context.Context) (*state, error) {
 	st := newState()

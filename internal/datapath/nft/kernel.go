@@ -32,6 +32,8 @@ type host interface {
 	generation() uint32
 	// read is the current content of Sluice's tables.
 	read(ctx context.Context) (*state, error)
+	// elements are the elements of one set or map of Sluice's table of family f.
+	elements(f knftables.Family, set string) ([]*knftables.Element, error)
 	// counters are the named counters of Sluice's table of family f, by name.
 	counters(f knftables.Family) (map[string]*knftables.Counter, error)
 	// conntrack is the conntrack entries of one address family.
@@ -57,6 +59,18 @@ func (kernelHost) ensureCTTimeouts(ctx context.Context) (bool, error) { return e
 func (kernelHost) generation() uint32 { return rulesetGeneration() }
 
 func (kernelHost) read(ctx context.Context) (*state, error) { return readTables(ctx) }
+
+func (kernelHost) elements(f knftables.Family, set string) ([]*knftables.Element, error) {
+	def := &setDef{obj: &knftables.Map{Family: f, Table: TableName, Name: set}, elems: map[string]*knftables.Element{}}
+	if err := readElements(def, f, set); err != nil {
+		return nil, err
+	}
+	out := make([]*knftables.Element, 0, len(def.elems))
+	for _, id := range sortedIDs(def.elems) {
+		out = append(out, def.elems[id])
+	}
+	return out, nil
+}
 
 func (kernelHost) counters(f knftables.Family) (map[string]*knftables.Counter, error) {
 	return readCounters(f)

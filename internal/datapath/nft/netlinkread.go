@@ -53,7 +53,7 @@ func readTable(st *state, f knftables.Family) error {
 			obj = &knftables.Map{Name: name}
 		}
 		def := st.addSet(f, obj)
-		if o, ok := parseServiceObject(name); ok && packetPathKinds[o.kind] {
+		if isPacketPathSet(name) {
 			continue // the packet path owns these sets' elements: never reconciled
 		}
 		if err := readElements(def, f, name); err != nil {
@@ -68,6 +68,12 @@ func readTable(st *state, f knftables.Family) error {
 // maps, the persistence maps, the per-source and connection count sets of the limits; and the
 // second chance maps, whose elements Apply writes as slots change (secondchance.go).
 var packetPathKinds = map[serviceKind]bool{flowsMap: true, prevMap: true, persistMap: true, srcRateLimit: true, connsLimit: true, srcConnLimit: true}
+
+// isPacketPathSet tells whether name is a set of one of packetPathKinds.
+func isPacketPathSet(name string) bool {
+	o, ok := parseServiceObject(name)
+	return ok && packetPathKinds[o.kind]
+}
 
 // dumpTable dumps the objects of one kind (request get, replies of type reply) of Sluice's table
 // of family f; tableAttr is the kind's table attribute. A missing table is errNoTable.

@@ -141,6 +141,9 @@ func (d *Datapath) Apply(ctx context.Context, p *plan.Plan) error {
 		return err
 	}
 	next.release()
+	if have, err = d.withSecondChances(have, want); err != nil {
+		return err
+	}
 	n, txs, err := d.run(ctx, have, want)
 	if err != nil {
 		d.committed, d.generation = nil, 0

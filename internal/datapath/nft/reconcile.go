@@ -39,9 +39,11 @@ func reconcile(tx *knftables.Transaction, have, want *state) int {
 		}
 	}
 	// Elements: drop stale ones first (a changed value is a delete then an add of the same key).
+	// The packet path's sets (and the prev maps, which Apply writes as slots change) are not
+	// compared: what they hold is not rendered.
 	for _, k := range sortedKeys(want.sets) {
 		w, h := want.sets[k], have.sets[k]
-		if h == nil {
+		if h == nil || isPacketPathSet(k.name) {
 			continue
 		}
 		for _, id := range sortedIDs(h.elems) {
@@ -53,6 +55,9 @@ func reconcile(tx *knftables.Transaction, have, want *state) int {
 	flushSecondChances(tx, have, want)
 	for _, k := range sortedKeys(want.sets) {
 		w, h := want.sets[k], have.sets[k]
+		if isPacketPathSet(k.name) {
+			continue
+		}
 		for _, id := range sortedIDs(w.elems) {
 			if h == nil || h.elems[id] == nil {
 				tx.Add(w.elems[id])

@@ -2,6 +2,7 @@ package nft
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -53,10 +54,41 @@ func prevOf(slots string) string {
 	return o.String()
 }
 
+// withSecondChances is have with the elements the prev maps hold of the services whose slots
+// change, read from the host (addSecondChances adds none over them: nft 1.0.6 cannot replace an
+// element, and adding a key that is there with another value fails the whole transaction).
+// have itself, which may be the committed state's, is left as it is.
+func (d *Datapath) withSecondChances(have, want *state) (*state, error) {
+	out := have
+	for _, k := range sortedKeys(want.sets) {
+		prev := objKey{k.family, prevOf(k.name)}
+		if !isServiceObject(k.name, slotsMap) || have.sets[k] == nil || have.sets[prev] == nil || want.sets[prev] == nil ||
+			maps.Equal(valuesByKeyString(have.sets[k]), valuesByKeyString(want.sets[k])) {
+			continue
+		}
+		elems, err := d.host.elements(prev.family, prev.name)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s %s: %w", prev.family, prev.name, err)
+		}
+		read := &setDef{obj: have.sets[prev].obj, elems: map[string]*knftables.Element{}}
+		for _, e := range elems {
+			read.add(e)
+		}
+		if out == have {
+			c := *have
+			c.sets = maps.Clone(have.sets)
+			out = &c
+		}
+		out.sets[prev] = read
+	}
+	return out, nil
+}
+
 // addSecondChances adds to tx, for every slot whose backend chain changes from have to want, an
-// element of the service's prev map holding the chain it had, when that chain stays. The map is
-// flushed first: nft 1.0.6 cannot replace an element, and adding one whose key an earlier change
-// left there fails the transaction, so a change's record replaces the one before it.
+// element of the service's prev map holding the chain it had, when that chain stays and the map
+// holds no element of that slot yet (readSecondChances): a slot remembers the backend it had
+// before its first change within flow_timeout. An element that expires between the read and
+// the transaction costs its slot's second chance, never the transaction.
 func addSecondChances(tx *knftables.Transaction, have, want *state) {
 	for _, k := range sortedKeys(want.sets) {
 		prev := want.sets[objKey{k.family, prevOf(k.name)}]
@@ -64,19 +96,21 @@ func addSecondChances(tx *knftables.Transaction, have, want *state) {
 			continue
 		}
 		was := valuesByKey(have.sets[k])
-		flushed := false
+		var held map[string][]string
+		if h := have.sets[objKey{k.family, prevOf(k.name)}]; h != nil {
+			held = valuesByKey(h)
+		}
 		for _, id := range sortedIDs(want.sets[k].elems) {
 			e := want.sets[k].elems[id]
 			old, ok := was[strings.Join(e.Key, " . ")]
 			if !ok || slices.Equal(old, e.Value) || len(old) != 1 {
 				continue
 			}
-			if chain, ok := parseGoto(old[0]); !ok || want.chains[objKey{k.family, chain}] == nil {
+			if _, ok := held[strings.Join(e.Key, " . ")]; ok {
 				continue
 			}
-			if !flushed {
-				tx.Flush(prev.obj)
-				flushed = true
+			if chain, ok := parseGoto(old[0]); !ok || want.chains[objKey{k.family, chain}] == nil {
+				continue
 			}
 			tx.Add(&knftables.Element{Family: k.family, Table: TableName, Map: prevOf(k.name), Key: e.Key, Value: old})
 		}
@@ -99,6 +133,15 @@ func flushSecondChances(tx *knftables.Transaction, have, want *state) {
 			}
 		}
 	}
+}
+
+// valuesByKeyString is valuesByKey with the values joined, to compare.
+func valuesByKeyString(d *setDef) map[string]string {
+	out := make(map[string]string, len(d.elems))
+	for k, v := range valuesByKey(d) {
+		out[k] = strings.Join(v, " . ")
+	}
+	return out
 }
 
 // valuesByKey indexes a map's elements' values by key.
