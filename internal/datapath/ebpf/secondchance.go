@@ -21,8 +21,9 @@ type prevSlots map[uint32]sluicePrevSlot
 
 // rememberPrev records, for the slots of service cur's ring at offset that change from was to
 // want, the backend they had until flowTimeout from now: only the service's own backends (a slot
-// that others damaged is repaired, not remembered). A full map is not an error: those slots get
-// no second chance, which the count in s.prevSkipped tells.
+// that others damaged is repaired, not remembered), and not over a slot remembered already (a
+// slot keeps the backend it had before its first change within flow_timeout, as on nft). A full
+// map is not an error: those slots get no second chance, which the count in s.prevSkipped tells.
 func (s *syncer) rememberPrev(cur *serviceState, offset uint32, was, want []uint32, flowTimeout time.Duration) error {
 	if s.m.MaglevPrev == nil || flowTimeout <= 0 {
 		return nil
@@ -35,7 +36,8 @@ func (s *syncer) rememberPrev(cur *serviceState, offset uint32, was, want []uint
 	var keys []uint32
 	var values []sluicePrevSlot
 	for i, b := range want {
-		if i < len(was) && was[i] != b && own[was[i]] {
+		_, held := s.st.prev[offset+uint32(i)]
+		if i < len(was) && was[i] != b && own[was[i]] && !held {
 			keys = append(keys, offset+uint32(i))
 			values = append(values, sluicePrevSlot{BackendId: was[i], ServiceId: cur.id, UntilNs: until})
 		}

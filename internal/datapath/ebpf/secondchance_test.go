@@ -2,6 +2,7 @@ package ebpf
 
 import (
 	"context"
+	"maps"
 	"net/netip"
 	"strings"
 	"testing"
@@ -131,5 +132,28 @@ func TestSecondChanceKeepsAccessLists(t *testing.T) {
 	r.apply(d, planFromYAML(t, denied))
 	if v := runVerdict(t, d, segmentWith(t, c, vipOf(c), layers.TCP{ACK: true})); v != tcShot {
 		t.Errorf("a denied client's mid-flow segment got verdict %d, want dropped (%d)", v, tcShot)
+	}
+}
+
+// TestSecondChanceKeepsTheFirstChange: a weight goes to 0, back, and to 0 again; each slot keeps
+// the backend it had before the first change.
+func TestSecondChanceKeepsTheFirstChange(t *testing.T) {
+	r := newRig(t)
+	d := r.datapath(Options{})
+	r.apply(d, planFromYAML(t, threeBackends("")))
+	weightZero := strings.Replace(threeBackends(""), "weight: 3", "weight: 0", 1)
+	r.apply(d, planFromYAML(t, weightZero))
+	first := map[uint32]uint32{}
+	if err := readAll(d.maps.MaglevPrev, func(k uint32, e sluicePrevSlot) bool { first[k] = e.BackendId; return true }); err != nil {
+		t.Fatal(err)
+	}
+	r.apply(d, planFromYAML(t, threeBackends("")))
+	r.apply(d, planFromYAML(t, weightZero))
+	got := map[uint32]uint32{}
+	if err := readAll(d.maps.MaglevPrev, func(k uint32, e sluicePrevSlot) bool { got[k] = e.BackendId; return true }); err != nil {
+		t.Fatal(err)
+	}
+	if len(first) == 0 || !maps.Equal(got, first) {
+		t.Errorf("after two more changes maglev_prev holds %d entries (%v), want the first change's %d", len(got), got, len(first))
 	}
 }
