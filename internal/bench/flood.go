@@ -126,7 +126,7 @@ type floodCandidate struct {
 }
 
 // floodCandidates are Sluice's nat datapaths with and without protection, then the peers that
-// can be configured alike (nftlb dnat, HAProxy), installed or not.
+// can be configured alike (the bare DNATs, nftlb dnat, HAProxy), installed or not.
 func floodCandidates() []floodCandidate {
 	out := []floodCandidate{
 		{sluiceCandidate{datapath: "nft", mode: "nat"}, "none"},
@@ -136,6 +136,8 @@ func floodCandidates() []floodCandidate {
 	}
 	for _, p := range Peers() {
 		switch p.Name() {
+		case "nft-dnat", "iptables-dnat", "iptables-legacy-dnat":
+			out = append(out, floodCandidate{p, "none (bare DNAT)"})
 		case "nftlb-dnat":
 			out = append(out, floodCandidate{p, "none (nftlb farm, no synproxy)"})
 		case "haproxy":

@@ -19,14 +19,15 @@ import (
 	"github.com/sluicelb/sluice/internal/lab"
 )
 
-// Peers are the other balancers `sluice bench lb` compares with, when installed: nftlb (the
-// nftables balancer Sluice's nft layout follows) in its three modes, and two userspace proxies.
+// Peers are the other balancers `sluice bench lb` compares with, when installed: the bare
+// baselines (bare.go), nftlb (the nftables balancer Sluice's nft layout follows) in its three
+// modes, and two userspace proxies.
 func Peers() []peer {
-	return []peer{
+	return append(bareCandidates(labSpread),
 		&nftlbPeer{mode: "dnat"}, &nftlbPeer{mode: "snat"}, &nftlbPeer{mode: "dsr"},
 		&proxyPeer{name: "haproxy", binary: "haproxy", config: haproxyConfig},
 		&proxyPeer{name: "nginx-stream", binary: "nginx", config: nginxStreamConfig, module: nginxStreamModule},
-	}
+	)
 }
 
 // A peer is a candidate that may not be installed.

@@ -9,6 +9,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicelb/sluice/internal/config"
 )
 
 func TestSwitchModeIsChecked(t *testing.T) {
@@ -39,9 +41,12 @@ func TestLBCandidatesCarryBothAttachModes(t *testing.T) {
 		names = append(names, c.Name())
 	}
 	names = append(names, missing...)
-	tc, xdp := slices.Index(names, "ebpf-dsr"), slices.Index(names, "ebpf-nat-xdp")
-	want := []string{"ebpf-nat-xdp", "ebpf-fullnat-xdp", "ebpf-dsr-xdp"}
-	if tc < 0 || xdp != tc+1 || !slices.Equal(names[xdp:xdp+3], want) {
+	var want []string
+	for _, m := range config.Modes {
+		want = append(want, "ebpf-"+string(m)+"-xdp")
+	}
+	tc, xdp := slices.Index(names, "ebpf-"+string(config.Modes[len(config.Modes)-1])), slices.Index(names, want[0])
+	if tc < 0 || xdp != tc+1 || !slices.Equal(names[xdp:xdp+len(want)], want) {
 		t.Errorf("candidates %v: want %v right after the tc ones", names, want)
 	}
 	if slices.Contains(names, "nft-nat-xdp") {

@@ -235,10 +235,10 @@ func (p ppsNftlb) start(ctx context.Context, e *Env) error {
 
 // ppsIptables is iptables DNAT: one rule per protocol whose target is the range of the reals'
 // addresses, among which netfilter's NAT picks by a hash of the flow (its cheapest spreading,
-// with no rule per real).
+// with no rule per real). It was iptables-dnat before that name went to kube-proxy's layout.
 type ppsIptables struct{}
 
-func (ppsIptables) Name() string    { return "iptables-dnat" }
+func (ppsIptables) Name() string    { return "iptables-dnat-range" }
 func (ppsIptables) available() bool { return installed("iptables") }
 
 func (ppsIptables) start(ctx context.Context, e *Env) error {
@@ -263,7 +263,8 @@ func (ppsIptables) stop(ctx context.Context, e *Env) error {
 }
 
 // ppsCandidates are direct, Sluice's datapaths in nat and dsr (ebpf at tc and at XDP), then
-// the peers nftlb dnat and iptables DNAT, installed or not.
+// the peers nftlb dnat and iptables DNAT to a range, and the bare baselines (bare.go) but
+// masquerade, installed or not.
 func ppsCandidates() []ppsCandidate {
 	out := []ppsCandidate{ppsDirect{}}
 	for _, dp := range []string{"nft", "ebpf"} {
@@ -276,7 +277,13 @@ func ppsCandidates() []ppsCandidate {
 			}
 		}
 	}
-	return append(out, ppsNftlb{&nftlbPeer{mode: "dnat"}}, ppsIptables{})
+	out = append(out, ppsNftlb{&nftlbPeer{mode: "dnat"}}, ppsIptables{})
+	for _, c := range bareCandidates(ppsSpread) {
+		if c.Name() != (bareNft{kind: bareMasq}).Name() {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // ppsOnRequest are candidates measured only when named: nft nat with nft.packet_counters off.

@@ -20,7 +20,8 @@ func benchLBCmd(f *benchFlags) *cobra.Command {
 		Short: "Requests/s and latency through every balancer vs direct, interleaved rounds, medians",
 		Long: `Brings up the lab and runs the same wrk load through every candidate in turn: direct (the
 baseline: client to backends routed through the balancer namespace, no balancing), every Sluice
-datapath in every mode, and the peers installed (nftlb dnat/snat/dsr, HAProxy TCP, nginx stream).
+datapath in every mode, and the peers installed (the bare nft-dnat/nft-masq/nft-fwd and
+iptables-dnat/iptables-legacy-dnat, nftlb dnat/snat/dsr, HAProxy TCP, nginx stream).
 Only when named in --candidates: nft-nat-uncounted and nft-fullnat-uncounted, the nft datapath
 with nft.packet_counters false (what per-packet counting costs).
 Workloads: ` + workloadList() + `.
