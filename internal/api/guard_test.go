@@ -30,7 +30,7 @@ func TestExecChecksOverTCP(t *testing.T) {
 	web := serviceOf(t, f, "web")
 
 	web.Backends = append(web.Backends, config.Backend{Address: config.IPOf("10.0.0.4"), Port: 8080})
-	web.HealthCheck.Interval = "5s"
+	web.HealthCheck.Interval = config.DurationOf("5s")
 	if _, err := f.client.PutService(ctx, web, false); err != nil {
 		t.Fatalf("a change beside the file's exec check: %v", err)
 	}

@@ -20,7 +20,7 @@ type BGP struct {
 	ListenPort *int `yaml:"listen_port,omitempty" json:"listen_port,omitempty"`
 	// ShutdownGrace is how long the daemon keeps forwarding after it withdrew its VIPs on
 	// shutdown, for the routers to move the flows to other nodes; default 5s.
-	ShutdownGrace string `yaml:"shutdown_grace,omitempty" json:"shutdown_grace,omitempty"`
+	ShutdownGrace Duration `yaml:"shutdown_grace,omitempty" json:"shutdown_grace,omitzero"`
 	// Peers are the routers the node announces to.
 	Peers []BGPPeer `yaml:"peers" json:"peers"`
 }
@@ -32,7 +32,7 @@ type BGPPeer struct {
 	Port int    `yaml:"port,omitempty" json:"port,omitempty"`
 	ASN  uint32 `yaml:"asn" json:"asn"`
 	// HoldTime is the BGP hold time offered (keepalives every third of it); default 90s.
-	HoldTime string `yaml:"hold_time,omitempty" json:"hold_time,omitempty"`
+	HoldTime Duration `yaml:"hold_time,omitempty" json:"hold_time,omitzero"`
 	// Password turns on TCP MD5 signatures (RFC 2385) with this key.
 	Password string `yaml:"password,omitempty" json:"password,omitempty"`
 	// NextHop is the next hop announced to this peer; empty: the session's own address.
@@ -43,7 +43,7 @@ type BGPPeer struct {
 	BFD bool `yaml:"bfd,omitempty" json:"bfd,omitempty"`
 	// BFDInterval is both the desired minimum transmit and the required minimum receive
 	// interval of the BFD session; default 100ms.
-	BFDInterval string `yaml:"bfd_interval,omitempty" json:"bfd_interval,omitempty"`
+	BFDInterval Duration `yaml:"bfd_interval,omitempty" json:"bfd_interval,omitzero"`
 	// BFDMultiplier is the BFD detect multiplier: the session fails after this many intervals
 	// without a packet; 0: 3.
 	BFDMultiplier int `yaml:"bfd_multiplier,omitempty" json:"bfd_multiplier,omitempty"`
@@ -101,15 +101,15 @@ func (b *BGP) ListenPortOrDefault() int {
 
 // ShutdownGraceOrDefault is the parsed shutdown_grace.
 func (b *BGP) ShutdownGraceOrDefault() time.Duration {
-	return durationOr(b.ShutdownGrace, DefaultShutdownGrace)
+	return b.ShutdownGrace.Or(DefaultShutdownGrace)
 }
 
 // HoldTimeOrDefault is the parsed hold_time.
-func (p *BGPPeer) HoldTimeOrDefault() time.Duration { return durationOr(p.HoldTime, DefaultHoldTime) }
+func (p *BGPPeer) HoldTimeOrDefault() time.Duration { return p.HoldTime.Or(DefaultHoldTime) }
 
 // BFDIntervalOrDefault is the parsed bfd_interval.
 func (p *BGPPeer) BFDIntervalOrDefault() time.Duration {
-	return durationOr(p.BFDInterval, DefaultBFDInterval)
+	return p.BFDInterval.Or(DefaultBFDInterval)
 }
 
 // BFDMultiplierOrDefault is bfd_multiplier, DefaultBFDMultiplier when unset.
@@ -148,10 +148,8 @@ func (c *Config) validateBGP(fail func(path, format string, args ...any)) {
 	if p := b.ListenPort; p != nil && *p != NoListen && !portBounds.has(*p) {
 		fail("bgp.listen_port", "%d is not a port in %s, or %d to only dial the peers", *p, portBounds, NoListen)
 	}
-	if b.ShutdownGrace != "" {
-		if d, err := time.ParseDuration(b.ShutdownGrace); err != nil || d < 0 || d > MaxShutdownGrace {
-			fail("bgp.shutdown_grace", "%q is not a duration between 0s and %s (like 5s)", b.ShutdownGrace, MaxShutdownGrace)
-		}
+	if g := b.ShutdownGrace; !g.IsZero() && !g.within(0, MaxShutdownGrace, 1) {
+		fail("bgp.shutdown_grace", "%q is not a duration between 0s and %s (like 5s)", g, MaxShutdownGrace)
 	}
 	switch {
 	case len(b.Peers) == 0:
@@ -177,14 +175,12 @@ func (c *Config) validateBGP(fail func(path, format string, args ...any)) {
 		if !validASN(p.ASN) {
 			fail(at+".asn", "%s", asnRule(p.ASN))
 		}
-		if p.HoldTime != "" {
-			d, err := time.ParseDuration(p.HoldTime)
-			switch {
-			case err == nil && d == 0:
-				fail(at+".hold_time", "%q: the BGP speaker (GoBGP) cannot offer a hold time of 0 (no keepalives): give whole seconds between %s and %s, or leave it out for %s", p.HoldTime, MinHoldTime, MaxHoldTime, DefaultHoldTime)
-			case err != nil || d < MinHoldTime || d > MaxHoldTime || d%time.Second != 0:
-				fail(at+".hold_time", "%q is not whole seconds between %s and %s (like 9s)", p.HoldTime, MinHoldTime, MaxHoldTime)
-			}
+		switch h := p.HoldTime; {
+		case h.IsZero() || h.within(MinHoldTime, MaxHoldTime, time.Second):
+		case h.IsValid() && h.Duration == 0:
+			fail(at+".hold_time", "%q: the BGP speaker (GoBGP) cannot offer a hold time of 0 (no keepalives): give whole seconds between %s and %s, or leave it out for %s", h, MinHoldTime, MaxHoldTime, DefaultHoldTime)
+		default:
+			fail(at+".hold_time", "%q is not whole seconds between %s and %s (like 9s)", h, MinHoldTime, MaxHoldTime)
 		}
 		if len(p.Password) > maxMD5KeyLen {
 			fail(at+".password", "%d bytes is longer than the %d a TCP MD5 key can hold", len(p.Password), maxMD5KeyLen)
@@ -208,11 +204,8 @@ func (c *Config) validateBGP(fail func(path, format string, args ...any)) {
 
 // validateBFD checks the peer's BFD timers, which only a peer with bfd: true may set.
 func (p *BGPPeer) validateBFD(at string, fail func(path, format string, args ...any)) {
-	if p.BFDInterval != "" {
-		d, err := time.ParseDuration(p.BFDInterval)
-		if err != nil || d < MinBFDInterval || d > MaxBFDInterval || d%time.Millisecond != 0 {
-			fail(at+".bfd_interval", "%q is not whole milliseconds between %s and %s (like 100ms)", p.BFDInterval, MinBFDInterval, MaxBFDInterval)
-		}
+	if i := p.BFDInterval; !i.IsZero() && !i.within(MinBFDInterval, MaxBFDInterval, time.Millisecond) {
+		fail(at+".bfd_interval", "%q is not whole milliseconds between %s and %s (like 100ms)", i, MinBFDInterval, MaxBFDInterval)
 	}
 	if p.BFDMultiplier != 0 && !bfdMultiplierBounds.has(p.BFDMultiplier) {
 		fail(at+".bfd_multiplier", "%d is not a detect multiplier in %s", p.BFDMultiplier, bfdMultiplierBounds)
@@ -220,7 +213,7 @@ func (p *BGPPeer) validateBFD(at string, fail func(path, format string, args ...
 	if p.BFD {
 		return
 	}
-	if p.BFDInterval != "" {
+	if !p.BFDInterval.IsZero() {
 		fail(at+".bfd_interval", "set without bfd: true, which turns BFD on for this peer")
 	}
 	if p.BFDMultiplier != 0 {

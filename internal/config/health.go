@@ -23,6 +23,9 @@ const (
 	DefaultCheckTimeout  = time.Second
 	DefaultRise          = 2
 	DefaultFall          = 3
+	// minCheckDuration and maxCheckDuration bound a check's interval and timeout (10ms, 1h).
+	minCheckDuration = 10 * time.Millisecond
+	maxCheckDuration = time.Hour
 )
 
 // HealthCheck says how a service's backends are probed. Services whose checks are identical and
@@ -34,8 +37,8 @@ type HealthCheck struct {
 	// Port is probed instead of the backend's port (or, for a port range or dsr, the service's first port).
 	Port int `yaml:"port,omitempty" json:"port,omitempty"`
 	// Interval between probes (default 2s) and Timeout of one probe (default 1s, at most the interval).
-	Interval string `yaml:"interval,omitempty" json:"interval,omitempty"`
-	Timeout  string `yaml:"timeout,omitempty" json:"timeout,omitempty"`
+	Interval Duration `yaml:"interval,omitempty" json:"interval,omitzero"`
+	Timeout  Duration `yaml:"timeout,omitempty" json:"timeout,omitzero"`
 	// Rise consecutive successes bring a backend up (default 2); Fall failures take it down (default 3).
 	Rise int `yaml:"rise,omitempty" json:"rise,omitempty"`
 	Fall int `yaml:"fall,omitempty" json:"fall,omitempty"`
@@ -105,19 +108,12 @@ func (h *HealthCheck) clone() *HealthCheck {
 
 // IntervalOrDefault is the parsed interval.
 func (h *HealthCheck) IntervalOrDefault() time.Duration {
-	return durationOr(h.Interval, DefaultCheckInterval)
+	return h.Interval.Or(DefaultCheckInterval)
 }
 
 // TimeoutOrDefault is the parsed timeout; unset, it is 1s or the interval when that is shorter.
 func (h *HealthCheck) TimeoutOrDefault() time.Duration {
-	return durationOr(h.Timeout, min(DefaultCheckTimeout, h.IntervalOrDefault()))
-}
-
-func durationOr(s string, def time.Duration) time.Duration {
-	if d, err := time.ParseDuration(s); err == nil && s != "" {
-		return d
-	}
-	return def
+	return h.Timeout.Or(min(DefaultCheckTimeout, h.IntervalOrDefault()))
 }
 
 // validate checks the health check and fills in its defaults.
@@ -127,26 +123,17 @@ func (h *HealthCheck) validate(at string, fail func(path, format string, args ..
 	if !anyPortBounds.has(h.Port) {
 		fail(at+".port", "%d is not a port in %s", h.Port, portBounds)
 	}
-	interval, timeout := DefaultCheckInterval, DefaultCheckTimeout
+	inRange := true
 	for _, d := range []struct {
 		field string
-		text  *string
-		value *time.Duration
-	}{{"interval", &h.Interval, &interval}, {"timeout", &h.Timeout, &timeout}} {
-		if *d.text == "" {
-			continue
+		value Duration
+	}{{"interval", h.Interval}, {"timeout", h.Timeout}} {
+		if !d.value.IsZero() && !d.value.within(minCheckDuration, maxCheckDuration, 1) {
+			fail(at+"."+d.field, "%q is not a duration between 10ms and 1h (like 2s)", d.value)
+			inRange = false
 		}
-		v, err := time.ParseDuration(*d.text)
-		if err != nil || v < 10*time.Millisecond || v > time.Hour {
-			fail(at+"."+d.field, "%q is not a duration between 10ms and 1h (like 2s)", *d.text)
-			continue
-		}
-		*d.value = v
 	}
-	if h.Timeout == "" {
-		timeout = min(timeout, interval)
-	}
-	if timeout > interval {
+	if interval, timeout := h.IntervalOrDefault(), h.TimeoutOrDefault(); inRange && timeout > interval {
 		fail(at+".timeout", "%s is longer than the interval %s", timeout, interval)
 	}
 	if h.Rise == 0 {

@@ -102,7 +102,7 @@ services:
 
 	same := running.Clone()
 	same.Services[0].Backends = append(same.Services[0].Backends, Backend{Address: IPOf("10.0.1.9")})
-	same.Services[0].HealthCheck.Interval = "5s"
+	same.Services[0].HealthCheck.Interval = DurationOf("5s")
 	same.Services[0].Backends[1].HealthCheck = &HealthCheck{Type: "exec", Command: []string{"/usr/local/bin/check-db"}}
 	if errs := guard.Check(same); len(errs) > 0 {
 		t.Errorf("a change beside the file's exec check refused: %v", errs)

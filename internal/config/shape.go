@@ -198,6 +198,8 @@ func describeType(t reflect.Type) string {
 	switch {
 	case t == reflect.TypeFor[Range]():
 		return "a number or a range like 8000-8010"
+	case t == reflect.TypeFor[Duration]():
+		return "a duration like 2s"
 	case isInteger(t) && t.Kind() >= reflect.Uint:
 		return fmt.Sprintf("a whole number from 0 to %d", uint64(1)<<t.Bits()-1)
 	case isInteger(t):

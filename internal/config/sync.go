@@ -29,11 +29,11 @@ type Sync struct {
 	SecretFile string `yaml:"secret_file" json:"secret_file"`
 	// InitialSyncTimeout is how long a node that starts waits for a peer's full resync before it
 	// takes traffic without it; default 10s, 0s: it does not wait.
-	InitialSyncTimeout string `yaml:"initial_sync_timeout,omitempty" json:"initial_sync_timeout,omitempty"`
+	InitialSyncTimeout Duration `yaml:"initial_sync_timeout,omitempty" json:"initial_sync_timeout,omitzero"`
 	// RefreshInterval is how often a node sends its peers its whole table of active flows again
 	// (ebpf), so that their copies keep a fresh idle time; default 1m, 10s-10m. It must stay below
 	// the services' flow_timeout for a copy to count as active between two refreshes.
-	RefreshInterval string `yaml:"refresh_interval,omitempty" json:"refresh_interval,omitempty"`
+	RefreshInterval Duration `yaml:"refresh_interval,omitempty" json:"refresh_interval,omitzero"`
 }
 
 // Defaults and bounds of the sync section.
@@ -66,12 +66,12 @@ func (s *Sync) ConntrackdPort() int { return s.PortOrDefault() + 1 }
 
 // InitialSyncTimeoutOrDefault is how long a starting node waits for its first full resync.
 func (s *Sync) InitialSyncTimeoutOrDefault() time.Duration {
-	return durationOr(s.InitialSyncTimeout, DefaultInitialSyncTimeout)
+	return s.InitialSyncTimeout.Or(DefaultInitialSyncTimeout)
 }
 
 // RefreshIntervalOrDefault is how often a node resends its active flows to its peers.
 func (s *Sync) RefreshIntervalOrDefault() time.Duration {
-	return durationOr(s.RefreshInterval, DefaultRefreshInterval)
+	return s.RefreshInterval.Or(DefaultRefreshInterval)
 }
 
 // Clone returns a deep copy of s (nil for nil).
@@ -112,15 +112,11 @@ func (c *Config) validateSync(fail func(path, format string, args ...any)) {
 	if s.SecretFile == "" || !filepath.IsAbs(s.SecretFile) || filepath.Clean(s.SecretFile) != s.SecretFile {
 		fail("sync.secret_file", "%q is not a clean absolute path: name the file holding the secret the nodes share (at least 16 characters)", s.SecretFile)
 	}
-	if s.InitialSyncTimeout != "" {
-		if d, err := time.ParseDuration(s.InitialSyncTimeout); err != nil || d < 0 || d > MaxInitialSyncTimeout {
-			fail("sync.initial_sync_timeout", "%q is not a duration between 0s and %s (like 10s)", s.InitialSyncTimeout, MaxInitialSyncTimeout)
-		}
+	if t := s.InitialSyncTimeout; !t.IsZero() && !t.within(0, MaxInitialSyncTimeout, 1) {
+		fail("sync.initial_sync_timeout", "%q is not a duration between 0s and %s (like 10s)", t, MaxInitialSyncTimeout)
 	}
-	if s.RefreshInterval != "" {
-		if d, err := time.ParseDuration(s.RefreshInterval); err != nil || d < MinRefreshInterval || d > MaxRefreshInterval {
-			fail("sync.refresh_interval", "%q is not a duration between %s and %s (like 1m): below, a large table would not be sent in time; above, the peers' copies age past a flow_timeout", s.RefreshInterval, MinRefreshInterval, MaxRefreshInterval)
-		}
+	if r := s.RefreshInterval; !r.IsZero() && !r.within(MinRefreshInterval, MaxRefreshInterval, 1) {
+		fail("sync.refresh_interval", "%q is not a duration between %s and %s (like 1m): below, a large table would not be sent in time; above, the peers' copies age past a flow_timeout", r, MinRefreshInterval, MaxRefreshInterval)
 	}
 }
 

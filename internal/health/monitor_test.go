@@ -87,7 +87,7 @@ func newTestMonitor(t *testing.T, fake *scripted, onChange func(Status)) *Monito
 // probe is a check of target every 10ms with the given thresholds.
 func probe(checkType, target string, rise, fall int) Probe {
 	return Probe{
-		Check:  config.HealthCheck{Type: config.CheckType(checkType), Interval: "10ms", Timeout: "1s", Rise: rise, Fall: fall},
+		Check:  config.HealthCheck{Type: config.CheckType(checkType), Interval: config.DurationOf("10ms"), Timeout: config.DurationOf("1s"), Rise: rise, Fall: fall},
 		Target: netip.MustParseAddrPort(target),
 	}
 }
@@ -194,7 +194,7 @@ func TestMonitorSlowProbeBlocksNothing(t *testing.T) {
 	slow.block.Store(true)
 	m := newTestMonitor(t, fake, nil)
 	slowProbe, fastProbe := probe("tcp", "192.0.2.1:80", 2, 3), probe("tcp", "192.0.2.2:80", 2, 3)
-	slowProbe.Check.Timeout, slowProbe.Check.Interval = "1h", "1h"
+	slowProbe.Check.Timeout, slowProbe.Check.Interval = config.DurationOf("1h"), config.DurationOf("1h")
 	m.Set([]Probe{slowProbe, fastProbe})
 	testutil.Eventually(t, "the slow probe to start", func() bool { return slow.active.Load() == 1 })
 	testutil.Eventually(t, "the fast probe to run 3 times", func() bool { return fast.live.Load() >= 3 })
@@ -211,7 +211,7 @@ func TestMonitorTimeoutEndsProbe(t *testing.T) {
 	changed := newChanges()
 	m := newTestMonitor(t, fake, changed.record)
 	p := probe("tcp", "192.0.2.1:80", 1, 1)
-	p.Check.Timeout = "20ms"
+	p.Check.Timeout = config.DurationOf("20ms")
 	m.Set([]Probe{p})
 	if s := changed.next(t); s.Up || s.Last.Message != "timed out after 20ms" {
 		t.Errorf("change = %+v, want down, timed out after 20ms", s)
@@ -224,7 +224,7 @@ func TestMonitorCloseWaits(t *testing.T) {
 	target.block.Store(true)
 	m := newTestMonitor(t, fake, nil)
 	p := probe("tcp", "192.0.2.1:80", 2, 3)
-	p.Check.Timeout, p.Check.Interval = "1h", "1h"
+	p.Check.Timeout, p.Check.Interval = config.DurationOf("1h"), config.DurationOf("1h")
 	m.Set([]Probe{p})
 	testutil.Eventually(t, "the probe to start", func() bool { return target.active.Load() == 1 })
 

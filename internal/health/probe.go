@@ -23,8 +23,8 @@ func (p Probe) Key() string {
 	c := p.Check
 	c.OnFailure = ""
 	c.Port = 0
-	c.Interval = c.IntervalOrDefault().String()
-	c.Timeout = c.TimeoutOrDefault().String()
+	c.Interval = config.DurationFrom(c.IntervalOrDefault())
+	c.Timeout = config.DurationFrom(c.TimeoutOrDefault())
 	text, _ := json.Marshal(c) // a HealthCheck always encodes
 	return string(text) + "@" + p.Target.String()
 }

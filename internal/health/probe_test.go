@@ -11,7 +11,7 @@ import (
 
 func TestProbeKey(t *testing.T) {
 	target := netip.MustParseAddrPort("10.0.0.1:80")
-	base := Probe{Target: target, Check: config.HealthCheck{Type: "http", Path: "/healthz", Interval: "2s",
+	base := Probe{Target: target, Check: config.HealthCheck{Type: "http", Path: "/healthz", Interval: config.DurationOf("2s"),
 		Rise: 2, Fall: 3, OnFailure: "inhibit"}}
 	same := func(edit func(p *Probe)) Probe {
 		p := base
@@ -26,8 +26,8 @@ func TestProbeKey(t *testing.T) {
 		{"identical", same(func(*Probe) {}), true},
 		{"on_failure differs", same(func(p *Probe) { p.Check.OnFailure = "reset" }), true},
 		{"port is in the target", same(func(p *Probe) { p.Check.Port = 80 }), true},
-		{"interval spelled differently", same(func(p *Probe) { p.Check.Interval = "2000ms" }), true},
-		{"default timeout spelled out", same(func(p *Probe) { p.Check.Timeout = "1s" }), true},
+		{"interval spelled differently", same(func(p *Probe) { p.Check.Interval = config.DurationOf("2000ms") }), true},
+		{"default timeout spelled out", same(func(p *Probe) { p.Check.Timeout = config.DurationOf("1s") }), true},
 		{"path differs", same(func(p *Probe) { p.Check.Path = "/ready" }), false},
 		{"rise differs", same(func(p *Probe) { p.Check.Rise = 1 }), false},
 		{"expected status differs", same(func(p *Probe) {

@@ -75,11 +75,11 @@ func (n namer) name(proto config.Protocol, vip config.IP, port config.Range) str
 }
 
 // seconds writes a duration the way an operator does: 60s, 1.5s, 200ms.
-func seconds(d time.Duration) string {
+func seconds(d time.Duration) config.Duration {
 	if d%time.Second == 0 {
-		return fmt.Sprintf("%ds", d/time.Second)
+		return config.DurationOf(fmt.Sprintf("%ds", d/time.Second))
 	}
-	return d.String()
+	return config.DurationFrom(d)
 }
 
 // maskPrefix turns a netmask (255.255.255.0) or a prefix length (24, or 64 for IPv6) into the
