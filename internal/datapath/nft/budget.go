@@ -39,6 +39,9 @@ func elements(p *plan.Plan) int {
 		b := len(s.Backends)
 		if s.Mode == config.ModeDSR {
 			n += 10 + 8*b + len(s.Slots)
+			if givesSecondChance(s) {
+				n += 4 + len(s.Slots)
+			}
 		} else {
 			n += 9 + 7*b + len(s.Slots)
 			if s.Uncounted {

@@ -603,6 +603,9 @@ func renderDSRService(st *state, s *plan.Service, guard []string, env Environmen
 		}
 		// Two rules, not one: nft 1.0.6 runs out of registers for an IPv6 flow key in a single rule.
 		// Only new flows get here, so this is where they are counted.
+		if givesSecondChance(s) {
+			rules = append(rules, renderDSRSecondChance(st, s, n, flowKey)...)
+		}
 		rules = append(rules, fmt.Sprintf("meta l4proto %s meta mark set %s map @%s", s.Protocol, selector(s), n.slots))
 		if p != nil {
 			rules = append(rules, "meta mark != 0 "+p.remember())

@@ -25,11 +25,11 @@ import (
 // them alone (packetPathKinds). A backend chain that goes away takes its service's prev elements
 // with it (the map is flushed first in the same transaction: an element would hold the chain).
 
-// givesSecondChance tells whether a service gets a prev map: nat and fullnat TCP services whose
-// table hashes the flow (maglev, hash, sh) without persistence (whose slots hold marks).
+// givesSecondChance tells whether a service gets a prev map: TCP services whose table hashes the
+// flow (maglev, hash, sh), without persistence (which remembers clients its own way).
 func givesSecondChance(s *plan.Service) bool {
 	switch {
-	case s.Mode == config.ModeDSR, s.Protocol != config.ProtocolTCP, s.Persistence > 0, len(s.Slots) == 0:
+	case s.Protocol != config.ProtocolTCP, s.Persistence > 0, len(s.Slots) == 0:
 		return false
 	case s.Scheduler == config.SchedulerRR, s.Scheduler == config.SchedulerWRR, s.Scheduler == config.SchedulerRandom:
 		return false
@@ -37,21 +37,61 @@ func givesSecondChance(s *plan.Service) bool {
 	return true
 }
 
-// renderSecondChance adds a service's prev map and returns the rule that consults it, for the
-// segments that are neither a SYN nor a reset.
+// midFlow matches the TCP segments that are neither a SYN nor a reset.
+const midFlow = "meta l4proto tcp tcp flags & (syn | rst) == 0"
+
+// renderSecondChance adds a nat or fullnat service's prev map (slot : backend chain) and returns
+// the rule that consults it.
 func renderSecondChance(st *state, s *plan.Service, n serviceNames) string {
-	st.addSet(knftables.InetFamily, &knftables.Map{
-		Name: n.prev, TypeOf: "numgen inc mod 2 : verdict", Flags: []knftables.SetFlag{knftables.TimeoutFlag},
+	addPrevMap(st, knftables.InetFamily, s, n, "verdict")
+	return fmt.Sprintf("%s %s vmap @%s", midFlow, selector(s), n.prev)
+}
+
+// renderDSRSecondChance adds a dsr service's prev map (slot : backend mark) and returns the rules
+// that consult it: a mid-flow segment whose slot changed takes the mark its slot had, is
+// remembered as a flow, and goes to that backend (the marks map holds every backend's, those that
+// take no new flow included). A slot that did not change leaves the mark as it was (0) for the
+// slots rule. Every rule matches mid-flow segments only: a SYN may carry the mark of a flow the
+// rules before forgot (a reused port), which must not send it anywhere but to the table.
+func renderDSRSecondChance(st *state, s *plan.Service, n serviceNames, flowKey string) []string {
+	addPrevMap(st, knftables.NetDevFamily, s, n, "meta mark")
+	return []string{
+		fmt.Sprintf("%s meta mark set %s map @%s", midFlow, selector(s), n.prev),
+		fmt.Sprintf("%s meta mark != 0 update @%s { %s : meta mark }", midFlow, n.flows, flowKey),
+		fmt.Sprintf("%s meta mark != 0 meta mark vmap @%s", midFlow, n.marks),
+	}
+}
+
+// addPrevMap adds a service's prev map, its elements living flow_timeout.
+func addPrevMap(st *state, f knftables.Family, s *plan.Service, n serviceNames, value string) {
+	st.addSet(f, &knftables.Map{
+		Name: n.prev, TypeOf: "numgen inc mod 2 : " + value, Flags: []knftables.SetFlag{knftables.TimeoutFlag},
 		Timeout: &s.FlowTimeout, Size: ptr(uint64(len(s.Slots))),
 	})
-	return fmt.Sprintf("meta l4proto tcp tcp flags & (syn | rst) == 0 %s vmap @%s", selector(s), n.prev)
 }
 
 // prevOf is the prev map of the service whose slots map is named slots.
-func prevOf(slots string) string {
-	o, _ := parseServiceObject(slots)
-	o.kind = prevMap
+func prevOf(slots string) string { return sibling(slots, prevMap) }
+
+// sibling is the object of another kind of the service whose object is named name.
+func sibling(name string, kind serviceKind) string {
+	o, _ := parseServiceObject(name)
+	o.kind = kind
 	return o.String()
+}
+
+// targetStays tells whether want keeps what a slot of the slots map k held: a nat backend's
+// chain ("goto be-..."), or a dsr backend's mark in the service's marks map.
+func targetStays(want *state, k objKey, old string) bool {
+	if chain, ok := parseGoto(old); ok {
+		return want.chains[objKey{k.family, chain}] != nil
+	}
+	marks := want.sets[objKey{k.family, sibling(k.name, marksMap)}]
+	if marks == nil {
+		return false
+	}
+	_, ok := valuesByKey(marks)[old]
+	return ok
 }
 
 // withSecondChances is have with the elements the prev maps hold of the services whose slots
@@ -109,7 +149,7 @@ func addSecondChances(tx *knftables.Transaction, have, want *state) {
 			if _, ok := held[strings.Join(e.Key, " . ")]; ok {
 				continue
 			}
-			if chain, ok := parseGoto(old[0]); !ok || want.chains[objKey{k.family, chain}] == nil {
+			if !targetStays(want, k, old[0]) {
 				continue
 			}
 			tx.Add(&knftables.Element{Family: k.family, Table: TableName, Map: prevOf(k.name), Key: e.Key, Value: old})

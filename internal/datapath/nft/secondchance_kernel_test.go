@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/sluicelb/sluice/internal/plan"
 )
 
 // serveWhoAmI answers each line a connection sends with the address it was accepted on (the
@@ -102,5 +104,65 @@ func TestKernelSecondChance(t *testing.T) {
 				t.Errorf("a new connection after the change: %s, %v; want another backend than %s", b, err, drained)
 			}
 		}
+	})
+}
+
+// TestKernelDSRSecondChance: dsr connections held through the balancer lose their flow entries
+// (a node that takes them over without their state) right after one backend's weight went to 0.
+// Their next segments reach the table; the prev map sends those whose slot changed to the backend
+// it had, so every connection goes on, those of the drained backend included.
+func TestKernelDSRSecondChance(t *testing.T) {
+	inFreshNetns(t, func() {
+		vip := netip.MustParseAddr("10.91.9.101")
+		client, backends, nss := dsrTopology(t, vip)
+		for i, ns := range nss {
+			var l net.Listener
+			in(t, ns, func() { l = listenTCP(t, ":80") })
+			go serveName(l, []string{"b11", "b12"}[i])
+		}
+		d := newTestDatapath(t)
+		web := service("web", "tcp", vip.String(), 80, 80)
+		web.Mode, web.Scheduler, web.Fallback, web.FlowTimeout = "dsr", "maglev", "drop", time.Minute
+		web.Backends = []plan.Backend{backends[0], backends[1]}
+		web.Backends[0].Weight, web.Backends[1].Weight = 1, 1
+		web.Slots = []int{0, 1, 0, 1, 0, 1, 0}
+		p := &plan.Plan{Datapath: "nft", Interfaces: []string{"client0"}, Services: []plan.Service{web}}
+		apply(t, d, p)
+		to := netip.AddrPortFrom(vip, 80).String()
+		var held []net.Conn
+		onB11 := 0
+		for i := range 16 {
+			c, err := dialFrom(t, client, "tcp4", 41000+i, to)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			name, err := nameFrom(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if name == "b11" {
+				onB11++
+			}
+			held = append(held, c)
+		}
+		if onB11 == 0 {
+			t.Fatal("no connection on b11: pick other ports")
+		}
+		web.Backends[0].Weight = 0
+		web.Slots = []int{1, 1, 1, 1, 1, 1, 1}
+		apply(t, d, &plan.Plan{Datapath: "nft", Interfaces: []string{"client0"}, Services: []plan.Service{web}})
+		runNFT(t, "flush map netdev sluice "+namesOf(&web).flows)
+		for i, c := range held {
+			_ = c.SetDeadline(time.Now().Add(echoTimeout))
+			if _, err := c.Write([]byte("ping")); err != nil {
+				t.Errorf("connection %d: %v", i, err)
+				continue
+			}
+			if _, err := io.ReadFull(c, make([]byte, 4)); err != nil {
+				t.Errorf("connection %d, its flow entry gone after the change: %v", i, err)
+			}
+		}
+		t.Logf("%d connections, %d of them on the drained b11", len(held), onB11)
 	})
 }
