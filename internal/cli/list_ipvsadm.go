@@ -56,8 +56,8 @@ func ipvsFlags(s engine.ServiceView) string {
 	if s.SHPort {
 		b.WriteString(" (sh-port)")
 	}
-	timeout, err := time.ParseDuration(s.PersistenceTimeout)
-	if err != nil || timeout <= 0 {
+	timeout := s.PersistenceTimeout.Or(0)
+	if timeout <= 0 {
 		return b.String()
 	}
 	fmt.Fprintf(&b, " persistent %d", int64(timeout/time.Second))

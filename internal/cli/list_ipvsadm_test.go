@@ -15,11 +15,11 @@ func TestPrintIPVS(t *testing.T) {
 		{Protocol: config.ProtocolUDP, VIP: config.IPOf("fd00:91:9::100"), Ports: "53", Mode: config.ModeDSR, Scheduler: config.SchedulerWLC,
 			Backends: []engine.BackendView{{Address: "fd00:91:2::11", ProgrammedWeight: 0}}},
 		{Protocol: config.ProtocolTCP, VIP: config.IPOf("10.91.9.100"), Ports: "81", Mode: config.ModeNAT, Scheduler: config.SchedulerSH,
-			SHPort: true, PersistenceTimeout: "300s", PersistencePrefix: 32},
+			SHPort: true, PersistenceTimeout: config.DurationOf("300s"), PersistencePrefix: 32},
 		{Protocol: config.ProtocolTCP, VIP: config.IPOf("10.91.9.100"), Ports: "82", Mode: config.ModeNAT, Scheduler: config.SchedulerRR,
-			PersistenceTimeout: "1h0m0s", PersistencePrefix: 24},
+			PersistenceTimeout: config.DurationOf("1h0m0s"), PersistencePrefix: 24},
 		{Protocol: config.ProtocolTCP, VIP: config.IPOf("fd00:91:9::100"), Ports: "83", Mode: config.ModeNAT, Scheduler: config.SchedulerSH,
-			PersistenceTimeout: "60s", PersistencePrefix: 64},
+			PersistenceTimeout: config.DurationOf("60s"), PersistencePrefix: 64},
 	}
 	var buf bytes.Buffer
 	if err := printIPVS(&buf, services); err != nil {

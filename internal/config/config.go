@@ -98,12 +98,12 @@ type Service struct {
 	// SorryServers take new flows while no backend is up and weighted (fallback: sorry).
 	SorryServers []Backend `yaml:"sorry_servers,omitempty" json:"sorry_servers,omitempty"`
 	// FlowTimeout is how long an idle DSR flow keeps its backend (DSR has no conntrack); default 5m.
-	FlowTimeout string `yaml:"flow_timeout,omitempty" json:"flow_timeout,omitempty"`
+	FlowTimeout Duration `yaml:"flow_timeout,omitempty" json:"flow_timeout,omitzero"`
 	// SHPort adds the client's source port to the sh scheduler's hash (IPVS sh-port).
 	SHPort bool `yaml:"sh_port,omitempty" json:"sh_port,omitempty"`
 	// PersistenceTimeout turns on session affinity (IPVS -p): every new flow from a client goes
 	// to the backend of its last one while that is younger than this; "0" or unset is off.
-	PersistenceTimeout string `yaml:"persistence_timeout,omitempty" json:"persistence_timeout,omitempty"`
+	PersistenceTimeout Duration `yaml:"persistence_timeout,omitempty" json:"persistence_timeout,omitzero"`
 	// PersistenceGranularity is the prefix length that masks the client's address for
 	// persistence: clients of one /24 share a backend with 24; default 32 (IPv4), 128 (IPv6).
 	PersistenceGranularity int `yaml:"persistence_granularity,omitempty" json:"persistence_granularity,omitempty"`

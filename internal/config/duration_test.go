@@ -34,10 +34,18 @@ services:
     port: 80
     backends:
       - address: 10.91.2.11
+    persistence_timeout: 300s
     health_check:
       type: tcp
       interval: 2000ms
       timeout: 1.5s
+  - name: dsr
+    vip: 10.91.9.2
+    port: 80
+    mode: dsr
+    flow_timeout: 1m
+    backends:
+      - address: 10.91.2.12
 `
 
 // TestDurationsEncodeAsWritten: a duration is written back as the text it was read from, in YAML
@@ -45,7 +53,8 @@ services:
 func TestDurationsEncodeAsWritten(t *testing.T) {
 	cfg := mustParse(t, durationsConfig)
 	if cfg.BGP.ShutdownGraceOrDefault() != time.Minute || cfg.Sync.InitialSyncTimeoutOrDefault() != 0 ||
-		cfg.Services[0].HealthCheck.TimeoutOrDefault() != 1500*time.Millisecond || cfg.BGP.Peers[0].BFDIntervalOrDefault() != 250*time.Millisecond {
+		cfg.Services[0].HealthCheck.TimeoutOrDefault() != 1500*time.Millisecond || cfg.Services[0].PersistenceOrZero() != 5*time.Minute ||
+		cfg.Services[1].FlowTimeout.Duration != time.Minute || cfg.BGP.Peers[0].BFDIntervalOrDefault() != 250*time.Millisecond {
 		t.Errorf("parsed: %+v %+v %+v", cfg.BGP, cfg.Sync, cfg.Services[0].HealthCheck)
 	}
 	out, err := yaml.Marshal(cfg)
@@ -53,7 +62,8 @@ func TestDurationsEncodeAsWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"shutdown_grace: 1m\n", "hold_time: 9s\n", "bfd_interval: 0.25s\n",
-		`initial_sync_timeout: "0"` + "\n", "refresh_interval: 2m\n", "interval: 2000ms\n", "timeout: 1.5s\n"} {
+		`initial_sync_timeout: "0"` + "\n", "refresh_interval: 2m\n", "interval: 2000ms\n", "timeout: 1.5s\n",
+		"persistence_timeout: 300s\n", "flow_timeout: 1m\n"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("YAML lacks %q:\n%s", want, out)
 		}
@@ -62,7 +72,7 @@ func TestDurationsEncodeAsWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"shutdown_grace":"1m"`, `"initial_sync_timeout":"0"`, `"interval":"2000ms"`, `"timeout":"1.5s"`} {
+	for _, want := range []string{`"shutdown_grace":"1m"`, `"initial_sync_timeout":"0"`, `"interval":"2000ms"`, `"timeout":"1.5s"`, `"flow_timeout":"1m"`} {
 		if !strings.Contains(string(js), want) {
 			t.Errorf("JSON lacks %s: %s", want, js)
 		}
@@ -120,6 +130,14 @@ services:
       type: tcp
       interval: [2s]
       timeout: 2 s
+  - name: dsr
+    vip: 10.91.9.2
+    port: 80
+    mode: dsr
+    flow_timeout: 0.5s
+    persistence_timeout: 1m30.5s
+    backends:
+      - address: 10.91.2.12
 `))
 	for _, want := range []string{
 		`f.yaml:3: bgp.shutdown_grace: "soon" is not a duration between 0s and 10m0s`,
@@ -128,6 +146,8 @@ services:
 		`f.yaml:10: sync.initial_sync_timeout: "-1s" is not a duration between 0s and 10m0s`,
 		`f.yaml:19: services[0].health_check.interval: expected a duration like 2s, found a list`,
 		`f.yaml:20: services[0].health_check.timeout: "2 s" is not a duration between 10ms and 1h`,
+		`f.yaml:25: services[1].flow_timeout: "0.5s" is not a duration of at least 1s`,
+		`f.yaml:26: services[1].persistence_timeout: "1m30.5s" is not a whole number of seconds`,
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("want %s in\n%v", want, err)

@@ -7,9 +7,8 @@ import (
 
 // Bounds of the session and connection settings.
 var (
-	persistenceBounds = bounds{1, int64(MaxPersistenceTimeout / time.Second)}
-	connectionBounds  = bounds{0, MaxConnectionThreshold}
-	quorumBounds      = bounds{0, QuorumMax}
+	connectionBounds = bounds{0, MaxConnectionThreshold}
+	quorumBounds     = bounds{0, QuorumMax}
 )
 
 // Limits of the session and connection settings.
@@ -28,14 +27,7 @@ const (
 
 // PersistenceOrZero is the parsed persistence_timeout, 0 when persistence is off.
 func (s *Service) PersistenceOrZero() time.Duration {
-	if s.PersistenceTimeout == "" {
-		return 0
-	}
-	d, err := time.ParseDuration(s.PersistenceTimeout)
-	if err != nil {
-		return 0
-	}
-	return d
+	return s.PersistenceTimeout.Or(0)
 }
 
 // PersistencePrefix is the prefix length clients are grouped by for persistence, of a service
@@ -72,11 +64,8 @@ func (s *Service) validateSessions(at string, datapath Datapath, is6, vipOK bool
 	if s.SHPort && s.Scheduler != SchedulerSH {
 		fail(at+".sh_port", "only applies to scheduler sh, not %s", s.Scheduler)
 	}
-	if s.PersistenceTimeout != "" {
-		d, err := time.ParseDuration(s.PersistenceTimeout)
-		if err != nil || d < 0 || (d > 0 && !persistenceBounds.has(int(d/time.Second))) || d%time.Second != 0 {
-			fail(at+".persistence_timeout", "%q is not a whole number of seconds from 1s to %s (like 300s), or 0 for off", s.PersistenceTimeout, MaxPersistenceTimeout)
-		}
+	if p := s.PersistenceTimeout; !p.IsZero() && !p.within(0, 0, 1) && !p.within(time.Second, MaxPersistenceTimeout, time.Second) {
+		fail(at+".persistence_timeout", "%q is not a whole number of seconds from 1s to %s (like 300s), or 0 for off", p, MaxPersistenceTimeout)
 	}
 	if g := s.PersistenceGranularity; g != 0 {
 		limit := 32

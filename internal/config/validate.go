@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -110,10 +111,10 @@ func (s *Service) validate(at string, vips vipOwners, datapath Datapath, fail fu
 	if s.TableSize != 0 {
 		s.validateTableSize(at+".table_size", fail)
 	}
-	if s.FlowTimeout != "" {
+	if !s.FlowTimeout.IsZero() {
 		if !s.Mode.Direct() {
 			fail(at+".flow_timeout", "only applies to modes dsr and tunnel (nat and fullnat flows are tracked by conntrack)")
-		} else if d, err := time.ParseDuration(s.FlowTimeout); err != nil || d < time.Second {
+		} else if !s.FlowTimeout.within(time.Second, math.MaxInt64, 1) {
 			fail(at+".flow_timeout", "%q is not a duration of at least 1s (like 5m)", s.FlowTimeout)
 		}
 	}

@@ -213,7 +213,7 @@ services:
 	e.mu.Lock()
 	v := e.serviceView(&e.cfg.Services[0], k, e.available(e.cfg))
 	e.mu.Unlock()
-	if v.PersistenceTimeout != "300s" || v.PersistencePrefix != 24 || v.Quorum != "" || v.AvailableWeight != 2 || v.Refused != k.Refused {
+	if v.PersistenceTimeout.String() != "300s" || v.PersistencePrefix != 24 || v.Quorum != "" || v.AvailableWeight != 2 || v.Refused != k.Refused {
 		t.Fatalf("service view %+v", v)
 	}
 	b1, b2 := v.Backends[0], v.Backends[1]

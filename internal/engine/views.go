@@ -30,8 +30,8 @@ type ServiceView struct {
 	Slots int `json:"slots"`
 	// PersistenceTimeout is the session affinity ("300s"; empty: off) and PersistencePrefix the
 	// prefix length its clients are grouped by.
-	PersistenceTimeout string `json:"persistence_timeout,omitempty"`
-	PersistencePrefix  int    `json:"persistence_prefix,omitempty"`
+	PersistenceTimeout config.Duration `json:"persistence_timeout,omitzero"`
+	PersistencePrefix  int             `json:"persistence_prefix,omitempty"`
 	// AvailableWeight is the total weight of the backends that may take new flows; Quorum is
 	// "held" or "lost" for a service with a quorum, empty otherwise.
 	AvailableWeight int    `json:"available_weight"`

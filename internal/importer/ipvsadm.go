@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluicelb/sluice/internal/boundedread"
 	"github.com/sluicelb/sluice/internal/config"
@@ -311,7 +312,7 @@ func newIPVSService(opts map[string]string, line int, fail func(string, ...any))
 			fail("-p %s is not a number of seconds from 1 to %d", p, int(config.MaxPersistenceTimeout.Seconds()))
 			return nil
 		}
-		s.PersistenceTimeout = fmt.Sprintf("%ds", n)
+		s.PersistenceTimeout = seconds(time.Duration(n) * time.Second)
 		if m := opts["-M"]; m != "" {
 			prefix, err := maskPrefix(m)
 			if err != nil {

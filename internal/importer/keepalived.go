@@ -330,7 +330,7 @@ func (c *kaConverter) serviceOptions(vs *stmt) (Service, bool) {
 			}
 		case "persistence_timeout":
 			if n, ok := c.number(s, 0, int(config.MaxPersistenceTimeout/time.Second)); ok && n > 0 {
-				svc.PersistenceTimeout = fmt.Sprintf("%ds", n)
+				svc.PersistenceTimeout = seconds(time.Duration(n) * time.Second)
 			}
 		case "persistence_granularity":
 			if p, err := maskPrefix(args[0]); err != nil {

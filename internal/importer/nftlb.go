@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluicelb/sluice/internal/boundedread"
 	"github.com/sluicelb/sluice/internal/config"
@@ -233,7 +234,7 @@ func (c *nftlbConverter) farm(n *jsonNode) []Service {
 		if err != nil || ttl < 1 {
 			c.errs.add(c.file, line("persist-ttl"), "persist-ttl %q is not a number of seconds", f.PersistTTL)
 		}
-		tmpl.PersistenceTimeout = fmt.Sprintf("%ds", ttl)
+		tmpl.PersistenceTimeout = seconds(time.Duration(ttl) * time.Second)
 	default:
 		c.errs.add(c.file, line("persistence"), "persistence %s refused: Sluice keeps clients by source address (srcip) only", f.Persist)
 	}

@@ -215,7 +215,7 @@ func buildService(cs config.Service, available Availability, quorum QuorumRule, 
 	}
 	s := Service{
 		Name: cs.Name, VIP: cs.VIP.Unmap(), Ports: cs.Port, Protocol: cs.Protocol, Mode: cs.Mode,
-		Scheduler: cs.Scheduler.OrDefault().Canonical(), Fallback: cs.Fallback.OrDefault(), FlowTimeout: config.DefaultFlowTimeout,
+		Scheduler: cs.Scheduler.OrDefault().Canonical(), Fallback: cs.Fallback.OrDefault(), FlowTimeout: cs.FlowTimeout.Or(config.DefaultFlowTimeout),
 		SHPort: cs.SHPort, Persistence: cs.PersistenceOrZero(), FullNATSource: cs.FullNATSource.Unmap(),
 	}
 	if cs.Mode == config.ModeTunnel {
@@ -230,11 +230,6 @@ func buildService(cs config.Service, available Availability, quorum QuorumRule, 
 	err := s.protect(&cs)
 	if err != nil {
 		return Service{}, err
-	}
-	if cs.FlowTimeout != "" {
-		if s.FlowTimeout, err = time.ParseDuration(cs.FlowTimeout); err != nil {
-			return Service{}, err
-		}
 	}
 	// configured holds each backend's weight before health is applied: the base of the table.
 	var configured []int
