@@ -154,6 +154,25 @@ func findBinary(bin string) (string, error) {
 	return bin, nil
 }
 
+// LiberalSysctl is the sysctl a node whose conntrack entries move between nodes needs at 1.
+const LiberalSysctl = "net.netfilter.nf_conntrack_tcp_be_liberal"
+
+// CheckLiberalTCP refuses a namespace whose conntrack checks TCP windows: conntrackd replicates a
+// connection's state, not its window, so a node that takes a connection over (or back, after a
+// drain or a takeover) holds a window its segments have moved past, and conntrack drops them as
+// invalid: the connection stalls. The conntrack-tools manual asks for the liberal mode for that.
+func CheckLiberalTCP() error {
+	v, err := datapath.ReadSysctl(LiberalSysctl)
+	if err != nil {
+		return fieldErr("sync", "reading %s: %v", LiberalSysctl, err)
+	}
+	if v == 0 {
+		return fieldErr("sync", "%s is 0: a connection that moves between nodes would stall, its TCP window not replicated (sysctl -w %s=1, and in /etc/sysctl.d to keep it)",
+			LiberalSysctl, LiberalSysctl)
+	}
+	return nil
+}
+
 // readTableSize is the namespace's conntrack table size, DefaultTableSize if unreadable.
 func readTableSize() int {
 	_, max, err := datapath.ConntrackFill()

@@ -24,3 +24,27 @@ func TestReadTableSizeIsTheNamespaces(t *testing.T) {
 		}
 	})
 }
+
+// TestCheckLiberalTCP: a namespace that checks TCP windows is refused, naming the sysctl and the
+// command; one in liberal mode passes.
+func TestCheckLiberalTCP(t *testing.T) {
+	netnstest.Run(t, func() {
+		const path = "/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal"
+		if _, err := os.Stat(path); err != nil {
+			t.Skipf("conntrack is not loaded here: %v", err)
+		}
+		if err := os.WriteFile(path, []byte("0"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		err := CheckLiberalTCP()
+		if err == nil || !strings.Contains(err.Error(), "sync: "+LiberalSysctl+" is 0") || !strings.Contains(err.Error(), "sysctl -w "+LiberalSysctl+"=1") {
+			t.Errorf("window tracking on: %v", err)
+		}
+		if err := os.WriteFile(path, []byte("1"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := CheckLiberalTCP(); err != nil {
+			t.Errorf("liberal: %v", err)
+		}
+	})
+}

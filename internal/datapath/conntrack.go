@@ -33,6 +33,16 @@ func conntrackFill(proc procfs.FS) (count, max uint64, err error) {
 	return count, max, nil
 }
 
+// ReadSysctl reads the number a sysctl (dotted, like net.ipv4.ip_forward) holds in the calling
+// thread's network namespace.
+func ReadSysctl(name string) (uint64, error) {
+	proc, err := procfs.NewDefaultFS()
+	if err != nil {
+		return 0, err
+	}
+	return readSysctl(proc, name)
+}
+
 // readSysctl reads the number a sysctl (dotted, like net.ipv4.ip_forward) of proc holds.
 func readSysctl(proc procfs.FS, name string) (uint64, error) {
 	v, err := proc.SysctlInts(name)

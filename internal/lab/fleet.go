@@ -61,6 +61,12 @@ func (l *Lab) fleetAddrs() []ifAddr {
 	return out
 }
 
+// liberalTCP is on in every balancer: a node whose conntrack entries move to and from a peer
+// (conntrackd, docs/ha.md) must not check TCP windows, and the sync section refuses it otherwise;
+// the bench's balancer has it too, so that a candidate with replication on and one without
+// differ only by it.
+var liberalTCP = sysctl{"net.netfilter.nf_conntrack_tcp_be_liberal", "1"}
+
 // fleetSetup makes the router the client's and the backends' gateway, hashing ports into its
 // multipath routes for both families, and gives every balancer forwarding and a default route
 // via the router.
@@ -73,6 +79,7 @@ func (l *Lab) fleetSetup() error {
 		if err := setSysctls(ns,
 			sysctl{"net.ipv4.ip_forward", "1"},
 			sysctl{"net.ipv6.conf.all.forwarding", "1"},
+			liberalTCP,
 		); err != nil {
 			return err
 		}

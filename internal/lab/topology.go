@@ -243,7 +243,7 @@ func (l *Lab) build() error {
 		if err := l.fleetSetup(); err != nil {
 			return err
 		}
-	} else if err := l.gatewaySetup(l.BalancerNS(), "eth1"); err != nil {
+	} else if err := l.gatewaySetup(l.BalancerNS(), "eth1", liberalTCP); err != nil {
 		return err
 	}
 	if l.Attacker {

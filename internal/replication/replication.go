@@ -104,8 +104,14 @@ func (r *Runner) Check(cfg *config.Config) error {
 			return fieldErrors(err)
 		}
 	}
-	_, err := conntrackd.LinkAddress(o) // the sync link, for conntrackd and the flow tables alike
-	return fieldErrors(err)
+	// the sync link, for conntrackd and the flow tables alike
+	if _, err := conntrackd.LinkAddress(o); err != nil {
+		return fieldErrors(err)
+	}
+	if n.conntrackd {
+		return fieldErrors(conntrackd.CheckLiberalTCP())
+	}
+	return nil
 }
 
 // Set runs what cfg's sync section asks for, the whole desired state: a section removed stops
