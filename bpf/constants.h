@@ -26,6 +26,13 @@ enum mode : __u8 {
 	MODE_NAT = 1,     /* rewrite the destination; replies are reverse-translated */
 	MODE_FULLNAT = 2, /* the source too: the balancer's address and a port of its own */
 	MODE_DSR = 3,     /* rewrite the destination MAC only; replies bypass the balancer */
+	MODE_TUNNEL = 4,  /* dsr in an outer IP header to a routed backend (service_tunnels) */
+};
+
+/* struct tunnel.kind */
+enum tunnel_kind : __u8 {
+	TUNNEL_IPIP = 1, /* IPv4 in IPv4 (protocol 4), IPv6 in IPv6 (next header 41) */
+	TUNNEL_GUE = 2,  /* GUE variant 1: the IP packet directly after an outer UDP header */
 };
 
 /* What to do with a new flow when the service has no backend (struct service.fallback). */

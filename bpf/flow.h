@@ -29,6 +29,13 @@ static __always_inline struct service *service_lookup(const __u8 *addr, __be16 p
 	return bpf_map_lookup_elem(&vips, &k);
 }
 
+/* True for the modes that send the client's packet unchanged, whose replies bypass the balancer:
+ * no reply entry, no translation. */
+static __always_inline bool mode_direct(enum mode m)
+{
+	return m == MODE_DSR || m == MODE_TUNNEL;
+}
+
 /* The port a backend takes a flow to VIP port dport on. */
 static __always_inline __be16 backend_port(const struct backend *b, __be16 dport)
 {
@@ -187,7 +194,7 @@ static __always_inline void reply_forget(const struct flow *f, const struct flow
 	struct reverse *r;
 	struct flow_key rk;
 
-	if (!b || svc->mode == MODE_DSR)
+	if (!b || mode_direct(svc->mode))
 		return;
 	reply_key(&rk, k, b, g, f->nat_port);
 	r = bpf_map_lookup_elem(&replies, &rk);
@@ -202,7 +209,7 @@ static __always_inline void reply_ensure(const struct flow_key *k, const struct 
 	struct reverse  r;
 	struct flow_key rk;
 
-	if (svc->mode == MODE_DSR)
+	if (mode_direct(svc->mode))
 		return;
 	reply_key(&rk, k, t->b, g, t->nat_port);
 	if (bpf_map_lookup_elem(&replies, &rk))
@@ -269,7 +276,7 @@ static __always_inline int flow_create(const struct flow_key *k, const struct se
 	if (!(t->b = backend_get(t->id, k->family)))
 		return SELECT_NO_BACKEND;
 	f.backend_id = t->id;
-	if (svc->mode != MODE_DSR) {
+	if (!mode_direct(svc->mode)) {
 		reverse_of(&r, k, svc->id, t->id);
 		reply_key(&rk, k, t->b, g, 0);
 		if (g) {

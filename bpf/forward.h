@@ -54,38 +54,18 @@ static __always_inline int verdict_drop(bool xdp)
 	return xdp ? XDP_DROP : TC_ACT_SHOT;
 }
 
-/* Looks up the route of a planned packet arriving on ifindex, and says how it leaves, and why
- * not when it is dropped. XDP checks the MTU against the IP length; tc leaves tot_len 0 so that
- * the helper checks the skb, GSO aware, and skips the neighbour lookup that bpf_redirect_neigh
- * does anyway. */
-static __always_inline int route(void *ctx, bool xdp, const struct packet *p, const struct plan *pl,
-				 __u32 ifindex, struct bpf_fib_lookup *fib, __u8 *why)
+/* How a packet leaves after a route lookup that returned rc, and why not when it is dropped. nat:
+ * the packet's addresses change (the stack may forward it, routing by the new ones). */
+static __always_inline int egress_of(long rc, bool xdp, bool nat, __u8 *why)
 {
-	long rc;
-
-	__builtin_memset(fib, 0, sizeof(*fib));
-	fib->family = p->key.family;
-	fib->l4_protocol = p->key.proto;
-	fib->sport = pl->out.sport;
-	fib->dport = pl->out.dport;
-	fib->tot_len = xdp ? p->l3_len : 0;
-	fib->ifindex = ifindex;
-	if (p->key.family == AF_INET) {
-		__builtin_memcpy(&fib->ipv4_src, pl->out.src, 4);
-		__builtin_memcpy(&fib->ipv4_dst, pl->nexthop, 4);
-	} else {
-		__builtin_memcpy(fib->ipv6_src, pl->out.src, 16);
-		__builtin_memcpy(fib->ipv6_dst, pl->nexthop, 16);
-	}
 	*why = UNFORWARDED_NONE;
-	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), xdp ? 0 : BPF_FIB_LOOKUP_SKIP_NEIGH);
 	switch (rc) {
 	case BPF_FIB_LKUP_RET_SUCCESS:
 		return xdp ? EGRESS_REDIRECT : EGRESS_NEIGH;
 	case BPF_FIB_LKUP_RET_NO_NEIGH:
 		if (!xdp)
 			return EGRESS_NEIGH;
-		if (pl->nat)
+		if (nat)
 			return EGRESS_STACK;
 		*why = UNFORWARDED_NO_NEIGH;
 		return EGRESS_DROP;
@@ -100,6 +80,32 @@ static __always_inline int route(void *ctx, bool xdp, const struct packet *p, co
 		return EGRESS_DROP;
 	}
 	return EGRESS_STACK;
+}
+
+/* Looks up the route of a planned packet arriving on ifindex, and says how it leaves, and why
+ * not when it is dropped. XDP checks the MTU against the IP length; tc leaves tot_len 0 so that
+ * the helper checks the skb, GSO aware, and skips the neighbour lookup that bpf_redirect_neigh
+ * does anyway. */
+static __always_inline int route(void *ctx, bool xdp, const struct packet *p, const struct plan *pl,
+				 __u32 ifindex, struct bpf_fib_lookup *fib, __u8 *why)
+{
+	__builtin_memset(fib, 0, sizeof(*fib));
+	fib->family = p->key.family;
+	fib->l4_protocol = p->key.proto;
+	fib->sport = pl->out.sport;
+	fib->dport = pl->out.dport;
+	fib->tot_len = xdp ? p->l3_len : 0;
+	fib->ifindex = ifindex;
+	if (p->key.family == AF_INET) {
+		__builtin_memcpy(&fib->ipv4_src, pl->out.src, 4);
+		__builtin_memcpy(&fib->ipv4_dst, pl->nexthop, 4);
+	} else {
+		__builtin_memcpy(fib->ipv6_src, pl->out.src, 16);
+		__builtin_memcpy(fib->ipv6_dst, pl->nexthop, 16);
+	}
+	return egress_of(
+		bpf_fib_lookup(ctx, fib, sizeof(*fib), xdp ? 0 : BPF_FIB_LOOKUP_SKIP_NEIGH), xdp,
+		pl->nat, why);
 }
 
 /* Counts a planned packet by its fate: a client's packet to a backend in the stats once handed on

@@ -20,8 +20,8 @@ struct plan {
 	__u8            nat;         /* addresses or ports change */
 	__u8            counted;  /* a client's packet to a backend: in the stats once handed on */
 	__u8            new_flow; /* counted: the packet opened a flow */
-	__u8            pad;
-	__u32           svc_id;     /* its service (NO_SERVICE: none), for struct unforwarded */
+	__u8            tunnel;   /* encapsulate (MODE_TUNNEL) rather than rewrite */
+	__u32           svc_id;   /* its service (NO_SERVICE: none), for struct unforwarded */
 	__u32           backend_id; /* counted: the backend it goes to */
 };
 
@@ -36,7 +36,8 @@ static __always_inline void plan_service(const struct packet *p, const struct se
 	pl->new_flow = t->new_flow;
 	pl->svc_id = svc->id;
 	pl->backend_id = t->id;
-	pl->nat = svc->mode != MODE_DSR;
+	pl->nat = !mode_direct(svc->mode);
+	pl->tunnel = svc->mode == MODE_TUNNEL;
 	if (!pl->nat)
 		return;
 	__builtin_memcpy(pl->out.dst, t->b->addr, sizeof(pl->out.dst));
@@ -65,7 +66,7 @@ static __always_inline int lb_service(const struct packet *p, const struct servi
 	struct target   t = {};
 	int             err;
 
-	if (svc->mode != MODE_NAT && svc->mode != MODE_FULLNAT && svc->mode != MODE_DSR)
+	if (svc->mode < MODE_NAT || svc->mode > MODE_TUNNEL)
 		return VERDICT_PASS;
 	if (svc->mode == MODE_FULLNAT && !(g = fullnat_settings(svc, p->key.family)))
 		return VERDICT_DROP;
@@ -96,6 +97,7 @@ static __always_inline int lb_reply(const struct packet *p, struct plan *pl)
 	pl->out.dport = r->cport;
 	__builtin_memcpy(pl->nexthop, r->client, sizeof(pl->nexthop));
 	pl->nat = 1;
+	pl->tunnel = 0;
 	pl->counted = 0;
 	pl->svc_id = r->service_id;
 	return VERDICT_FORWARD;

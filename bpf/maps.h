@@ -265,6 +265,24 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } second_chances SEC(".maps");
 
+/* Mode tunnel services' encapsulations, by service id (read for MODE_TUNNEL only). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tunnel);
+	__uint(max_entries, MAX_SERVICES);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} service_tunnels SEC(".maps");
+
+/* Mode tunnel services' packet fates, by service id (per CPU). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tunnel_counts);
+	__uint(max_entries, MAX_SERVICES);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tunnel_stats SEC(".maps");
+
 /* icmp.h adds icmp_scratch, the ICMP error path's per-CPU working space (unpinned, no state). */
 
 #endif

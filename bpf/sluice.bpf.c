@@ -11,6 +11,7 @@
  *   forward.h  route lookup and redirect
  *   nat.h      the TCP/UDP rewrites and their checksums (tc helpers, XDP in place)
  *   icmp.h     ICMP errors about tracked flows
+ *   tunnel.h   mode tunnel: IPIP/GUE encapsulation, ICMP too big for what no longer fits
  *
  * Packets that are not for a VIP and are not replies of a tracked nat/fullnat flow pass to the
  * stack untouched, so the program can sit on every interface of the balancer.
@@ -21,6 +22,7 @@
 #include <linux/if_packet.h>
 #include "icmp.h"
 #include "nat.h"
+#include "tunnel.h"
 
 #define PULL_LEN (ETH_HLEN + 60 + sizeof(struct tcphdr)) /* headers the parser reads directly */
 
@@ -35,6 +37,19 @@ static __noinline int forward_tc(struct __sk_buff *skb, const struct packet *p,
 static __noinline int forward_xdp(struct xdp_md *ctx, const struct packet *p, const struct plan *pl)
 {
 	return forward(ctx, true, p, pl, ctx->ingress_ifindex);
+}
+
+/* tunnel_forward() for tc. */
+static __noinline int tunnel_tc(struct __sk_buff *skb, const struct packet *p,
+				const struct plan *pl)
+{
+	return tunnel_forward(skb, false, p, pl, skb->ingress_ifindex);
+}
+
+/* tunnel_forward() for XDP. */
+static __noinline int tunnel_xdp(struct xdp_md *ctx, const struct packet *p, const struct plan *pl)
+{
+	return tunnel_forward(ctx, true, p, pl, ctx->ingress_ifindex);
 }
 
 /* icmp_handle() for tc. */
@@ -108,7 +123,7 @@ int sluice_tc(struct __sk_buff *skb)
 		return icmp_tc(skb, &p, &pl);
 	verdict = lb_decide(&p, &pl);
 	if (verdict == VERDICT_FORWARD)
-		return forward_tc(skb, &p, &pl);
+		return pl.tunnel ? tunnel_tc(skb, &p, &pl) : forward_tc(skb, &p, &pl);
 	return verdict == VERDICT_DROP ? TC_ACT_SHOT : TC_ACT_OK;
 }
 
@@ -129,7 +144,7 @@ int sluice_xdp(struct xdp_md *ctx)
 		return icmp_xdp(ctx, &p, &pl);
 	verdict = lb_decide(&p, &pl);
 	if (verdict == VERDICT_FORWARD)
-		return forward_xdp(ctx, &p, &pl);
+		return pl.tunnel ? tunnel_xdp(ctx, &p, &pl) : forward_xdp(ctx, &p, &pl);
 	return verdict == VERDICT_DROP ? XDP_DROP : XDP_PASS;
 }
 

@@ -27,6 +27,21 @@ struct service {
 	enum service_source source;
 };
 
+/* A mode tunnel service's encapsulation (service_tunnels, by service id). */
+struct tunnel {
+	enum tunnel_kind kind;
+	__u8             pad;
+	__be16           gue_port; /* GUE: the destination port */
+	__u8             src[16];  /* outer source; zero: the route's preferred source */
+};
+
+/* A tunnel service's packets by fate (tunnel_stats, per CPU, by service id). */
+struct tunnel_counts {
+	__u64 encapsulated; /* sent on, encapsulated */
+	__u64 too_big;      /* too big once encapsulated: answered with ICMP too big, dropped */
+	__u64 no_source;    /* no outer source address for the backend's route: dropped */
+};
+
 /* A backend, indexed by its id. */
 struct backend {
 	__u8               addr[16];

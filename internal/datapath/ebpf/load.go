@@ -55,6 +55,10 @@ type kernelMaps struct {
 	// SecondChances counts the flows each service gave to them (see secondchance.go).
 	MaglevPrev    *ebpf.Map
 	SecondChances *ebpf.Map
+	// ServiceTunnels holds mode tunnel services' encapsulations, and TunnelStats counts their
+	// packets by fate (see tunnel.go).
+	ServiceTunnels *ebpf.Map
+	TunnelStats    *ebpf.Map
 }
 
 // addedMaps are the pinned maps later versions added: pins of an older version lack them, which
@@ -67,6 +71,7 @@ var addedMaps = map[string]bool{
 	sluiceMapServiceRefusals: true, sluiceMapServiceUnforwarded: true,
 	sluiceMapFlowEvents: true, sluiceMapFlowEventDrops: true, sluiceMapServiceSources: true,
 	sluiceMapMaglevPrev: true, sluiceMapSecondChances: true,
+	sluiceMapServiceTunnels: true, sluiceMapTunnelStats: true,
 }
 
 // fields are the maps' places in m by pin name.
@@ -84,7 +89,8 @@ func (m *kernelMaps) fields() map[string]**ebpf.Map {
 		sluiceMapServiceRefusals: &m.ServiceRefusals, sluiceMapServiceUnforwarded: &m.ServiceUnforwarded,
 		sluiceMapFlowEvents: &m.FlowEvents, sluiceMapFlowEventDrops: &m.FlowEventDrops,
 		sluiceMapServiceSources: &m.ServiceSources, sluiceMapMaglevPrev: &m.MaglevPrev,
-		sluiceMapSecondChances: &m.SecondChances,
+		sluiceMapSecondChances: &m.SecondChances, sluiceMapServiceTunnels: &m.ServiceTunnels,
+		sluiceMapTunnelStats: &m.TunnelStats,
 	}
 }
 

@@ -122,6 +122,7 @@ const (
 	sluiceModeMODE_NAT     sluiceMode = 1
 	sluiceModeMODE_FULLNAT sluiceMode = 2
 	sluiceModeMODE_DSR     sluiceMode = 3
+	sluiceModeMODE_TUNNEL  sluiceMode = 4
 )
 
 type sluicePersistEntry struct {
@@ -231,6 +232,28 @@ type sluiceStats struct {
 	Flows   uint64
 }
 
+type sluiceTunnel struct {
+	_       structs.HostLayout
+	Kind    sluiceTunnelKind
+	Pad     uint8
+	GuePort uint16
+	Src     [16]uint8
+}
+
+type sluiceTunnelCounts struct {
+	_            structs.HostLayout
+	Encapsulated uint64
+	TooBig       uint64
+	NoSource     uint64
+}
+
+type sluiceTunnelKind uint8
+
+const (
+	sluiceTunnelKindTUNNEL_IPIP sluiceTunnelKind = 1
+	sluiceTunnelKindTUNNEL_GUE  sluiceTunnelKind = 2
+)
+
 type sluiceUnforwarded struct {
 	_           structs.HostLayout
 	FwdDisabled uint64
@@ -275,9 +298,12 @@ const (
 	sluiceMapServiceRefusals    = "service_refusals"
 	sluiceMapServiceSources     = "service_sources"
 	sluiceMapServiceStats       = "service_stats"
+	sluiceMapServiceTunnels     = "service_tunnels"
 	sluiceMapServiceUnforwarded = "service_unforwarded"
 	sluiceMapSourceAllow        = "source_allow"
 	sluiceMapSourceDeny         = "source_deny"
+	sluiceMapTunnelScratch      = "tunnel_scratch"
+	sluiceMapTunnelStats        = "tunnel_stats"
 	sluiceMapVips               = "vips"
 	sluiceProgSluiceTc          = "sluice_tc"
 	sluiceProgSluiceXdp         = "sluice_xdp"
@@ -359,9 +385,12 @@ type sluiceMapSpecs struct {
 	ServiceRefusals    *ebpf.MapSpec `ebpf:"service_refusals"`
 	ServiceSources     *ebpf.MapSpec `ebpf:"service_sources"`
 	ServiceStats       *ebpf.MapSpec `ebpf:"service_stats"`
+	ServiceTunnels     *ebpf.MapSpec `ebpf:"service_tunnels"`
 	ServiceUnforwarded *ebpf.MapSpec `ebpf:"service_unforwarded"`
 	SourceAllow        *ebpf.MapSpec `ebpf:"source_allow"`
 	SourceDeny         *ebpf.MapSpec `ebpf:"source_deny"`
+	TunnelScratch      *ebpf.MapSpec `ebpf:"tunnel_scratch"`
+	TunnelStats        *ebpf.MapSpec `ebpf:"tunnel_stats"`
 	Vips               *ebpf.MapSpec `ebpf:"vips"`
 }
 
@@ -417,9 +446,12 @@ type sluiceMaps struct {
 	ServiceRefusals    *ebpf.Map `ebpf:"service_refusals"`
 	ServiceSources     *ebpf.Map `ebpf:"service_sources"`
 	ServiceStats       *ebpf.Map `ebpf:"service_stats"`
+	ServiceTunnels     *ebpf.Map `ebpf:"service_tunnels"`
 	ServiceUnforwarded *ebpf.Map `ebpf:"service_unforwarded"`
 	SourceAllow        *ebpf.Map `ebpf:"source_allow"`
 	SourceDeny         *ebpf.Map `ebpf:"source_deny"`
+	TunnelScratch      *ebpf.Map `ebpf:"tunnel_scratch"`
+	TunnelStats        *ebpf.Map `ebpf:"tunnel_stats"`
 	Vips               *ebpf.Map `ebpf:"vips"`
 }
 
@@ -450,9 +482,12 @@ func (m *sluiceMaps) Close() error {
 		m.ServiceRefusals,
 		m.ServiceSources,
 		m.ServiceStats,
+		m.ServiceTunnels,
 		m.ServiceUnforwarded,
 		m.SourceAllow,
 		m.SourceDeny,
+		m.TunnelScratch,
+		m.TunnelStats,
 		m.Vips,
 	)
 }

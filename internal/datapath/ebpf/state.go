@@ -41,6 +41,7 @@ type serviceState struct {
 	slots    []uint32                 // the ring as in maglev: backend id per slot
 	opts     sluiceServiceSettings    // its entry in service_opts
 	source   sluiceGlobals            // its entry in service_sources, written while it has its own
+	tunnel   sluiceTunnel             // its entry in service_tunnels, written while it is a tunnel
 	sources  sourceLists              // its prefixes in source_allow and source_deny
 }
 

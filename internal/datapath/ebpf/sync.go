@@ -104,6 +104,9 @@ func (s *syncer) service(ps *plan.Service) error {
 	if err := s.natSource(cur, ps); err != nil {
 		return err
 	}
+	if err := s.tunnel(cur, ps); err != nil {
+		return err
+	}
 	ring := make([]uint32, len(ps.Slots))
 	for i, b := range ps.Slots {
 		ring[i] = ids[b]

@@ -18,6 +18,7 @@ var wireProtocols = map[config.Protocol]uint8{config.ProtocolTCP: unix.IPPROTO_T
 // wireModes are the plan's modes as enum mode.
 var wireModes = map[config.Mode]sluiceMode{
 	config.ModeNAT: sluiceModeMODE_NAT, config.ModeFullNAT: sluiceModeMODE_FULLNAT, config.ModeDSR: sluiceModeMODE_DSR,
+	config.ModeTunnel: sluiceModeMODE_TUNNEL,
 }
 
 // wireFallbacks are the plan's fallbacks as enum fallback. Sorry servers are backends of the
