@@ -23,7 +23,21 @@ type BGP struct {
 	ShutdownGrace Duration `yaml:"shutdown_grace,omitempty" json:"shutdown_grace,omitzero"`
 	// Peers are the routers the node announces to.
 	Peers []BGPPeer `yaml:"peers" json:"peers"`
+	// FullNATSources are every fleet node's fullnat source address (services' fullnat_source).
+	// The node announces, as host routes, those its own fullnat services translate to, like its
+	// VIPs, and the others as backup routes (less preferred: MED 100 and local_pref 50), so that
+	// the routers send a node's replies to the nodes that hold its flows (sync) once it is gone.
+	FullNATSources []IP `yaml:"fullnat_sources,omitempty" json:"fullnat_sources,omitempty"`
 }
+
+// Backup route attributes of the fullnat sources a node announces for its peers: a router
+// prefers the owner's route (no MED, local_pref 100) while it is there.
+const (
+	BackupSourceMED       = 100
+	BackupSourceLocalPref = 50
+	// MaxFullNATSources bounds bgp.fullnat_sources: one per node of a fleet.
+	MaxFullNATSources = 64
+)
 
 // BGPPeer is one router the node holds a BGP session with.
 type BGPPeer struct {
@@ -200,6 +214,53 @@ func (c *Config) validateBGP(fail func(path, format string, args ...any)) {
 		p.PathAttributes.validate(at, fail)
 	}
 	failDuplicatePeers(b.Peers, seen, fail)
+	c.validateFullNATSources(fail)
+}
+
+// validateFullNATSources checks bgp.fullnat_sources: unicast addresses, each once, and every
+// fullnat service's fullnat_source among them.
+func (c *Config) validateFullNATSources(fail func(path, format string, args ...any)) {
+	sources := c.BGP.FullNATSources
+	if len(sources) == 0 {
+		return
+	}
+	if len(sources) > MaxFullNATSources {
+		fail("bgp.fullnat_sources", "%d sources is more than %d: one per node of the fleet", len(sources), MaxFullNATSources)
+		return
+	}
+	listed := map[netip.Addr]int{}
+	for i := range sources {
+		at := fmt.Sprintf("bgp.fullnat_sources[%d]", i)
+		a, err := peerAddress(sources[i])
+		if err != nil {
+			fail(at, "%v", err)
+			continue
+		}
+		if first, dup := listed[a]; dup {
+			fail(at, "%s is listed twice (also at bgp.fullnat_sources[%d])", a, first)
+			continue
+		}
+		sources[i].Addr, listed[a] = a, i
+	}
+	for i, s := range c.Services {
+		if s.Mode != ModeFullNAT || s.FullNATSource.IsZero() {
+			continue
+		}
+		if _, ok := listed[s.FullNATSource.Unmap()]; !ok {
+			fail(fmt.Sprintf("services[%d].fullnat_source", i), "%s is not in bgp.fullnat_sources, which lists every node's: add it there", s.FullNATSource)
+		}
+	}
+}
+
+// OwnFullNATSources are the bgp.fullnat_sources this node's fullnat services translate to.
+func (c *Config) OwnFullNATSources() map[netip.Addr]bool {
+	own := map[netip.Addr]bool{}
+	for _, s := range c.Services {
+		if s.Mode == ModeFullNAT && !s.FullNATSource.IsZero() {
+			own[s.FullNATSource.Unmap()] = true
+		}
+	}
+	return own
 }
 
 // validateBFD checks the peer's BFD timers, which only a peer with bfd: true may set.
@@ -328,6 +389,7 @@ func (b *BGP) Clone() *BGP {
 	for i := range out.Peers {
 		out.Peers[i].PathAttributes = *b.Peers[i].PathAttributes.clone()
 	}
+	out.FullNATSources = slices.Clone(b.FullNATSources)
 	return &out
 }
 
@@ -354,6 +416,9 @@ func (c *Config) Warnings() []string {
 		if s.Mode == ModeNAT {
 			out = append(out, fmt.Sprintf("services[%d].mode: nat with bgp: the backends must route replies back through the node that translated the request; with several nodes behind ECMP use dsr or fullnat (docs/scale-out.md)", i))
 		}
+	}
+	if len(c.BGP.FullNATSources) > 0 && c.Sync == nil {
+		out = append(out, "bgp.fullnat_sources without a sync section: the backup routes bring a gone node's replies to nodes that do not hold its flows (docs/scale-out.md)")
 	}
 	return out
 }

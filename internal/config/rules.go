@@ -122,10 +122,11 @@ var rules = map[reflect.Type]map[string]rule{
 		"query_protocol": {enum: Names(DNSTransports), def: string(DefaultDNSTransport)},
 	},
 	reflect.TypeFor[BGP](): {
-		"asn":            {bounds: &asnBounds, required: true},
-		"listen_port":    {bounds: &portBounds, also: &[]int64{NoListen}[0]},
-		"shutdown_grace": {pattern: durationPattern},
-		"peers":          {required: true, minItems: 1, maxItems: MaxBGPPeers},
+		"asn":             {bounds: &asnBounds, required: true},
+		"listen_port":     {bounds: &portBounds, also: &[]int64{NoListen}[0]},
+		"shutdown_grace":  {pattern: durationPattern},
+		"peers":           {required: true, minItems: 1, maxItems: MaxBGPPeers},
+		"fullnat_sources": {maxItems: MaxFullNATSources},
 	},
 	reflect.TypeFor[BGPPeer](): {
 		"address":        {required: true},
