@@ -76,11 +76,15 @@ the file from standard input.`,
 				return err
 			}
 			defer lock.Release()
-			change, p, err := kernelChange(ctx, cfg, g.logger())
+			p, err := plan.Build(cfg, nil)
 			if err != nil {
 				return err
 			}
 			dp, err := datapathFor(cfg, g.logger())
+			if err != nil {
+				return err
+			}
+			change, err := oneShotChange(ctx, cfg, p, dp, g.logger())
 			if err != nil {
 				return err
 			}
@@ -89,6 +93,9 @@ the file from standard input.`,
 			}
 			if err := flushOthers(ctx, cfg, g.logger()); err != nil {
 				return err
+			}
+			if err := saveLastApply(dp, p, lastApplyPath()); err != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: keeping this apply in %s failed, the next one reads the kernel: %v\n", lastApplyPath(), err)
 			}
 			if sections := daemonSections(cfg); len(sections) > 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "%s: the %s section runs in the daemon (sluice serve), not here: only the services were programmed\n",
@@ -137,29 +144,25 @@ daemon runs here (it would program the rules again): stop it, with --flush-on-ex
 	return cmd
 }
 
-// kernelChange builds the plan of cfg and compares it with what the kernel holds (every
-// datapath's Status, as sluice list reads it without a daemon): listeners, modes, schedulers,
-// backends and their weights. The other settings (fallback, flow timeout, health checks,
-// persistence, quorum, limits, source lists, connection thresholds) are not read back: they are
-// taken from cfg, so they never show as changed, and Apply programs them all the same.
-func kernelChange(ctx context.Context, cfg *config.Config, log *slog.Logger) (plan.Change, *plan.Plan, error) {
-	p, err := plan.Build(cfg, nil)
-	if err != nil {
-		return plan.Change{}, nil, err
-	}
+// kernelChange compares p, the plan of cfg, with what the kernel holds (every datapath's Status,
+// as sluice list reads it without a daemon): listeners, modes, schedulers, backends and their
+// weights. The other settings (fallback, flow timeout, health checks, persistence, quorum,
+// limits, source lists, connection thresholds) are not read back: they are taken from cfg, so
+// they never show as changed, and Apply programs them all the same.
+func kernelChange(ctx context.Context, cfg *config.Config, p *plan.Plan, log *slog.Logger) (plan.Change, error) {
 	status, err := everyStatus(ctx, log)
 	if err != nil {
-		return plan.Change{}, nil, err
+		return plan.Change{}, err
 	}
 	held, err := kernelConfig(cfg, status)
 	if err != nil {
-		return plan.Change{}, nil, err
+		return plan.Change{}, err
 	}
 	before, err := plan.Build(held, nil)
 	if err != nil {
-		return plan.Change{}, nil, fmt.Errorf("reading what the kernel holds: %w", err)
+		return plan.Change{}, fmt.Errorf("reading what the kernel holds: %w", err)
 	}
-	return plan.Diff(before, p), p, nil
+	return plan.Diff(before, p), nil
 }
 
 // kernelConfig is cfg with the services the kernel holds instead of its own (see kernelChange).

@@ -64,7 +64,7 @@ terraform plan -detailed-exitcode).`,
 			if c != nil {
 				change, err = c.Plan(ctx, data)
 			} else {
-				change, _, err = kernelChange(ctx, cfg, g.logger())
+				change, err = g.oneShotPlan(ctx, cfg)
 			}
 			if err != nil {
 				return err

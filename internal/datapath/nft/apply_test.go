@@ -29,6 +29,8 @@ type fakeHost struct {
 	rejectAt int    // the run to reject, counted from 1 (0: none)
 	device   string // towards every backend
 	timeouts bool   // the conntrack timeout policies exist
+	ns       string // the network namespace's name (namespaceID)
+	reads    int    // how many times the tables were read back
 }
 
 // newFakeDatapath is a datapath on a fakeHost with empty tables.
@@ -92,6 +94,8 @@ func (h *fakeHost) ensureCTTimeouts(ctx context.Context) (bool, error) {
 
 func (h *fakeHost) generation() uint32 { return h.gen }
 
+func (h *fakeHost) namespace() (string, error) { return h.ns, nil }
+
 func (h *fakeHost) counters(f knftables.Family) (map[string]*knftables.Counter, error) {
 	out := map[string]*knftables.Counter{}
 	if t := h.Tables[f][TableName]; t != nil {
@@ -113,6 +117,7 @@ func (h *fakeHost) elements(f knftables.Family, set string) ([]*knftables.Elemen
 
 // read reads the fake's tables back as readTables reads the kernel's, with the chains' rules.
 func (h *fakeHost) read(context.Context) (*state, error) {
+	h.reads++
 	st := newState()
 	for _, f := range families {
 		t := h.Tables[f][TableName]

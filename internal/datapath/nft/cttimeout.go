@@ -84,25 +84,24 @@ func ensureCTTimeouts(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// ctTimeoutNames lists the ct timeout objects of Sluice's inet table; none when it does not exist.
+// ctTimeoutNames are those of Sluice's ct timeout objects that its inet table holds. Each is
+// asked for by name, which the kernel finds without walking the table's objects (a dump would walk
+// every counter too: tens of thousands at 10,000 services).
 func ctTimeoutNames() (map[string]bool, error) {
-	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETOBJ, unix.NLM_F_DUMP)
-	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.NFPROTO_INET, Version: unix.NFNETLINK_V0})
-	req.AddData(nl.NewRtAttr(unix.NFTA_OBJ_TABLE, nl.ZeroTerminated(TableName)))
-	req.AddData(nl.NewRtAttr(unix.NFTA_OBJ_TYPE, binary.BigEndian.AppendUint32(nil, unix.NFT_OBJECT_CT_TIMEOUT)))
-	msgs, err := req.Execute(unix.NETLINK_NETFILTER, unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWOBJ)
-	if err != nil && !errors.Is(err, unix.ENOENT) {
-		return nil, fmt.Errorf("reading the conntrack timeout policies: %w", err)
-	}
 	names := map[string]bool{}
-	for _, m := range msgs {
-		if len(m) < nl.SizeofNfgenmsg {
-			continue
-		}
-		for _, a := range nestedAttrs(m[nl.SizeofNfgenmsg:]) {
-			if a.Attr.Type&nl.NLA_TYPE_MASK == unix.NFTA_OBJ_NAME {
-				names[string(bytes.TrimRight(a.Value, "\x00"))] = true
-			}
+	for _, c := range ctTimeouts {
+		req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETOBJ, 0)
+		req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.NFPROTO_INET, Version: unix.NFNETLINK_V0})
+		req.AddData(nl.NewRtAttr(unix.NFTA_OBJ_TABLE, nl.ZeroTerminated(TableName)))
+		req.AddData(nl.NewRtAttr(unix.NFTA_OBJ_NAME, nl.ZeroTerminated(c.name)))
+		req.AddData(nl.NewRtAttr(unix.NFTA_OBJ_TYPE, binary.BigEndian.AppendUint32(nil, unix.NFT_OBJECT_CT_TIMEOUT)))
+		msgs, err := req.Execute(unix.NETLINK_NETFILTER, unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWOBJ)
+		switch {
+		case errors.Is(err, unix.ENOENT):
+		case err != nil:
+			return nil, fmt.Errorf("reading the conntrack timeout policy %s: %w", c.name, err)
+		case len(msgs) > 0:
+			names[c.name] = true
 		}
 	}
 	return names, nil

@@ -11,8 +11,10 @@ import (
 // (tables, base chains, the sets every service adds elements to) and each service. Kept as what
 // was last committed, it lets the next apply render and compare only the services that changed.
 type desired struct {
-	base     *state
-	services map[string]*renderedService // by name
+	base *state
+	// dsrDevices are the devices base takes dsr traffic on.
+	dsrDevices []string
+	services   map[string]*renderedService // by name
 }
 
 // renderedService is one service as rendered: its plan, the devices its dsr backends were reached
@@ -32,7 +34,7 @@ func renderPlan(p *plan.Plan, env Environment, prev *desired, recheckRoutes bool
 	if err != nil {
 		return nil, err
 	}
-	d := &desired{base: base, services: make(map[string]*renderedService, len(p.Services))}
+	d := &desired{base: base, dsrDevices: env.DSRDevices, services: make(map[string]*renderedService, len(p.Services))}
 	for i := range p.Services {
 		s := &p.Services[i]
 		if old := prev.service(s.Name); old != nil && old.service.Equal(s) && (!recheckRoutes || old.routesHold(env)) {

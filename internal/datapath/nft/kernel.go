@@ -30,6 +30,8 @@ type host interface {
 	ensureCTTimeouts(ctx context.Context) (created bool, err error)
 	// generation is the ruleset's generation; 0 when it cannot be read.
 	generation() uint32
+	// namespace names the network namespace for this boot (namespaceID).
+	namespace() (string, error)
 	// read is the current content of Sluice's tables.
 	read(ctx context.Context) (*state, error)
 	// elements are the elements of one set or map of Sluice's table of family f.
@@ -57,6 +59,8 @@ func (kernelHost) environment(configured []string) (Environment, error) {
 func (kernelHost) ensureCTTimeouts(ctx context.Context) (bool, error) { return ensureCTTimeouts(ctx) }
 
 func (kernelHost) generation() uint32 { return rulesetGeneration() }
+
+func (kernelHost) namespace() (string, error) { return namespaceID() }
 
 func (kernelHost) read(ctx context.Context) (*state, error) { return readTables(ctx) }
 

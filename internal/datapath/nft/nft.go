@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/netip"
+	"os/exec"
 	"slices"
 	"sort"
 	"strconv"
@@ -41,7 +42,7 @@ import (
 // Datapath programs plans through nft in the current network namespace.
 type Datapath struct {
 	nft   knftables.Interface // runs the transactions spanning both tables (scriptRunner on the machine)
-	flows knftables.Interface // the netdev table, whose dsr flow maps are listed one by one
+	flows elementLister       // the netdev table, whose dsr flow maps are listed one by one
 	host  host                // the rest of what Apply asks of the machine (kernelHost on the machine)
 	log   *slog.Logger
 	// maxOps bounds the operations of one transaction (maxBatchOperations; see batches).
@@ -71,21 +72,40 @@ var (
 	_ datapath.Budgeter      = (*Datapath)(nil)
 )
 
-// New checks that nft works here and returns the datapath.
+// New checks that nft runs here and returns the datapath. It makes no knftables.Interface
+// before one lists elements: knftables.New checks nft with a commented table, for which nft 1.0.6
+// reads every object of the ruleset (a second at 10,000 services), and a one-shot apply of one
+// change must not pay for the whole table (scriptRunner builds transactions without one).
 func New(log *slog.Logger) (*Datapath, error) {
-	nft, err := knftables.New("", "")
-	if err != nil {
-		return nil, fmt.Errorf("nftables: %w", err)
+	if out, err := exec.Command("nft", "--version").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("nftables: nft --version: %w: %s", err, strings.TrimSpace(string(out)))
 	}
-	flows, err := knftables.New(knftables.NetDevFamily, TableName)
-	if err != nil {
-		return nil, fmt.Errorf("nftables: %w", err)
+	return newDatapath(scriptRunner{knftables.NewFake("", "")}, &netdevLister{}, kernelHost{}, log), nil
+}
+
+// elementLister lists the elements of a set or map of Sluice's netdev table.
+type elementLister interface {
+	ListElements(ctx context.Context, objectType, name string) ([]*knftables.Element, error)
+}
+
+// netdevLister is the elementLister on the machine: knftables' interface of the netdev table,
+// made on first use.
+type netdevLister struct {
+	once sync.Once
+	nft  knftables.Interface
+	err  error
+}
+
+func (l *netdevLister) ListElements(ctx context.Context, objectType, name string) ([]*knftables.Element, error) {
+	l.once.Do(func() { l.nft, l.err = knftables.New(knftables.NetDevFamily, TableName) })
+	if l.err != nil {
+		return nil, fmt.Errorf("nftables: %w", l.err)
 	}
-	return newDatapath(scriptRunner{nft}, flows, kernelHost{}, log), nil
+	return l.nft.ListElements(ctx, objectType, name)
 }
 
 // newDatapath is a datapath running its transactions through nft and asking the rest of host.
-func newDatapath(nft, flows knftables.Interface, h host, log *slog.Logger) *Datapath {
+func newDatapath(nft knftables.Interface, flows elementLister, h host, log *slog.Logger) *Datapath {
 	return &Datapath{nft: nft, flows: flows, host: h, log: log, maxOps: maxBatchOperations}
 }
 

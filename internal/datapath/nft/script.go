@@ -11,9 +11,11 @@ import (
 	"sigs.k8s.io/knftables"
 )
 
-// scriptRunner is the datapath's knftables.Interface on the machine: knftables' own, except that
-// its Run coalesces the element commands that nft 1.0.6 would otherwise send one netlink message
-// each (see coalesce). The unit tests put knftables' fake in its place.
+// scriptRunner is the datapath's knftables.Interface on the machine: its transactions are built
+// by knftables' fake (the same text a real interface's make, without running nft to make one) and
+// Run runs them through `nft -f`, coalescing the element commands that nft 1.0.6 would otherwise
+// send one netlink message each (see coalesce). The datapath calls only NewTransaction and Run on
+// it. The unit tests put knftables' fake in its place.
 type scriptRunner struct{ knftables.Interface }
 
 // Run runs tx through `nft -f`, its element commands coalesced; the error carries the first lines

@@ -1,0 +1,137 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/sluicelb/sluice/internal/boundedread"
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/datapath"
+	"github.com/sluicelb/sluice/internal/datapath/nft"
+	"github.com/sluicelb/sluice/internal/plan"
+)
+
+// lastApply is what the last `sluice apply -f` without a daemon committed on the nft datapath,
+// kept beside the state file (as JSON, which keeps an empty list apart from none, as plan.Equal
+// does): the plan, and what the datapath needs to start from it. The next
+// apply or plan compares with it and changes only the services that differ, instead of reading
+// every table back, when the tables still hold it (nft.Datapath.Restore checks).
+type lastApply struct {
+	Plan *plan.Plan
+	NFT  nft.Committed
+}
+
+// lastApplyPath is the file of lastApply: beside the default state file of the namespace.
+func lastApplyPath() string { return filepath.Join(filepath.Dir(statePath()), "last-apply.json") }
+
+// readLastApply reads the file of lastApply; nil when there is none or it does not decode.
+func readLastApply(path string, log *slog.Logger) *lastApply {
+	data, err := boundedread.File(path, boundedread.ConfigBytes)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			log.Debug("the last apply is not used", "file", path, "error", err)
+		}
+		return nil
+	}
+	var rec lastApply
+	if err := json.Unmarshal(data, &rec); err != nil || rec.Plan == nil {
+		log.Debug("the last apply is not used", "file", path, "error", err)
+		return nil
+	}
+	return &rec
+}
+
+// restoreLastApply gives dp, when it is the nft datapath, what the last apply committed, if its
+// tables still hold it, and returns that plan; nil otherwise (the kernel must be read).
+func restoreLastApply(dp datapath.Datapath, path string, log *slog.Logger) (*plan.Plan, error) {
+	n, ok := dp.(*nft.Datapath)
+	if !ok {
+		return nil, nil
+	}
+	rec := readLastApply(path, log)
+	if rec == nil || rec.Plan.Datapath != config.DatapathNFT {
+		return nil, nil
+	}
+	held, err := n.Restore(rec.NFT, rec.Plan)
+	if err != nil || !held {
+		return nil, err
+	}
+	return rec.Plan, nil
+}
+
+// saveLastApply keeps p as what dp committed, when dp is the nft datapath and knows exactly what
+// it committed; otherwise it removes what an earlier apply kept.
+func saveLastApply(dp datapath.Datapath, p *plan.Plan, path string) error {
+	n, ok := dp.(*nft.Datapath)
+	var committed nft.Committed
+	if ok {
+		committed, ok = n.Committed()
+	}
+	if !ok {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	return writeLastApply(path, lastApply{Plan: p, NFT: committed})
+}
+
+// writeLastApply writes rec to path, whole or not at all.
+func writeLastApply(path string, rec lastApply) error {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".last-apply-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // gone once renamed
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// oneShotChange is the change from what the kernel holds to cfg's plan p, for an apply or a plan
+// without a daemon: against the last apply's plan when dp's tables still hold it (dp then starts
+// from it), otherwise against the services read back from every datapath (kernelChange).
+func oneShotChange(ctx context.Context, cfg *config.Config, p *plan.Plan, dp datapath.Datapath, log *slog.Logger) (plan.Change, error) {
+	prev, err := restoreLastApply(dp, lastApplyPath(), log)
+	if err != nil {
+		return plan.Change{}, err
+	}
+	if prev != nil {
+		return plan.Diff(prev, p), nil
+	}
+	return kernelChange(ctx, cfg, p, log)
+}
+
+// oneShotPlan is what `sluice plan` without a daemon shows: the change oneShotChange finds (for
+// the nft datapath, made but not applied; the others are only read).
+func (g *globals) oneShotPlan(ctx context.Context, cfg *config.Config) (plan.Change, error) {
+	p, err := plan.Build(cfg, nil)
+	if err != nil {
+		return plan.Change{}, err
+	}
+	if cfg.Datapath != config.DatapathNFT {
+		return kernelChange(ctx, cfg, p, g.logger())
+	}
+	dp, err := nft.New(g.logger())
+	if err != nil {
+		return plan.Change{}, err
+	}
+	return oneShotChange(ctx, cfg, p, dp, g.logger())
+}
