@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sluicelb/sluice/internal/bgp"
@@ -69,13 +70,82 @@ type PeerView struct {
 	BFD string `json:"bfd,omitempty"`
 }
 
-// announcing is the engine's BGP side; guarded by Engine.mu unless said otherwise.
+// announcing is the engine's BGP side, under a lock of its own. The reconcile loop changes it
+// (announce), and Shutdown once the loop ended; the API and the config checks read it.
 type announcing struct {
+	mu         sync.Mutex
 	speaker    Announcer   // nil while the config has no bgp section
 	configured *config.BGP // the section speaker runs with
 	refused    retry       // the section the speaker last refused, tried again after a delay
 	vips       map[netip.Addr]VIPView
 	shutdown   bool // the daemon is stopping: everything is withdrawn
+}
+
+// running returns the speaker (nil when none runs) and the section it runs with.
+func (a *announcing) running() (Announcer, *config.BGP) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.speaker, a.configured
+}
+
+// stopping tells whether the daemon is stopping.
+func (a *announcing) stopping() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.shutdown
+}
+
+// forget drops the speaker, its section and the VIPs, and returns the speaker to close.
+func (a *announcing) forget() Announcer {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	speaker := a.speaker
+	a.speaker, a.configured, a.vips = nil, nil, nil
+	return speaker
+}
+
+// record keeps the decisions made at now as the VIPs' views and returns the events of what
+// changed.
+func (a *announcing) record(decisions []vipDecision, now time.Time) []Event {
+	next := make(map[netip.Addr]VIPView, len(decisions))
+	var changes []Event
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, d := range decisions {
+		v, vip := d.view, d.ann.Prefix.Addr()
+		old, known := a.vips[vip]
+		v.Since = old.Since
+		if !known || old.Announced != v.Announced {
+			v.Since = now
+			kind := EventVIPWithdrawn
+			if v.Announced {
+				kind = EventVIPAnnounced
+			}
+			if known || v.Announced {
+				changes = append(changes, Event{Type: kind, Message: v.VIP + ": " + v.Reason})
+			}
+		}
+		next[vip] = v
+	}
+	for vip, old := range a.vips {
+		if _, still := next[vip]; !still && old.Announced {
+			changes = append(changes, Event{Type: EventVIPWithdrawn, Message: old.VIP + ": no service has it any more"})
+		}
+	}
+	a.vips = next
+	return changes
+}
+
+// view fills in the part of a BGPView the engine keeps, for the bgp section running (nil: none),
+// and returns the speaker to ask for the rest.
+func (a *announcing) view(section *config.BGP) (BGPView, Announcer) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	view := BGPView{Enabled: section != nil, Failed: a.refused.describe(section), Peers: []PeerView{}, VIPs: []VIPView{}}
+	for _, vip := range slices.SortedFunc(maps.Keys(a.vips), netip.Addr.Compare) {
+		view.VIPs = append(view.VIPs, a.vips[vip])
+	}
+	return view, a.speaker
 }
 
 // maxRetryDelay bounds the delay before a bgp section the speaker refused is tried again.
@@ -125,8 +195,8 @@ type vipDecision struct {
 func (e *Engine) announce(ctx context.Context, applyErr error) {
 	e.mu.Lock()
 	section := e.cfg.BGP.Clone()
-	speaker, configured := e.bgp.speaker, e.bgp.configured
 	e.mu.Unlock()
+	speaker, configured := e.bgp.running()
 	if section == nil {
 		if speaker != nil {
 			e.stopSpeaker(ctx, "the bgp section was removed")
@@ -135,9 +205,9 @@ func (e *Engine) announce(ctx context.Context, applyErr error) {
 	}
 	if speaker == nil {
 		speaker = e.opts.NewAnnouncer(e.sessionEvent)
-		e.mu.Lock()
+		e.bgp.mu.Lock()
 		e.bgp.speaker = speaker
-		e.mu.Unlock()
+		e.bgp.mu.Unlock()
 	}
 	if !reflect.DeepEqual(section, configured) && !e.configureSpeaker(ctx, speaker, section) {
 		return
@@ -161,9 +231,9 @@ func (e *Engine) announce(ctx context.Context, applyErr error) {
 // is tried again after a delay that grows (retry), not at every announce: a speaker that cannot
 // start does not restart in a tight loop, and its failure is one event counting the repeats.
 func (e *Engine) configureSpeaker(ctx context.Context, speaker Announcer, section *config.BGP) bool {
-	e.mu.Lock()
+	e.bgp.mu.Lock()
 	refused := e.bgp.refused
-	e.mu.Unlock()
+	e.bgp.mu.Unlock()
 	if refused.waits(section, time.Now()) {
 		return false
 	}
@@ -171,8 +241,8 @@ func (e *Engine) configureSpeaker(ctx context.Context, speaker Announcer, sectio
 	if err == nil {
 		err = speaker.Configure(ctx, c)
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.bgp.mu.Lock()
+	defer e.bgp.mu.Unlock()
 	if err != nil {
 		e.bgp.refused = refused.after(section, err, time.Now(), e.opts.AnnounceInterval)
 		e.log.Error("bgp: configuring the speaker failed; the running sessions stay", "err", err, "retry_in", e.bgp.refused.delay)
@@ -192,7 +262,7 @@ func (e *Engine) checkBGP(next *config.Config) error {
 		return nil
 	}
 	port := next.BGP.ListenPortOrDefault()
-	if e.bgp.configured != nil && e.bgp.configured.ListenPortOrDefault() == port {
+	if _, configured := e.bgp.running(); configured != nil && configured.ListenPortOrDefault() == port {
 		return nil
 	}
 	err := bgp.CheckListen(int32(port))
@@ -208,41 +278,14 @@ func (e *Engine) checkBGP(next *config.Config) error {
 
 // recordVIPs keeps the decisions for BGP views and publishes what changed.
 func (e *Engine) recordVIPs(decisions []vipDecision) {
-	now := time.Now()
-	next := make(map[netip.Addr]VIPView, len(decisions))
-	var changes []Event
-	e.mu.Lock()
-	for _, d := range decisions {
-		v, vip := d.view, d.ann.Prefix.Addr()
-		old, known := e.bgp.vips[vip]
-		v.Since = old.Since
-		if !known || old.Announced != v.Announced {
-			v.Since = now
-			kind := EventVIPWithdrawn
-			if v.Announced {
-				kind = EventVIPAnnounced
-			}
-			if known || v.Announced {
-				changes = append(changes, Event{Type: kind, Message: v.VIP + ": " + v.Reason})
-			}
-		}
-		next[vip] = v
-	}
-	for vip, old := range e.bgp.vips {
-		if _, still := next[vip]; !still && old.Announced {
-			changes = append(changes, Event{Type: EventVIPWithdrawn, Message: old.VIP + ": no service has it any more"})
-		}
-	}
-	e.bgp.vips = next
-	e.mu.Unlock()
-	for _, ev := range changes {
+	for _, ev := range e.bgp.record(decisions, time.Now()) {
 		e.publish(ev)
 	}
 }
 
 // decide computes, for every VIP of the applied plan, whether to announce it and why.
 func (e *Engine) decide(applyErr error) []vipDecision {
-	c := conditions{applyErr: applyErr}
+	c := conditions{applyErr: applyErr, shutdown: e.bgp.stopping(), node: e.node.state()}
 	c.synced, c.syncWhy = e.syncReady() // before e.mu: the replicator has locks of its own
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -290,7 +333,9 @@ func (e *Engine) forwardingOff(p *plan.Plan) map[string]string {
 
 // conditions are what the node as a whole must have before it announces a VIP.
 type conditions struct {
-	applyErr error // the last reconcile's
+	applyErr error  // the last reconcile's
+	shutdown bool   // the daemon is stopping
+	node     string // the node's drain state
 	// off are the forwarding sysctls that are off (forwardingOff), by name.
 	off map[string]string
 	// synced tells whether the replication has the flows' state it needs (syncReady), syncWhy why.
@@ -301,10 +346,10 @@ type conditions struct {
 // announceable tells whether the node announces vip, and why. e.mu is held.
 func (e *Engine) announceable(vip netip.Addr, p *plan.Plan, c conditions) (bool, string) {
 	switch {
-	case e.bgp.shutdown:
+	case c.shutdown:
 		return false, "withdrawn: the daemon is shutting down"
-	case e.node.State != NodeActive:
-		return false, "withdrawn: the node is " + e.node.State + " (sluice node drain)"
+	case c.node != NodeActive:
+		return false, "withdrawn: the node is " + c.node + " (sluice node drain)"
 	case c.applyErr != nil:
 		return false, "withdrawn: the datapath failed to apply: " + c.applyErr.Error()
 	case !c.synced:
@@ -467,10 +512,7 @@ func (e *Engine) sessionEvent(ev bgp.Event) {
 
 // stopSpeaker closes the speaker (its sessions end with a Cease) and forgets the VIPs.
 func (e *Engine) stopSpeaker(ctx context.Context, why string) {
-	e.mu.Lock()
-	speaker := e.bgp.speaker
-	e.bgp.speaker, e.bgp.configured, e.bgp.vips = nil, nil, nil
-	e.mu.Unlock()
+	speaker := e.bgp.forget()
 	if speaker == nil {
 		return
 	}
@@ -485,13 +527,15 @@ func (e *Engine) stopSpeaker(ctx context.Context, why string) {
 // returned; ctx bounds the whole.
 func (e *Engine) Shutdown(ctx context.Context) {
 	e.mu.Lock()
-	speaker := e.bgp.speaker
-	e.bgp.shutdown = true
 	var grace time.Duration
 	if e.cfg.BGP != nil {
 		grace = e.cfg.BGP.ShutdownGraceOrDefault()
 	}
 	e.mu.Unlock()
+	e.bgp.mu.Lock()
+	speaker := e.bgp.speaker
+	e.bgp.shutdown = true
+	e.bgp.mu.Unlock()
 	if speaker == nil {
 		return
 	}
@@ -510,13 +554,7 @@ func (e *Engine) Shutdown(ctx context.Context) {
 
 // BGP describes the node's BGP sessions and the announcement of each VIP.
 func (e *Engine) BGP(ctx context.Context) (BGPView, error) {
-	e.mu.Lock()
-	speaker := e.bgp.speaker
-	view := BGPView{Enabled: e.cfg.BGP != nil, Failed: e.bgp.refused.describe(e.cfg.BGP), Peers: []PeerView{}, VIPs: []VIPView{}}
-	for _, vip := range slices.SortedFunc(maps.Keys(e.bgp.vips), netip.Addr.Compare) {
-		view.VIPs = append(view.VIPs, e.bgp.vips[vip])
-	}
-	e.mu.Unlock()
+	view, speaker := e.bgp.view(e.running().BGP)
 	view.Node = e.Node()
 	if speaker == nil {
 		return view, nil

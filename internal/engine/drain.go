@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/sluicelb/sluice/internal/config"
@@ -34,13 +35,107 @@ type DrainView struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// drain is a drain in progress or finished; guarded by Engine.mu.
+// drain is a drain in progress or finished; guarded by drains.mu.
 type drain struct {
 	DrainView
 	stop context.CancelFunc
 }
 
-func (d *drain) view() DrainView { return d.DrainView }
+// drains are the backends' drains by "service/backend", under a lock of their own: the API and
+// the followers read and update them without the engine's.
+type drains struct {
+	mu sync.Mutex
+	by map[string]*drain
+}
+
+// draining is the drain of key in progress, if there is one.
+func (ds *drains) draining(key string) (DrainView, bool) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if d := ds.by[key]; d != nil && d.State == DrainDraining {
+		return d.DrainView, true
+	}
+	return DrainView{}, false
+}
+
+// start makes d the drain of key, stopping the one it replaces.
+func (ds *drains) start(key string, d *drain) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if old := ds.by[key]; old != nil {
+		old.stop()
+	}
+	ds.by[key] = d
+}
+
+// list is every drain kept.
+func (ds *drains) list() []DrainView {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	var out []DrainView
+	for _, d := range ds.by {
+		out = append(out, d.DrainView)
+	}
+	return out
+}
+
+// view is the drain of key, nil when there is none.
+func (ds *drains) view(key string) *DrainView {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if d := ds.by[key]; d != nil {
+		view := d.DrainView
+		return &view
+	}
+	return nil
+}
+
+// progress is what d has left: its active flows and its deadline.
+func (ds *drains) progress(d *drain) (flows uint64, deadline time.Time) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	return d.ActiveFlows, d.Deadline
+}
+
+// setFlows records d's active flows.
+func (ds *drains) setFlows(d *drain, n uint64) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	d.ActiveFlows = n
+}
+
+// finish ends d for reason and returns its drained event.
+func (ds *drains) finish(d *drain, reason string) Event {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	d.State, d.Finished, d.Reason = DrainDrained, time.Now(), reason
+	return Event{Type: EventDrained, Service: d.Service, Backend: d.Backend, Message: reason}
+}
+
+// cancelStale forgets the drains whose backend cfg no longer holds at weight 0, and returns the
+// events of those it cancelled in progress.
+func (ds *drains) cancelStale(cfg *config.Config) []Event {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	var out []Event
+	for key, d := range ds.by {
+		s, _, err := FindService(cfg, d.Service)
+		var b *config.Backend
+		if err == nil {
+			b, _, err = FindBackend(s, d.Backend)
+		}
+		if err == nil && b.WeightOrDefault() == 0 {
+			continue
+		}
+		d.stop()
+		delete(ds.by, key)
+		if d.State == DrainDraining {
+			out = append(out, Event{Type: EventDrainCanceled, Service: d.Service, Backend: d.Backend,
+				Message: "the backend was removed or weighted again"})
+		}
+	}
+	return out
+}
 
 // Drain sets a backend's weight to 0 so that it takes no new flows, and follows its active flows
 // until none is left or timeout passes, then publishes a "drained" event. Draining a backend that
@@ -70,12 +165,9 @@ func (e *Engine) Drain(ctx context.Context, service, backend string, timeout tim
 		return DrainView{}, err
 	}
 	key := service + "/" + id
-	e.mu.Lock()
-	if d := e.drains[key]; d != nil && d.State == DrainDraining {
-		e.mu.Unlock()
-		return d.view(), nil
+	if view, ok := e.drains.draining(key); ok {
+		return view, nil
 	}
-	e.mu.Unlock()
 	flows, err := e.activeFlows(ctx, service, id)
 	if err != nil {
 		return DrainView{}, err
@@ -86,44 +178,29 @@ func (e *Engine) Drain(ctx context.Context, service, backend string, timeout tim
 		Service: service, Backend: id, State: DrainDraining, Started: now, Deadline: now.Add(timeout),
 		InitialFlows: flows, ActiveFlows: flows, PreviousWeight: previous,
 	}}
-	e.mu.Lock()
-	if old := e.drains[key]; old != nil {
-		old.stop()
-	}
-	e.drains[key] = d
-	e.mu.Unlock()
+	view := d.DrainView
+	e.drains.start(key, d)
 	e.publish(Event{Type: EventDrainStarted, Service: service, Backend: id,
 		Message: fmt.Sprintf("weight %d -> 0, %s active, timeout %s", previous, plural(int(flows), "flow"), timeout)})
-	view := d.view()
 	go e.followDrain(watch, d)
 	return view, nil
 }
 
 // Drains lists the drains in progress and the finished ones whose backend is still at weight 0.
-func (e *Engine) Drains() []DrainView {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	var out []DrainView
-	for _, d := range e.drains {
-		out = append(out, d.view())
-	}
-	return out
-}
+func (e *Engine) Drains() []DrainView { return e.drains.list() }
 
 // followDrain polls the backend's active flows until the drain ends.
 func (e *Engine) followDrain(ctx context.Context, d *drain) {
 	tick := time.NewTicker(e.opts.DrainPoll)
 	defer tick.Stop()
 	for {
-		e.mu.Lock()
-		flows, deadline := d.ActiveFlows, d.Deadline
-		e.mu.Unlock()
+		flows, deadline := e.drains.progress(d)
 		switch {
 		case flows == 0:
-			e.finishDrain(d, "no active flows left")
+			e.publish(e.drains.finish(d, "no active flows left"))
 			return
 		case !time.Now().Before(deadline):
-			e.finishDrain(d, fmt.Sprintf("timeout with %s still active", plural(int(flows), "flow")))
+			e.publish(e.drains.finish(d, fmt.Sprintf("timeout with %s still active", plural(int(flows), "flow"))))
 			return
 		}
 		select {
@@ -136,36 +213,7 @@ func (e *Engine) followDrain(ctx context.Context, d *drain) {
 			e.log.Warn("drain: reading active flows failed", "service", d.Service, "backend", d.Backend, "err", err)
 			continue
 		}
-		e.mu.Lock()
-		d.ActiveFlows = n
-		e.mu.Unlock()
-	}
-}
-
-func (e *Engine) finishDrain(d *drain, reason string) {
-	e.mu.Lock()
-	d.State, d.Finished, d.Reason = DrainDrained, time.Now(), reason
-	e.mu.Unlock()
-	e.publish(Event{Type: EventDrained, Service: d.Service, Backend: d.Backend, Message: reason})
-}
-
-// cancelStaleDrains forgets the drains whose backend is gone or weighted again; e.mu is held.
-func (e *Engine) cancelStaleDrains() {
-	for key, d := range e.drains {
-		s, _, err := FindService(e.cfg, d.Service)
-		var b *config.Backend
-		if err == nil {
-			b, _, err = FindBackend(s, d.Backend)
-		}
-		if err == nil && b.WeightOrDefault() == 0 {
-			continue
-		}
-		d.stop()
-		delete(e.drains, key)
-		if d.State == DrainDraining {
-			e.events.publish(Event{Type: EventDrainCanceled, Service: d.Service, Backend: d.Backend,
-				Message: "the backend was removed or weighted again"})
-		}
+		e.drains.setFlows(d, n)
 	}
 }
 

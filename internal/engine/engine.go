@@ -73,6 +73,35 @@ type ApplyStats struct {
 	LastError    string        `json:"last_error,omitempty"`
 }
 
+// applyStats count the applies, under a lock of their own.
+type applyStats struct {
+	mu    sync.Mutex
+	stats ApplyStats
+}
+
+// applied counts an apply that took took.
+func (a *applyStats) applied(took time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stats.Applies++
+	a.stats.LastDuration, a.stats.LastApplied, a.stats.LastError = took, time.Now(), ""
+}
+
+// failed counts an apply that failed with err.
+func (a *applyStats) failed(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stats.Failures++
+	a.stats.LastError = err.Error()
+}
+
+// get returns the counts.
+func (a *applyStats) get() ApplyStats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stats
+}
+
 // Engine reconciles the desired state into the datapath.
 type Engine struct {
 	opts    Options
@@ -85,16 +114,21 @@ type Engine struct {
 	dirty   chan struct{} // one pending reconcile
 	outside chan string   // changes others made to the datapath (datapath.Watcher), to repair at once
 
+	// Each of these has a lock of its own, taken after mu when both are held, never before
+	// (saving's origin and count of changes are under mu, with the config they describe).
+	drains drains
+	node   nodeDrain
+	bgp    announcing
+	quorum quorums
+	stats  applyStats
+	saving saving
+
+	// mu guards the reconcile loop's state: the running config, the plan the datapath holds, the
+	// flows to reset, and the planner.
 	mu      sync.Mutex
 	cfg     *config.Config
-	applied *plan.Plan        // last plan the datapath accepted
-	resets  map[string]bool   // "service/backend" whose flows go once it is out of the table: all (true) or those not established
-	drains  map[string]*drain // by "service/backend"
-	stats   ApplyStats
-	saving  saving
-	bgp     announcing
-	node    nodeDrain
-	quorum  quorums
+	applied *plan.Plan      // last plan the datapath accepted
+	resets  map[string]bool // "service/backend" whose flows go once it is out of the table: all (true) or those not established
 }
 
 // New returns an engine for a validated config; Run starts it.
@@ -122,10 +156,10 @@ func New(cfg *config.Config, opts Options) *Engine {
 	}
 	e := &Engine{
 		opts: opts, log: opts.Log, dp: opts.Datapath, events: newEventLog(), gens: newGenerations(),
-		dirty: make(chan struct{}, 1), outside: make(chan string, 16), cfg: cfg, resets: map[string]bool{}, drains: map[string]*drain{},
-		node: nodeDrain{NodeView: NodeView{State: NodeActive}},
+		dirty: make(chan struct{}, 1), outside: make(chan string, 16), cfg: cfg, resets: map[string]bool{}, drains: drains{by: map[string]*drain{}},
+		node: nodeDrain{view: NodeView{State: NodeActive}},
 	}
-	e.planner = plan.NewBuilderWithQuorum(e.holdsQuorum)
+	e.planner = plan.NewBuilderWithQuorum(e.quorum.holds)
 	if e.opts.NewAnnouncer == nil {
 		e.opts.NewAnnouncer = func(notify func(bgp.Event)) Announcer { return bgp.New(opts.Log, notify) }
 	}
@@ -266,8 +300,7 @@ func (e *Engine) reconcile(ctx context.Context, force bool) error {
 	}
 	e.mu.Lock()
 	e.applied = p
-	e.stats.Applies++
-	e.stats.LastDuration, e.stats.LastApplied, e.stats.LastError = took, time.Now(), ""
+	e.stats.applied(took) // with the plan, for Node to read both as one
 	e.mu.Unlock()
 	e.noteQuorums(ctx, quorums)
 	e.gens.done(gen, nil)
@@ -308,10 +341,7 @@ func (e *Engine) dropStaleOfFallen(ctx context.Context, p *plan.Plan) {
 }
 
 func (e *Engine) applyFailed(err error) error {
-	e.mu.Lock()
-	e.stats.Failures++
-	e.stats.LastError = err.Error()
-	e.mu.Unlock()
+	e.stats.failed(err)
 	e.log.Error("datapath apply failed; will retry", "err", err)
 	e.publish(Event{Type: EventApplyFailed, Message: err.Error()})
 	return err
@@ -355,11 +385,7 @@ func (e *Engine) resetFlows(ctx context.Context, p *plan.Plan) error {
 }
 
 // Stats returns the apply statistics.
-func (e *Engine) Stats() ApplyStats {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.stats
-}
+func (e *Engine) Stats() ApplyStats { return e.stats.get() }
 
 // Events returns the events after id (0: all kept).
 func (e *Engine) Events(id uint64) []Event {

@@ -429,3 +429,32 @@ func TestChangeOverTheDatapathsBudgetChangesNothing(t *testing.T) {
 		t.Fatal("the running config changed")
 	}
 }
+
+// TestReadsBesideTheReconcileLock: the drains, the node's drain state, the apply stats, the
+// quorums and the BGP side have locks of their own, so the API reads them without waiting for
+// the reconcile loop's (held here the whole time).
+func TestReadsBesideTheReconcileLock(t *testing.T) {
+	cfg := testutil.Config(t, `
+services:
+  - name: web
+    vip: 10.0.0.1
+    port: 80
+    quorum: 1
+    backends:
+      - {address: 10.0.1.1}
+`)
+	e := New(cfg, Options{Prober: &fakeProber{states: map[string]health.Status{}}})
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if len(e.Drains()) != 0 || e.Stats().Applies != 0 || e.node.get().State != NodeActive {
+			t.Errorf("drains %v, stats %+v, node %+v", e.Drains(), e.Stats(), e.node.get())
+		}
+		if speaker, _ := e.bgp.running(); speaker != nil || e.quorum.state(&cfg.Services[0], 1) != QuorumHeld {
+			t.Errorf("speaker %v, quorum %s", speaker, e.quorum.state(&cfg.Services[0], 1))
+		}
+	}()
+	<-done // before, each of these waited for e.mu: the test hung
+}

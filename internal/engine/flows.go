@@ -10,10 +10,7 @@ import (
 // Flows lists the flows the datapath tracks for a configured service (sluice flows); a service
 // not programmed yet has none.
 func (e *Engine) Flows(ctx context.Context, name string, filter datapath.FlowFilter) (datapath.FlowList, error) {
-	e.mu.Lock()
-	_, _, err := FindService(e.cfg, name)
-	e.mu.Unlock()
-	if err != nil {
+	if _, _, err := FindService(e.running(), name); err != nil {
 		return datapath.FlowList{}, err
 	}
 	lister, ok := e.dp.(datapath.FlowLister)

@@ -134,15 +134,14 @@ func (e *Engine) HealthChanged(st health.Status) {
 
 // Health lists every probe with the services that use it.
 func (e *Engine) Health() []HealthView {
-	e.mu.Lock()
+	cfg := e.running()
 	users := map[string][]string{}
-	for i := range e.cfg.Services {
-		s := &e.cfg.Services[i]
+	for i := range cfg.Services {
+		s := &cfg.Services[i]
 		for _, p := range probes(&config.Config{Services: []config.Service{*s}}) {
 			users[p.Key()] = appendUnique(users[p.Key()], s.Name)
 		}
 	}
-	e.mu.Unlock()
 	var out []HealthView
 	for _, st := range e.prober.All() {
 		if users[st.Key] == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/sluicelb/sluice/internal/datapath"
@@ -37,10 +38,77 @@ type NodeView struct {
 	Why   string `json:"why"`
 }
 
-// nodeDrain is the node's drain state; guarded by Engine.mu.
+// nodeDrain is the node's drain state, under a lock of its own.
 type nodeDrain struct {
-	NodeView
+	mu   sync.Mutex
+	view NodeView
 	stop context.CancelFunc // ends the drain's follower; nil when none runs
+}
+
+// get returns the drain state.
+func (n *nodeDrain) get() NodeView {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.view
+}
+
+// state is the node's state: NodeActive, NodeDraining or NodeDrained.
+func (n *nodeDrain) state() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.view.State
+}
+
+// begin starts a drain as view, followed until stop, unless one began meanwhile: it returns the
+// state then, and whether this drain began.
+func (n *nodeDrain) begin(view NodeView, stop context.CancelFunc) (NodeView, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.view.State != NodeActive {
+		return n.view, false
+	}
+	n.view, n.stop = view, stop
+	return view, true
+}
+
+// end makes the node active again, stopping the drain's follower; it returns the state before.
+func (n *nodeDrain) end() (was string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	was = n.view.State
+	if n.stop != nil {
+		n.stop()
+	}
+	n.view, n.stop = NodeView{State: NodeActive}, nil
+	return was
+}
+
+// progress is what the drain has left: its active flows and its deadline.
+func (n *nodeDrain) progress() (flows uint64, deadline time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.view.ActiveFlows, n.view.Deadline
+}
+
+// setFlows records the drain's active flows, unless it ended (ctx, its follower's, is done).
+func (n *nodeDrain) setFlows(ctx context.Context, flows uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if ctx.Err() == nil {
+		n.view.ActiveFlows = flows
+	}
+}
+
+// finish marks the node drained for reason, unless it was undrained meanwhile (ctx, the
+// follower's, is done); it tells whether it did.
+func (n *nodeDrain) finish(ctx context.Context, reason string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if ctx.Err() != nil {
+		return false
+	}
+	n.view.State, n.view.Finished, n.view.Reason = NodeDrained, time.Now(), reason
+	return true
 }
 
 // DrainNode withdraws every VIP of the node from the routers and follows the node's active flows
@@ -50,31 +118,22 @@ func (e *Engine) DrainNode(ctx context.Context, timeout time.Duration) (NodeView
 	if timeout <= 0 {
 		timeout = DefaultDrainTimeout
 	}
-	e.mu.Lock()
-	if e.node.State != NodeActive {
-		view := e.node.NodeView
-		e.mu.Unlock()
+	if view := e.node.get(); view.State != NodeActive {
 		return view, nil
 	}
-	e.mu.Unlock()
 	flows, err := e.nodeActiveFlows(ctx)
 	if err != nil {
 		return NodeView{}, err
 	}
 	now := time.Now()
 	follow, stop := context.WithCancel(context.Background())
-	e.mu.Lock()
-	if e.node.State != NodeActive { // another drain started meanwhile
-		view := e.node.NodeView
-		e.mu.Unlock()
+	view, began := e.node.begin(NodeView{
+		State: NodeDraining, Started: now, Deadline: now.Add(timeout), InitialFlows: flows, ActiveFlows: flows,
+	}, stop)
+	if !began { // another drain started meanwhile
 		stop()
 		return view, nil
 	}
-	e.node = nodeDrain{stop: stop, NodeView: NodeView{
-		State: NodeDraining, Started: now, Deadline: now.Add(timeout), InitialFlows: flows, ActiveFlows: flows,
-	}}
-	view := e.node.NodeView
-	e.mu.Unlock()
 	e.publish(Event{Type: EventNodeDrainStarted,
 		Message: fmt.Sprintf("every vip withdrawn, %s active, timeout %s", plural(int(flows), "flow"), timeout)})
 	e.trigger()
@@ -84,14 +143,7 @@ func (e *Engine) DrainNode(ctx context.Context, timeout time.Duration) (NodeView
 
 // UndrainNode ends a node drain: the node announces its VIPs again.
 func (e *Engine) UndrainNode() NodeView {
-	e.mu.Lock()
-	was := e.node.State
-	if e.node.stop != nil {
-		e.node.stop()
-	}
-	e.node = nodeDrain{NodeView: NodeView{State: NodeActive}}
-	e.mu.Unlock()
-	if was != NodeActive {
+	if was := e.node.end(); was != NodeActive {
 		e.publish(Event{Type: EventNodeUndrained, Message: "the node announces its vips again (was " + was + ")"})
 		e.trigger()
 	}
@@ -102,8 +154,9 @@ func (e *Engine) UndrainNode() NodeView {
 // that its network namespace has off (turned off after the apply) is not ready; the next announce
 // withdraws the VIPs of those services (announceable), and the next resync's apply fails on it.
 func (e *Engine) Node() NodeView {
+	view := e.node.get()
 	e.mu.Lock()
-	view, lastError, applied := e.node.NodeView, e.stats.LastError, e.applied
+	lastError, applied := e.stats.get().LastError, e.applied
 	e.mu.Unlock()
 	if err := e.checkForwarding(applied); err != nil {
 		view.Why = err.Error()
@@ -152,9 +205,7 @@ func (e *Engine) followNodeDrain(ctx context.Context) {
 	tick := time.NewTicker(e.opts.DrainPoll)
 	defer tick.Stop()
 	for {
-		e.mu.Lock()
-		flows, deadline := e.node.ActiveFlows, e.node.Deadline
-		e.mu.Unlock()
+		flows, deadline := e.node.progress()
 		reason := ""
 		switch {
 		case flows == 0:
@@ -163,14 +214,9 @@ func (e *Engine) followNodeDrain(ctx context.Context) {
 			reason = fmt.Sprintf("timeout with %s still active", plural(int(flows), "flow"))
 		}
 		if reason != "" {
-			e.mu.Lock()
-			if ctx.Err() != nil { // undrained meanwhile
-				e.mu.Unlock()
-				return
+			if e.node.finish(ctx, reason) { // else undrained meanwhile
+				e.publish(Event{Type: EventNodeDrained, Message: reason})
 			}
-			e.node.State, e.node.Finished, e.node.Reason = NodeDrained, time.Now(), reason
-			e.mu.Unlock()
-			e.publish(Event{Type: EventNodeDrained, Message: reason})
 			return
 		}
 		select {
@@ -183,11 +229,7 @@ func (e *Engine) followNodeDrain(ctx context.Context) {
 			e.log.Warn("node drain: reading active flows failed", "err", err)
 			continue
 		}
-		e.mu.Lock()
-		if ctx.Err() == nil {
-			e.node.ActiveFlows = n
-		}
-		e.mu.Unlock()
+		e.node.setFlows(ctx, n)
 	}
 }
 

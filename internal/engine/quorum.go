@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sluicelb/sluice/internal/config"
@@ -22,10 +23,21 @@ const (
 	QuorumLost = "lost"
 )
 
-// quorums is what the engine knows of its services' quorums; Engine.mu guards it.
+// quorums is what the engine knows of its services' quorums, under a lock of its own: the
+// planner reads it (with Engine.mu held), the reconcile loop records what each apply decided.
 type quorums struct {
+	mu   sync.Mutex
 	lost map[string]bool            // by service, as last programmed; absent: never decided
 	runs map[string]<-chan struct{} // by service, closed when its last command ends: they run in order
+}
+
+// quorumChange is a quorum that a plan the datapath holds changed: the event to publish and the
+// command to run (none when argv is empty).
+type quorumChange struct {
+	seen  quorumSeen
+	event Event
+	field string
+	argv  []string
 }
 
 // quorumSeen is the quorum of one service as a plan decided it.
@@ -36,13 +48,14 @@ type quorumSeen struct {
 	up, down                   []string
 }
 
-// holdsQuorum is the engine's plan.QuorumRule: a service keeps the state it was last programmed
-// in until its available weight crosses the hysteresis (held while weight >= quorum-hysteresis,
+// holds is the engine's plan.QuorumRule: a service keeps the state it was last programmed in
+// until its available weight crosses the hysteresis (held while weight >= quorum-hysteresis,
 // lost while weight < quorum+hysteresis); one never programmed holds it at its quorum or more.
-// It reads the state without changing it, so dry runs and diffs may build plans. The planner
-// calls it with e.mu held.
-func (e *Engine) holdsQuorum(s *config.Service, weight int) bool {
-	lost, decided := e.quorum.lost[s.Name]
+// It reads the state without changing it, so dry runs and diffs may build plans.
+func (qs *quorums) holds(s *config.Service, weight int) bool {
+	qs.mu.Lock()
+	lost, decided := qs.lost[s.Name]
+	qs.mu.Unlock()
 	lose, gain := s.QuorumThresholds()
 	switch {
 	case !decided:
@@ -93,12 +106,24 @@ func quorumsOf(cfg *config.Config, p *plan.Plan, available plan.Availability) []
 // have none anymore. Each change is published and runs the service's command; so does a service
 // programmed for the first time without its quorum (quorum_down, as keepalived at startup).
 func (e *Engine) noteQuorums(ctx context.Context, seen []quorumSeen) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	was := e.quorum.lost
-	e.quorum.lost = make(map[string]bool, len(seen))
+	for _, c := range e.quorum.note(seen) {
+		e.publish(c.event)
+		if len(c.argv) > 0 {
+			e.startQuorumCommand(ctx, c.seen, c.field, c.argv)
+		}
+	}
+}
+
+// note records the quorums seen and forgets the services that have none anymore; it returns the
+// changes, in the order seen.
+func (qs *quorums) note(seen []quorumSeen) []quorumChange {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	was := qs.lost
+	qs.lost = make(map[string]bool, len(seen))
+	var out []quorumChange
 	for _, q := range seen {
-		e.quorum.lost[q.service] = q.lost
+		qs.lost[q.service] = q.lost
 		lost, decided := was[q.service]
 		if decided && lost == q.lost || !decided && !q.lost {
 			continue
@@ -114,27 +139,35 @@ func (e *Engine) noteQuorums(ctx context.Context, seen []quorumSeen) {
 			msg = fmt.Sprintf("available weight %d is below %d: the backends take no new flows until it is %d", q.weight, below, q.gain)
 		}
 		msg += fmt.Sprintf(" (quorum %d, hysteresis %d)", q.quorum, q.gain-q.quorum)
-		e.publish(Event{Type: kind, Service: q.service, Message: msg})
-		if len(argv) > 0 {
-			e.startQuorumCommand(ctx, q, field, argv)
+		out = append(out, quorumChange{seen: q, event: Event{Type: kind, Service: q.service, Message: msg}, field: field, argv: argv})
+	}
+	for name := range qs.runs {
+		if _, ok := qs.lost[name]; !ok {
+			delete(qs.runs, name)
 		}
 	}
-	for name := range e.quorum.runs {
-		if _, ok := e.quorum.lost[name]; !ok {
-			delete(e.quorum.runs, name)
-		}
+	return out
+}
+
+// queue makes done the service's last command and returns the one before it (nil when none):
+// a command waits for the previous one to end.
+func (qs *quorums) queue(service string, done <-chan struct{}) (prev <-chan struct{}) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if qs.runs == nil {
+		qs.runs = map[string]<-chan struct{}{}
 	}
+	prev = qs.runs[service]
+	qs.runs[service] = done
+	return prev
 }
 
 // startQuorumCommand runs argv, the command field of q, once the service's previous command
 // ended, without blocking: its exit status and first output line are logged, and a failure is
-// published. Called with e.mu held.
+// published.
 func (e *Engine) startQuorumCommand(ctx context.Context, q quorumSeen, field string, argv []string) {
-	if e.quorum.runs == nil {
-		e.quorum.runs = map[string]<-chan struct{}{}
-	}
-	prev, done := e.quorum.runs[q.service], make(chan struct{})
-	e.quorum.runs[q.service] = done
+	done := make(chan struct{})
+	prev := e.quorum.queue(q.service, done)
 	go func() {
 		defer close(done)
 		if prev != nil {
@@ -166,13 +199,15 @@ func (e *Engine) startQuorumCommand(ctx context.Context, q quorumSeen, field str
 	}()
 }
 
-// quorumState is the state a ServiceView shows of s: as programmed, or before the first plan
-// that held s, as that plan would decide it.
-func (e *Engine) quorumState(s *config.Service, weight int) string {
+// state is the state a ServiceView shows of s: as programmed, or before the first plan that
+// held s, as that plan would decide it.
+func (qs *quorums) state(s *config.Service, weight int) string {
 	if s.Quorum <= 0 {
 		return ""
 	}
-	lost, decided := e.quorum.lost[s.Name]
+	qs.mu.Lock()
+	lost, decided := qs.lost[s.Name]
+	qs.mu.Unlock()
 	if !decided {
 		lost = !plan.AtLeastQuorum(s, weight)
 	}

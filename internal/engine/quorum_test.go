@@ -156,9 +156,9 @@ func TestQuorumStateOnlyFollowsAppliedPlans(t *testing.T) {
 	if err != nil || len(result.Changed) != 1 {
 		t.Fatalf("dry run: %+v, %v", result, err)
 	}
-	h.mu.Lock()
+	h.quorum.mu.Lock()
 	lost, decided := h.quorum.lost["web"]
-	h.mu.Unlock()
+	h.quorum.mu.Unlock()
 	if lost || !decided || h.countEvents(EventQuorumLost) != 0 || readFile(t, ran) != "" {
 		t.Fatalf("a dry run changed the quorum: lost %v, events %+v, ran %q", lost, h.Events(0), readFile(t, ran))
 	}
@@ -169,8 +169,8 @@ func TestQuorumStateOnlyFollowsAppliedPlans(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, "web forgotten", func() bool {
-		h.mu.Lock()
-		defer h.mu.Unlock()
+		h.quorum.mu.Lock()
+		defer h.quorum.mu.Unlock()
 		_, known := h.quorum.lost["web"]
 		return !known
 	})

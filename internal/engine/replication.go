@@ -70,10 +70,7 @@ func (e *Engine) replicate() {
 	if e.opts.Replicator == nil {
 		return
 	}
-	e.mu.Lock()
-	cfg := e.cfg
-	e.mu.Unlock()
-	if err := e.opts.Replicator.Set(cfg); err != nil {
+	if err := e.opts.Replicator.Set(e.running()); err != nil {
 		e.log.Error("sync: the replication did not start; will retry", "err", err)
 		e.publish(Event{Type: EventSyncFailed, Message: err.Error()})
 	}

@@ -28,6 +28,14 @@ func (e *Engine) Config() *config.Config {
 	return e.cfg.Clone()
 }
 
+// running is the running config. A running config is never changed once it is replaced (a
+// change makes a new one), so what running returns is read without e.mu.
+func (e *Engine) running() *config.Config {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cfg
+}
+
 // Update applies a mutation to the running config: the result is validated as a whole and, unless
 // dryRun, becomes the running config and is reconciled. It returns what the change does to the plan
 // (which services change and the share of each one's new flows that moves) and the generation of
@@ -93,7 +101,9 @@ func (e *Engine) apply(dryRun bool, why string, from *state.Origin, mutate Mutat
 		}
 	}
 	e.prober.Set(probes(next))
-	e.cancelStaleDrains()
+	for _, ev := range e.drains.cancelStale(next) {
+		e.events.publish(ev)
+	}
 	if !change.Empty() {
 		e.publish(Event{Type: EventConfigChanged, Message: describe(why, change)})
 	}

@@ -88,12 +88,11 @@ func (e *Engine) Services(ctx context.Context) ([]ServiceView, error) {
 	for i := range kernel {
 		programmed[kernel[i].Name] = &kernel[i]
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	available := e.available(e.cfg)
-	out := make([]ServiceView, 0, len(e.cfg.Services))
-	for i := range e.cfg.Services {
-		out = append(out, e.serviceView(&e.cfg.Services[i], programmed[e.cfg.Services[i].Name], available))
+	cfg := e.running()
+	available := e.available(cfg)
+	out := make([]ServiceView, 0, len(cfg.Services))
+	for i := range cfg.Services {
+		out = append(out, e.serviceView(&cfg.Services[i], programmed[cfg.Services[i].Name], available))
 	}
 	return out, nil
 }
@@ -112,10 +111,8 @@ func (e *Engine) ServiceOf(ctx context.Context, cfg *config.Config, name string)
 	if err != nil {
 		return ServiceView{}, err
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	if cfg == nil {
-		cfg = e.cfg
+		cfg = e.running()
 	}
 	i := slices.IndexFunc(cfg.Services, func(s config.Service) bool { return s.Name == name })
 	if i < 0 {
@@ -152,7 +149,7 @@ func (e *Engine) serviceView(s *config.Service, k *datapath.ServiceStatus, avail
 		Scheduler: s.Scheduler, SHPort: s.SHPort, Fallback: s.Fallback.OrDefault(), Programmed: k != nil,
 		AvailableWeight: availableWeight(s, available),
 	}
-	v.Quorum = e.quorumState(s, v.AvailableWeight)
+	v.Quorum = e.quorum.state(s, v.AvailableWeight)
 	if d := s.PersistenceOrZero(); d > 0 {
 		v.PersistenceTimeout, v.PersistencePrefix = s.PersistenceTimeout, s.PersistencePrefix(s.VIP.Is6())
 	}
@@ -196,9 +193,8 @@ func (e *Engine) backendView(s *config.Service, b config.Backend, counters map[s
 			v.Health, v.State = "down", "down"
 		}
 	}
-	if d := e.drains[s.Name+"/"+pb.ID()]; d != nil {
-		view := d.view()
-		v.Drain, v.State = &view, view.State
+	if d := e.drains.view(s.Name + "/" + pb.ID()); d != nil {
+		v.Drain, v.State = d, d.State
 	} else if v.State == "active" && v.Weight == 0 {
 		v.State = "idle"
 	} else if v.State == "active" && k.Overloaded {
