@@ -2,6 +2,9 @@
 # make deps the Debian packages and Go modules, make lint (part of make test) the pinned linter.
 GO ?= go
 BIN ?= bin/sluice
+# sluice-lab, the lab and the benchmarks, is built beside sluice (it runs the sluice next to it)
+# and stays out of make install and the .deb: an operator's balancer needs none of it.
+LAB_BIN ?= $(dir $(BIN))sluice-lab
 
 # The build stamps the version (git describe), commit and date into the binary; a plain go build
 # says "dev". SOURCE_DATE_EPOCH, when set, fixes the date for reproducible builds. -s -w strip the
@@ -36,6 +39,7 @@ deps:
 # A static binary: no cgo, so it runs on any Linux of the architecture without its libc.
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/sluice
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(LAB_BIN) ./cmd/sluice-lab
 
 version:
 	@echo $(VERSION)

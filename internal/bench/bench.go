@@ -19,22 +19,27 @@ import (
 	"github.com/sluicelb/sluice/internal/lab"
 )
 
-// Env is what every benchmark runs in: a lab and the sluice binary that programs its balancer.
+// Env is what every benchmark runs in: a lab, the sluice binary that programs its balancer and the
+// sluice-lab binary that runs the lab's helpers.
 type Env struct {
 	Lab *lab.Lab
 	// Sluice is the sluice binary run as `sluice --netns LB apply|flush` to program the balancer.
-	Sluice   string
-	Progress *Progress
+	Sluice string
+	// SluiceLab is the sluice-lab binary whose hidden commands are the lab's UDP responders and
+	// the pps sender.
+	SluiceLab string
+	Progress  *Progress
 	// xdpSwitch is set while the lab's switch and hosts take frames in XDP (--switch xdp).
 	xdpSwitch bool
 }
 
 // NewEnv returns an environment over a lab named prefix with the given backend count, whose
-// UDP responders and balancer programming use the sluice binary at path sluice.
-func NewEnv(prefix string, backends int, sluice string, progress *Progress) *Env {
+// balancer the sluice binary at path sluice programs and whose UDP responders the sluice-lab
+// binary at path sluiceLab runs.
+func NewEnv(prefix string, backends int, sluice, sluiceLab string, progress *Progress) *Env {
 	l := lab.New(prefix, backends)
-	l.UDPResponderCmd = lab.SluiceUDPResponder(sluice)
-	return &Env{Lab: l, Sluice: sluice, Progress: progress}
+	l.UDPResponderCmd = lab.LabUDPResponder(sluiceLab)
+	return &Env{Lab: l, Sluice: sluice, SluiceLab: sluiceLab, Progress: progress}
 }
 
 // Dir is the benchmark's scratch directory inside the lab's state dir (peer configs, logs).

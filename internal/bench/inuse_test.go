@@ -10,7 +10,7 @@ import (
 )
 
 func TestRefuseExistingLab(t *testing.T) {
-	e := NewEnv("sluice-inuse-test"+strconv.Itoa(os.Getpid()), 1, "sluice", NewProgress(nil))
+	e := NewEnv("sluice-inuse-test"+strconv.Itoa(os.Getpid()), 1, "sluice", "sluice-lab", NewProgress(nil))
 	e.Lab.StateDir = filepath.Join(t.TempDir(), "lab")
 	if err := e.RefuseExistingLab(context.Background()); err != nil {
 		t.Fatalf("no lab of the prefix: %v", err)

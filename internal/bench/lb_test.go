@@ -194,7 +194,7 @@ func TestSVGIsWellFormed(t *testing.T) {
 }
 
 func TestNftlbFarmKeyOrder(t *testing.T) {
-	e := NewEnv("x", 2, "/bin/true", nil)
+	e := NewEnv("x", 2, "/bin/true", "/bin/true", nil)
 	data, err := (&nftlbPeer{mode: "dnat"}).farm(e)
 	if err != nil {
 		t.Fatal(err)

@@ -55,7 +55,7 @@ func TestLBCandidatesCarryBothAttachModes(t *testing.T) {
 }
 
 func TestXDPCandidateConfig(t *testing.T) {
-	e := NewEnv("x", 2, "/bin/true", nil)
+	e := NewEnv("x", 2, "/bin/true", "/bin/true", nil)
 	conf := sluiceCandidate{datapath: "ebpf", mode: "dsr", attach: "xdp"}.config(e)
 	if !strings.HasPrefix(conf, "datapath: ebpf\nattach: xdp\nservices:\n") || !strings.Contains(conf, "mode: dsr") {
 		t.Errorf("config:\n%s", conf)

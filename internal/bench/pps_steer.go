@@ -181,7 +181,7 @@ func (e *Env) sendSteered(ctx context.Context, w ppsWorkload, direct bool, d tim
 		return PPSSample{}, err
 	}
 	start := time.Now()
-	cmd := e.Lab.Exec(ctx, e.Lab.ClientNS(), "taskset", "-c", strconv.Itoa(steerGeneratorCPU), e.Sluice, "lab", "pps-sender",
+	cmd := e.Lab.Exec(ctx, e.Lab.ClientNS(), "taskset", "-c", strconv.Itoa(steerGeneratorCPU), e.SluiceLab, "pps-sender",
 		"--dev", "eth0", "--kind", w.name, "--dst-mac", lbMAC, "--source", ppsUDPSource, "--source-net", ppsSYNSources,
 		"--dst", dst, "--port", "80", "--duration", d.String())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -22,7 +22,7 @@ func TestSyncedCandidates(t *testing.T) {
 		t.Fatalf("selected %v, %v: want the baselines, nft-fullnat-sync and ebpf-nat-sync", cs, err)
 	}
 	dir := t.TempDir()
-	e := NewEnv("x", 3, "/bin/true", nil)
+	e := NewEnv("x", 3, "/bin/true", "/bin/true", nil)
 	for _, c := range cs[2:] {
 		text := c.(*syncedCandidate).config(e, "/etc/sluice/sync.key", dir)
 		path := filepath.Join(dir, c.Name()+".yaml")

@@ -37,13 +37,17 @@ type globals struct {
 }
 
 // Execute runs the command line and returns the process exit status.
-func Execute() int {
-	if err := rootCmd().Execute(); err != nil {
+func Execute() int { return Run(rootCmd()) }
+
+// Run runs a command line (sluice's, or sluice-lab's) and returns the process exit status; an
+// error prints after the command's name.
+func Run(root *cobra.Command) int {
+	if err := root.Execute(); err != nil {
 		var status exitStatus
 		if errors.As(err, &status) {
 			return int(status) // what it reports is printed already
 		}
-		fmt.Fprintln(os.Stderr, "sluice:", err)
+		fmt.Fprintln(os.Stderr, root.Name()+":", err)
 		return 1
 	}
 	return 0
@@ -81,8 +85,8 @@ func rootCmdWith() (*cobra.Command, *globals) {
 	root.PersistentFlags().StringVar(&g.socket, "socket", envOr("SLUICE_SOCKET", api.DefaultSocket), "the daemon's API socket (with --netns NAME: "+api.NetnsSocket("NAME")+")")
 	root.PersistentFlags().StringVar(&g.apiURL, "api", os.Getenv("SLUICE_API"), "talk to the daemon's TCP API at this URL instead of the socket")
 	root.PersistentFlags().StringVar(&g.apiToken, "token", os.Getenv("SLUICE_TOKEN"), "bearer token for --api")
-	root.AddCommand(validateCmd(), applyCmd(g), listCmd(g), flushCmd(g), labCmd(), serveCmd(g),
-		serviceCmd(g), backendCmd(g), healthCmd(g), eventsCmd(g), planCmd(g), reloadCmd(g), whichCmd(g), flowsCmd(g), bgpCmd(g), syncCmd(g), nodeCmd(g), benchCmd(), versionCmd())
+	root.AddCommand(validateCmd(), applyCmd(g), listCmd(g), flushCmd(g), serveCmd(g),
+		serviceCmd(g), backendCmd(g), healthCmd(g), eventsCmd(g), planCmd(g), reloadCmd(g), whichCmd(g), flowsCmd(g), bgpCmd(g), syncCmd(g), nodeCmd(g), versionCmd())
 	root.AddCommand(schemaCmd(), importCmd())
 	return root, g
 }
@@ -91,7 +95,7 @@ func rootCmdWith() (*cobra.Command, *globals) {
 // of its daemon.
 func (g *globals) chooseNamespace(cmd *cobra.Command) {
 	if !cmd.Flags().Changed("netns") && !actsOnNetns(cmd) {
-		g.netns = "" // $SLUICE_NETNS points the balancer's commands, not the lab's or bench's
+		g.netns = "" // $SLUICE_NETNS points the balancer's commands only
 	}
 	g.socketGiven = cmd.Flags().Changed("socket") || os.Getenv("SLUICE_SOCKET") != ""
 	if !g.socketGiven && g.netns != "" {
@@ -101,9 +105,9 @@ func (g *globals) chooseNamespace(cmd *cobra.Command) {
 	}
 }
 
-// ownNamespaceCommands are the top-level commands that build their own namespaces (lab, bench) or
-// touch none (the rest): $SLUICE_NETNS does not apply to them.
-var ownNamespaceCommands = []string{"lab", "bench", "validate", "import", "schema", "version", "completion", "help"}
+// ownNamespaceCommands are the top-level commands that touch no namespace: $SLUICE_NETNS does not
+// apply to them.
+var ownNamespaceCommands = []string{"validate", "import", "schema", "version", "completion", "help"}
 
 // actsOnNetns tells whether cmd reads or writes the balancer of a network namespace.
 func actsOnNetns(cmd *cobra.Command) bool {

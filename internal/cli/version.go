@@ -25,9 +25,15 @@ func currentBuild() buildInfo {
 	return buildInfo{Version: Version, Commit: Commit, BuildDate: BuildDate, Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 }
 
+// VersionLine is the one line of --version of the command name built with this package (sluice-lab).
+func VersionLine(name string) string { return currentBuild().line(name) }
+
 // String is the one line of `sluice --version`.
-func (b buildInfo) String() string {
-	s := "sluice " + b.Version
+func (b buildInfo) String() string { return b.line("sluice") }
+
+// line is the one line of `name --version`.
+func (b buildInfo) line(name string) string {
+	s := name + " " + b.Version
 	if b.Commit != "" {
 		s += " commit " + b.Commit
 	}

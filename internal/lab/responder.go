@@ -13,11 +13,11 @@ import (
 	"github.com/sluicelb/sluice/internal/procs"
 )
 
-// SluiceUDPResponder is a UDPResponderCmd that runs the hidden `lab udp-responder` command of the
-// sluice binary at path sluice, on port 5353, answering with the backend's name.
-func SluiceUDPResponder(sluice string) func(reply string) []string {
+// LabUDPResponder is a UDPResponderCmd that runs the hidden `udp-responder` command of the
+// sluice-lab binary at path sluiceLab, on port 5353, answering with the backend's name.
+func LabUDPResponder(sluiceLab string) func(reply string) []string {
 	return func(reply string) []string {
-		return []string{sluice, "lab", "udp-responder", "--listen", ":5353", "--reply", reply}
+		return []string{sluiceLab, "udp-responder", "--listen", ":5353", "--reply", reply}
 	}
 }
 

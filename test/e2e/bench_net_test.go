@@ -133,7 +133,7 @@ func readReport(t *testing.T, path string, rep any) {
 	}
 }
 
-// runBench runs the sluice binary with args (a `sluice bench` command) and fails the test unless it
+// runBench runs the sluice-lab binary with args (a `sluice-lab bench` command) and fails the test unless it
 // succeeds; a run that outlives benchTimeout is stopped with SIGTERM, so that it tears its lab
 // down, and so is one whose test process dies.
 func runBench(t *testing.T, args ...string) (stdout, stderr string) {
@@ -141,13 +141,13 @@ func runBench(t *testing.T, args ...string) (stdout, stderr string) {
 	ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
 	defer cancel()
 	var out, errOut bytes.Buffer
-	cmd := exec.CommandContext(ctx, sluiceBin, args...)
+	cmd := exec.CommandContext(ctx, sluiceLabBin, args...)
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = time.Minute
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("sluice %s: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, out.String(), errOut.String())
+		t.Fatalf("sluice-lab %s: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, out.String(), errOut.String())
 	}
 	return out.String(), errOut.String()
 }

@@ -25,10 +25,10 @@ const (
 	fleetHoldTime = 3 * time.Second
 )
 
-func newFleetLab(sluice string) *lab.Lab {
+func newFleetLab(sluiceLab string) *lab.Lab {
 	l := lab.New(runPrefix(fleetKind), labBackends)
 	l.Balancers = fleetNodes
-	l.UDPResponderCmd = lab.SluiceUDPResponder(sluice)
+	l.UDPResponderCmd = lab.LabUDPResponder(sluiceLab)
 	return l
 }
 
@@ -43,7 +43,7 @@ func fleetLab(t *testing.T) *lab.Lab {
 	t.Helper()
 	requireLab(t)
 	fleetOnce.Do(func() {
-		l := newFleetLab(sluiceBin)
+		l := newFleetLab(sluiceLabBin)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		start := time.Now()
@@ -440,7 +440,10 @@ func (l *longLivedLoad) requireKept(t *testing.T) time.Duration {
 }
 
 // webPackets is the packets node d forwarded to the web service's backends.
-func webPackets(t *testing.T, d *daemon) uint64 {
+func webPackets(t *testing.T, d *daemon) uint64 { return servicePackets(t, d, "web") }
+
+// servicePackets is the packets node d forwarded to a service's backends.
+func servicePackets(t *testing.T, d *daemon, service string) uint64 {
 	t.Helper()
 	var services []struct {
 		Name     string `json:"name"`
@@ -451,7 +454,7 @@ func webPackets(t *testing.T, d *daemon) uint64 {
 	d.mustJSON(&services, "list")
 	var n uint64
 	for _, s := range services {
-		if s.Name == "web" {
+		if s.Name == service {
 			for _, b := range s.Backends {
 				n += b.Packets
 			}

@@ -46,6 +46,8 @@ const labBackends = 3
 const (
 	envChild  = "SLUICE_E2E_CHILD"  // set in the test process to the supervisor's pid
 	envSluice = "SLUICE_E2E_SLUICE" // path of the sluice binary built for the suite
+	// envSluiceLab is the path of the sluice-lab binary built for the suite, beside sluice.
+	envSluiceLab = "SLUICE_E2E_SLUICE_LAB"
 )
 
 var (
@@ -53,19 +55,21 @@ var (
 	theLab *lab.Lab
 	// sluiceBin is the sluice binary under test.
 	sluiceBin string
+	// sluiceLabBin is the sluice-lab binary under test: the lab's helpers and the benchmarks.
+	sluiceLabBin string
 	// skipReason says why the suite cannot run here (not root, a tool missing).
 	skipReason string
 )
 
-// TestMain supervises the suite: when the environment allows it, it builds sluice, brings the lab
+// TestMain supervises the suite: when the environment allows it, it builds sluice and sluice-lab, brings the lab
 // up (after tearing down those of earlier runs that are gone), runs the tests in a child process (this
 // test binary again) and tears the lab down whatever happened to the child: failure, panic,
 // -timeout (whose panic runs no cleanups) or a signal. The child only runs the tests.
 func TestMain(m *testing.M) {
 	if owner, err := strconv.Atoi(os.Getenv(envChild)); err == nil {
 		runOwner = owner
-		sluiceBin = os.Getenv(envSluice)
-		theLab = newLab(sluiceBin)
+		sluiceBin, sluiceLabBin = os.Getenv(envSluice), os.Getenv(envSluiceLab)
+		theLab = newLab(sluiceLabBin)
 		os.Exit(m.Run())
 	}
 	flag.Parse()
@@ -111,10 +115,10 @@ func missingPrerequisite() string {
 	return ""
 }
 
-func newLab(sluice string) *lab.Lab {
+func newLab(sluiceLab string) *lab.Lab {
 	l := lab.New(runPrefix(labKind), labBackends)
-	// The same hidden responder `sluice lab up` starts (internal/cli/lab.go).
-	l.UDPResponderCmd = lab.SluiceUDPResponder(sluice)
+	// The same hidden responder `sluice-lab up` starts (internal/labcli/lab.go).
+	l.UDPResponderCmd = lab.LabUDPResponder(sluiceLab)
 	return l
 }
 
@@ -127,12 +131,14 @@ func supervise() (code int) {
 		return 1
 	}
 	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, "sluice")
-	if err := buildSluice(bin); err != nil {
-		logf("%v", err)
-		return 1
+	bin, labBin := filepath.Join(tmp, "sluice"), filepath.Join(tmp, "sluice-lab")
+	for _, out := range []string{bin, labBin} {
+		if err := buildCommand(out); err != nil {
+			logf("%v", err)
+			return 1
+		}
 	}
-	l := newLab(bin)
+	l := newLab(labBin)
 
 	// Signals stop the child (it shares our process group for terminal signals), never us
 	// before the teardown.
@@ -148,7 +154,7 @@ func supervise() (code int) {
 		defer cancel()
 		// The fleet lab, if a test built it, and the docs labs if the docs test was killed before
 		// its cleanup.
-		built := []*lab.Lab{l, newFleetLab(bin)}
+		built := []*lab.Lab{l, newFleetLab(labBin)}
 		if docsLabsOwnedBy(runOwner) {
 			for _, prefix := range docsLabPrefixes {
 				built = append(built, lab.New(prefix, labBackends))
@@ -180,7 +186,7 @@ func supervise() (code int) {
 	logf("lab %s up and forwarding in %v", l.Prefix, time.Since(start).Round(time.Millisecond))
 
 	child := exec.Command(os.Args[0], os.Args[1:]...)
-	child.Env = append(os.Environ(), envChild+"="+strconv.Itoa(runOwner), envSluice+"="+bin)
+	child.Env = append(os.Environ(), envChild+"="+strconv.Itoa(runOwner), envSluice+"="+bin, envSluiceLab+"="+labBin)
 	child.Stdin, child.Stdout, child.Stderr = nil, io.MultiWriter(os.Stdout, digest), os.Stderr
 	if err := child.Start(); err != nil {
 		logf("start tests: %v", err)
@@ -207,16 +213,18 @@ func supervise() (code int) {
 	}
 }
 
-// buildSluice builds ./cmd/sluice of the module this package belongs to.
-func buildSluice(out string) error {
+// buildCommand builds the command of the module this package belongs to that out names (./cmd/
+// sluice for .../sluice) into out.
+func buildCommand(out string) error {
 	root, err := moduleRoot()
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/sluice")
+	pkg := "./cmd/" + filepath.Base(out)
+	cmd := exec.Command("go", "build", "-o", out, pkg)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build ./cmd/sluice: %w\n%s", err, b)
+		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package cli
+package labcli
 
 import (
 	"fmt"
@@ -13,60 +13,77 @@ import (
 	"github.com/sluicelb/sluice/internal/packetgen"
 )
 
-func labCmd() *cobra.Command {
-	var prefix string
-	var backends, balancers int
-	newLab := func() *lab.Lab {
-		l := lab.New(prefix, backends)
-		l.Balancers = balancers
-		if self, err := os.Executable(); err == nil {
-			l.UDPResponderCmd = lab.SluiceUDPResponder(self)
-		}
-		return l
+// labFlags name the lab that up, down and status act on.
+type labFlags struct {
+	prefix              string
+	backends, balancers int
+}
+
+// add gives cmd the lab's flags.
+func (f *labFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.prefix, "prefix", "sluice", "namespace name prefix")
+	cmd.Flags().IntVar(&f.backends, "backends", 3, "number of backends")
+	cmd.Flags().IntVar(&f.balancers, "balancers", 1, "number of balancers; 2 or more put a BIRD router in front of them (ECMP)")
+}
+
+// lab is the lab the flags name, its UDP backends answered by this binary's udp-responder.
+func (f *labFlags) lab() *lab.Lab {
+	l := lab.New(f.prefix, f.backends)
+	l.Balancers = f.balancers
+	if self, err := os.Executable(); err == nil {
+		l.UDPResponderCmd = lab.LabUDPResponder(self)
 	}
-	cmd := &cobra.Command{Use: "lab", Short: "A network-namespace lab: client, balancer(s), nginx backends"}
-	cmd.PersistentFlags().StringVar(&prefix, "prefix", "sluice", "namespace name prefix")
-	cmd.PersistentFlags().IntVar(&backends, "backends", 3, "number of backends")
-	cmd.PersistentFlags().IntVar(&balancers, "balancers", 1, "number of balancers; 2 or more put a BIRD router in front of them (ECMP)")
-	cmd.AddCommand(
-		&cobra.Command{
-			Use: "up", Short: "Create the lab (idempotent)", Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				l := newLab()
-				if err := l.Up(cmd.Context()); err != nil {
-					return err
-				}
-				out := cmd.OutOrStdout()
-				if l.Balancers == 1 {
-					fmt.Fprintf(out, "lab %s up: client %s, balancer %s, %d backends; VIPs %s and %s\n",
-						l.Prefix, l.ClientNS(), l.BalancerNS(), l.Backends, lab.VIP4, lab.VIP6)
-					return nil
-				}
-				fmt.Fprintf(out, "lab %s up: client %s, router %s (BIRD AS %d, birdc -s %s), balancers %s..%s (AS %d), %d backends; VIPs %s and %s\n",
-					l.Prefix, l.ClientNS(), l.RouterNS(), lab.RouterASN, l.BirdSocket(),
-					l.BalancerNSOf(1), l.BalancerNSOf(l.Balancers), lab.BalancerASN, l.Backends, lab.VIP4, lab.VIP6)
-				return nil
-			},
-		},
-		&cobra.Command{
-			Use: "down", Short: "Remove the lab and its processes", Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error { return newLab().Down(cmd.Context()) },
-		},
-		&cobra.Command{
-			Use: "status", Short: "Show the lab's namespaces and backend processes", Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				st, err := newLab().Status(cmd.Context())
-				if err != nil {
-					return err
-				}
-				fmt.Fprint(cmd.OutOrStdout(), st.String())
-				return nil
-			},
-		},
-		udpResponderCmd(),
-		ppsSenderCmd(),
-	)
+	return l
+}
+
+// labCmds are `sluice-lab up|down|status`: a network-namespace lab of a client, balancer(s) and
+// nginx backends.
+func labCmds() []*cobra.Command {
+	return []*cobra.Command{
+		labCmd("up", "Create the lab: client, balancer(s), nginx backends (idempotent)", labUp),
+		labCmd("down", "Remove the lab and its processes", func(cmd *cobra.Command, l *lab.Lab) error {
+			return l.Down(cmd.Context())
+		}),
+		labCmd("status", "Show the lab's namespaces and backend processes", labStatus),
+	}
+}
+
+// labCmd is a command that runs on the lab its flags name.
+func labCmd(use, short string, run func(*cobra.Command, *lab.Lab) error) *cobra.Command {
+	f := &labFlags{}
+	cmd := &cobra.Command{
+		Use: use, Short: short, Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return run(cmd, f.lab()) },
+	}
+	f.add(cmd)
 	return cmd
+}
+
+// labStatus prints l's namespaces and processes.
+func labStatus(cmd *cobra.Command, l *lab.Lab) error {
+	st, err := l.Status(cmd.Context())
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(cmd.OutOrStdout(), st.String())
+	return nil
+}
+
+// labUp brings l up and says what it built.
+func labUp(cmd *cobra.Command, l *lab.Lab) error {
+	if err := l.Up(cmd.Context()); err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if l.Balancers == 1 {
+		fmt.Fprintf(out, "lab %s up: client %s, balancer %s, %d backends; VIPs %s and %s\n",
+			l.Prefix, l.ClientNS(), l.BalancerNS(), l.Backends, lab.VIP4, lab.VIP6)
+		return nil
+	}
+	fmt.Fprintf(out, "lab %s up: client %s, router %s (BIRD AS %d, birdc -s %s), balancers %s..%s (AS %d), %d backends; VIPs %s and %s\n",
+		l.Prefix, l.ClientNS(), l.RouterNS(), lab.RouterASN, l.BirdSocket(),
+		l.BalancerNSOf(1), l.BalancerNSOf(l.Balancers), lab.BalancerASN, l.Backends, lab.VIP4, lab.VIP6)
+	return nil
 }
 
 func udpResponderCmd() *cobra.Command {
@@ -83,7 +100,7 @@ func udpResponderCmd() *cobra.Command {
 	return cmd
 }
 
-// ppsSenderCmd is the generator of `sluice bench pps`: frames on an interface for a while, as fast
+// ppsSenderCmd is the generator of `sluice-lab bench pps --steer`: frames on an interface for a while, as fast
 // as the kernel takes them, waiting whenever the socket's send buffer is full.
 func ppsSenderCmd() *cobra.Command {
 	var (

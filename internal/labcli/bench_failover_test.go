@@ -1,4 +1,4 @@
-package cli
+package labcli
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ func TestBenchFailoverRefusesBadFlags(t *testing.T) {
 	}{
 		{[]string{"--datapath", "ipvs"}, "bench failover: --datapath:"},
 		{[]string{"--datapath", "nft,nft"}, "bench failover: --datapath:"},
-		{[]string{"--modes", "tunnel"}, "bench failover: --modes:"},
+		{[]string{"--modes", "masq"}, "bench failover: --modes:"},
 		{[]string{"--modes", ""}, "bench failover: --modes:"},
 		{[]string{"--events", "meteor"}, "bench failover: --events:"},
 		{[]string{"--events", "drain,drain"}, "bench failover: --events:"},
@@ -32,10 +32,10 @@ func TestBenchFailoverRefusesBadFlags(t *testing.T) {
 		root.SetArgs(append([]string{"bench", "--prefix", "h28-unused", "failover"}, tc.args...))
 		err := root.Execute()
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
-			t.Errorf("sluice bench failover %v: err %v, want one starting %q", tc.args, err, tc.want)
+			t.Errorf("sluice-lab bench failover %v: err %v, want one starting %q", tc.args, err, tc.want)
 		}
 		if strings.Contains(out.String(), "bringing up") {
-			t.Errorf("sluice bench failover %v started a lab:\n%s", tc.args, out.String())
+			t.Errorf("sluice-lab bench failover %v started a lab:\n%s", tc.args, out.String())
 		}
 	}
 }

@@ -1,11 +1,13 @@
-package cli
+package labcli
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -20,6 +22,7 @@ type benchFlags struct {
 	backends int
 	jsonPath string
 	reuseLab bool
+	sluice   string
 }
 
 func benchCmd() *cobra.Command {
@@ -32,6 +35,7 @@ func benchCmd() *cobra.Command {
 	cmd.PersistentFlags().BoolVar(&f.reuseLab, "reuse-lab", false, "with --prefix, take (and at the end tear down) a lab of that prefix that exists; without, the benchmark refuses it")
 	cmd.PersistentFlags().IntVar(&f.backends, "backends", 3, "number of nginx backends in the lab")
 	cmd.PersistentFlags().StringVar(&f.jsonPath, "json", "", "also write the results as JSON to this file (- for stdout, replacing the table)")
+	cmd.PersistentFlags().StringVar(&f.sluice, "sluice", "", "the sluice binary that programs the balancers (default: the one beside sluice-lab, else sluice on $PATH)")
 	cmd.AddCommand(benchLBCmd(f), benchNetCmd(f), benchScaleCmd(f), benchFleetCmd(f), benchFailoverCmd(f), benchFloodCmd(f), benchPPSCmd(f))
 	return cmd
 }
@@ -62,25 +66,49 @@ func (f *benchFlags) run(cmd *cobra.Command, name string, o bench.Options, measu
 	return f.report(cmd, res)
 }
 
-// env returns the benchmark environment (the lab named by the flags, programmed by this binary)
-// and a context that an interrupt or SIGTERM cancels.
+// env returns the benchmark environment (the lab named by the flags, programmed by the sluice
+// binary, its helpers run by this one) and a context that an interrupt or SIGTERM cancels.
 func (f *benchFlags) env(cmd *cobra.Command) (*bench.Env, context.Context, error) {
 	if os.Geteuid() != 0 {
 		return nil, nil, fmt.Errorf("needs root (it builds network namespaces)")
 	}
 	self, err := os.Executable()
 	if err != nil {
-		return nil, nil, fmt.Errorf("finding the sluice binary: %w", err)
+		return nil, nil, fmt.Errorf("finding the sluice-lab binary: %w", err)
+	}
+	sluice, err := f.sluiceBinary(self)
+	if err != nil {
+		return nil, nil, err
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	cobra.OnFinalize(stop)
-	env := bench.NewEnv(f.prefix, f.backends, self, bench.NewProgress(cmd.ErrOrStderr()))
+	env := bench.NewEnv(f.prefix, f.backends, sluice, self, bench.NewProgress(cmd.ErrOrStderr()))
 	if cmd.Flags().Changed("prefix") && !f.reuseLab {
 		if err := env.RefuseExistingLab(ctx); err != nil {
 			return nil, nil, err
 		}
 	}
 	return env, ctx, nil
+}
+
+// sluiceBinary is the sluice binary the benchmark runs: --sluice, else the sluice beside
+// sluice-lab (at self; make build puts both in bin/), else the one on $PATH.
+func (f *benchFlags) sluiceBinary(self string) (string, error) {
+	if f.sluice != "" {
+		if _, err := os.Stat(f.sluice); err != nil {
+			return "", fmt.Errorf("--sluice: %w", err)
+		}
+		return filepath.Abs(f.sluice)
+	}
+	beside := filepath.Join(filepath.Dir(self), "sluice")
+	if _, err := os.Stat(beside); err == nil {
+		return beside, nil
+	}
+	path, err := exec.LookPath("sluice")
+	if err != nil {
+		return "", fmt.Errorf("no sluice binary beside %s nor on $PATH: build it (make build) or name it with --sluice", self)
+	}
+	return path, nil
 }
 
 // report prints the result's table (unless JSON goes to stdout) and writes the JSON report if asked.

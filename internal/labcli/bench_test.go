@@ -1,4 +1,4 @@
-package cli
+package labcli
 
 import (
 	"bytes"
@@ -28,10 +28,10 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		root.SetArgs(append([]string{"bench", "--prefix", "h14-unused"}, tc.args...))
 		err := root.Execute()
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
-			t.Errorf("sluice bench %v: err %v, want one starting %q", tc.args, err, tc.want)
+			t.Errorf("sluice-lab bench %v: err %v, want one starting %q", tc.args, err, tc.want)
 		}
 		if strings.Contains(out.String(), "bringing up") {
-			t.Errorf("sluice bench %v started a lab:\n%s", tc.args, out.String())
+			t.Errorf("sluice-lab bench %v started a lab:\n%s", tc.args, out.String())
 		}
 	}
 }
