@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/procfs"
 
 	"github.com/sluicelb/sluice/internal/api"
+	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/lab"
 )
 
@@ -83,8 +84,10 @@ type ScaleResult struct {
 	NotReached string `json:"not_reached,omitempty"`
 	// ApplyAll is `sluice apply -f` of the whole config on an empty balancer.
 	ApplyAll float64 `json:"apply_all_s"`
-	// AddOneApply is the median `sluice apply -f` of the same config with one more backend.
+	// AddOneApply is the median `sluice apply -f` of the same config with one more backend;
+	// AddOnePlan the median `sluice plan -f` of one more backend than applied.
 	AddOneApply float64 `json:"add_one_apply_s"`
+	AddOnePlan  float64 `json:"add_one_plan_s"`
 	// AddOneDaemon is the median time from `sluice backend add` until the daemon has applied it;
 	// DaemonApply is the median time the daemon's datapath apply itself took.
 	AddOneDaemon float64 `json:"add_one_daemon_s"`
@@ -214,6 +217,9 @@ func (s *scaleSize) run(ctx context.Context, r *ScaleResult) error {
 	if r.AddOneApply, err = s.addOneApply(ctx); err != nil {
 		return err
 	}
+	if r.AddOnePlan, err = s.addOnePlan(ctx); err != nil {
+		return err
+	}
 	err = s.daemon(ctx, r)
 	return errors.Join(err, s.env.ResetBalancer(context.WithoutCancel(ctx)))
 }
@@ -294,6 +300,37 @@ func (s *scaleSize) addOneApply(ctx context.Context) (float64, error) {
 		took = append(took, d.Seconds())
 	}
 	return Median(took), nil
+}
+
+// addOnePlan asks `sluice plan -f` about one more backend than the applies added, Reps times, and
+// returns the median time.
+func (s *scaleSize) addOnePlan(ctx context.Context) (float64, error) {
+	path := filepath.Join(s.env.Dir(), "scale-plan.yaml")
+	if err := os.WriteFile(path, []byte(s.cfg.yaml(s.opts.Reps+1)), 0o644); err != nil {
+		return 0, err
+	}
+	var took []float64
+	for k := 1; k <= s.opts.Reps; k++ {
+		s.step("planning one more backend with sluice plan (%d/%d)", k, s.opts.Reps)
+		d, err := s.bounded(ctx, "add one backend (plan)", func(ctx context.Context) error {
+			return s.env.planFile(ctx, path)
+		})
+		if err != nil {
+			return 0, err
+		}
+		took = append(took, d.Seconds())
+	}
+	return Median(took), nil
+}
+
+// planFile runs `sluice plan -f path`, whose exit status 2 says that something would change.
+func (e *Env) planFile(ctx context.Context, path string) error {
+	err := run(e.sluiceCommand(ctx, "plan", "-f", path))
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && exit.ExitCode() == 2 {
+		return nil
+	}
+	return err
 }
 
 // load runs wrk with keep-alive connections from the client to the real service, a warm-up and
@@ -582,7 +619,11 @@ func labBackends(l *lab.Lab) []netip.Addr {
 // yaml is the config with the first extra extra backends added to the target service.
 func (c scaleConfig) yaml(extra int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "datapath: %s\nservices:\n", c.datapath)
+	fmt.Fprintf(&b, "datapath: %s\n", c.datapath)
+	if need := c.nftElements(); c.datapath == "nft" && need > config.DefaultNFTMaxElements {
+		fmt.Fprintf(&b, "nft:\n  max_elements: %d\n", min(need, config.MaxNFTMaxElements))
+	}
+	b.WriteString("services:\n")
 	for i := range c.services {
 		fmt.Fprintf(&b, "  - name: %s\n    vip: %s\n    port: 80\n    backends:\n", serviceName(i), c.vip(i))
 		var real []netip.Addr
@@ -608,6 +649,11 @@ func (c scaleConfig) yaml(extra int) string {
 	return b.String()
 }
 
+// nftElements bounds the nftables elements and objects of the config with its extra backends
+// (the nft datapath's budget counts about 150 per service of 2 backends, second chance's prev map
+// included), so that sizes past nft.max_elements' default are measured too.
+func (c scaleConfig) nftElements() int { return c.services * (100 + 40*(c.perService+1)) }
+
 func writeBackend(b *strings.Builder, ap netip.AddrPort, more string) {
 	fmt.Fprintf(b, "      - {address: %s, port: %d%s}\n", ap.Addr(), ap.Port(), more)
 }
@@ -616,10 +662,10 @@ func writeBackend(b *strings.Builder, ap netip.AddrPort, more string) {
 func (r ScaleReport) Table() string {
 	var b strings.Builder
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "datapath\tservices\tbackends\tapply all\tapply peak mem\tadd 1 (apply)\tadd 1 (daemon)\tdaemon apply\tdaemon RSS\tscrape\tseries\tkernel mem~\treq/s\tratio\t")
+	fmt.Fprintln(w, "datapath\tservices\tbackends\tapply all\tapply peak mem\tadd 1 (apply)\tadd 1 (plan)\tadd 1 (daemon)\tdaemon apply\tdaemon RSS\tscrape\tseries\tkernel mem~\treq/s\tratio\t")
 	for _, x := range r.Results {
-		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", x.Datapath, x.Services, x.Backends,
-			seconds(x.ApplyAll), mebibytes(x.ApplyPeakMemory), seconds(x.AddOneApply), seconds(x.AddOneDaemon), seconds(x.DaemonApply),
+		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", x.Datapath, x.Services, x.Backends,
+			seconds(x.ApplyAll), mebibytes(x.ApplyPeakMemory), seconds(x.AddOneApply), seconds(x.AddOnePlan), seconds(x.AddOneDaemon), seconds(x.DaemonApply),
 			mebibytes(x.DaemonRSS), seconds(x.ScrapeSeconds), figure(float64(x.ScrapeSeries), "%.0f"), mebibytes(x.KernelMemory),
 			figure(x.RequestsPerSecond, "%.0f"), figure(x.Ratio, "%.2f"))
 	}
