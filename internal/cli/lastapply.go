@@ -1,13 +1,15 @@
 package cli
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
+	"encoding/gob"
 	"errors"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 
 	"github.com/sluicelb/sluice/internal/boundedread"
 	"github.com/sluicelb/sluice/internal/config"
@@ -17,17 +19,65 @@ import (
 )
 
 // lastApply is what the last `sluice apply -f` without a daemon committed on the nft datapath,
-// kept beside the state file (as JSON, which keeps an empty list apart from none, as plan.Equal
-// does): the plan, and what the datapath needs to start from it. The next
+// kept beside the state file: the plan, and what the datapath needs to start from it. The next
 // apply or plan compares with it and changes only the services that differ, instead of reading
 // every table back, when the tables still hold it (nft.Datapath.Restore checks).
 type lastApply struct {
 	Plan *plan.Plan
 	NFT  nft.Committed
+	// Empty names the list fields of the plan (key -1) and of its services (by index) that are
+	// empty but not nil: gob decodes both as nil, and plan.Equal tells them apart.
+	Empty map[int][]string
+}
+
+// emptyLists names the fields of the struct v that are empty lists, not nil.
+func emptyLists(v reflect.Value) []string {
+	var out []string
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.Slice && !f.IsNil() && f.Len() == 0 {
+			out = append(out, v.Type().Field(i).Name)
+		}
+	}
+	return out
+}
+
+// markEmpty fills rec.Empty from its plan.
+func (rec *lastApply) markEmpty() {
+	rec.Empty = map[int][]string{}
+	if names := emptyLists(reflect.ValueOf(rec.Plan).Elem()); len(names) > 0 {
+		rec.Empty[-1] = names
+	}
+	for i := range rec.Plan.Services {
+		if names := emptyLists(reflect.ValueOf(&rec.Plan.Services[i]).Elem()); len(names) > 0 {
+			rec.Empty[i] = names
+		}
+	}
+}
+
+// restoreEmpty makes the lists that rec.Empty names empty again; false when it names a field or
+// service the plan does not have.
+func (rec *lastApply) restoreEmpty() bool {
+	for i, names := range rec.Empty {
+		if i < -1 || i >= len(rec.Plan.Services) {
+			return false
+		}
+		v := reflect.ValueOf(rec.Plan).Elem()
+		if i >= 0 {
+			v = reflect.ValueOf(&rec.Plan.Services[i]).Elem()
+		}
+		for _, name := range names {
+			f := v.FieldByName(name)
+			if f.Kind() != reflect.Slice {
+				return false
+			}
+			f.Set(reflect.MakeSlice(f.Type(), 0, 0))
+		}
+	}
+	return true
 }
 
 // lastApplyPath is the file of lastApply: beside the default state file of the namespace.
-func lastApplyPath() string { return filepath.Join(filepath.Dir(statePath()), "last-apply.json") }
+func lastApplyPath() string { return filepath.Join(filepath.Dir(statePath()), "last-apply.gob") }
 
 // readLastApply reads the file of lastApply; nil when there is none or it does not decode.
 func readLastApply(path string, log *slog.Logger) *lastApply {
@@ -39,7 +89,11 @@ func readLastApply(path string, log *slog.Logger) *lastApply {
 		return nil
 	}
 	var rec lastApply
-	if err := json.Unmarshal(data, &rec); err != nil || rec.Plan == nil {
+	err = gob.NewDecoder(bytes.NewReader(data)).Decode(&rec)
+	if err == nil && (rec.Plan == nil || !rec.restoreEmpty()) {
+		err = errors.New("not a last apply")
+	}
+	if err != nil {
 		log.Debug("the last apply is not used", "file", path, "error", err)
 		return nil
 	}
@@ -83,8 +137,9 @@ func saveLastApply(dp datapath.Datapath, p *plan.Plan, path string) error {
 
 // writeLastApply writes rec to path, whole or not at all.
 func writeLastApply(path string, rec lastApply) error {
-	data, err := json.Marshal(rec)
-	if err != nil {
+	rec.markEmpty()
+	var data bytes.Buffer
+	if err := gob.NewEncoder(&data).Encode(rec); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -95,7 +150,7 @@ func writeLastApply(path string, rec lastApply) error {
 		return err
 	}
 	defer os.Remove(tmp.Name()) // gone once renamed
-	if _, err := tmp.Write(data); err != nil {
+	if _, err := tmp.Write(data.Bytes()); err != nil {
 		tmp.Close()
 		return err
 	}

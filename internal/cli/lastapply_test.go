@@ -36,7 +36,7 @@ func TestLastApplyRoundTrips(t *testing.T) {
 		}
 		committed := nft.Committed{Namespace: "boot/1", Generation: 7, DSRDevices: []string{"eth0"},
 			Devices: map[string]map[netip.Addr]string{"web": {netip.MustParseAddr("10.0.0.1"): "eth1"}}}
-		path := filepath.Join(t.TempDir(), "last-apply.json")
+		path := filepath.Join(t.TempDir(), "last-apply.gob")
 		if err := writeLastApply(path, lastApply{Plan: p, NFT: committed}); err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +61,7 @@ func TestLastApplyRoundTrips(t *testing.T) {
 // TestLastApplyIgnoresABadFile reads a file that is not a last apply as none: the apply then
 // reads the kernel.
 func TestLastApplyIgnoresABadFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "last-apply.json")
+	path := filepath.Join(t.TempDir(), "last-apply.gob")
 	if err := os.WriteFile(path, []byte("datapath: nft\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -19,8 +20,22 @@ type field struct {
 }
 
 // fieldsOf lists the keys of a mapping decoded into the struct type t, those of inline structs
-// (bgp.peers[] path attributes) in place.
+// (bgp.peers[] path attributes) in place; once per type (a config of 10,000 services asks 30,000
+// times), the list shared and read-only.
 func fieldsOf(t reflect.Type) []field {
+	if known, ok := fieldsByType.Load(t); ok {
+		return known.([]field)
+	}
+	out := listFields(t)
+	fieldsByType.Store(t, out)
+	return out
+}
+
+// fieldsByType holds fieldsOf's lists.
+var fieldsByType sync.Map
+
+// listFields is fieldsOf, not kept.
+func listFields(t reflect.Type) []field {
 	var out []field
 	for i := range t.NumField() {
 		f := t.Field(i)
