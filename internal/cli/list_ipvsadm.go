@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"net"
@@ -25,13 +26,7 @@ func printIPVS(w io.Writer, services []engine.ServiceView) error {
 			sched = config.SchedulerMH
 		}
 		fmt.Fprintf(&b, "%-4s %s %s%s\n", strings.ToUpper(string(s.Protocol)), hostPort(s.VIP.String(), s.Ports), sched, ipvsFlags(s))
-		forward := "Masq"
-		switch s.Mode {
-		case config.ModeDSR:
-			forward = "Route"
-		case config.ModeTunnel:
-			forward = "Tunnel"
-		}
+		forward := cmp.Or(ipvsForwards[s.Mode], "Masq")
 		for _, be := range s.Backends {
 			port := s.Ports
 			if be.Port != 0 {
@@ -70,3 +65,6 @@ func ipvsFlags(s engine.ServiceView) string {
 	}
 	return b.String()
 }
+
+// ipvsForwards are ipvsadm's names of the direct modes' forwarding (Masq for the others).
+var ipvsForwards = map[config.Mode]string{config.ModeDSR: "Route", config.ModeTunnel: "Tunnel"}

@@ -87,7 +87,7 @@ func rootCmdWith() (*cobra.Command, *globals) {
 	root.PersistentFlags().StringVar(&g.apiToken, "token", os.Getenv("SLUICE_TOKEN"), "bearer token for --api")
 	root.AddCommand(validateCmd(), applyCmd(g), listCmd(g), flushCmd(g), serveCmd(g),
 		serviceCmd(g), backendCmd(g), healthCmd(g), eventsCmd(g), planCmd(g), reloadCmd(g), whichCmd(g), flowsCmd(g), bgpCmd(g), syncCmd(g), nodeCmd(g), versionCmd())
-	root.AddCommand(schemaCmd(), importCmd())
+	root.AddCommand(schemaCmd(), importCmd(), decapCmd())
 	return root, g
 }
 

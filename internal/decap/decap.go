@@ -1,0 +1,278 @@
+// Package decap is the backend side of mode tunnel on hosts without the kernel's ipip/fou
+// modules: a tc ingress program (bpf/decap.bpf.c) that strips the IPIP or GUE header of the
+// packets a balancer sends to this host and hands the inner packet to the stack, attached per
+// interface through a pinned tcx link. Its maps and links are pinned under a directory of their
+// own, apart from the balancer's, so that a host may be both.
+package decap
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// DefaultPinPath is where the decapsulation's maps and links are pinned.
+const DefaultPinPath = "/sys/fs/bpf/sluice-decap"
+
+// DefaultGUEPort is the UDP port GUE packets arrive on unless told otherwise (as config's).
+const DefaultGUEPort = 6080
+
+// linkPrefix starts the pin name of an interface's link.
+const linkPrefix = "link-"
+
+// maxLocal is how many of the host's addresses decap_local holds (MAX_LOCAL).
+const maxLocal = 4096
+
+// Options say where and how the program runs.
+type Options struct {
+	PinPath   string // DefaultPinPath when empty
+	Interface string // the interface tunnel packets arrive on
+	GUEPort   uint16 // the GUE port; 0 takes no GUE
+}
+
+// Counts are the tunnel packets the program saw, by fate, summed over the CPUs.
+type Counts struct {
+	IPIP      uint64 `json:"ipip"`      // decapsulated IPIP
+	GUE       uint64 `json:"gue"`       // decapsulated GUE
+	Malformed uint64 `json:"malformed"` // dropped: truncated or inconsistent
+	Foreign   uint64 `json:"foreign"`   // dropped: the inner destination is not this host's
+}
+
+// Status is what the decapsulation does on this host.
+type Status struct {
+	Interfaces     []string `json:"interfaces"` // attached, sorted
+	GUEPort        uint16   `json:"gue_port"`   // 0: no GUE
+	LocalAddresses int      `json:"local_addresses"`
+	Counts         Counts   `json:"counts"`
+}
+
+func (o Options) pinPath() string {
+	if o.PinPath == "" {
+		return DefaultPinPath
+	}
+	return o.PinPath
+}
+
+// Attach loads the program (adopting the pinned maps, so the counters stay), writes the GUE port
+// and the host's current addresses, and makes it run at tc ingress of the interface: a link an
+// earlier attach pinned gets the new program in place. Attaching again refreshes the addresses:
+// run it after adding a VIP to the host.
+func Attach(o Options) error {
+	iface, err := net.InterfaceByName(o.Interface)
+	if err != nil {
+		return fmt.Errorf("interface %q: %w", o.Interface, err)
+	}
+	pin := o.pinPath()
+	if err := os.MkdirAll(pin, 0o700); err != nil {
+		return err
+	}
+	spec, err := loadDecap()
+	if err != nil {
+		return err
+	}
+	var objs decapObjects
+	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: pin}}); err != nil {
+		return fmt.Errorf("loading the decapsulation program: %w", err)
+	}
+	defer objs.Close()
+	if err := objs.DecapConfig.Put(uint32(0), decapDecapSettings{GuePort: wirePort(o.GUEPort)}); err != nil {
+		return err
+	}
+	if err := syncLocal(objs.DecapLocal); err != nil {
+		return err
+	}
+	return ensureLink(filepath.Join(pin, linkPrefix+o.Interface), iface.Index, objs.SluiceDecap)
+}
+
+// ensureLink makes prog run at tc ingress of ifindex through the link pinned at path.
+func ensureLink(path string, ifindex int, prog *ebpf.Program) error {
+	if l, err := link.LoadPinnedLink(path, nil); err == nil {
+		defer l.Close()
+		info, ierr := l.Info()
+		if ierr == nil && info.TCX() != nil && int(info.TCX().Ifindex) == ifindex {
+			return l.Update(prog)
+		}
+		// the interface was re-created: its link went with the old one
+		if err := l.Unpin(); err != nil {
+			return err
+		}
+	}
+	l, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: ebpf.AttachTCXIngress})
+	if err != nil {
+		return fmt.Errorf("attaching at tc ingress: %w", err)
+	}
+	defer l.Close()
+	return l.Pin(path)
+}
+
+// syncLocal makes decap_local hold exactly the host's addresses, of every interface.
+func syncLocal(m *ebpf.Map) error {
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return fmt.Errorf("listing the host's addresses: %w", err)
+	}
+	want := map[decapLocalKey]bool{}
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok && !ip.IsLinkLocalUnicast() {
+			want[localKeyOf(ip.Unmap())] = true
+		}
+	}
+	if len(want) > maxLocal {
+		return fmt.Errorf("the host has %d addresses, more than the %d the program holds", len(want), maxLocal)
+	}
+	var k decapLocalKey
+	var v uint8
+	var stale []decapLocalKey
+	for it := m.Iterate(); it.Next(&k, &v); {
+		if !want[k] {
+			stale = append(stale, k)
+		}
+	}
+	for _, k := range stale {
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+	}
+	for k := range want {
+		if err := m.Put(k, uint8(1)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// localKeyOf is decap_local's key of an address.
+func localKeyOf(a netip.Addr) decapLocalKey {
+	k := decapLocalKey{Family: unix.AF_INET6}
+	if a.Is4() {
+		v4 := a.As4()
+		copy(k.Addr[:], v4[:])
+		k.Family = unix.AF_INET
+	} else {
+		k.Addr = a.As16()
+	}
+	return k
+}
+
+// wirePort is a port in network byte order as a __be16 field holds it.
+func wirePort(p uint16) uint16 {
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], p)
+	return binary.NativeEndian.Uint16(b[:])
+}
+
+// Detach stops the program on the interface; once it runs nowhere, its maps' pins go too.
+func Detach(o Options) error {
+	pin := o.pinPath()
+	path := filepath.Join(pin, linkPrefix+o.Interface)
+	l, err := link.LoadPinnedLink(path, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("decapsulation is not attached to %s", o.Interface)
+	}
+	if err != nil {
+		return err
+	}
+	err = l.Unpin()
+	l.Close()
+	if err != nil {
+		return err
+	}
+	left, err := attached(pin)
+	if err != nil || len(left) > 0 {
+		return err
+	}
+	for _, name := range []string{decapMapDecapLocal, decapMapDecapConfig, decapMapDecapStats} {
+		if err := os.Remove(filepath.Join(pin, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return os.Remove(pin)
+}
+
+// attached lists the interfaces with a pinned link under pin.
+func attached(pin string) ([]string, error) {
+	entries, err := os.ReadDir(pin)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if name, ok := strings.CutPrefix(e.Name(), linkPrefix); ok {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// ReadStatus reads what the decapsulation does on this host from its pins; a host where it was
+// never attached has an empty status.
+func ReadStatus(o Options) (Status, error) {
+	pin := o.pinPath()
+	var st Status
+	ifaces, err := attached(pin)
+	if err != nil || len(ifaces) == 0 {
+		return st, err
+	}
+	st.Interfaces = ifaces
+	open := func(name string) (*ebpf.Map, error) {
+		return ebpf.LoadPinnedMap(filepath.Join(pin, name), &ebpf.LoadPinOptions{ReadOnly: true})
+	}
+	cfg, err := open(decapMapDecapConfig)
+	if err != nil {
+		return st, err
+	}
+	defer cfg.Close()
+	var settings decapDecapSettings
+	if err := cfg.Lookup(uint32(0), &settings); err != nil {
+		return st, err
+	}
+	st.GUEPort = wirePort(settings.GuePort)
+	local, err := open(decapMapDecapLocal)
+	if err != nil {
+		return st, err
+	}
+	defer local.Close()
+	var k decapLocalKey
+	var v uint8
+	for it := local.Iterate(); it.Next(&k, &v); {
+		st.LocalAddresses++
+	}
+	stats, err := open(decapMapDecapStats)
+	if err != nil {
+		return st, err
+	}
+	defer stats.Close()
+	var perCPU []decapDecapCounts
+	if err := stats.Lookup(uint32(0), &perCPU); err != nil {
+		return st, err
+	}
+	st.Counts = sumCounts(perCPU)
+	return st, nil
+}
+
+// sumCounts adds up the per-CPU counters.
+func sumCounts(perCPU []decapDecapCounts) Counts {
+	var c Counts
+	for _, p := range perCPU {
+		c.IPIP += p.Ipip
+		c.GUE += p.Gue
+		c.Malformed += p.Malformed
+		c.Foreign += p.Foreign
+	}
+	return c
+}
