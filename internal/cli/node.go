@@ -50,8 +50,12 @@ func printBGP(w io.Writer, v engine.BGPView, now time.Time) error {
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "VIP\tANNOUNCED\tFOR\tSERVICES\tWHY")
 	for _, vip := range v.VIPs {
+		services := strings.Join(vip.Services, ",")
+		if vip.Role != "" {
+			services = "(" + vip.Role + ") " + services
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", vip.VIP, yesNo(vip.Announced), now.Sub(vip.Since).Round(time.Second),
-			strings.Join(vip.Services, ","), vip.Reason)
+			strings.TrimSpace(services), vip.Reason)
 	}
 	return tw.Flush()
 }

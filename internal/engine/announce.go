@@ -32,6 +32,8 @@ type VIPView struct {
 	Announced bool     `json:"announced"`
 	Reason    string   `json:"reason"`
 	Services  []string `json:"services"`
+	// Role is what a prefix that is not a VIP is: RoleFullNATSource, RoleBackupFullNATSource.
+	Role string `json:"role,omitempty"`
 	// Since is when Announced last changed.
 	Since time.Time `json:"since"`
 }
@@ -313,7 +315,7 @@ func (e *Engine) decide(applyErr error) []vipDecision {
 		}
 		out = append(out, d)
 	}
-	return out
+	return append(out, sourceDecisions(cfg, p, c)...)
 }
 
 // forwardingOff are the forwarding sysctls that services of the applied plan p need and the
@@ -343,19 +345,28 @@ type conditions struct {
 	syncWhy string
 }
 
-// announceable tells whether the node announces vip, and why. e.mu is held.
-func (e *Engine) announceable(vip netip.Addr, p *plan.Plan, c conditions) (bool, string) {
+// nodeWithdraws tells why the node as a whole announces nothing now, "" when it may: it stops,
+// is drained, failed to apply, waits for the peers' flows, or has not programmed anything yet.
+func nodeWithdraws(p *plan.Plan, c conditions) string {
 	switch {
 	case c.shutdown:
-		return false, "withdrawn: the daemon is shutting down"
+		return "withdrawn: the daemon is shutting down"
 	case c.node != NodeActive:
-		return false, "withdrawn: the node is " + c.node + " (sluice node drain)"
+		return "withdrawn: the node is " + c.node + " (sluice node drain)"
 	case c.applyErr != nil:
-		return false, "withdrawn: the datapath failed to apply: " + c.applyErr.Error()
+		return "withdrawn: the datapath failed to apply: " + c.applyErr.Error()
 	case !c.synced:
-		return false, "withdrawn: " + c.syncWhy
+		return "withdrawn: " + c.syncWhy
 	case p == nil:
-		return false, "withdrawn: not programmed yet"
+		return "withdrawn: not programmed yet"
+	}
+	return ""
+}
+
+// announceable tells whether the node announces vip, and why. e.mu is held.
+func (e *Engine) announceable(vip netip.Addr, p *plan.Plan, c conditions) (bool, string) {
+	if why := nodeWithdraws(p, c); why != "" {
+		return false, why
 	}
 	var ready, waiting []string
 	programmed, unforwarded := false, ""

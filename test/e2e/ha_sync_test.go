@@ -79,11 +79,11 @@ func testNATTakeover(t *testing.T, datapath, mode string) {
 	// shown by node 2 holding node 1's flows to backend 1 before the cut, and (ebpf, where it is
 	// counted) by no second chance given after it.
 	b1 := theFleet.BackendAddr(1, false).String()
-	held := flowsTo(t, nodes[0], b1)
+	held := flowsOf(t, nodes[0], "web", b1)
 	if held == 0 {
 		t.Fatal("no long-lived connection on backend 1")
 	}
-	waitFor(t, "node 2 holding node 1's flows to backend 1", 5*time.Second, func() bool { return flowsTo(t, nodes[1], b1) >= held })
+	waitFor(t, "node 2 holding node 1's flows to backend 1", 5*time.Second, func() bool { return flowsOf(t, nodes[1], "web", b1) >= held })
 	if err := theFleet.CutBalancer(1); err != nil {
 		t.Fatal(err)
 	}
@@ -128,10 +128,14 @@ func testNATTakeover(t *testing.T, datapath, mode string) {
 	}
 }
 
-// flowsTo counts the web service's flows to backend addr that node d holds.
-func flowsTo(t *testing.T, d *daemon, addr string) int {
+// flowsOf counts the flows of service that node d holds, those to backend addr ("": every one).
+func flowsOf(t *testing.T, d *daemon, service, addr string) int {
 	t.Helper()
-	r := d.cli("flows", "web", "--backend", addr, "-o", "json")
+	args := []string{"flows", service, "-o", "json"}
+	if addr != "" {
+		args = append(args, "--backend", addr)
+	}
+	r := d.cli(args...)
 	if r.Err != nil {
 		t.Fatalf("sluice flows: %v\n%s", r.Err, r.Stderr)
 	}
