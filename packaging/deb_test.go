@@ -69,6 +69,12 @@ func TestDeb(t *testing.T) {
 			t.Errorf("the package holds no %s", want)
 		}
 	}
+	// The lab and the benchmarks are sluice-lab's, which a balancer does not get.
+	for _, f := range files {
+		if strings.Contains(f, "sluice-lab") || strings.Contains(f, "sluice-bench") {
+			t.Errorf("the package holds %s: the lab's, not the operator's", f)
+		}
+	}
 
 	root := filepath.Join(dir, "root")
 	if os.Geteuid() == 0 {

@@ -4,11 +4,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 S=./bin/sluice
+L=./bin/sluice-lab # the lab (make build builds it beside sluice)
 P=sluice-demo
 LB=$P-lb
 CLIENT=$P-client
 DURATION=${DURATION:-5}
-trap '$S lab down --prefix $P >/dev/null 2>&1 || true' EXIT
+trap '$L down --prefix $P >/dev/null 2>&1 || true' EXIT
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 inclient() { ip netns exec "$CLIENT" "$@"; }
@@ -27,7 +28,7 @@ wrk3() {
 }
 
 step "lab up (namespaces $P-*)"
-$S lab up --prefix $P
+$L up --prefix $P
 
 step "apply examples/lab-nat.yaml in $LB"
 cat examples/lab-nat.yaml | grep -v '^#'

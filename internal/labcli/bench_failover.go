@@ -17,7 +17,7 @@ import (
 // --prefix is given, so that it never takes another run's lab.
 const benchFailoverKind = "slfo"
 
-// benchFailoverCmd is `sluice bench failover`: broken connections and reconvergence per event of
+// benchFailoverCmd is `sluice-lab bench failover`: broken connections and reconvergence per event of
 // a keepalived pair, per datapath and mode.
 func benchFailoverCmd(f *benchFlags) *cobra.Command {
 	o := bench.FailoverOptions{}

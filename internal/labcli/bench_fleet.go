@@ -18,7 +18,7 @@ import (
 // --prefix is given, so that it never takes another run's lab.
 const benchFleetKind = "sbf"
 
-// benchFleetCmd is `sluice bench fleet`: requests/s through 1..N Sluice nodes over ECMP, and a node failure.
+// benchFleetCmd is `sluice-lab bench fleet`: requests/s through 1..N Sluice nodes over ECMP, and a node failure.
 func benchFleetCmd(f *benchFlags) *cobra.Command {
 	o := bench.FleetOptions{}
 	var output string

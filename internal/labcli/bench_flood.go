@@ -10,7 +10,7 @@ import (
 	"github.com/sluicelb/sluice/internal/bench"
 )
 
-// benchFloodCmd is `sluice bench flood`: legitimate per-connection load through each candidate
+// benchFloodCmd is `sluice-lab bench flood`: legitimate per-connection load through each candidate
 // without and under a SYN flood from forged sources, and what the flood left at the backends.
 func benchFloodCmd(f *benchFlags) *cobra.Command {
 	o := bench.FloodOptions{}

@@ -9,7 +9,7 @@ import (
 	"github.com/sluicelb/sluice/internal/bench"
 )
 
-// benchNetCmd is `sluice bench net`: qperf-like TCP bandwidth and latency between the lab's
+// benchNetCmd is `sluice-lab bench net`: qperf-like TCP bandwidth and latency between the lab's
 // client and backend b1, direct, through Sluice and over a VXLAN overlay.
 func benchNetCmd(f *benchFlags) *cobra.Command {
 	opt := bench.NetOptions{}

@@ -10,7 +10,7 @@ import (
 	"github.com/sluicelb/sluice/internal/bench"
 )
 
-// benchPPSCmd is `sluice bench pps`: forwarded packets per second, drop share and kernel CPU
+// benchPPSCmd is `sluice-lab bench pps`: forwarded packets per second, drop share and kernel CPU
 // through every candidate, small UDP packets and TCP SYNs to one VIP with 100 reals.
 func benchPPSCmd(f *benchFlags) *cobra.Command {
 	o := bench.PPSOptions{}

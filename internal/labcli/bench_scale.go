@@ -10,7 +10,7 @@ import (
 	"github.com/sluicelb/sluice/internal/config"
 )
 
-// benchScaleCmd is `sluice bench scale`: what a change and a packet cost as the config grows.
+// benchScaleCmd is `sluice-lab bench scale`: what a change and a packet cost as the config grows.
 func benchScaleCmd(f *benchFlags) *cobra.Command {
 	o := bench.ScaleOptions{}
 	cmd := &cobra.Command{

@@ -98,11 +98,11 @@ func complete(text string) bool {
 	return quote == 0 && !escaped
 }
 
-// inlineSluice matches inline code that starts with a sluice command.
-var inlineSluice = regexp.MustCompile("`(sluice [^`]+)`")
+// inlineSluice matches inline code that starts with a sluice or sluice-lab command.
+var inlineSluice = regexp.MustCompile("`(sluice(?:-lab)? [^`]+)`")
 
-// Mentions returns the sluice commands the document names in inline code (`sluice list -o
-// wide`), outside fenced blocks, with their line.
+// Mentions returns the sluice and sluice-lab commands the document names in inline code
+// (`sluice list -o wide`), outside fenced blocks, with their line.
 func Mentions(r io.Reader) ([]Command, error) {
 	var cmds []Command
 	inBlock := false

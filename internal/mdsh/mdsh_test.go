@@ -49,13 +49,28 @@ func TestBlocksRefusesAnOpenQuote(t *testing.T) {
 }
 
 func TestMentions(t *testing.T) {
-	doc := "Run `sluice list -o wide` or `sluice health`, not `nft list`.\n```sh\nsluice flush\n```\n| `sluice backend drain web 10.0.1.3` |\n"
+	doc := "Run `sluice list -o wide` or `sluice health`, not `nft list`.\n```sh\nsluice flush\n```\n| `sluice backend drain web 10.0.1.3` |\n`sluice-lab up --balancers 3`, not `sluicectl x`\n"
 	got, err := Mentions(strings.NewReader(doc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Command{{1, "sluice list -o wide"}, {1, "sluice health"}, {5, "sluice backend drain web 10.0.1.3"}}
+	want := []Command{{1, "sluice list -o wide"}, {1, "sluice health"}, {5, "sluice backend drain web 10.0.1.3"}, {6, "sluice-lab up --balancers 3"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestInvocations(t *testing.T) {
+	line := `make build && sudo bin/sluice-lab bench net --json - | jq . ; sluice --netns sluice-lb list -o wide # sluice flush`
+	for _, tc := range []struct {
+		name string
+		want [][]string
+	}{
+		{"sluice", [][]string{{"--netns", "sluice-lb", "list", "-o", "wide"}}},
+		{"sluice-lab", [][]string{{"bench", "net", "--json", "-"}}},
+	} {
+		if got := Invocations(line, tc.name); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("Invocations(%q): got %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }

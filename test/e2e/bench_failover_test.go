@@ -6,10 +6,10 @@ import (
 	"testing"
 )
 
-// benchFailoverKind names the lab `sluice bench failover` builds.
+// benchFailoverKind names the lab `sluice-lab bench failover` builds.
 const benchFailoverKind = "slfo"
 
-// benchFailoverReport is the part of `sluice bench failover`'s JSON report the smoke test reads,
+// benchFailoverReport is the part of `sluice-lab bench failover`'s JSON report the smoke test reads,
 // decoded independently of the product's types.
 type benchFailoverReport struct {
 	Results struct {
@@ -31,7 +31,7 @@ type benchFailoverReport struct {
 	} `json:"results"`
 }
 
-// TestBenchFailover is the smoke test of `sluice bench failover`: a node's death in an nft nat
+// TestBenchFailover is the smoke test of `sluice-lab bench failover`: a node's death in an nft nat
 // pair and in an ebpf nat pair, with few connections, in its own lab. It checks the table has
 // the row and columns and that every cell counts what ran through it (totals that add up, the
 // address moved to the backup); never how many broke or how fast anything is.
@@ -69,5 +69,5 @@ func TestBenchFailover(t *testing.T) {
 			t.Errorf("%s: the backup's takeover was not seen: %+v", dp, c)
 		}
 	}
-	t.Logf("sluice bench failover (not asserted):\n%s", stdout)
+	t.Logf("sluice-lab bench failover (not asserted):\n%s", stdout)
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// benchFleetReport is the part of `sluice bench fleet -o json` the smoke test reads, decoded
+// benchFleetReport is the part of `sluice-lab bench fleet -o json` the smoke test reads, decoded
 // independently of the product's types.
 type benchFleetReport struct {
 	Results struct {
@@ -32,7 +32,7 @@ type benchFleetReport struct {
 	} `json:"results"`
 }
 
-// TestBenchFleet is the smoke test of `sluice bench fleet`: one round of one-second runs through
+// TestBenchFleet is the smoke test of `sluice-lab bench fleet`: one round of one-second runs through
 // one and two ebpf nodes and the direct baseline, and a node failure, in its own lab. It checks
 // the JSON has every cell with a figure and the failover, and that the lab is gone; never how
 // fast anything is.
@@ -71,5 +71,5 @@ func TestBenchFleet(t *testing.T) {
 	if fo := r.Failover[0]; fo.Datapath != "ebpf" || fo.Nodes != 2 || fo.CutNode != 2 || fo.ReconvergenceS <= 0 || fo.RPSBefore <= 0 || fo.Requests <= 0 {
 		t.Errorf("failover lacks a figure: %+v", fo)
 	}
-	t.Logf("sluice bench fleet (not asserted):\n%s", stdout)
+	t.Logf("sluice-lab bench fleet (not asserted):\n%s", stdout)
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// benchFloodReport is the part of `sluice bench flood --json` the smoke test reads, decoded
+// benchFloodReport is the part of `sluice-lab bench flood --json` the smoke test reads, decoded
 // independently of the product's types.
 type benchFloodReport struct {
 	Results struct {
@@ -27,7 +27,7 @@ type benchFloodReport struct {
 	} `json:"results"`
 }
 
-// TestBenchFlood is the smoke test of `sluice bench flood`: one round of short runs, in its own
+// TestBenchFlood is the smoke test of `sluice-lab bench flood`: one round of short runs, in its own
 // lab with an attacker. It checks that every candidate was measured with and without the flood,
 // that the flood reached the balancer, and the counts that are facts, not timings: behind the
 // synproxy no forged SYN and no half-open connection reached a backend, while behind plain nft
@@ -65,5 +65,5 @@ func TestBenchFlood(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("sluice bench flood (not asserted):\n%s", stdout)
+	t.Logf("sluice-lab bench flood (not asserted):\n%s", stdout)
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/sluicelb/sluice/internal/lab"
 )
 
-// benchLBReport is the part of `sluice bench lb --json` the smoke test reads, decoded
+// benchLBReport is the part of `sluice-lab bench lb --json` the smoke test reads, decoded
 // independently of the product's types.
 type benchLBReport struct {
 	Command string `json:"command"`
@@ -42,7 +42,7 @@ type benchLBReport struct {
 	} `json:"results"`
 }
 
-// TestBenchLB is the smoke test of `sluice bench lb`: one round of one-second runs of every
+// TestBenchLB is the smoke test of `sluice-lab bench lb`: one round of one-second runs of every
 // workload through every candidate available here, in its own lab. It checks the table, JSON
 // and SVG are well-formed and every candidate produced a figure under every workload; never
 // how fast anything is.
@@ -87,7 +87,7 @@ func TestBenchLB(t *testing.T) {
 	if err != nil || bars < len(r.Cells) {
 		t.Errorf("SVG: %v, %d bars for %d cells", err, bars, len(r.Cells))
 	}
-	t.Logf("sluice bench lb (not asserted):\n%s", stdout)
+	t.Logf("sluice-lab bench lb (not asserted):\n%s", stdout)
 }
 
 // countSVGBars parses the SVG as XML and counts its rect elements.

@@ -17,10 +17,10 @@ import (
 	"github.com/sluicelb/sluice/internal/testutil"
 )
 
-// benchTimeout bounds one `sluice bench` smoke run: lab up, one tiny round, lab down.
+// benchTimeout bounds one `sluice-lab bench` smoke run: lab up, one tiny round, lab down.
 const benchTimeout = 5 * time.Minute
 
-// benchNetReport is the part of `sluice bench net --json` the smoke test reads, decoded
+// benchNetReport is the part of `sluice-lab bench net --json` the smoke test reads, decoded
 // independently of the product's types so that the output format is what gets tested.
 type benchNetReport struct {
 	Command string `json:"command"`
@@ -48,7 +48,7 @@ type benchNetReport struct {
 	} `json:"results"`
 }
 
-// TestBenchNet is the smoke test of `sluice bench net`: one round of tiny measurements in its
+// TestBenchNet is the smoke test of `sluice-lab bench net`: one round of tiny measurements in its
 // own lab. It checks that the table and the JSON are well-formed, that every path produced a
 // figure and that the lab is gone afterwards; never how fast anything is.
 func TestBenchNet(t *testing.T) {
@@ -92,7 +92,7 @@ func TestBenchNet(t *testing.T) {
 	if !slices.Equal(names, wantPaths) {
 		t.Errorf("paths %v, want %v", names, wantPaths)
 	}
-	t.Logf("sluice bench net (not asserted):\n%s", stdout)
+	t.Logf("sluice-lab bench net (not asserted):\n%s", stdout)
 }
 
 // downBenchLab tears the bench's lab down when the test ends: a safety net, as a bench tears its
@@ -107,7 +107,7 @@ func downBenchLab(t *testing.T, prefix string) {
 	})
 }
 
-// benchSmoke runs `sluice bench name --prefix P args...` in a lab of its own named after kind,
+// benchSmoke runs `sluice-lab bench name --prefix P args...` in a lab of its own named after kind,
 // with downBenchLab as a safety net, and fails t if the bench left any of that lab's namespaces
 // behind.
 func benchSmoke(t *testing.T, kind, name string, args ...string) (stdout, stderr string) {

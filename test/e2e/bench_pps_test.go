@@ -11,7 +11,7 @@ import (
 	"github.com/sluicelb/sluice/internal/testutil"
 )
 
-// benchPPSReport is the part of `sluice bench pps --json` the smoke test reads, decoded
+// benchPPSReport is the part of `sluice-lab bench pps --json` the smoke test reads, decoded
 // independently of the product's types.
 type benchPPSReport struct {
 	Results struct {
@@ -34,7 +34,7 @@ type benchPPSReport struct {
 	} `json:"results"`
 }
 
-// TestBenchPPS is the smoke test of `sluice bench pps`: one round of 1 s sends through a few
+// TestBenchPPS is the smoke test of `sluice-lab bench pps`: one round of 1 s sends through a few
 // candidates (tc and XDP among them), in its own lab, with the lab's switch in its stack and at
 // XDP, and with the balancer steered to a CPU of its own (--steer: Sluice's sender, threaded
 // NAPI pollers pinned). It checks the report's shape and that every candidate forwarded packets of both

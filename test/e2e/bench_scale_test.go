@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// benchScaleReport is the part of `sluice bench scale --json` the smoke test reads, decoded
+// benchScaleReport is the part of `sluice-lab bench scale --json` the smoke test reads, decoded
 // independently of the product's types.
 type benchScaleReport struct {
 	Command string `json:"command"`
@@ -32,7 +32,7 @@ type benchScaleReport struct {
 	} `json:"results"`
 }
 
-// TestBenchScale is the smoke test of `sluice bench scale`: two tiny sizes, one repetition and
+// TestBenchScale is the smoke test of `sluice-lab bench scale`: two tiny sizes, one repetition and
 // one one-second wrk run each, in its own lab. It checks the table and JSON are well-formed and
 // every size produced every figure; never how fast anything is.
 func TestBenchScale(t *testing.T) {
@@ -63,5 +63,5 @@ func TestBenchScale(t *testing.T) {
 			t.Errorf("table lacks the row %q:\n%s", row, stdout)
 		}
 	}
-	t.Logf("sluice bench scale (not asserted):\n%s", stdout)
+	t.Logf("sluice-lab bench scale (not asserted):\n%s", stdout)
 }

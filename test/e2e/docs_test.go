@@ -24,7 +24,7 @@ import (
 // --dry-run: 0 or 2, their "changes" status). What cannot run here is listed in notRun with the
 // reason; production paths the lab keeps elsewhere are translated by labPaths.
 
-// docsLabPrefix is the lab the docs name (sluice-lb, sluice-client): `sluice lab up`'s default.
+// docsLabPrefix is the lab the docs name (sluice-lb, sluice-client): `sluice-lab up`'s default.
 const docsLabPrefix = "sluice"
 
 // docsInOrder are the documents with sh blocks, in the order an operator meets them; each needs
@@ -37,7 +37,7 @@ var docsInOrder = []string{
 // docSetup is what a document assumes has been done before its first command (from the README).
 var docSetup = map[string][]string{
 	"docs/api.md": {
-		"sluice lab up",
+		"sluice-lab up",
 		"sluice --netns sluice-lb serve -c examples/lab-nat.yaml --metrics-listen 127.0.0.1:9120 &",
 		"ip netns exec sluice-lb curl -sf --retry 30 --retry-all-errors --retry-delay 1 http://127.0.0.1:9120/readyz",
 	},
@@ -45,19 +45,19 @@ var docSetup = map[string][]string{
 
 // notRun are commands of the docs that this test does not run, by their first words, and why.
 var notRun = map[string]string{
-	"make test":                   "the suite this test is part of",
-	"make unit":                   "the unit tests of make test, which runs this test",
-	"make lint":                   "make test runs it before this test",
-	"apt-get install":             "installs into the host's packages; packaging/TestDeb installs the .deb into a scratch root",
-	"make install":                "installs into the host; packaging/TestDeb runs make install into a scratch DESTDIR",
-	"systemctl":                   "the host's systemd",
-	"curl -s -H \"Authorization":  "needs a daemon with --listen and a token file; internal/cli's listener tests cover the TCP API",
-	"sudo bin/sluice bench lb":    "26 minutes with every peer; TestBenchLB runs it short",
-	"sudo bin/sluice bench scale": "6 to 8 minutes; TestBenchScale runs it short",
-	"sudo bin/sluice bench fleet": "5 minutes; TestBenchFleet runs it short",
-	"sudo bin/sluice bench flood": "3 minutes with the peers; TestBenchFlood runs it short",
-	"sudo bin/sluice bench pps":   "5 minutes with the peers; TestBenchPPS runs it short",
-	"sudo bin/sluice bench net":   "sluice bench net runs as written in README.md",
+	"make test":                       "the suite this test is part of",
+	"make unit":                       "the unit tests of make test, which runs this test",
+	"make lint":                       "make test runs it before this test",
+	"apt-get install":                 "installs into the host's packages; packaging/TestDeb installs the .deb into a scratch root",
+	"make install":                    "installs into the host; packaging/TestDeb runs make install into a scratch DESTDIR",
+	"systemctl":                       "the host's systemd",
+	"curl -s -H \"Authorization":      "needs a daemon with --listen and a token file; internal/cli's listener tests cover the TCP API",
+	"sudo bin/sluice-lab bench lb":    "26 minutes with every peer; TestBenchLB runs it short",
+	"sudo bin/sluice-lab bench scale": "6 to 8 minutes; TestBenchScale runs it short",
+	"sudo bin/sluice-lab bench fleet": "5 minutes; TestBenchFleet runs it short",
+	"sudo bin/sluice-lab bench flood": "3 minutes with the peers; TestBenchFlood runs it short",
+	"sudo bin/sluice-lab bench pps":   "5 minutes with the peers; TestBenchPPS runs it short",
+	"sudo bin/sluice-lab bench net":   "sluice-lab bench net runs as written in README.md",
 }
 
 // labPaths translate the production paths of the docs to the lab's: the daemon of sluice-lb listens
@@ -193,9 +193,9 @@ func runDocScript(t *testing.T, doc, work, script string) {
 		name, _, _ := strings.Cut(kv, "=")
 		return slices.Contains([]string{"SLUICE_NETNS", "SLUICE_SOCKET", "MAKEFLAGS", "MAKELEVEL", "MFLAGS"}, name)
 	})
-	if doc != "README.md" { // the README builds bin/sluice and puts it on PATH itself
+	if doc != "README.md" { // the README builds bin/sluice and bin/sluice-lab and puts them on PATH itself
 		binDir := filepath.Join(work, "bin")
-		ensureSluiceIn(t, binDir)
+		ensureBinariesIn(t, binDir)
 		cmd.Env = append(cmd.Env, "PATH="+binDir+":"+os.Getenv("PATH"))
 	}
 	// A file, not a pipe: daemons the document left running hold it open past the shell's exit.
@@ -237,17 +237,21 @@ func stopGroup(cmd *exec.Cmd) {
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 }
 
-// ensureSluiceIn puts the suite's binary in dir when the README's make build did not.
-func ensureSluiceIn(t *testing.T, dir string) {
+// ensureBinariesIn puts the suite's sluice and sluice-lab in dir when the README's make build did
+// not.
+func ensureBinariesIn(t *testing.T, dir string) {
 	t.Helper()
-	if _, err := os.Stat(filepath.Join(dir, "sluice")); err == nil {
-		return
-	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("cp", sluiceBin, filepath.Join(dir, "sluice")).CombinedOutput(); err != nil {
-		t.Fatalf("cp: %v: %s", err, out)
+	for _, bin := range []string{sluiceBin, sluiceLabBin} {
+		dst := filepath.Join(dir, filepath.Base(bin))
+		if _, err := os.Stat(dst); err == nil {
+			continue
+		}
+		if out, err := exec.Command("cp", bin, dst).CombinedOutput(); err != nil {
+			t.Fatalf("cp: %v: %s", err, out)
+		}
 	}
 }
 
@@ -347,7 +351,7 @@ func claimDocsLabs(t *testing.T) {
 	}
 	for _, prefix := range docsLabPrefixes {
 		if labExists(prefix) && !docsLabsOwnedBy(runOwner) {
-			t.Skipf("a lab %q exists on this host: the docs build labs of that name; take it down (sluice lab down --prefix %s) to run this test", prefix, prefix)
+			t.Skipf("a lab %q exists on this host: the docs build labs of that name; take it down (sluice-lab down --prefix %s) to run this test", prefix, prefix)
 		}
 	}
 	if err := os.WriteFile(docsOwnerFile, []byte(strconv.Itoa(runOwner)+"\n"), 0o644); err != nil {

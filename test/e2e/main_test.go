@@ -25,12 +25,12 @@ import (
 // tear down each other's labs; a run tears down only the labs of runs that are gone.
 const (
 	labKind        = "slt" // the suite's lab
-	benchLBKind    = "sbl" // the lab `sluice bench lb` builds
-	benchNetKind   = "sbn" // the lab `sluice bench net` builds
-	benchScaleKind = "sbs" // the lab `sluice bench scale` builds
-	benchFleetKind = "sbf" // the lab `sluice bench fleet` builds
-	benchFloodKind = "sbd" // the lab `sluice bench flood` builds
-	benchPPSKind   = "sbp" // the lab `sluice bench pps` builds
+	benchLBKind    = "sbl" // the lab `sluice-lab bench lb` builds
+	benchNetKind   = "sbn" // the lab `sluice-lab bench net` builds
+	benchScaleKind = "sbs" // the lab `sluice-lab bench scale` builds
+	benchFleetKind = "sbf" // the lab `sluice-lab bench fleet` builds
+	benchFloodKind = "sbd" // the lab `sluice-lab bench flood` builds
+	benchPPSKind   = "sbp" // the lab `sluice-lab bench pps` builds
 )
 
 // runOwner is the pid of the run's supervising process, which names its labs.
