@@ -21,17 +21,11 @@ func fleetSource(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 91, 5, b
 // over the backends' side, and every node's source in bgp.fullnat_sources.
 func fullNATFleetConfig(datapath string, i int, secretFile string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "datapath: %s\n", datapath)
-	fmt.Fprintf(&b, "sync:\n  interface: eth1\n  address: %s\n  peers: [%s]\n  secret_file: %s\n  initial_sync_timeout: 3s\n",
-		theFleet.BalancerBackSideAddr(i, false), theFleet.BalancerBackSideAddr(3-i, false), secretFile)
+	fmt.Fprintf(&b, "datapath: %s\n%s", datapath, pairSync(i, secretFile))
 	fmt.Fprintf(&b, "bgp:\n  asn: %d\n  shutdown_grace: 1s\n  fullnat_sources: [%s, %s]\n  peers:\n    - {address: %s, asn: %d, hold_time: %s}\n",
 		lab.BalancerASN, fleetSource(1), fleetSource(2), theFleet.RouterFrontAddr(false), lab.RouterASN, fleetHoldTime)
 	fmt.Fprintf(&b, "services:\n  - name: api\n    vip: %s\n    port: 80\n    mode: fullnat\n    fullnat_source: %s\n", fleetFullNATVIP, fleetSource(i))
-	fmt.Fprintf(&b, "    health_check: {type: tcp, interval: %s, timeout: %s, rise: %d, fall: %d}\n    backends:\n",
-		checkInterval, checkTimeout, checkRise, checkFall)
-	for j := 1; j <= labBackends; j++ {
-		fmt.Fprintf(&b, "      - address: %s\n", theFleet.BackendAddr(j, false))
-	}
+	b.WriteString(checkedBackends())
 	return b.String()
 }
 

@@ -26,13 +26,26 @@ func natPairConfig(datapath, mode string, i int, secretFile string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "datapath: %s\n", datapath)
 	if secretFile != "" {
-		fmt.Fprintf(&b, "sync:\n  interface: eth1\n  address: %s\n  peers: [%s]\n  secret_file: %s\n  initial_sync_timeout: 3s\n",
-			theFleet.BalancerBackSideAddr(i, false), theFleet.BalancerBackSideAddr(3-i, false), secretFile)
+		b.WriteString(pairSync(i, secretFile))
 	}
 	fmt.Fprintf(&b, "services:\n  - name: web\n    vip: %s\n    port: 80\n    mode: %s\n", fleetVIP4, mode)
 	if mode == "fullnat" {
 		fmt.Fprintf(&b, "    fullnat_source: %s\n", vrrpBackGateway)
 	}
+	b.WriteString(checkedBackends())
+	return b.String()
+}
+
+// pairSync is fleet node i's sync section, replicating to the other of nodes 1 and 2 over the
+// backends' side.
+func pairSync(i int, secretFile string) string {
+	return fmt.Sprintf("sync:\n  interface: eth1\n  address: %s\n  peers: [%s]\n  secret_file: %s\n  initial_sync_timeout: 3s\n",
+		theFleet.BalancerBackSideAddr(i, false), theFleet.BalancerBackSideAddr(3-i, false), secretFile)
+}
+
+// checkedBackends are a service's tcp health check and the lab's IPv4 backends, as YAML lines.
+func checkedBackends() string {
+	var b strings.Builder
 	fmt.Fprintf(&b, "    health_check: {type: tcp, interval: %s, timeout: %s, rise: %d, fall: %d}\n    backends:\n",
 		checkInterval, checkTimeout, checkRise, checkFall)
 	for j := 1; j <= labBackends; j++ {

@@ -399,11 +399,15 @@ func in(t *testing.T, ns netns.NsHandle, fn func()) {
 const echoTimeout = 5 * time.Second
 
 func serveTCPEcho(t *testing.T) {
-	l, err := net.Listen("tcp4", ":80")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
+	serveEach(listenTCP(t, ":80"), func(c net.Conn) {
+		_ = c.SetDeadline(time.Now().Add(echoTimeout))
+		_, _ = io.Copy(c, c)
+	})
+}
+
+// serveEach serves every connection l accepts with handle, in a goroutine of its own, and closes
+// it after; it returns at once.
+func serveEach(l net.Listener, handle func(net.Conn)) {
 	go func() {
 		for {
 			c, err := l.Accept()
@@ -412,8 +416,7 @@ func serveTCPEcho(t *testing.T) {
 			}
 			go func() {
 				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(echoTimeout))
-				_, _ = io.Copy(c, c)
+				handle(c)
 			}()
 		}
 	}()

@@ -17,27 +17,17 @@ import (
 // serveWhoAmI answers each line a connection sends with the address it was accepted on (the
 // backend the balancer chose), for as long as the connection lasts.
 func serveWhoAmI(t *testing.T, addr string) {
-	l := listenTCP(t, addr)
-	go func() {
+	serveEach(listenTCP(t, addr), func(c net.Conn) {
+		r := bufio.NewReader(c)
 		for {
-			c, err := l.Accept()
-			if err != nil {
+			if _, err := r.ReadString('\n'); err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				for {
-					if _, err := r.ReadString('\n'); err != nil {
-						return
-					}
-					if _, err := io.WriteString(c, c.LocalAddr().(*net.TCPAddr).IP.String()+"\n"); err != nil {
-						return
-					}
-				}
-			}()
+			if _, err := io.WriteString(c, c.LocalAddr().(*net.TCPAddr).IP.String()+"\n"); err != nil {
+				return
+			}
 		}
-	}()
+	})
 }
 
 // ask sends a line on a held connection and returns the backend that answered.

@@ -64,17 +64,9 @@ func addAddrs(t *testing.T, link string, addrs ...string) {
 // serveLocalAddr answers every connection on addr with the address it was accepted on (the
 // backend the balancer chose) and closes it.
 func serveLocalAddr(t *testing.T, addr string) {
-	l := listenTCP(t, addr)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = io.WriteString(c, c.LocalAddr().(*net.TCPAddr).IP.String())
-			c.Close()
-		}
-	}()
+	serveEach(listenTCP(t, addr), func(c net.Conn) {
+		_, _ = io.WriteString(c, c.LocalAddr().(*net.TCPAddr).IP.String())
+	})
 }
 
 // dialSrc connects from src (port 0: any) in ns to the service at to.
