@@ -171,8 +171,8 @@ func trafficLinkUp(t testing.TB, name string, addrs ...string) int {
 }
 
 // balance loads the program, fills its maps with the lab's services and attaches it to the
-// balancer's interfaces on hook.
-func (l *trafficLab) balance(t *testing.T, h hook) {
+// balancer's interfaces on hook; it returns the program's objects, for more services.
+func (l *trafficLab) balance(t *testing.T, h hook) *sluiceObjects {
 	objs := loadUnpinned(t, testMapSizes)
 	for i, b := range trafficBackends {
 		for j, port := range []uint16{8080, 0} { // ids 1, 2: IPv4; 3, 4: IPv6; the odd ones for dsr
@@ -230,6 +230,7 @@ func (l *trafficLab) balance(t *testing.T, h hook) {
 	if h == hookXDP {
 		l.xdpPeers(t)
 	}
+	return objs
 }
 
 // xdpPeers attaches an XDP program that passes everything to the veth peers of the balancer's
@@ -258,9 +259,10 @@ func (l *trafficLab) xdpPeers(t *testing.T) {
 	}
 }
 
-// serve starts the backend's echo servers, stopped when the test ends.
-func (l *trafficLab) serve(t *testing.T) {
-	var addrs []string
+// serve starts the backend's echo servers, on the dsr VIPs, port 8080 and the extra addresses,
+// stopped when the test ends.
+func (l *trafficLab) serve(t *testing.T, extra ...string) {
+	addrs := extra
 	for _, vips := range [][2]netip.Addr{trafficVIPs["dsr"]} {
 		for _, vip := range vips {
 			addrs = append(addrs, netip.AddrPortFrom(vip, 80).String())
