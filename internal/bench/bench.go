@@ -1,4 +1,4 @@
-// Package bench is the benchmark driver behind `sluice bench`: it brings up a lab, configures
+// Package bench is the benchmark driver behind `sluice-lab bench`: it brings up a lab, configures
 // each candidate balancer in the lab's balancer namespace, drives load from the client namespace
 // and reports medians of interleaved rounds as ratios to a baseline measured in the same run.
 package bench

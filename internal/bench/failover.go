@@ -1,6 +1,6 @@
 package bench
 
-// `sluice bench failover`: what the events of a keepalived pair's life (a node's death, a VRRP
+// `sluice-lab bench failover`: what the events of a keepalived pair's life (a node's death, a VRRP
 // takeover and fail-back, a drain, a daemon restart, a binary upgrade, a node lost while the
 // backends change) cost the connections that run through them, per datapath and mode: broken
 // long-lived connections, failed new ones, and the time until the pair has reconverged.
@@ -16,7 +16,7 @@ import (
 	"github.com/sluicelb/sluice/internal/config"
 )
 
-// FailoverOptions configure `sluice bench failover`.
+// FailoverOptions configure `sluice-lab bench failover`.
 type FailoverOptions struct {
 	Datapaths []string `json:"datapaths"`
 	Modes     []string `json:"modes"`
@@ -59,7 +59,7 @@ func checkRange(flag string, v, least, most int) error {
 	return nil
 }
 
-// FailoverResults are what `sluice bench failover` measured, and how.
+// FailoverResults are what `sluice-lab bench failover` measured, and how.
 type FailoverResults struct {
 	Options  FailoverOptions `json:"options"`
 	Backends int             `json:"backends"`
@@ -177,7 +177,7 @@ func (c FailoverCell) label() string {
 // the errors behind the broken connections.
 func (r *FailoverResults) Table() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "sluice bench failover: a keepalived pair, %d long-lived connections (a request every %s) and %d new connections/s through each event, %d backends\n",
+	fmt.Fprintf(&b, "sluice-lab bench failover: a keepalived pair, %d long-lived connections (a request every %s) and %d new connections/s through each event, %d backends\n",
 		r.Options.Conns, requestPause, r.Options.NewRate, r.Backends)
 	b.WriteString("cell: broken/total (reconvergence in seconds); broken = a long-lived connection reset or stalled past " +
 		stallLimit.String() + ", or a new connection that failed\n\n")

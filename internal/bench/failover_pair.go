@@ -37,7 +37,7 @@ const (
 )
 
 // syncSecret is the secret the pair's nodes share (a benchmark's lab, not a production one).
-const syncSecret = "the secret of sluice bench failover's pair\n"
+const syncSecret = "the secret of sluice-lab bench failover's pair\n"
 
 // pair is Sluice and keepalived on fleet nodes 1 and 2.
 type pair struct {

@@ -1,6 +1,6 @@
 package bench
 
-// `sluice bench fleet`: requests/s through 1..N Sluice nodes that a BIRD router spreads by ECMP,
+// `sluice-lab bench fleet`: requests/s through 1..N Sluice nodes that a BIRD router spreads by ECMP,
 // against the same router sending the client straight to the backends, and what a node's death
 // costs while new connections keep coming.
 
@@ -24,7 +24,7 @@ import (
 	"github.com/sluicelb/sluice/internal/lab"
 )
 
-// FleetOptions configure `sluice bench fleet`.
+// FleetOptions configure `sluice-lab bench fleet`.
 type FleetOptions struct {
 	// Nodes is the number of balancer nodes (2..lab.MaxBalancers); every count from 1 to Nodes is measured.
 	Nodes     int      `json:"nodes"`
@@ -89,7 +89,7 @@ func (o FleetOptions) workloads() ([]Workload, error) {
 	return selectWorkloads(names)
 }
 
-// FleetResults are what `sluice bench fleet` measured, and how.
+// FleetResults are what `sluice-lab bench fleet` measured, and how.
 type FleetResults struct {
 	Options   FleetOptions `json:"options"`
 	Backends  int          `json:"backends"`
@@ -565,7 +565,7 @@ func summarizeFailover(reqs []request, length, cutAt, reconverged time.Duration)
 // through the router, then the failovers.
 func (r *FleetResults) Table() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "sluice bench fleet: up to %d Sluice nodes (DSR) behind a BIRD router spreading the VIP by ECMP, %d backends, %d round(s) of %s, medians\n",
+	fmt.Fprintf(&b, "sluice-lab bench fleet: up to %d Sluice nodes (DSR) behind a BIRD router spreading the VIP by ECMP, %d backends, %d round(s) of %s, medians\n",
 		r.Options.Nodes, r.Backends, r.Options.Rounds, r.Options.Duration)
 	fmt.Fprintf(&b, "%s\n\n", r.Note)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)

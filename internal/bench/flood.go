@@ -1,6 +1,6 @@
 package bench
 
-// `sluice bench flood`: legitimate one-request-per-connection load from the client while the
+// `sluice-lab bench flood`: legitimate one-request-per-connection load from the client while the
 // attacker namespace floods the VIP with SYNs from forged random sources (hping3 --flood
 // --rand-source), against the same load without the flood, per candidate. At the backends it
 // counts the forged SYNs that reached them (an nft counter on their ingress), samples their
@@ -29,7 +29,7 @@ import (
 	"github.com/sluicelb/sluice/internal/lab"
 )
 
-// FloodOptions configure `sluice bench flood`.
+// FloodOptions configure `sluice-lab bench flood`.
 type FloodOptions struct {
 	// Duration is each phase's load run; Rounds how many times every candidate gets both phases.
 	Duration time.Duration
@@ -52,7 +52,7 @@ func (o FloodOptions) Check() error {
 	)
 }
 
-// FloodResults are what `sluice bench flood` measured.
+// FloodResults are what `sluice-lab bench flood` measured.
 type FloodResults struct {
 	Duration   string   `json:"duration"`
 	Rounds     int      `json:"rounds"`
@@ -110,7 +110,7 @@ type BackendCounts struct {
 	SyncookiesSent  int64 `json:"syncookies_sent"`
 }
 
-// FloodCandidateNames are the candidates `sluice bench flood` knows, peers included.
+// FloodCandidateNames are the candidates `sluice-lab bench flood` knows, peers included.
 func FloodCandidateNames() []string {
 	var names []string
 	for _, c := range floodCandidates() {
@@ -562,7 +562,7 @@ func (r *FloodResults) Table() string {
 	if r.Rate > 0 {
 		offered = fmt.Sprintf("offered %d/s", r.Rate)
 	}
-	fmt.Fprintf(&b, "sluice bench flood: %d backends, %d round(s) of %s per phase, legitimate load %s, medians\n\n", r.Backends, r.Rounds, r.Duration, offered)
+	fmt.Fprintf(&b, "sluice-lab bench flood: %d backends, %d round(s) of %s per phase, legitimate load %s, medians\n\n", r.Backends, r.Rounds, r.Duration, offered)
 	rows := [][]string{{"CANDIDATE", "REQ/S", "FLOODED", "SHARE", "FLOOD PPS", "FORGED SYNS", "HALF-OPEN", "DROPS", "OVERFLOWS", "COOKIES", "ERRORS", "PROTECTION"}}
 	for _, c := range r.Cells {
 		rows = append(rows, []string{c.Candidate, thousands(c.RPS), thousands(c.FloodedRPS), fmt.Sprintf("%.1f%%", 100*c.Share),

@@ -27,6 +27,6 @@ func (e *Env) RefuseExistingLab(ctx context.Context) error {
 	if len(found) == 0 {
 		return nil
 	}
-	return fmt.Errorf("--prefix %s: a lab with this prefix exists (%s), which the benchmark would tear down: pick another --prefix, remove it with `sluice lab down --prefix %s`, or give --reuse-lab",
+	return fmt.Errorf("--prefix %s: a lab with this prefix exists (%s), which the benchmark would tear down: pick another --prefix, remove it with `sluice-lab down --prefix %s`, or give --reuse-lab",
 		e.Lab.Prefix, strings.Join(found, ", "), e.Lab.Prefix)
 }

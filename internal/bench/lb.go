@@ -12,7 +12,7 @@ import (
 	"github.com/sluicelb/sluice/internal/config"
 )
 
-// LBOptions configure `sluice bench lb`.
+// LBOptions configure `sluice-lab bench lb`.
 type LBOptions struct {
 	// Duration is the length of each load run; Rounds how many times every candidate gets every workload.
 	Duration time.Duration
@@ -28,7 +28,7 @@ type LBOptions struct {
 	KeepLab bool
 }
 
-// LBResults are what `sluice bench lb` measured.
+// LBResults are what `sluice-lab bench lb` measured.
 type LBResults struct {
 	Duration string `json:"duration"`
 	Rounds   int    `json:"rounds"`

@@ -161,7 +161,7 @@ func TestSummarize(t *testing.T) {
 		t.Errorf("cpu: direct %v, haproxy %+v", d.CPU, h)
 	}
 	table := r.Table()
-	for _, want := range []string{"keepalive", "nft-nat", "33.3%", "66.7%", "2,000", "0.50", "VS ECMP", "nftlb-dsr (sluice bench lb --install-peers)"} {
+	for _, want := range []string{"keepalive", "nft-nat", "33.3%", "66.7%", "2,000", "0.50", "VS ECMP", "nftlb-dsr (sluice-lab bench lb --install-peers)"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
 		}

@@ -11,7 +11,7 @@ import (
 // Table renders the results for people: one block per workload, one row per candidate.
 func (r *LBResults) Table() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "sluice bench lb: %d backends, %d round(s) of %s per candidate and workload, medians, switch %s\n\n", r.Backends, r.Rounds, r.Duration, r.Switch)
+	fmt.Fprintf(&b, "sluice-lab bench lb: %d backends, %d round(s) of %s per candidate and workload, medians, switch %s\n\n", r.Backends, r.Rounds, r.Duration, r.Switch)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "WORKLOAD\tCANDIDATE\tREQ/S\tVS DIRECT\tVS ECMP\tP50\tP99\tLB CPU\tERRORS\t")
 	for _, w := range r.Workloads {
@@ -35,7 +35,7 @@ func (r *LBResults) Table() string {
 	fmt.Fprintf(&b, "latency: every candidate gets the same paced load of %d requests/s; compare P50/P99 there.\n", r.Rate)
 	fmt.Fprintf(&b, "LB CPU: cores used by a userspace balancer's processes; kernel datapaths work in softirq and are not separable.\n")
 	if len(r.Missing) > 0 {
-		fmt.Fprintf(&b, "not installed, not measured: %s (sluice bench lb --install-peers)\n", strings.Join(r.Missing, ", "))
+		fmt.Fprintf(&b, "not installed, not measured: %s (sluice-lab bench lb --install-peers)\n", strings.Join(r.Missing, ", "))
 	}
 	return b.String()
 }
@@ -84,7 +84,7 @@ func (r *LBResults) SVG() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="14" font-weight="bold">sluice bench lb: requests/s as %% of direct (median of %d rounds of %s)</text>`+"\n", svgMarginL, r.Rounds, r.Duration)
+	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="14" font-weight="bold">sluice-lab bench lb: requests/s as %% of direct (median of %d rounds of %s)</text>`+"\n", svgMarginL, r.Rounds, r.Duration)
 	top := r.scaleTop()
 	base := svgMarginTop + svgPlotH
 	step := 25.0

@@ -19,7 +19,7 @@ import (
 	"github.com/sluicelb/sluice/internal/lab"
 )
 
-// Fixed parameters of `sluice bench net`.
+// Fixed parameters of `sluice-lab bench net`.
 const (
 	netPort        = 5201      // TCP port of the measurement server on b1
 	netMsgSize     = 64 << 10  // bytes per write of the bandwidth test (qperf's tcp_bw default)
@@ -44,7 +44,7 @@ const (
 	netModeEcho byte = 'l' // send back every byte
 )
 
-// NetOptions bounds `sluice bench net`.
+// NetOptions bounds `sluice-lab bench net`.
 type NetOptions struct {
 	// Duration is the length of each bandwidth and of each latency measurement.
 	Duration time.Duration
@@ -54,7 +54,7 @@ type NetOptions struct {
 	KeepLab bool
 }
 
-// NetResults is the outcome of `sluice bench net`: one entry per path, the baseline first.
+// NetResults is the outcome of `sluice-lab bench net`: one entry per path, the baseline first.
 type NetResults struct {
 	DurationSeconds float64   `json:"duration_s"`
 	Rounds          int       `json:"rounds"`
@@ -207,7 +207,7 @@ func (e *Env) netPaths() []netPath {
 // netConfig is the Sluice config of the balancer path: the server's port on the VIP, nat mode,
 // backend as the only backend.
 func netConfig(backend netip.Addr) string {
-	return fmt.Sprintf(`# sluice bench net: the balancer path.
+	return fmt.Sprintf(`# sluice-lab bench net: the balancer path.
 datapath: nft
 services:
   - name: bench-net

@@ -19,7 +19,7 @@ import (
 	"github.com/sluicelb/sluice/internal/lab"
 )
 
-// Peers are the other balancers `sluice bench lb` compares with, when installed: the bare
+// Peers are the other balancers `sluice-lab bench lb` compares with, when installed: the bare
 // baselines (bare.go), nftlb (the nftables balancer Sluice's nft layout follows) in its three
 // modes, and two userspace proxies.
 func Peers() []peer {

@@ -1,6 +1,6 @@
 package bench
 
-// `sluice bench pps`: packets per second the way the field measures a balancer (the XDP paper's
+// `sluice-lab bench pps`: packets per second the way the field measures a balancer (the XDP paper's
 // method: one VIP, 100 reals, small UDP packets from many source ports). trafgen in the client
 // namespace, on CPU 0, sends 60-byte frames as fast as it can, for a set time, to the VIP or, for
 // the direct baseline, to the reals themselves. A veth hands a frame to its peer on the sending
@@ -33,7 +33,7 @@ import (
 	"github.com/sluicelb/sluice/internal/lab"
 )
 
-// PPSOptions configure `sluice bench pps`.
+// PPSOptions configure `sluice-lab bench pps`.
 type PPSOptions struct {
 	// Duration is each send's length; Rounds how many times every candidate gets every workload.
 	Duration time.Duration
@@ -68,7 +68,7 @@ const ppsReals = 100
 // ppsFrameLen is the length of every generated frame: Ethernet's minimum without the FCS.
 const ppsFrameLen = 60
 
-// PPSResults are what `sluice bench pps` measured.
+// PPSResults are what `sluice-lab bench pps` measured.
 type PPSResults struct {
 	Duration string `json:"duration"`
 	Rounds   int    `json:"rounds"`
@@ -147,7 +147,7 @@ const (
 	ppsSYNSources = "10.200.0.0/16"
 )
 
-// ppsWorkloads are named as `sluice lab pps-sender --kind` names them.
+// ppsWorkloads are named as `sluice-lab pps-sender --kind` names them.
 var ppsWorkloads = []ppsWorkload{
 	{"udp", "UDP to port 80 from one source address, random source ports",
 		"udp(sp=drnd(1024, 65535), dp=80)", "sa=" + ppsUDPSource},
@@ -289,7 +289,7 @@ func ppsCandidates() []ppsCandidate {
 // ppsOnRequest are candidates measured only when named: nft nat with nft.packet_counters off.
 var ppsOnRequest = []ppsCandidate{ppsSluice{datapath: "nft", mode: "nat", uncounted: true}}
 
-// PPSCandidateNames are the candidates `sluice bench pps` knows, peers and those on request
+// PPSCandidateNames are the candidates `sluice-lab bench pps` knows, peers and those on request
 // included.
 func PPSCandidateNames() []string {
 	var names []string
@@ -613,7 +613,7 @@ func summarizePPS(backends int, o PPSOptions, workloads []ppsWorkload, candidate
 		FrameBytes: ppsFrameLen, Generator: "trafgen (netsniff-ng), one thread on CPU 0, in the client namespace",
 		CPU: ppsCPU, Switch: o.Switch.orStack(), Missing: missing}
 	if o.Steer {
-		res.Generator = "sluice lab pps-sender (AF_PACKET, sendmmsg of 64), one thread on CPU 0, in the client namespace"
+		res.Generator = "sluice-lab pps-sender (AF_PACKET, sendmmsg of 64), one thread on CPU 0, in the client namespace"
 		res.CPU, res.Steered = steerBalancerCPU, true
 	}
 	for _, w := range workloads {

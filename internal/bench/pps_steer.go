@@ -1,6 +1,6 @@
 package bench
 
-// `sluice bench pps --steer`: the balancer gets CPU 1 to itself. The balancer's client-side veth
+// `sluice-lab bench pps --steer`: the balancer gets CPU 1 to itself. The balancer's client-side veth
 // and the switch's port from the balancer each get a NAPI instance (GRO on) polled by a kernel
 // thread of its own (threaded NAPI): the balancer's thread is pinned to CPU 1, where the balancer
 // namespace receives, balances (at XDP or in the stack) and hands each frame on; the switch's
@@ -8,7 +8,7 @@ package bench
 // time is then the balancer's alone, for the tc and the XDP candidates alike (RPS would leave an
 // XDP program on the sender's CPU: a veth runs it in its NAPI poll, before RPS). trafgen cannot
 // drive this (frames waiting for the other CPU fill its socket's send buffer and it exits on
-// EAGAIN); `sluice lab pps-sender` waits for room instead.
+// EAGAIN); `sluice-lab pps-sender` waits for room instead.
 
 import (
 	"context"
@@ -154,7 +154,7 @@ func cpuIdleUser(cpu int) (idle, user int64, err error) {
 	return ticks(c.Idle, c.Iowait), ticks(c.User, c.Nice), nil
 }
 
-// sendSteered runs `sluice lab pps-sender` on CPU 0 in the client namespace for d, to the VIP or
+// sendSteered runs `sluice-lab pps-sender` on CPU 0 in the client namespace for d, to the VIP or
 // (direct) to the reals in turn, and measures CPU 1's busy time.
 func (e *Env) sendSteered(ctx context.Context, w ppsWorkload, direct bool, d time.Duration) (PPSSample, error) {
 	lbMAC, err := macOf(e, e.Lab.BalancerNS(), "eth0")

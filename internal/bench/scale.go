@@ -1,6 +1,6 @@
 package bench
 
-// `sluice bench scale`: how the datapath's cost grows with the configuration. For each size (a
+// `sluice-lab bench scale`: how the datapath's cost grows with the configuration. For each size (a
 // number of services with a fixed number of backends each) and each datapath it measures, from
 // an empty balancer: the time to apply the whole config, the time to add one backend to one
 // service (one-shot `sluice apply -f`, and through a running daemon), the daemon's and the

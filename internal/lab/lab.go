@@ -22,7 +22,7 @@ const (
 // Anycast4 is an address every backend holds on lo and the balancer namespace routes to all
 // of them by one multipath route hashed on the 5-tuple: plain kernel routing that spreads
 // connections over the backends the way a balancer does, with no balancer (the ecmp baseline
-// of `sluice bench lb`). Replies go back through the balancer namespace, as for nat.
+// of `sluice-lab bench lb`). Replies go back through the balancer namespace, as for nat.
 const Anycast4 = "10.91.8.1"
 
 // MaxBackends is the largest backend count a lab supports.

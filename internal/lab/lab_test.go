@@ -98,7 +98,7 @@ func TestTopologyPlan(t *testing.T) {
 		{Prefix: "ok", Backends: 0, StateDir: "/x"},
 		{Prefix: "ok", Backends: MaxBackends + 1, StateDir: "/x"},
 		{Prefix: "ok", Backends: 1, StateDir: "rel"},
-		New("ok", 0), // sluice lab up --backends 0 made 3
+		New("ok", 0), // sluice-lab up --backends 0 made 3
 	} {
 		if bad.validate() == nil {
 			t.Errorf("validate(%+v) = nil, want error", bad)
