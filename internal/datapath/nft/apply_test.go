@@ -94,6 +94,14 @@ func (h *fakeHost) ensureCTTimeouts(ctx context.Context) (bool, error) {
 
 func (h *fakeHost) generation() uint32 { return h.gen }
 
+func (h *fakeHost) tables() (map[knftables.Family]bool, error) {
+	out := map[knftables.Family]bool{}
+	for _, f := range families {
+		out[f] = h.Tables[f][TableName] != nil
+	}
+	return out, nil
+}
+
 func (h *fakeHost) namespace() (string, error) { return h.ns, nil }
 
 func (h *fakeHost) counters(f knftables.Family) (map[string]*knftables.Counter, error) {
@@ -390,17 +398,25 @@ func TestResyncFollowsMovedRoutes(t *testing.T) {
 	}
 }
 
-// TestFlushDeletesTheTables: Flush leaves no table of Sluice's, and the next Apply programs the
+// TestFlushDeletesTheTables: Flush leaves no table of Sluice's, in one transaction that reads
+// none of their content (none at all when there is no table), and the next Apply programs the
 // plan whole again.
 func TestFlushDeletesTheTables(t *testing.T) {
 	d, h := newFakeDatapath()
 	p := loadPlan(t, "testdata/golden/dsr-tcp/config.yaml")
 	apply(t, d, p)
+	reads, runs := h.reads, h.runs
 	if err := d.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if dump := h.Dump(); dump != "" {
 		t.Errorf("tables left after Flush:\n%s", dump)
+	}
+	if h.reads != reads || h.runs != runs+1 {
+		t.Errorf("Flush read the tables %d times and ran %d transactions, want 0 and 1", h.reads-reads, h.runs-runs)
+	}
+	if err := d.Flush(context.Background()); err != nil || h.runs != runs+1 {
+		t.Errorf("Flush without tables: %v, and %d transactions, want none", err, h.runs-runs-1)
 	}
 	apply(t, d, p)
 	if got, want := sortedLines(h.Dump()), fresh(t, p, testEnv); got != want {

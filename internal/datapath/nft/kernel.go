@@ -34,6 +34,8 @@ type host interface {
 	namespace() (string, error)
 	// read is the current content of Sluice's tables.
 	read(ctx context.Context) (*state, error)
+	// tables tells which of Sluice's tables exist, without reading their content.
+	tables() (map[knftables.Family]bool, error)
 	// elements are the elements of one set or map of Sluice's table of family f.
 	elements(f knftables.Family, set string) ([]*knftables.Element, error)
 	// counters are the named counters of Sluice's table of family f, by name.
@@ -63,6 +65,8 @@ func (kernelHost) generation() uint32 { return rulesetGeneration() }
 func (kernelHost) namespace() (string, error) { return namespaceID() }
 
 func (kernelHost) read(ctx context.Context) (*state, error) { return readTables(ctx) }
+
+func (kernelHost) tables() (map[knftables.Family]bool, error) { return existingTables() }
 
 func (kernelHost) elements(f knftables.Family, set string) ([]*knftables.Element, error) {
 	def := &setDef{obj: &knftables.Map{Family: f, Table: TableName, Name: set}, elems: map[string]*knftables.Element{}}

@@ -171,3 +171,22 @@ func counterOf(msg []byte) (string, *knftables.Counter, bool) {
 	}
 	return name, c, name != "" && c != nil
 }
+
+// existingTables tells which of Sluice's tables exist, each asked for by name.
+func existingTables() (map[knftables.Family]bool, error) {
+	out := map[knftables.Family]bool{}
+	for _, f := range families {
+		req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETTABLE, 0)
+		req.AddData(&nl.Nfgenmsg{NfgenFamily: nfproto[f], Version: unix.NFNETLINK_V0})
+		req.AddData(nl.NewRtAttr(unix.NFTA_TABLE_NAME, nl.ZeroTerminated(TableName)))
+		_, err := req.Execute(unix.NETLINK_NETFILTER, unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWTABLE)
+		switch {
+		case errors.Is(err, unix.ENOENT):
+		case err != nil:
+			return nil, fmt.Errorf("looking for %s %s: %w", f, TableName, err)
+		default:
+			out[f] = true
+		}
+	}
+	return out, nil
+}

@@ -266,18 +266,24 @@ func (d *Datapath) Resync() {
 	d.resync = true
 }
 
-// Flush deletes Sluice's tables.
+// Flush deletes Sluice's tables, each whole (with its chains, maps, counters and policies), in
+// one transaction; none when there is no table. It reads none of their content.
 func (d *Datapath) Flush(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.committed, d.generation = nil, 0
 	d.layout.Store(nil)
-	have, err := d.read(ctx)
+	have, err := d.host.tables()
 	if err != nil {
 		return err
 	}
 	tx := d.nft.NewTransaction()
-	if reconcile(tx, have, newState()) == 0 {
+	for _, f := range families {
+		if have[f] {
+			tx.Delete(&knftables.Table{Family: f, Name: TableName})
+		}
+	}
+	if tx.NumOperations() == 0 {
 		return nil
 	}
 	return d.nft.Run(ctx, tx)
