@@ -43,9 +43,10 @@ func planCmd(g *globals) *cobra.Command {
 		Long: `Plan shows what applying the file would change, changing nothing: services added (+), removed
 (-) and changed (~), under each its settings and backends that differ and the share of its new
 flows that would move to another backend; -o json or yaml for scripts. With a daemon it compares
-with the daemon's running config; without one, with what the kernel holds, read back as
-sluice list reads it (listeners, modes, schedulers, backends and weights: fallback and health
-checks are not read back). -f - reads the file from standard input.
+with the daemon's running config; without one, with the plan the last sluice apply -f committed on
+the nft datapath while its tables still hold it (no nftables transaction since), else with what the
+kernel holds, read back as sluice list reads it (listeners, modes, schedulers, backends and
+weights: fallback and health checks are not read back). -f - reads the file from standard input.
 
 Exit status: 0 when nothing would change, 2 when something would, 1 on an error (like
 terraform plan -detailed-exitcode).`,
