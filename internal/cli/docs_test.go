@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/sluicelb/sluice/internal/mdsh"
@@ -12,16 +11,5 @@ import (
 // flag's type. internal/labcli checks the sluice-lab ones; the e2e suite (TestDocsRunInTheLab)
 // runs the fenced sh blocks for real.
 func TestDocsNameRealCommands(t *testing.T) {
-	docs, err := filepath.Glob("../../docs/*.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	checked, errs := mdsh.CheckCommands(append([]string{"../../README.md"}, docs...), "sluice", rootCmd)
-	for _, err := range errs {
-		t.Error(err)
-	}
-	t.Logf("%d sluice commands checked", checked)
-	if checked < 50 {
-		t.Errorf("checked only %d sluice commands in the docs: is the extraction broken?", checked)
-	}
+	mdsh.CheckDocs(t, "../..", "sluice", rootCmd, 50)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicelb/sluice/internal/bench"
+	"github.com/sluicelb/sluice/internal/lab"
 )
 
 // benchFlags are the flags every bench subcommand shares.
@@ -64,6 +65,23 @@ func (f *benchFlags) run(cmd *cobra.Command, name string, o bench.Options, measu
 		return err
 	}
 	return f.report(cmd, res)
+}
+
+// runInOwnLab runs benchmark name as run does, in a lab named after this process (lab.RunPrefix
+// of kind) unless --prefix is given, so that it never takes another run's lab; output (-o) is
+// table, or json for the JSON report on stdout.
+func (f *benchFlags) runInOwnLab(cmd *cobra.Command, name, kind, output string, o bench.Options, measure func(context.Context, *bench.Env) (bench.Result, error)) error {
+	switch output {
+	case "table":
+	case "json":
+		f.jsonPath = "-"
+	default:
+		return fmt.Errorf("bench %s: -o: %q is not table or json", name, output)
+	}
+	if !cmd.Flags().Changed("prefix") {
+		f.prefix = lab.RunPrefix(kind, os.Getpid())
+	}
+	return f.run(cmd, name, o, measure)
 }
 
 // env returns the benchmark environment (the lab named by the flags, programmed by the sluice

@@ -2,15 +2,12 @@ package labcli
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sluicelb/sluice/internal/bench"
 	"github.com/sluicelb/sluice/internal/config"
-	"github.com/sluicelb/sluice/internal/lab"
 )
 
 // benchFailoverKind names the failover benchmark's lab after this process (lab.RunPrefix) unless
@@ -40,17 +37,7 @@ events (node 1 master). The lab (--prefix, default slfo<pid>) is torn down at th
 failure or interrupt, unless --keep-lab.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			switch output {
-			case "table":
-			case "json":
-				f.jsonPath = "-"
-			default:
-				return fmt.Errorf("bench failover: -o: %q is not table or json", output)
-			}
-			if !cmd.Flags().Changed("prefix") {
-				f.prefix = lab.RunPrefix(benchFailoverKind, os.Getpid())
-			}
-			return f.run(cmd, "failover", o, func(ctx context.Context, env *bench.Env) (bench.Result, error) {
+			return f.runInOwnLab(cmd, "failover", benchFailoverKind, output, o, func(ctx context.Context, env *bench.Env) (bench.Result, error) {
 				return bench.RunFailover(ctx, env, o)
 			})
 		},

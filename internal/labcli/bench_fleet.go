@@ -3,7 +3,6 @@ package labcli
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -39,17 +38,7 @@ show ECMP spreading and the cost of the balancer hop, not scaling. The lab (--pr
 sbf<pid>) is torn down at the end, also on failure or interrupt, unless --keep-lab.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			switch output {
-			case "table":
-			case "json":
-				f.jsonPath = "-"
-			default:
-				return fmt.Errorf("bench fleet: -o: %q is not table or json", output)
-			}
-			if !cmd.Flags().Changed("prefix") {
-				f.prefix = lab.RunPrefix(benchFleetKind, os.Getpid())
-			}
-			return f.run(cmd, "fleet", o, func(ctx context.Context, env *bench.Env) (bench.Result, error) {
+			return f.runInOwnLab(cmd, "fleet", benchFleetKind, output, o, func(ctx context.Context, env *bench.Env) (bench.Result, error) {
 				return bench.RunFleet(ctx, env, o)
 			})
 		},

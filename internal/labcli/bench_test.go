@@ -20,6 +20,17 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"scale", "--services", "0"}, "bench scale: --services:"},
 		{[]string{"fleet", "--nodes", "1"}, "bench fleet: --nodes:"},
 		{[]string{"fleet", "-o", "xml"}, "bench fleet: -o:"},
+		{[]string{"failover", "--datapath", "ipvs"}, "bench failover: --datapath:"},
+		{[]string{"failover", "--datapath", "nft,nft"}, "bench failover: --datapath:"},
+		{[]string{"failover", "--modes", "masq"}, "bench failover: --modes:"},
+		{[]string{"failover", "--modes", ""}, "bench failover: --modes:"},
+		{[]string{"failover", "--events", "meteor"}, "bench failover: --events:"},
+		{[]string{"failover", "--events", "drain,drain"}, "bench failover: --events:"},
+		{[]string{"failover", "--conns", "0"}, "bench failover: --conns:"},
+		{[]string{"failover", "--conns", "1001"}, "bench failover: --conns:"},
+		{[]string{"failover", "--new-rate", "0"}, "bench failover: --new-rate:"},
+		{[]string{"failover", "--new-rate", "201"}, "bench failover: --new-rate:"},
+		{[]string{"failover", "-o", "xml"}, "bench failover: -o:"},
 	} {
 		root := Command()
 		var out bytes.Buffer

@@ -3,11 +3,32 @@ package mdsh
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
+	"testing"
 	"unicode"
 
 	"github.com/spf13/cobra"
 )
+
+// CheckDocs checks every run of the command name in the repository's README.md and docs/*.md
+// (below root) as CheckCommands does, failing t for each bad one, and for fewer than least runs
+// (the extraction broken).
+func CheckDocs(t testing.TB, root, name string, newRoot func() *cobra.Command, least int) {
+	t.Helper()
+	docs, err := filepath.Glob(filepath.Join(root, "docs/*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked, errs := CheckCommands(append([]string{filepath.Join(root, "README.md")}, docs...), name, newRoot)
+	for _, err := range errs {
+		t.Error(err)
+	}
+	t.Logf("%d %s commands checked", checked, name)
+	if checked < least {
+		t.Errorf("checked only %d %s commands in the docs: is the extraction broken?", checked, name)
+	}
+}
 
 // CheckCommands checks every run of the command name (the word, or a path ending in /name) that
 // the documents give in sh blocks or mention in inline code against its command line, a fresh one
