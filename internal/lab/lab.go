@@ -46,6 +46,9 @@ type Lab struct {
 	// Balancers is the number of balancers (1..MaxBalancers); from 2 on, the lab is a fleet: a
 	// BIRD router in {Prefix}-router spreads the VIPs over {Prefix}-lb1..-lbN by ECMP.
 	Balancers int
+	// RoutedBackends puts the backends behind a router on subnets of their own (routed.go); one
+	// balancer only.
+	RoutedBackends bool
 	// Attacker adds {Prefix}-attacker, linked to the balancer (attacker.go); one balancer only.
 	Attacker bool
 	// BFD, in a fleet, runs BFD on the router's sessions to the balancers (router.go).
@@ -77,6 +80,9 @@ func (l *Lab) validate() error {
 	}
 	if l.Balancers < 1 || l.Balancers > MaxBalancers {
 		return fmt.Errorf("lab: balancers must be 1..%d, got %d", MaxBalancers, l.Balancers)
+	}
+	if l.RoutedBackends && l.fleet() {
+		return fmt.Errorf("lab: routed backends need a lab of one balancer, got %d", l.Balancers)
 	}
 	if l.Attacker && l.fleet() {
 		return fmt.Errorf("lab: an attacker needs a lab of one balancer, got %d", l.Balancers)
@@ -129,6 +135,9 @@ func (l *Lab) Namespaces() []string {
 			ns = append(ns, l.BalancerNSOf(i))
 		}
 	}
+	if l.RoutedBackends {
+		ns = append(ns, l.RouterNS())
+	}
 	if l.Attacker {
 		ns = append(ns, l.AttackerNS())
 	}
@@ -163,10 +172,14 @@ func (l *Lab) BalancerBackendSideAddr(v6 bool) netip.Addr {
 	return pick(v6, "10.91.2.1", "fd00:91:2::1")
 }
 
-// BackendAddr is backend i's eth0 address (10.91.2.(10+i), fd00:91:2::(10+i)); invalid if i is out of range.
+// BackendAddr is backend i's eth0 address (10.91.2.(10+i), fd00:91:2::(10+i); routed:
+// 10.(91+i).1.11, fd00:(91+i):1::11); invalid if i is out of range.
 func (l *Lab) BackendAddr(i int, v6 bool) netip.Addr {
 	if i < 1 || i > l.Backends {
 		return netip.Addr{}
+	}
+	if l.RoutedBackends {
+		return routedBackendAddr(i, v6)
 	}
 	return pick(v6, fmt.Sprintf("10.91.2.%d", 10+i), fmt.Sprintf("fd00:91:2::%d", 10+i))
 }

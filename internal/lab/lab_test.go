@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 	}
 	if os.Geteuid() == 0 {
 		logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "lab test: "+format+"\n", args...) }
-		if err := TearDownGone(context.Background(), logf, testLabKind, fleetLabKind); err != nil {
+		if err := TearDownGone(context.Background(), logf, testLabKind, fleetLabKind, routedLabKind); err != nil {
 			logf("tearing down the labs of earlier runs: %v", err)
 		}
 	}

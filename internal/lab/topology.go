@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -48,6 +49,9 @@ func (l *Lab) vethPairs() []vethPair {
 	if l.Attacker {
 		pairs = append(pairs, l.attackerPair())
 	}
+	if l.RoutedBackends {
+		return append(pairs, l.routedPairs()...)
+	}
 	for i := 1; i <= l.Backends; i++ {
 		pairs = append(pairs, vethPair{endpoint{sw, BackendName(i)}, endpoint{l.BackendNS(i), "eth0"}, "br0"})
 	}
@@ -75,6 +79,9 @@ func (l *Lab) ifAddrs() []ifAddr {
 	}
 	if l.Attacker {
 		out = append(out, l.attackerAddrs()...)
+	}
+	if l.RoutedBackends {
+		out = append(out, l.routedAddrs()...)
 	}
 	for i := 1; i <= l.Backends; i++ {
 		out = append(out, addrPair(l.BackendNS(i), "eth0", 24, 64, func(v6 bool) netip.Addr { return l.BackendAddr(i, v6) })...)
@@ -107,8 +114,9 @@ func (l *Lab) links() map[string][]string {
 // The stamp file, written after a successful build, records the lab's shape; a fleet's also has
 // its balancer count.
 const (
-	stampFormat      = "sluice-lab v2 backends=%d\n"
-	fleetStampFormat = "sluice-lab v2 backends=%d balancers=%d\n"
+	stampFormat       = "sluice-lab v2 backends=%d\n"
+	fleetStampFormat  = "sluice-lab v2 backends=%d balancers=%d\n"
+	routedStampFormat = "sluice-lab v2 backends=%d routed\n"
 )
 
 func (l *Lab) stampPath() string { return filepath.Join(l.StateDir, "topology") }
@@ -116,6 +124,9 @@ func (l *Lab) stampPath() string { return filepath.Join(l.StateDir, "topology") 
 func (l *Lab) stamp() []byte {
 	if l.fleet() {
 		return fmt.Appendf(nil, fleetStampFormat, l.Backends, l.Balancers)
+	}
+	if l.RoutedBackends {
+		return fmt.Appendf(nil, routedStampFormat, l.Backends)
 	}
 	return fmt.Appendf(nil, stampFormat, l.Backends)
 }
@@ -129,6 +140,9 @@ func (l *Lab) builtShape() (backends, balancers int) {
 	if _, err := fmt.Sscanf(string(b), fleetStampFormat, &backends, &balancers); err == nil {
 		return backends, balancers
 	}
+	if _, err := fmt.Sscanf(string(b), routedStampFormat, &backends); err == nil {
+		return backends, 1
+	}
 	if _, err := fmt.Sscanf(string(b), stampFormat, &backends); err == nil {
 		return backends, 1
 	}
@@ -139,7 +153,7 @@ func (l *Lab) builtShape() (backends, balancers int) {
 // written after a successful build, exactly the expected namespaces, and
 // every expected link present and up.
 func (l *Lab) built() bool {
-	if backends, balancers := l.builtShape(); backends != l.Backends || balancers != l.Balancers {
+	if stamp, err := os.ReadFile(l.stampPath()); err != nil || !bytes.Equal(stamp, l.stamp()) {
 		return false
 	}
 	have, err := l.labNamespaces()
@@ -241,6 +255,13 @@ func (l *Lab) build() error {
 	}
 	if l.fleet() {
 		if err := l.fleetSetup(); err != nil {
+			return err
+		}
+	} else if l.RoutedBackends {
+		if err := l.routedSetup(); err != nil {
+			return err
+		}
+		if err := setSysctls(l.BalancerNS(), sysctl{"net.ipv4.ip_forward", "1"}, sysctl{"net.ipv6.conf.all.forwarding", "1"}, liberalTCP); err != nil {
 			return err
 		}
 	} else if err := l.gatewaySetup(l.BalancerNS(), "eth1", liberalTCP); err != nil {
@@ -392,7 +413,7 @@ func (l *Lab) backendSetup(i int) error {
 			if v6 {
 				vipNet, family = netip.MustParsePrefix(VIPNet6), netlink.FAMILY_V6
 			}
-			gw := l.BalancerBackendSideAddr(v6)
+			gw := l.BackendGateway(i, v6)
 			if err := h.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: gw.AsSlice()}); err != nil {
 				return fmt.Errorf("default route via %s: %w", gw, err)
 			}
@@ -402,12 +423,11 @@ func (l *Lab) backendSetup(i int) error {
 			}); err != nil {
 				return fmt.Errorf("local route %s: %w", vipNet, err)
 			}
-			bypass := l.ClientBypassAddr(v6)
+			via, flags := l.vipSourcedGateway(i, v6)
 			if err := h.RouteAdd(&netlink.Route{
-				LinkIndex: eth0.Attrs().Index, Gw: bypass.AsSlice(), Table: dsrTable,
-				Flags: int(netlink.FLAG_ONLINK),
+				LinkIndex: eth0.Attrs().Index, Gw: via.AsSlice(), Table: dsrTable, Flags: flags,
 			}); err != nil {
-				return fmt.Errorf("table %d default via %s: %w", dsrTable, bypass, err)
+				return fmt.Errorf("table %d default via %s: %w", dsrTable, via, err)
 			}
 			rule := netlink.NewRule()
 			rule.Family = family

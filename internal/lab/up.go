@@ -59,6 +59,11 @@ func (l *Lab) up(ctx context.Context) error {
 		if err := l.startUDPResponder(ctx, i); err != nil {
 			return err
 		}
+		if l.RoutedBackends {
+			if err := l.startDecap(i); err != nil {
+				return err
+			}
+		}
 	}
 	if l.fleet() {
 		return l.startBird(ctx)

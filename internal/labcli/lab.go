@@ -17,6 +17,7 @@ import (
 type labFlags struct {
 	prefix              string
 	backends, balancers int
+	routed              bool
 }
 
 // add gives cmd the lab's flags.
@@ -24,12 +25,14 @@ func (f *labFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.prefix, "prefix", "sluice", "namespace name prefix")
 	cmd.Flags().IntVar(&f.backends, "backends", 3, "number of backends")
 	cmd.Flags().IntVar(&f.balancers, "balancers", 1, "number of balancers; 2 or more put a BIRD router in front of them (ECMP)")
+	cmd.Flags().BoolVar(&f.routed, "routed-backends", false, "put the backends behind a router on subnets of their own, decapsulating with sluice decap (mode tunnel)")
 }
 
 // lab is the lab the flags name, its UDP backends answered by this binary's udp-responder.
 func (f *labFlags) lab() *lab.Lab {
 	l := lab.New(f.prefix, f.backends)
 	l.Balancers = f.balancers
+	l.RoutedBackends = f.routed
 	if self, err := os.Executable(); err == nil {
 		l.UDPResponderCmd = lab.LabUDPResponder(self)
 	}
