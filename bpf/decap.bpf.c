@@ -4,7 +4,8 @@
  * GUE packets a balancer sent to this host and hands the inner packet to the stack.
  *
  * A packet is decapsulated when its outer destination is one of this host's addresses
- * (decap_local) and it is IPv4 in IPv4 (protocol 4), IPv6 in IPv6 (next header 41), or UDP to
+ * (decap_local: the prefixes of the local routing table's local routes, so addresses and AnyIP
+ * ranges alike) and it is IPv4 in IPv4 (protocol 4), IPv6 in IPv6 (next header 41), or UDP to
  * the GUE port (decap_config) holding GUE variant 1 (the IP packet directly) or variant 0 with
  * no options (a 4-byte header, then the IP packet). Everything else passes untouched: other
  * traffic, tunnel packets to other hosts (transit), outer IP options or fragments. A tunnel
@@ -35,16 +36,18 @@
 #define BPF_F_ADJ_ROOM_DECAP_L3_IPV6 (1ULL << 8)
 #endif
 
-#define MAX_LOCAL  4096   /* this host's addresses */
+#define MAX_LOCAL  4096   /* this host's local prefixes */
 #define IP_MF      0x2000 /* more fragments */
 #define IP_OFFSET  0x1fff /* fragment offset mask */
 #define GUE_V0_LEN 4      /* a GUE variant 0 header without options */
 
-/* One of this host's addresses (decap_local's key). */
+/* One of this host's local prefixes (decap_local's key, an LPM trie key: prefixlen counts the
+ * family word's 32 bits and the address's). */
 struct local_key {
-	__u8 addr[16]; /* IPv4 in the first 4 bytes, the rest zero */
-	__u8 family;
-	__u8 pad[3];
+	__u32 prefixlen;
+	__u8  family;
+	__u8  pad[3];
+	__u8  addr[16]; /* IPv4 in the first 4 bytes, the rest zero */
 };
 
 /* The decapsulation's settings (decap_config, one entry). */
@@ -61,12 +64,13 @@ struct decap_counts {
 	__u64 foreign;   /* dropped: the inner destination is not this host's */
 };
 
-/* This host's addresses, written by `sluice decap attach`. */
+/* This host's local prefixes, written by `sluice decap attach`. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__type(key, struct local_key);
 	__type(value, __u8);
 	__uint(max_entries, MAX_LOCAL);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } decap_local SEC(".maps");
 
@@ -124,7 +128,7 @@ static __always_inline void count(enum fate f)
 /* True when addr (4 or 16 bytes by family) is one of this host's. */
 static __always_inline bool is_local(const void *addr, __u8 family)
 {
-	struct local_key k = {.family = family};
+	struct local_key k = {.prefixlen = 32 + 128, .family = family};
 
 	if (family == AF_INET)
 		__builtin_memcpy(k.addr, addr, 4);

@@ -79,7 +79,7 @@ func printDecap(w io.Writer, st decap.Status) error {
 		return err
 	}
 	c := st.Counts
-	_, err := fmt.Fprintf(w, "decap: IPIP%s on %s; %d local addresses\ndecapsulated: %d IPIP, %d GUE; dropped: %d malformed, %d to another host\n",
-		gueText(st.GUEPort), strings.Join(st.Interfaces, ", "), st.LocalAddresses, c.IPIP, c.GUE, c.Malformed, c.Foreign)
+	_, err := fmt.Fprintf(w, "decap: IPIP%s on %s; %d local prefixes\ndecapsulated: %d IPIP, %d GUE; dropped: %d malformed, %d to another host\n",
+		gueText(st.GUEPort), strings.Join(st.Interfaces, ", "), st.LocalPrefixes, c.IPIP, c.GUE, c.Malformed, c.Foreign)
 	return err
 }

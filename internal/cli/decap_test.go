@@ -10,11 +10,11 @@ import (
 // TestPrintDecap: the status names the interfaces, the GUE port and every counter.
 func TestPrintDecap(t *testing.T) {
 	var b bytes.Buffer
-	st := decap.Status{Interfaces: []string{"eth0", "eth1"}, GUEPort: 6080, LocalAddresses: 3, Counts: decap.Counts{IPIP: 1, GUE: 2, Malformed: 3, Foreign: 4}}
+	st := decap.Status{Interfaces: []string{"eth0", "eth1"}, GUEPort: 6080, LocalPrefixes: 3, Counts: decap.Counts{IPIP: 1, GUE: 2, Malformed: 3, Foreign: 4}}
 	if err := printDecap(&b, st); err != nil {
 		t.Fatal(err)
 	}
-	want := "decap: IPIP and GUE (UDP port 6080) on eth0, eth1; 3 local addresses\ndecapsulated: 1 IPIP, 2 GUE; dropped: 3 malformed, 4 to another host\n"
+	want := "decap: IPIP and GUE (UDP port 6080) on eth0, eth1; 3 local prefixes\ndecapsulated: 1 IPIP, 2 GUE; dropped: 3 malformed, 4 to another host\n"
 	if b.String() != want {
 		t.Errorf("got %q, want %q", b.String(), want)
 	}

@@ -31,7 +31,7 @@ const DefaultGUEPort = 6080
 // linkPrefix starts the pin name of an interface's link.
 const linkPrefix = "link-"
 
-// maxLocal is how many of the host's addresses decap_local holds (MAX_LOCAL).
+// maxLocal is how many of the host's local prefixes decap_local holds (MAX_LOCAL).
 const maxLocal = 4096
 
 // Options say where and how the program runs.
@@ -53,7 +53,7 @@ type Counts struct {
 type Status struct {
 	Interfaces     []string `json:"interfaces"` // attached, sorted
 	GUEPort        uint16   `json:"gue_port"`   // 0: no GUE
-	LocalAddresses int      `json:"local_addresses"`
+	LocalPrefixes  int      `json:"local_prefixes"` // the host's addresses and AnyIP ranges
 	Counts         Counts   `json:"counts"`
 }
 
@@ -65,7 +65,7 @@ func (o Options) pinPath() string {
 }
 
 // Attach loads the program (adopting the pinned maps, so the counters stay), writes the GUE port
-// and the host's current addresses, and makes it run at tc ingress of the interface: a link an
+// and the host's current local prefixes (addresses and AnyIP ranges), and makes it run at tc ingress of the interface: a link an
 // earlier attach pinned gets the new program in place. Attaching again refreshes the addresses:
 // run it after adding a VIP to the host.
 func Attach(o Options) error {
@@ -116,20 +116,28 @@ func ensureLink(path string, ifindex int, prog *ebpf.Program) error {
 	return l.Pin(path)
 }
 
-// syncLocal makes decap_local hold exactly the host's addresses, of every interface.
+// syncLocal makes decap_local hold exactly the host's local prefixes: those of the local routing
+// table's local routes, which every address of the host has, as do AnyIP ranges (a VIP range
+// routed `local` to lo).
 func syncLocal(m *ebpf.Map) error {
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	filter := &netlink.Route{Table: unix.RT_TABLE_LOCAL, Type: unix.RTN_LOCAL}
+	routes, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, filter, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_TYPE)
 	if err != nil {
-		return fmt.Errorf("listing the host's addresses: %w", err)
+		return fmt.Errorf("listing the host's local routes: %w", err)
 	}
 	want := map[decapLocalKey]bool{}
-	for _, a := range addrs {
-		if ip, ok := netip.AddrFromSlice(a.IP); ok && !ip.IsLinkLocalUnicast() {
-			want[localKeyOf(ip.Unmap())] = true
+	for _, r := range routes {
+		if r.Dst == nil {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(r.Dst.IP)
+		bits, _ := r.Dst.Mask.Size()
+		if p := netip.PrefixFrom(ip.Unmap(), bits); ok && p.IsValid() && !ip.IsLinkLocalUnicast() {
+			want[localKeyOf(p)] = true
 		}
 	}
 	if len(want) > maxLocal {
-		return fmt.Errorf("the host has %d addresses, more than the %d the program holds", len(want), maxLocal)
+		return fmt.Errorf("the host has %d local prefixes, more than the %d the program holds", len(want), maxLocal)
 	}
 	var k decapLocalKey
 	var v uint8
@@ -152,9 +160,10 @@ func syncLocal(m *ebpf.Map) error {
 	return nil
 }
 
-// localKeyOf is decap_local's key of an address.
-func localKeyOf(a netip.Addr) decapLocalKey {
-	k := decapLocalKey{Family: unix.AF_INET6}
+// localKeyOf is decap_local's key of a prefix.
+func localKeyOf(p netip.Prefix) decapLocalKey {
+	a := p.Masked().Addr()
+	k := decapLocalKey{Prefixlen: uint32(32 + p.Bits()), Family: unix.AF_INET6}
 	if a.Is4() {
 		v4 := a.As4()
 		copy(k.Addr[:], v4[:])
@@ -250,7 +259,7 @@ func ReadStatus(o Options) (Status, error) {
 	var k decapLocalKey
 	var v uint8
 	for it := local.Iterate(); it.Next(&k, &v); {
-		st.LocalAddresses++
+		st.LocalPrefixes++
 	}
 	stats, err := open(decapMapDecapStats)
 	if err != nil {

@@ -28,10 +28,11 @@ type decapDecapSettings struct {
 }
 
 type decapLocalKey struct {
-	_      structs.HostLayout
-	Addr   [16]uint8
-	Family uint8
-	Pad    [3]uint8
+	_         structs.HostLayout
+	Prefixlen uint32
+	Family    uint8
+	Pad       [3]uint8
+	Addr      [16]uint8
 }
 
 // Names of all BPF objects in the ELF.

@@ -19,8 +19,8 @@ import (
 	"github.com/sluicelb/sluice/internal/testutil"
 )
 
-// The decapsulation's fixture world: this host (10.0.3.11, fd00:3::11, VIPs 10.0.9.7 and
-// fd00:9::7 on lo) and a balancer (10.0.2.1, fd00:2::1) sending tunnel packets from a client.
+// The decapsulation's fixture world: this host (10.0.3.11, fd00:3::11, and the AnyIP VIP ranges
+// 10.0.9.0/24 and fd00:9::/64) and a balancer (10.0.2.1, fd00:2::1) sending tunnel packets from a client.
 var (
 	host4, host6   = netip.MustParseAddr("10.0.3.11"), netip.MustParseAddr("fd00:3::11")
 	vip4, vip6     = netip.MustParseAddr("10.0.9.7"), netip.MustParseAddr("fd00:9::7")
@@ -51,8 +51,8 @@ func loadTest(t *testing.T) *decapObjects {
 		t.Fatalf("loading: %+v", err)
 	}
 	t.Cleanup(func() { objs.Close() })
-	for _, a := range []netip.Addr{host4, host6, vip4, vip6} {
-		if err := objs.DecapLocal.Put(localKeyOf(a), uint8(1)); err != nil {
+	for _, p := range []netip.Prefix{netip.PrefixFrom(host4, 32), netip.PrefixFrom(host6, 128), netip.MustParsePrefix("10.0.9.0/24"), netip.MustParsePrefix("fd00:9::/64")} {
+		if err := objs.DecapLocal.Put(localKeyOf(p), uint8(1)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -230,11 +230,36 @@ func TestAttachDetachStatus(t *testing.T) {
 	if err := netlink.AddrAdd(l, addr); err != nil {
 		t.Fatal(err)
 	}
+	if err := netlink.LinkSetUp(l); err != nil {
+		t.Fatal(err)
+	}
+	lo, err := netlink.LinkByName("lo")
+	if err == nil {
+		err = netlink.LinkSetUp(lo)
+	}
+	if err == nil { // an AnyIP range, as the lab's backends hold their VIPs
+		err = netlink.RouteAdd(&netlink.Route{LinkIndex: lo.Attrs().Index, Dst: &net.IPNet{IP: net.IP{10, 0, 9, 0}, Mask: net.CIDRMask(24, 32)},
+			Type: unix.RTN_LOCAL, Table: unix.RT_TABLE_LOCAL, Scope: netlink.SCOPE_HOST})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 	pin := privateBPFFS(t)
 	o := Options{PinPath: pin, Interface: "dc0", GUEPort: 6080}
 	if err := Attach(o); err != nil {
 		t.Fatal(err)
 	}
+	local, err := ebpf.LoadPinnedMap(filepath.Join(pin, decapMapDecapLocal), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []string{"10.0.3.11", "10.0.9.5"} {
+		var v uint8
+		if err := local.Lookup(localKeyOf(netip.PrefixFrom(netip.MustParseAddr(a), 32)), &v); err != nil {
+			t.Errorf("%s is not local to the program: %v", a, err)
+		}
+	}
+	local.Close()
 	if err := Attach(o); err != nil {
 		t.Fatalf("attaching again: %v", err)
 	}
@@ -242,7 +267,7 @@ func TestAttachDetachStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st.Interfaces) != 1 || st.Interfaces[0] != "dc0" || st.GUEPort != 6080 || st.LocalAddresses < 1 {
+	if len(st.Interfaces) != 1 || st.Interfaces[0] != "dc0" || st.GUEPort != 6080 || st.LocalPrefixes < 1 {
 		t.Errorf("status %+v, want dc0, port 6080, the host's addresses", st)
 	}
 	if err := Detach(o); err != nil {
