@@ -84,6 +84,16 @@ func (f *benchFlags) runInOwnLab(cmd *cobra.Command, name, kind, output string, 
 	return f.run(cmd, name, o, measure)
 }
 
+// installPeersIf installs the peers (nftlb, HAProxy, nginx stream, ...) from Debian packages when
+// --install-peers asks for it.
+func installPeersIf(ctx context.Context, env *bench.Env, asked bool) error {
+	if !asked {
+		return nil
+	}
+	env.Progress.Step("installing peers: %v", bench.PeerPackages)
+	return bench.InstallPeers(ctx)
+}
+
 // env returns the benchmark environment (the lab named by the flags, programmed by the sluice
 // binary, its helpers run by this one) and a context that an interrupt or SIGTERM cancels.
 func (f *benchFlags) env(cmd *cobra.Command) (*bench.Env, context.Context, error) {

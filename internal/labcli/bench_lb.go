@@ -30,11 +30,8 @@ It brings up its own lab (--prefix) and tears it down at the end, also on failur
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.run(cmd, "lb", o, func(ctx context.Context, env *bench.Env) (bench.Result, error) {
-				if installPeers {
-					env.Progress.Step("installing peers: %v", bench.PeerPackages)
-					if err := bench.InstallPeers(ctx); err != nil {
-						return nil, err
-					}
+				if err := installPeersIf(ctx, env, installPeers); err != nil {
+					return nil, err
 				}
 				res, err := bench.RunLB(ctx, env, o)
 				if err != nil {
