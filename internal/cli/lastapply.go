@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/gob"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -28,6 +29,23 @@ type lastApply struct {
 	// Empty names the list fields of the plan (key -1) and of its services (by index) that are
 	// empty but not nil: gob decodes both as nil, and plan.Equal tells them apart.
 	Empty map[int][]string
+	// Binary is the sluice binary that applied it (thisBinary): another one may render the same
+	// plan into other rules, so it reads the tables back.
+	Binary string
+}
+
+// thisBinary identifies the running sluice binary: its path, size and modification time, which
+// a rebuild or an upgrade changes.
+func thisBinary() string {
+	path, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("%s %d %d", path, fi.Size(), fi.ModTime().UnixNano())
 }
 
 // emptyLists names the fields of the struct v that are empty lists, not nil.
@@ -90,7 +108,11 @@ func readLastApply(path string, log *slog.Logger) *lastApply {
 	}
 	var rec lastApply
 	err = gob.NewDecoder(bytes.NewReader(data)).Decode(&rec)
-	if err == nil && (rec.Plan == nil || !rec.restoreEmpty()) {
+	switch {
+	case err != nil:
+	case rec.Binary == "" || rec.Binary != thisBinary():
+		err = errors.New("written by another sluice binary")
+	case rec.Plan == nil || !rec.restoreEmpty():
 		err = errors.New("not a last apply")
 	}
 	if err != nil {
@@ -138,6 +160,7 @@ func saveLastApply(dp datapath.Datapath, p *plan.Plan, path string) error {
 // writeLastApply writes rec to path, whole or not at all.
 func writeLastApply(path string, rec lastApply) error {
 	rec.markEmpty()
+	rec.Binary = thisBinary()
 	var data bytes.Buffer
 	if err := gob.NewEncoder(&data).Encode(rec); err != nil {
 		return err

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"bytes"
+	"encoding/gob"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -58,8 +60,8 @@ func TestLastApplyRoundTrips(t *testing.T) {
 	}
 }
 
-// TestLastApplyIgnoresABadFile reads a file that is not a last apply as none: the apply then
-// reads the kernel.
+// TestLastApplyIgnoresABadFile reads a file that is not a last apply, or another binary's, as
+// none: the apply then reads the kernel.
 func TestLastApplyIgnoresABadFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "last-apply.gob")
 	if err := os.WriteFile(path, []byte("datapath: nft\n"), 0o600); err != nil {
@@ -70,5 +72,18 @@ func TestLastApplyIgnoresABadFile(t *testing.T) {
 	}
 	if rec := readLastApply(filepath.Join(t.TempDir(), "none"), slog.New(slog.DiscardHandler)); rec != nil {
 		t.Errorf("a missing file read as a last apply: %+v", rec)
+	}
+	other := lastApply{Plan: &plan.Plan{Datapath: config.DatapathNFT}}
+	other.markEmpty()
+	other.Binary = "/usr/sbin/sluice 1 2" // written by another binary
+	var data bytes.Buffer
+	if err := gob.NewEncoder(&data).Encode(other); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if rec := readLastApply(path, slog.New(slog.DiscardHandler)); rec != nil {
+		t.Errorf("another binary's last apply read as this one's: %+v", rec)
 	}
 }
