@@ -83,6 +83,17 @@ type ServiceStatus struct {
 	// SecondChances counts the mid-flow TCP segments without a flow that went to the backend
 	// their table slot had before the table last changed (ebpf only; see docs/ha.md).
 	SecondChances uint64 `json:"second_chances,omitzero"`
+	// Tunnel counts what became of a mode tunnel service's packets (ebpf only; docs/tunnel.md).
+	Tunnel TunnelCounts `json:"tunnel,omitzero"`
+}
+
+// TunnelCounts count a tunnel service's packets: Encapsulated were sent on to a backend; TooBig
+// no longer fit the MTU once encapsulated and were answered with ICMP too big; NoSource were
+// dropped for want of an outer source address towards the backend.
+type TunnelCounts struct {
+	Encapsulated uint64 `json:"encapsulated"`
+	TooBig       uint64 `json:"too_big"`
+	NoSource     uint64 `json:"no_source"`
 }
 
 // SYNCookies count a service's SYN cookies: Sent answered a SYN; Validated came back in an ACK

@@ -44,8 +44,10 @@ type ServiceView struct {
 	SYNCookies datapath.SYNCookies `json:"syn_cookies,omitzero"`
 	// SecondChances counts the mid-flow segments without a flow sent to their slot's previous
 	// backend (ebpf only).
-	SecondChances uint64        `json:"second_chances,omitzero"`
-	Backends      []BackendView `json:"backends"`
+	SecondChances uint64 `json:"second_chances,omitzero"`
+	// Tunnel counts a mode tunnel service's packets by fate (docs/tunnel.md).
+	Tunnel   datapath.TunnelCounts `json:"tunnel,omitzero"`
+	Backends []BackendView         `json:"backends"`
 }
 
 // BackendView is one backend (or sorry server) of a service.
@@ -156,7 +158,7 @@ func (e *Engine) serviceView(s *config.Service, k *datapath.ServiceStatus, avail
 	counters := map[string]datapath.BackendStatus{}
 	if k != nil {
 		v.Slots, v.Refused, v.Unforwarded, v.SYNCookies = k.Slots, k.Refused, k.Unforwarded, k.SYNCookies
-		v.SecondChances = k.SecondChances
+		v.SecondChances, v.Tunnel = k.SecondChances, k.Tunnel
 		for _, b := range k.Backends {
 			counters[BackendID(b.Address, b.Port)] = b
 		}

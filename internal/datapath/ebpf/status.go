@@ -98,6 +98,9 @@ func serviceStatus(m *kernelMaps, s *serviceState, active map[uint32]uint64) (da
 	if err != nil {
 		return out, err
 	}
+	if out.Tunnel, err = tunnelCounts(m, rec, s.id); err != nil {
+		return out, err
+	}
 	out.SecondChances = second
 	owned := map[uint32]int{}
 	for _, id := range s.slots {

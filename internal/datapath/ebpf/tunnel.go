@@ -1,7 +1,10 @@
 package ebpf
 
 import (
+	"fmt"
+
 	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/plan"
 )
 
@@ -44,20 +47,26 @@ func (s *syncer) tunnel(cur *serviceState, ps *plan.Service) error {
 	return nil
 }
 
-// TunnelCounts are a tunnel service's packets by fate, summed over the CPUs.
-type TunnelCounts struct {
-	Encapsulated uint64 // sent on to a backend, encapsulated
-	TooBig       uint64 // too big once encapsulated: answered with ICMP too big
-	NoSource     uint64 // no outer source address towards the backend: dropped
-}
-
 // tunnelCountsOf sums the per-CPU tunnel_stats values of a service.
-func tunnelCountsOf(perCPU []sluiceTunnelCounts) TunnelCounts {
-	var c TunnelCounts
+func tunnelCountsOf(perCPU []sluiceTunnelCounts) datapath.TunnelCounts {
+	var c datapath.TunnelCounts
 	for _, v := range perCPU {
 		c.Encapsulated += v.Encapsulated
 		c.TooBig += v.TooBig
 		c.NoSource += v.NoSource
 	}
 	return c
+}
+
+// tunnelCounts reads a tunnel service's counters (none for the other modes, or pins of a version
+// before tunnels).
+func tunnelCounts(m *kernelMaps, rec *serviceRecord, id uint32) (datapath.TunnelCounts, error) {
+	if rec.Mode != sluiceModeMODE_TUNNEL || m.TunnelStats == nil {
+		return datapath.TunnelCounts{}, nil
+	}
+	var perCPU []sluiceTunnelCounts
+	if err := m.TunnelStats.Lookup(id, &perCPU); err != nil {
+		return datapath.TunnelCounts{}, fmt.Errorf("tunnel counters of service %d: %w", id, err)
+	}
+	return tunnelCountsOf(perCPU), nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/netnstest"
 )
 
@@ -116,7 +117,7 @@ func (e *fxEnv) resetTunnels() {
 }
 
 // tunnelCounts reads a tunnel service's counters.
-func (e *fxEnv) tunnelCounts(id uint32) TunnelCounts {
+func (e *fxEnv) tunnelCounts(id uint32) datapath.TunnelCounts {
 	e.t.Helper()
 	var per []sluiceTunnelCounts
 	if err := e.objs.TunnelStats.Lookup(id, &per); err != nil {
@@ -287,7 +288,7 @@ func TestTunnelFixtures(t *testing.T) {
 			t.Run(h.String()+"/"+c.name, func(t *testing.T) {
 				prepare(t)
 				forward(t, c.in, c.src, c.dst, c.gue)
-				if got := e.tunnelCounts(c.service); got != (TunnelCounts{Encapsulated: 1}) {
+				if got := e.tunnelCounts(c.service); got != (datapath.TunnelCounts{Encapsulated: 1}) {
 					t.Errorf("tunnel counters %+v, want 1 encapsulated", got)
 				}
 				if s := e.stats(e.objs.ServiceStats, c.service); s.Packets != 1 || s.Flows != 1 {
@@ -341,7 +342,7 @@ func TestTunnelFixtures(t *testing.T) {
 				if !bytes.Equal(out, wantOut) {
 					t.Errorf("frame left:\n%s\nwant:\n%s\ndiff at byte %d", dump(out), dump(wantOut), firstDiff(out, wantOut))
 				}
-				if got := e.tunnelCounts(c.service); got != (TunnelCounts{TooBig: 1}) {
+				if got := e.tunnelCounts(c.service); got != (datapath.TunnelCounts{TooBig: 1}) {
 					t.Errorf("tunnel counters %+v, want 1 too big", got)
 				}
 				if s := e.stats(e.objs.ServiceStats, c.service); s.Packets != 0 {

@@ -1,12 +1,18 @@
 package ebpf
 
 import (
+	"context"
 	"net/netip"
 	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/sluicelb/sluice/internal/datapath"
 )
 
 // TestApplyProgramsTunnels: a tunnel service's vips entries say MODE_TUNNEL and its
-// service_tunnels entry holds its kind, GUE port and outer source; a change of those is written.
+// service_tunnels entry holds its kind, GUE port and outer source, its status the counters of
+// tunnel_stats; a change of those is written.
 func TestApplyProgramsTunnels(t *testing.T) {
 	r := newRig(t)
 	d := r.datapath(Options{})
@@ -36,6 +42,14 @@ services:
 		}
 	}
 	check()
+	perCPU := make([]sluiceTunnelCounts, ebpf.MustPossibleCPU())
+	perCPU[0] = sluiceTunnelCounts{Encapsulated: 5, TooBig: 2, NoSource: 1}
+	if err := d.maps.TunnelStats.Put(d.state.services["a"].id, perCPU); err != nil {
+		t.Fatal(err)
+	}
+	if st, ok, err := d.ServiceStatus(context.Background(), "a"); err != nil || !ok || st.Tunnel != (datapath.TunnelCounts{Encapsulated: 5, TooBig: 2, NoSource: 1}) {
+		t.Errorf("status %+v (%v, %v), want the tunnel counters", st.Tunnel, ok, err)
+	}
 	r.apply(d, planFromYAML(t, `datapath: ebpf
 services:
 - {name: a, vip: 10.1.0.1, port: 80, mode: tunnel, tunnel: gue, backends: [{address: 10.2.0.1}]}
