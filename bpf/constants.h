@@ -17,6 +17,7 @@
 #define MAX_CLIENTS    (1 << 18) /* clients tracked for per-source limits (LRU), all services */
 #define FLOW_EVENTS    (1 << 22) /* bytes of flow_events: 58,254 events of 72 bytes */
 #define PREV_SLOTS     (1 << 20) /* table slots remembered for second chance, all services */
+#define FOREIGN_FLOWS  (1 << 18) /* fullnat flows of other nodes' sources (LRU) */
 
 /* The enums have the width of the field that holds them (a clang extension) so that the fields
  * can be typed and bpf2go -type generates their Go constants. */
@@ -108,6 +109,8 @@ enum backend_flags : __u8 {
 /* struct flow.flags */
 enum flow_flags : __u16 {
 	FLOW_CLOSING = 1, /* the client sent a TCP FIN or RST: no longer counted as active */
+	/* a fullnat flow another node made, translated to that node's source (flow_sources) */
+	FLOW_FOREIGN_SOURCE = 2,
 };
 
 #endif

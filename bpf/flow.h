@@ -17,6 +17,7 @@ struct target {
 	__u32           id;
 	__be16          nat_port; /* fullnat: the balancer's source port */
 	__u8            new_flow; /* the flow was (re)balanced by this packet */
+	__u8            foreign;  /* fullnat: another node's source (FLOW_FOREIGN_SOURCE) */
 };
 
 /* The service of VIP addr:port/proto, or NULL. */
@@ -91,6 +92,19 @@ static __always_inline struct globals *fullnat_settings(const struct service *sv
 static __always_inline const __u8 *snat_addr(const struct globals *g, __u8 family)
 {
 	return family == AF_INET ? g->snat4 : g->snat6;
+}
+
+/* Copies to src the source address another node translated fullnat flow k to (flow_sources);
+ * -1 when it is not known (evicted: the flow then leaves from this node's source, and breaks). A
+ * subprogram: its lookup does not multiply the states of the decision that calls it. */
+static __noinline int foreign_source(const struct flow_key *k, __u8 *src)
+{
+	struct flow_source *s = bpf_map_lookup_elem(&flow_sources, k);
+
+	if (!s)
+		return -1;
+	__builtin_memcpy(src, s->addr, sizeof(s->addr));
+	return 0;
 }
 
 /* The 5-tuple of the replies to client flow k sent to backend b: back to the client (nat, g NULL)
@@ -197,6 +211,8 @@ static __always_inline void reply_forget(const struct flow *f, const struct flow
 	if (!b || mode_direct(svc->mode))
 		return;
 	reply_key(&rk, k, b, g, f->nat_port);
+	if (g && (f->flags & FLOW_FOREIGN_SOURCE) && foreign_source(k, rk.dst))
+		return;
 	r = bpf_map_lookup_elem(&replies, &rk);
 	if (r && reverse_is(r, k))
 		bpf_map_delete_elem(&replies, &rk);
@@ -212,6 +228,8 @@ static __always_inline void reply_ensure(const struct flow_key *k, const struct 
 	if (mode_direct(svc->mode))
 		return;
 	reply_key(&rk, k, t->b, g, t->nat_port);
+	if (t->foreign && foreign_source(k, rk.dst))
+		return;
 	if (bpf_map_lookup_elem(&replies, &rk))
 		return;
 	reverse_of(&r, k, svc->id, t->id);
@@ -312,6 +330,7 @@ static __always_inline int flow_select(const struct packet *p, const struct serv
 	if (f && !syn && (!g || f->nat_port) && (t->b = backend_get(f->backend_id, k->family))) {
 		t->id = f->backend_id;
 		t->nat_port = f->nat_port;
+		t->foreign = g && (f->flags & FLOW_FOREIGN_SOURCE);
 		if ((p->tcp_flags & (TCP_FIN | TCP_RST)) && !(f->flags & FLOW_CLOSING)) {
 			f->flags |= FLOW_CLOSING;
 			flow_announce(k, f, now);

@@ -143,7 +143,9 @@ static __always_inline int icmp_to_backend(const struct service *svc, const stru
 	qout->sport = backend_port(t.b, ck->dport);
 	if (g) {
 		addr_copy(pl->out.src, snat_addr(g, ck->family), ck->family);
-		addr_copy(qout->dst, snat_addr(g, ck->family), ck->family);
+		if (f && (f->flags & FLOW_FOREIGN_SOURCE))
+			foreign_source(ck, pl->out.src);
+		addr_copy(qout->dst, pl->out.src, ck->family);
 		qout->dport = t.nat_port;
 	}
 	return VERDICT_FORWARD;

@@ -43,7 +43,8 @@ static __always_inline void plan_service(const struct packet *p, const struct se
 	__builtin_memcpy(pl->out.dst, t->b->addr, sizeof(pl->out.dst));
 	pl->out.dport = backend_port(t->b, p->key.dport);
 	if (g) {
-		addr_copy(pl->out.src, snat_addr(g, p->key.family), p->key.family);
+		if (!t->foreign || foreign_source(&p->key, pl->out.src))
+			addr_copy(pl->out.src, snat_addr(g, p->key.family), p->key.family);
 		pl->out.sport = t->nat_port;
 	}
 }

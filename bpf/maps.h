@@ -255,6 +255,16 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } maglev_prev SEC(".maps");
 
+/* The fullnat flows made by another node (FLOW_FOREIGN_SOURCE), replicated here: client flow ->
+ * the source that node translated it to, which this node keeps for them (LRU). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct flow_key);
+	__type(value, struct flow_source);
+	__uint(max_entries, FOREIGN_FLOWS);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} flow_sources SEC(".maps");
+
 /* Per-service mid-flow packets without a flow that second chance sent to the previous table's
  * backend, by service id (per CPU). */
 struct {

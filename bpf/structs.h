@@ -212,4 +212,9 @@ struct prev_slot {
 	__u64 until_ns;   /* CLOCK_MONOTONIC: the change plus the service's flow_timeout */
 };
 
+/* The source address a fullnat flow another node made is translated to (that node's). */
+struct flow_source {
+	__u8 addr[16];
+};
+
 #endif

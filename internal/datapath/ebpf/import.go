@@ -127,6 +127,9 @@ type imported struct {
 	// reply is the replies entry's key and value (nat and fullnat).
 	replyKey sluiceFlowKey
 	reply    sluiceReverse
+	// foreign is the source another node translated a fullnat flow to, when not this node's
+	// (the flow has FLOW_FOREIGN_SOURCE and an entry in flow_sources).
+	foreign netip.Addr
 }
 
 // flow writes one replicated flow; it returns why it skipped it ("" when it wrote it).
@@ -139,6 +142,12 @@ func (im *importer) flow(f datapath.ReplicatedFlow) (string, error) {
 	have := im.m.Flows.Lookup(in.key, &cur) == nil
 	if have && cur.LastSeen > in.flow.LastSeen {
 		return skipTracked, nil
+	}
+	if in.foreign.IsValid() {
+		addr, _ := wireAddr(in.foreign)
+		if err := im.m.FlowSources.Put(in.key, sluiceFlowSource{Addr: addr}); err != nil {
+			return "", fmt.Errorf("writing flow_sources: %w", err)
+		}
 	}
 	if in.mode != sluiceModeMODE_DSR {
 		if taken, err := im.replyTaken(in); err != nil || taken {
@@ -203,9 +212,10 @@ func (im *importer) resolve(f datapath.ReplicatedFlow) (imported, string) {
 	return in, ""
 }
 
-// natSource checks a replicated flow's NAT source against the one its service uses here and
-// takes its port: a fullnat flow must come from the service's source address (its fullnat_source,
-// or this node's) and port range, others from none.
+// natSource checks a replicated flow's NAT source and takes its port: a fullnat flow comes from
+// the service's source address here (its fullnat_source, or this node's) and port range, or from
+// another node's own source (a fullnat fleet: docs/scale-out.md), which the flow keeps in
+// flow_sources; others from none.
 func (im *importer) natSource(in *imported, src netip.AddrPort) string {
 	if in.mode != sluiceModeMODE_FULLNAT {
 		if src.IsValid() {
@@ -215,7 +225,16 @@ func (im *importer) natSource(in *imported, src netip.AddrPort) string {
 	}
 	g := in.nat
 	own, ok := snatOf(g, in.key.Family)
-	if !ok || !src.IsValid() || src.Addr() != own || src.Port() < g.PortLow || src.Port() > g.PortHigh {
+	if !ok || !src.IsValid() || src.Port() == 0 || src.Addr().Is4() != own.Is4() || src.Addr().IsUnspecified() {
+		return skipNATSource
+	}
+	if src.Addr() != own {
+		if im.m.FlowSources == nil {
+			return skipNATSource // pins made before flow_sources, not reloaded yet
+		}
+		in.foreign = src.Addr()
+		in.flow.Flags |= sluiceFlowFlagsFLOW_FOREIGN_SOURCE
+	} else if src.Port() < g.PortLow || src.Port() > g.PortHigh {
 		return skipNATSource
 	}
 	in.flow.NatPort = wirePort(src.Port())
@@ -233,6 +252,9 @@ func (im *importer) replyOf(in imported, client, listener netip.AddrPort) (sluic
 	to := client
 	if in.mode == sluiceModeMODE_FULLNAT {
 		src, _ := snatOf(in.nat, in.key.Family)
+		if in.foreign.IsValid() {
+			src = in.foreign
+		}
 		to = netip.AddrPortFrom(src, wirePort(in.flow.NatPort))
 	}
 	k := flowKeyOf(netip.AddrPortFrom(addrFromWire(b.Addr, b.Family), port), to, in.key.Proto)

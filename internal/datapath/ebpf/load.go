@@ -59,6 +59,9 @@ type kernelMaps struct {
 	// packets by fate (see tunnel.go).
 	ServiceTunnels *ebpf.Map
 	TunnelStats    *ebpf.Map
+	// FlowSources holds the source address of the fullnat flows replicated from other nodes
+	// that translate to a source of their own (see import.go).
+	FlowSources *ebpf.Map
 }
 
 // addedMaps are the pinned maps later versions added: pins of an older version lack them, which
@@ -71,7 +74,7 @@ var addedMaps = map[string]bool{
 	sluiceMapServiceRefusals: true, sluiceMapServiceUnforwarded: true,
 	sluiceMapFlowEvents: true, sluiceMapFlowEventDrops: true, sluiceMapServiceSources: true,
 	sluiceMapMaglevPrev: true, sluiceMapSecondChances: true,
-	sluiceMapServiceTunnels: true, sluiceMapTunnelStats: true,
+	sluiceMapServiceTunnels: true, sluiceMapTunnelStats: true, sluiceMapFlowSources: true,
 }
 
 // fields are the maps' places in m by pin name.
@@ -91,6 +94,7 @@ func (m *kernelMaps) fields() map[string]**ebpf.Map {
 		sluiceMapServiceSources: &m.ServiceSources, sluiceMapMaglevPrev: &m.MaglevPrev,
 		sluiceMapSecondChances: &m.SecondChances, sluiceMapServiceTunnels: &m.ServiceTunnels,
 		sluiceMapTunnelStats: &m.TunnelStats,
+		sluiceMapFlowSources: &m.FlowSources,
 	}
 }
 

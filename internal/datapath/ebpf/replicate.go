@@ -43,6 +43,7 @@ type replicaMaps struct {
 	of                                        *kernelMaps // the maps they duplicate
 	events, flows, services, backends, config *ebpf.Map   // events: nil in pins made before it
 	sources                                   *ebpf.Map   // service_sources: nil in pins made before it
+	flowSources                               *ebpf.Map   // flow_sources: nil in pins made before it
 }
 
 // cloneReplicaMaps duplicates the maps of m a replicator reads.
@@ -51,7 +52,7 @@ func cloneReplicaMaps(m *kernelMaps) (*replicaMaps, error) {
 	for _, c := range []struct {
 		from *ebpf.Map
 		to   **ebpf.Map
-	}{{m.FlowEvents, &r.events}, {m.Flows, &r.flows}, {m.ServiceMeta, &r.services}, {m.BackendMeta, &r.backends}, {m.Config, &r.config}, {m.ServiceSources, &r.sources}} {
+	}{{m.FlowEvents, &r.events}, {m.Flows, &r.flows}, {m.ServiceMeta, &r.services}, {m.BackendMeta, &r.backends}, {m.Config, &r.config}, {m.ServiceSources, &r.sources}, {m.FlowSources, &r.flowSources}} {
 		if c.from == nil {
 			continue
 		}
@@ -67,7 +68,7 @@ func cloneReplicaMaps(m *kernelMaps) (*replicaMaps, error) {
 // Close closes the duplicates.
 func (r *replicaMaps) Close() error {
 	var errs []error
-	for _, m := range []*ebpf.Map{r.events, r.flows, r.services, r.backends, r.config, r.sources} {
+	for _, m := range []*ebpf.Map{r.events, r.flows, r.services, r.backends, r.config, r.sources, r.flowSources} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}
@@ -152,13 +153,27 @@ func (n *flowNamer) name(k sluiceFlowKey, f sluiceFlow, now uint64) (datapath.Re
 		rf.Idle = time.Duration(now - f.LastSeen)
 	}
 	if f.NatPort != 0 {
-		src, ok := snatOf(n.nat(f.ServiceId), k.Family)
+		src, ok := n.source(k, f)
 		if !ok {
 			return datapath.ReplicatedFlow{}, false
 		}
 		rf.NATSource = netip.AddrPortFrom(src, wirePort(f.NatPort))
 	}
 	return rf, true
+}
+
+// source is the fullnat source address of flow k: the one another node gave it (flow_sources),
+// or its service's here; false when there is none.
+func (n *flowNamer) source(k sluiceFlowKey, f sluiceFlow) (netip.Addr, bool) {
+	if f.Flags&sluiceFlowFlagsFLOW_FOREIGN_SOURCE != 0 {
+		var s sluiceFlowSource
+		if n.m.flowSources == nil || n.m.flowSources.Lookup(k, &s) != nil {
+			return netip.Addr{}, false
+		}
+		a := addrFromWire(s.Addr, k.Family)
+		return a, !a.IsUnspecified()
+	}
+	return snatOf(n.nat(f.ServiceId), k.Family)
 }
 
 // snatOf is the fullnat source address config holds for a family; false when it holds none.

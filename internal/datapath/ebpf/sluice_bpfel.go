@@ -79,7 +79,8 @@ type sluiceFlow struct {
 type sluiceFlowFlags uint16
 
 const (
-	sluiceFlowFlagsFLOW_CLOSING sluiceFlowFlags = 1
+	sluiceFlowFlagsFLOW_CLOSING        sluiceFlowFlags = 1
+	sluiceFlowFlagsFLOW_FOREIGN_SOURCE sluiceFlowFlags = 2
 )
 
 type sluiceFlowKey struct {
@@ -91,6 +92,11 @@ type sluiceFlowKey struct {
 	Proto  uint8
 	Family uint8
 	Pad    uint16
+}
+
+type sluiceFlowSource struct {
+	_    structs.HostLayout
+	Addr [16]uint8
 }
 
 type sluiceGlobals struct {
@@ -282,6 +288,7 @@ const (
 	sluiceMapConfig             = "config"
 	sluiceMapFlowEventDrops     = "flow_event_drops"
 	sluiceMapFlowEvents         = "flow_events"
+	sluiceMapFlowSources        = "flow_sources"
 	sluiceMapFlows              = "flows"
 	sluiceMapIcmpScratch        = "icmp_scratch"
 	sluiceMapIfMacs             = "if_macs"
@@ -369,6 +376,7 @@ type sluiceMapSpecs struct {
 	Config             *ebpf.MapSpec `ebpf:"config"`
 	FlowEventDrops     *ebpf.MapSpec `ebpf:"flow_event_drops"`
 	FlowEvents         *ebpf.MapSpec `ebpf:"flow_events"`
+	FlowSources        *ebpf.MapSpec `ebpf:"flow_sources"`
 	Flows              *ebpf.MapSpec `ebpf:"flows"`
 	IcmpScratch        *ebpf.MapSpec `ebpf:"icmp_scratch"`
 	IfMacs             *ebpf.MapSpec `ebpf:"if_macs"`
@@ -430,6 +438,7 @@ type sluiceMaps struct {
 	Config             *ebpf.Map `ebpf:"config"`
 	FlowEventDrops     *ebpf.Map `ebpf:"flow_event_drops"`
 	FlowEvents         *ebpf.Map `ebpf:"flow_events"`
+	FlowSources        *ebpf.Map `ebpf:"flow_sources"`
 	Flows              *ebpf.Map `ebpf:"flows"`
 	IcmpScratch        *ebpf.Map `ebpf:"icmp_scratch"`
 	IfMacs             *ebpf.Map `ebpf:"if_macs"`
@@ -466,6 +475,7 @@ func (m *sluiceMaps) Close() error {
 		m.Config,
 		m.FlowEventDrops,
 		m.FlowEvents,
+		m.FlowSources,
 		m.Flows,
 		m.IcmpScratch,
 		m.IfMacs,
