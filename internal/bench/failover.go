@@ -40,11 +40,15 @@ const (
 	requestPause = 100 * time.Millisecond
 )
 
+// FailoverModes are the modes bench failover measures: the pair's backends share the nodes'
+// segment and decapsulate nothing, so tunnel is not among them.
+var FailoverModes = []config.Mode{config.ModeNAT, config.ModeFullNAT, config.ModeDSR}
+
 // Check reports the first option out of range, naming its flag.
 func (o FailoverOptions) Check() error {
 	return firstError(
 		checkDatapaths("datapath", o.Datapaths),
-		checkOneOf("modes", "mode", o.Modes, config.Modes),
+		checkOneOf("modes", "mode", o.Modes, FailoverModes),
 		checkOneOf("events", "event", o.Events, FailoverEvents),
 		checkRange("conns", o.Conns, 1, maxFailoverConns),
 		checkRange("new-rate", o.NewRate, 1, maxFailoverNewRate),

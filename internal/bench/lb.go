@@ -185,6 +185,9 @@ func selectCandidates(names []string) (out []candidate, missing []string, err er
 	all := slices.Clone(baselines)
 	for _, dp := range config.Datapaths {
 		for _, m := range config.Modes {
+			if m == config.ModeTunnel && dp != config.DatapathEBPF {
+				continue // only the ebpf datapath encapsulates
+			}
 			all = append(all, sluiceCandidate{datapath: string(dp), mode: string(m)})
 		}
 	}

@@ -207,3 +207,14 @@ func TestNftlbFarmKeyOrder(t *testing.T) {
 		t.Errorf("farm:\n%s", s)
 	}
 }
+
+// TestNoNFTTunnelCandidate: nft cannot encapsulate, so bench lb has no nft-tunnel candidate.
+func TestNoNFTTunnelCandidate(t *testing.T) {
+	all, _, err := selectCandidates(nil)
+	if err != nil || slices.ContainsFunc(all, func(c candidate) bool { return c.Name() == "nft-tunnel" }) {
+		t.Errorf("candidates %v (%v): nft-tunnel among them", all, err)
+	}
+	if _, _, err := selectCandidates([]string{"nft-tunnel"}); err == nil {
+		t.Error("nft-tunnel named: no error")
+	}
+}

@@ -44,7 +44,7 @@ failure or interrupt, unless --keep-lab.`,
 	}
 	fl := cmd.Flags()
 	fl.StringSliceVar(&o.Datapaths, "datapath", config.Names(config.Datapaths), "datapaths to measure")
-	fl.StringSliceVar(&o.Modes, "modes", config.Names(config.Modes), "service modes to measure")
+	fl.StringSliceVar(&o.Modes, "modes", config.Names(bench.FailoverModes), "service modes to measure")
 	fl.StringSliceVar(&o.Events, "events", bench.FailoverEvents, "events to run (the table's rows)")
 	fl.IntVar(&o.Conns, "conns", 24, "long-lived connections, each making a request every 100 ms")
 	fl.IntVar(&o.NewRate, "new-rate", 20, "new connections a second (one request each) through every event")

@@ -23,6 +23,7 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"failover", "--datapath", "ipvs"}, "bench failover: --datapath:"},
 		{[]string{"failover", "--datapath", "nft,nft"}, "bench failover: --datapath:"},
 		{[]string{"failover", "--modes", "masq"}, "bench failover: --modes:"},
+		{[]string{"failover", "--modes", "tunnel"}, "bench failover: --modes:"},
 		{[]string{"failover", "--modes", ""}, "bench failover: --modes:"},
 		{[]string{"failover", "--events", "meteor"}, "bench failover: --events:"},
 		{[]string{"failover", "--events", "drain,drain"}, "bench failover: --events:"},
