@@ -35,7 +35,7 @@ func fullNATFleetConfig(datapath string, i int, secretFile string) string {
 // and node 2's source to node 1, which holds node 2's flows, and every connection goes on.
 func TestFleetFullNATFailover(t *testing.T) {
 	fleetLab(t)
-	for _, dp := range []string{"nft"} {
+	for _, dp := range []string{"nft", "ebpf"} {
 		t.Run(dp, func(t *testing.T) { testFleetFullNATFailover(t, dp) })
 	}
 }
