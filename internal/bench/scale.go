@@ -25,6 +25,7 @@ import (
 	"github.com/sluicelb/sluice/internal/api"
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/lab"
+	"github.com/sluicelb/sluice/internal/maglev"
 )
 
 // ScaleOptions configure the scale benchmark.
@@ -649,10 +650,14 @@ func (c scaleConfig) yaml(extra int) string {
 	return b.String()
 }
 
-// nftElements bounds the nftables elements and objects of the config with its extra backends
-// (the nft datapath's budget counts about 150 per service of 2 backends, second chance's prev map
-// included), so that sizes past nft.max_elements' default are measured too.
-func (c scaleConfig) nftElements() int { return c.services * (100 + 40*(c.perService+1)) }
+// nftElements bounds the nftables elements and objects of the config with a few extra backends
+// (the nft datapath's budget counts about 9 + 7B + M per nat service of B backends and M slots,
+// and second chance's prev map M more), so that sizes past nft.max_elements' default are
+// measured too.
+func (c scaleConfig) nftElements() int {
+	b := c.perService + 4
+	return c.services * (20 + 8*b + 2*maglev.CompactSize(b))
+}
 
 func writeBackend(b *strings.Builder, ap netip.AddrPort, more string) {
 	fmt.Fprintf(b, "      - {address: %s, port: %d%s}\n", ap.Addr(), ap.Port(), more)

@@ -11,7 +11,9 @@ import (
 	"github.com/prometheus/procfs"
 
 	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/datapath/nft"
 	"github.com/sluicelb/sluice/internal/lab"
+	"github.com/sluicelb/sluice/internal/plan"
 )
 
 func TestScaleConfigIsValidAndSized(t *testing.T) {
@@ -125,5 +127,28 @@ func TestHostMemory(t *testing.T) {
 	}
 	if rss, err := residentMemory(os.Getpid()); err != nil || rss <= 0 {
 		t.Errorf("this process's VmRSS %d, %v", rss, err)
+	}
+}
+
+// TestScaleConfigFitsTheNFTBudget: the nft configs of bench scale's sizes, with the extra
+// backends of its reps, pass the nft datapath's budget (10,000 services of 2 backends need more
+// than nft.max_elements' default).
+func TestScaleConfigFitsTheNFTBudget(t *testing.T) {
+	for _, c := range []scaleConfig{
+		{datapath: "nft", services: 10000, perService: 2},
+		{datapath: "nft", services: 1000, perService: 10},
+		{datapath: "nft", services: 10000, perService: 10},
+	} {
+		cfg, err := config.Parse("scale.yaml", []byte(c.yaml(4)))
+		if err != nil {
+			t.Fatalf("%d services x %d: %v", c.services, c.perService, err)
+		}
+		p, err := plan.Build(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := (&nft.Datapath{}).Budget(p); err != nil {
+			t.Errorf("%d services x %d: %v", c.services, c.perService, err)
+		}
 	}
 }
