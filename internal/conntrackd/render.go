@@ -97,10 +97,14 @@ func writeTransport(b *strings.Builder, o *Options) {
 }
 
 // writeFilter keeps what Sluice balances: TCP and UDP flows, none of the node's own on loopback
-// or on the sync link (conntrackd's own messages included).
+// or on the sync link (conntrackd's own messages included), and of a TCP connection only the
+// states a peer needs to take it over or let it go, as the conntrack-tools manual advises: the
+// kernel drops the handshake's and the closing's other events before conntrackd reads them (a
+// connection taken over in its handshake starts again with the client's next SYN).
 func writeFilter(b *strings.Builder, o *Options) {
 	b.WriteString("\tFilter From Kernelspace {\n")
 	b.WriteString("\t\tProtocol Accept {\n\t\t\tTCP\n\t\t\tUDP\n\t\t}\n")
+	b.WriteString("\t\tState Accept {\n\t\t\tESTABLISHED CLOSED TIME_WAIT CLOSE_WAIT for TCP\n\t\t}\n")
 	b.WriteString("\t\tAddress Ignore {\n")
 	b.WriteString("\t\t\tIPv4_address 127.0.0.0/8 # loopback\n")
 	b.WriteString("\t\t\tIPv6_address ::1 # loopback\n")
