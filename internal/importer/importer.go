@@ -48,9 +48,6 @@ type Error struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg) }
 
-// tunnelRefused is why IPVS's tunnel forwarding (keepalived lb_kind TUN, ipvsadm -i) is refused.
-const tunnelRefused = "tunnel mode: Sluice has no IPIP forwarding yet; use dsr if the backends share the balancer's L2 segment"
-
 // namer derives unique service names from a service's protocol, VIP and port.
 type namer map[string]bool
 

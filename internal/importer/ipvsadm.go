@@ -201,7 +201,7 @@ func ipvsOptions(words []string) (map[string]string, error) {
 	for i := 0; i < len(words); i++ {
 		flag := words[i]
 		switch flag {
-		case "-t", "-u", "-f", "--sctp-service", "-s", "-M", "-b", "-r", "-w", "-x", "-y", "--pe", "--tcp-service", "--udp-service", "--fwmark-service", "--scheduler", "--real-server", "--weight", "--netmask", "--sched-flags", "--u-threshold", "--l-threshold":
+		case "-t", "-u", "-f", "--sctp-service", "-s", "-M", "-b", "-r", "-w", "-x", "-y", "--pe", "--tun-type", "--tun-port", "--tcp-service", "--udp-service", "--fwmark-service", "--scheduler", "--real-server", "--weight", "--netmask", "--sched-flags", "--u-threshold", "--l-threshold":
 			if i+1 == len(words) {
 				return nil, fmt.Errorf("%s needs a value", flag)
 			}
@@ -216,7 +216,7 @@ func ipvsOptions(words []string) (map[string]string, error) {
 				opts["-p"] = words[i+1]
 				i++
 			}
-		case "-g", "-m", "-i", "--gatewaying", "--masquerading", "--ipip", "-o", "--ops":
+		case "-g", "-m", "-i", "--gatewaying", "--masquerading", "--ipip", "-o", "--ops", "--tun-nocsum", "--tun-csum", "--tun-remcsum":
 			opts[ipvsShort(flag)] = ""
 		default:
 			return nil, fmt.Errorf("option %s is not one Sluice knows", shown(flag))
@@ -236,6 +236,42 @@ func ipvsShort(flag string) string {
 		return short
 	}
 	return flag
+}
+
+// ipvsTunnel reads an -a line's tunnel options: with -i, --tun-type ipip (the default, "" as
+// Sluice's) or gue with --tun-port (and --tun-nocsum, IPVS's default and Sluice's); ok is false,
+// having failed, for GRE, a checksum option, or tunnel options without -i.
+func ipvsTunnel(opts map[string]string, forward string, fail func(string, ...any)) (tunnel config.Tunnel, guePort int, ok bool) {
+	kind, port := opts["--tun-type"], opts["--tun-port"]
+	_, csum := opts["--tun-csum"]
+	_, remcsum := opts["--tun-remcsum"]
+	_, nocsum := opts["--tun-nocsum"]
+	switch {
+	case forward != "-i":
+		if kind != "" || port != "" || csum || remcsum || nocsum {
+			fail("--tun-* options need -i (tunnel forwarding)")
+			return "", 0, false
+		}
+		return "", 0, true
+	case csum || remcsum:
+		fail("--tun-csum and --tun-remcsum refused: Sluice's GUE sends a UDP checksum of 0 (--tun-nocsum)")
+	case kind == "" || kind == "ipip":
+		if port != "" || nocsum {
+			fail("--tun-port and --tun-nocsum only apply to --tun-type gue")
+			return "", 0, false
+		}
+		return config.TunnelIPIP, 0, true
+	case kind == "gue":
+		n, err := parsePort(port)
+		if err != nil || n == 0 {
+			fail("--tun-type gue needs --tun-port, a port from 1 to 65535")
+			return "", 0, false
+		}
+		return config.TunnelGUE, n, true
+	default:
+		fail("--tun-type %s refused: Sluice tunnels in ipip or gue", shown(kind))
+	}
+	return "", 0, false
 }
 
 // ipvsVirtual is the protocol and VIP:PORT of a line's -t or -u.
@@ -360,24 +396,36 @@ func addIPVSServer(opts map[string]string, byKey map[string]*ipvsService, line i
 			forward = f
 		}
 	}
-	switch {
-	case forward == "-i":
-		fail("-i refused: %s", tunnelRefused)
+	tunnel, guePort, ok := ipvsTunnel(opts, forward, fail)
+	if !ok {
 		return false
-	case s.forward != "" && s.forward != forward:
+	}
+	if tunnel != "" {
+		forward += " --tun-type " + string(tunnel)
+	}
+	if guePort != 0 {
+		forward += " --tun-port " + strconv.Itoa(guePort)
+	}
+	if s.forward != "" && s.forward != forward {
 		fail("%s differs from %s of the service's real servers before: Sluice's mode is per service", forward, s.forward)
 		return false
 	}
+	if s.forward == "" && tunnel != "" {
+		s.Notes = append(s.Notes, "-i: IPVS's tunnel is mode tunnel (datapath ebpf); the backends decapsulate as they did for IPVS (ip link add ... type ipip, or fou for gue) or with sluice decap attach.")
+	}
 	s.forward = forward
-	s.Mode = map[string]config.Mode{"-g": config.ModeDSR, "-m": config.ModeNAT}[forward]
+	s.Mode = map[string]config.Mode{"-g": config.ModeDSR, "-m": config.ModeNAT, "-i": config.ModeTunnel}[forward[:2]]
+	if tunnel == config.TunnelGUE {
+		s.Tunnel, s.GUEPort = tunnel, guePort
+	}
 	rip, err := parseAddrPort(opts["-r"])
 	if err != nil {
 		fail("-r: %v", err)
 		return false
 	}
 	b := config.Backend{Address: config.IPFrom(rip.Addr()), Port: int(rip.Port())}
-	if s.Mode == config.ModeDSR {
-		b.Port = 0
+	if s.Mode.Direct() {
+		b.Port = 0 // IPVS DR and TUN keep the packet's destination port
 	}
 	if w, ok := opts["-w"]; ok {
 		n, err := strconv.Atoi(w)

@@ -294,6 +294,7 @@ func (c *kaConverter) serviceOptions(vs *stmt) (Service, bool) {
 	}
 	defaults := checkDefaults{delayLoop: kaDelayLoop, connectTimeout: kaConnectTimeout, retry: -1}
 	algo := ""
+	var forward kaForward
 	var servers []*stmt
 	for _, s := range vs.block {
 		if !c.keyword(s) {
@@ -320,7 +321,11 @@ func (c *kaConverter) serviceOptions(vs *stmt) (Service, bool) {
 			}
 			svc.Scheduler = sched
 		case "lb_kind", "lvs_method":
-			svc.Mode = c.mode(s)
+			forward = c.mode(s)
+			svc.Mode, svc.Tunnel, svc.GUEPort = forward.mode, forward.tunnel, forward.guePort
+			if forward.mode == config.ModeTunnel {
+				note("%s: IPVS's tunnel is mode tunnel (datapath ebpf); the backends decapsulate as they did for IPVS (ip link add ... type ipip, or fou for gue) or with sluice decap attach.", statement(s))
+			}
 		case "protocol":
 			switch strings.ToUpper(args[0]) {
 			case "TCP", "UDP":
@@ -376,7 +381,7 @@ func (c *kaConverter) serviceOptions(vs *stmt) (Service, bool) {
 	var checks []*config.HealthCheck
 	seen := map[netip.AddrPort]*stmt{}
 	for _, rs := range servers {
-		b, hc, ok := c.realServer(rs, defaults, svc.Mode, note)
+		b, hc, ok := c.realServer(rs, defaults, forward, note)
 		if !ok {
 			continue
 		}
@@ -391,7 +396,7 @@ func (c *kaConverter) serviceOptions(vs *stmt) (Service, bool) {
 		checks = append(checks, hc)
 	}
 	svc.HealthCheck = shareChecks(svc.Backends, checks)
-	if svc.Mode == config.ModeDSR {
+	if svc.Mode.Direct() {
 		for i := range svc.SorryServers {
 			svc.SorryServers[i].Port = 0
 		}
@@ -426,18 +431,51 @@ func shareChecks(backends []config.Backend, checks []*config.HealthCheck) *confi
 // kaFlags are the keywords that take no value.
 var kaFlags = []string{"inhibit_on_failure", "sh-port", "mh-port", "sh-fallback", "mh-fallback", "ha_suspend", "ops", "alpha", "omega", "one_packet_scheduling", "sorry_server_inhibit", "smtp_alert", "hashed", "flag-1", "flag-2", "flag-3", "fast_recovery", "enable_sni", "tls_compliant", "misc_dynamic"}
 
-func (c *kaConverter) mode(s *stmt) config.Mode {
-	switch strings.ToUpper(s.args()[0]) {
-	case "NAT":
-		return config.ModeNAT
-	case "DR":
-		return config.ModeDSR
-	case "TUN":
-		c.fail(s, "%s TUN refused: %s", s.key(), tunnelRefused)
-	default:
-		c.fail(s, "%s %s refused: not NAT, DR or TUN", s.key(), s.args()[0])
+// kaForward is a forwarding method (lb_kind, lvs_method): the mode and, for TUN, the tunnel.
+type kaForward struct {
+	mode    config.Mode
+	tunnel  config.Tunnel // "" for ipip, Sluice's default
+	guePort int
+}
+
+// mode converts an lb_kind or lvs_method: NAT, DR, and TUN with keepalived's optional
+// "type ipip" or "type gue port N" (GRE and the checksum flags are refused).
+func (c *kaConverter) mode(s *stmt) kaForward {
+	args := s.args()
+	if !strings.EqualFold(args[0], "TUN") && len(args) > 1 {
+		c.fail(s, "%s %s: %q after it is not something Sluice knows", s.key(), args[0], strings.Join(args[1:], " "))
+		return kaForward{}
 	}
-	return ""
+	switch strings.ToUpper(args[0]) {
+	case "NAT":
+		return kaForward{mode: config.ModeNAT}
+	case "DR":
+		return kaForward{mode: config.ModeDSR}
+	case "TUN":
+		return c.tunnel(s, args[1:])
+	default:
+		c.fail(s, "%s %s refused: not NAT, DR or TUN", s.key(), args[0])
+	}
+	return kaForward{}
+}
+
+// tunnel converts the words after TUN: none or "type ipip" (IPIP), "type gue port N" (GUE).
+func (c *kaConverter) tunnel(s *stmt, words []string) kaForward {
+	f := kaForward{mode: config.ModeTunnel}
+	switch {
+	case len(words) == 0, len(words) == 2 && words[0] == "type" && words[1] == "ipip":
+	case len(words) == 4 && words[0] == "type" && words[1] == "gue" && words[2] == "port":
+		port, err := parsePort(words[3])
+		if err != nil || port == 0 {
+			c.fail(s, "%s TUN type gue port %s is not a port from 1 to 65535", s.key(), words[3])
+			return kaForward{}
+		}
+		f.tunnel, f.guePort = config.TunnelGUE, port
+	default:
+		c.fail(s, "%s TUN %s refused: Sluice tunnels in ipip or in gue without checksum options (type ipip, or type gue port N)", s.key(), strings.Join(words, " "))
+		return kaForward{}
+	}
+	return f
 }
 
 // number parses the statement's value as a whole number within lo-hi.
@@ -501,14 +539,14 @@ func (c *kaConverter) server(s *stmt, what string) (config.Backend, bool) {
 }
 
 // realServer converts a real_server block into a backend and its health check.
-func (c *kaConverter) realServer(rs *stmt, d checkDefaults, mode config.Mode, note func(string, ...any)) (config.Backend, *config.HealthCheck, bool) {
+func (c *kaConverter) realServer(rs *stmt, d checkDefaults, forward kaForward, note func(string, ...any)) (config.Backend, *config.HealthCheck, bool) {
 	before := c.errs.count()
 	b, ok := c.server(rs, "real_server")
 	if !ok {
 		return b, nil, false
 	}
-	if mode == config.ModeDSR {
-		b.Port = 0 // IPVS DR keeps the packet's destination port
+	if forward.mode.Direct() {
+		b.Port = 0 // IPVS DR and TUN keep the packet's destination port
 	}
 	var checks []*stmt
 	for _, s := range rs.block {
@@ -535,7 +573,7 @@ func (c *kaConverter) realServer(rs *stmt, d checkDefaults, mode config.Mode, no
 		case "delay_loop", "connect_timeout", "retry", "nb_get_retry", "virtualhost":
 			c.checkDefault(s, &d)
 		case "lvs_method":
-			if c.mode(s) != mode {
+			if c.mode(s) != forward {
 				c.fail(s, "lvs_method %s differs from the virtual server's: Sluice's mode is per service", s.args()[0])
 			}
 		default:

@@ -93,9 +93,9 @@ func TestPartialNothingLeftOut(t *testing.T) {
 
 // TestPartialAllLeftOut: a partial import that converts nothing is refused with every reason.
 func TestPartialAllLeftOut(t *testing.T) {
-	path := write(t, "k.conf", strings.Replace(vs, "lb_algo rr", "lb_algo dh", 1)+strings.Replace(vs, "lb_algo rr", "lb_kind TUN", 1))
+	path := write(t, "k.conf", strings.Replace(vs, "lb_algo rr", "lb_algo dh", 1)+strings.Replace(vs, "lb_algo rr", "lb_kind TUN type gre", 1))
 	_, err := Keepalived(path, Options{Partial: true})
-	if err == nil || !strings.Contains(err.Error(), "k.conf:2: lb_algo dh refused") || !strings.Contains(err.Error(), "k.conf:7: lb_kind TUN refused") {
+	if err == nil || !strings.Contains(err.Error(), "k.conf:2: lb_algo dh refused") || !strings.Contains(err.Error(), "k.conf:7: lb_kind TUN type gre refused") {
 		t.Errorf("error %v, want both refusals", err)
 	}
 }

@@ -26,7 +26,7 @@ func (r *Result) render() ([]byte, error) {
 	if len(r.Services) == 0 {
 		services.Style = yaml.FlowStyle
 	}
-	var needs []string
+	needs := ebpfNeeds{}
 	next := 0 // the first omission not written
 	omitted := func(i int) []string {
 		var lines []string
@@ -45,8 +45,8 @@ func (r *Result) render() ([]byte, error) {
 			n.FootComment = comment(omitted(i + 1))
 		}
 		services.Content = append(services.Content, &n)
-		if why := needsEBPF(&s.Service); why != "" {
-			needs = append(needs, s.Name+": "+why)
+		for _, n := range needsEBPF(&s.Service) {
+			needs[n.reason] = append(needs[n.reason], s.Name+": "+n.key)
 		}
 	}
 	root := &yaml.Node{Kind: yaml.MappingNode}
@@ -55,7 +55,7 @@ func (r *Result) render() ([]byte, error) {
 		key := scalar("datapath")
 		key.HeadComment = comment(header)
 		value := scalar(string(config.DatapathEBPF))
-		value.LineComment = comment([]string{"nftables cannot count connections: " + strings.Join(needs, "; ")})
+		value.LineComment = comment([]string{needs.String()})
 		root.Content = append(root.Content, key, value)
 		header = nil
 	}
@@ -71,17 +71,44 @@ func (r *Result) render() ([]byte, error) {
 	return buf.Bytes(), enc.Close()
 }
 
-// needsEBPF says which of the service's keys only the ebpf datapath programs, "" for none.
-func needsEBPF(s *config.Service) string {
+// Why a service needs the ebpf datapath.
+const (
+	countsConnections = "nftables cannot count connections"
+	encapsulates      = "nftables cannot encapsulate"
+)
+
+// ebpfNeed is a key of a service that only the ebpf datapath programs, and why.
+type ebpfNeed struct{ reason, key string }
+
+// ebpfNeeds are the services that need the ebpf datapath ("name: key"), by reason.
+type ebpfNeeds map[string][]string
+
+// String is each reason with its services: "nftables cannot count connections: a: scheduler lc".
+func (n ebpfNeeds) String() string {
+	var parts []string
+	for _, reason := range []string{countsConnections, encapsulates} {
+		if len(n[reason]) > 0 {
+			parts = append(parts, reason+": "+strings.Join(n[reason], "; "))
+		}
+	}
+	return strings.Join(parts, ". ")
+}
+
+// needsEBPF lists the service's keys that only the ebpf datapath programs.
+func needsEBPF(s *config.Service) []ebpfNeed {
+	var needs []ebpfNeed
+	if s.Mode == config.ModeTunnel {
+		needs = append(needs, ebpfNeed{encapsulates, "mode tunnel"})
+	}
 	if s.Scheduler.CountsConnections() {
-		return "scheduler " + string(s.Scheduler)
+		return append(needs, ebpfNeed{countsConnections, "scheduler " + string(s.Scheduler)})
 	}
 	for _, b := range s.Backends {
 		if b.MaxConnections > 0 {
-			return "max_connections"
+			return append(needs, ebpfNeed{countsConnections, "max_connections"})
 		}
 	}
-	return ""
+	return needs
 }
 
 func scalar(v string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Value: v} }

@@ -154,12 +154,12 @@ func listedIpvsadm(listing string) []string {
 	return out
 }
 
-// testImportRefused: a keepalived virtual_server that tunnels (lb_kind TUN) is refused through
+// testImportRefused: a keepalived virtual_server that tunnels in GRE (lb_kind TUN type gre) is refused through
 // the CLI: a non-zero exit, FILE:LINE and the reason on stderr, nothing on stdout.
 func testImportRefused(t *testing.T) {
 	conf := writeConfig(t, "keepalived.conf", `virtual_server 10.91.9.100 80 {
     lb_algo rr
-    lb_kind TUN
+    lb_kind TUN type gre
     protocol TCP
     real_server 10.91.2.11 80 {
         weight 1
@@ -169,9 +169,9 @@ func testImportRefused(t *testing.T) {
 	r := run(t, sluiceBin, "import", "keepalived", conf)
 	var exit *exec.ExitError
 	if !errors.As(r.Err, &exit) || exit.ExitCode() <= 0 {
-		t.Fatalf("sluice import keepalived of a TUN service: %v, want a non-zero exit\nstdout: %s\nstderr: %s", r.Err, r.Stdout, r.Stderr)
+		t.Fatalf("sluice import keepalived of a GRE TUN service: %v, want a non-zero exit\nstdout: %s\nstderr: %s", r.Err, r.Stdout, r.Stderr)
 	}
-	if want := conf + ":3: lb_kind TUN refused"; !strings.Contains(r.Stderr, want) {
+	if want := conf + ":3: lb_kind TUN type gre refused"; !strings.Contains(r.Stderr, want) {
 		t.Errorf("stderr %q does not say %q", r.Stderr, want)
 	}
 	if r.Stdout != "" {
