@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/lab"
 )
 
@@ -107,9 +108,24 @@ func writeSluiceHeader(b *strings.Builder, datapath, attach string, uncounted bo
 	}
 }
 
-// start puts XDP where an XDP candidate's frames land (setCandidateXDP) first, and takes it
-// away again when the config fails.
+// start makes the backends decapsulate for a tunnel candidate (attachDecap) and puts XDP where
+// an XDP candidate's frames land (setCandidateXDP) first, and undoes both when one fails.
 func (s sluiceCandidate) start(ctx context.Context, e *Env) error {
+	if s.tunnels() {
+		if err := attachDecap(e); err != nil {
+			return err
+		}
+	}
+	err := s.startBalancer(ctx, e)
+	if err != nil && s.tunnels() {
+		err = errors.Join(err, detachDecap(e, e.Lab.Backends))
+	}
+	return err
+}
+
+// startBalancer applies the candidate's config, with XDP set up first and taken away again when
+// the config fails.
+func (s sluiceCandidate) startBalancer(ctx context.Context, e *Env) error {
 	if s.attach != "xdp" {
 		return e.ApplyConfig(ctx, s.Name(), s.config(e))
 	}
@@ -127,8 +143,14 @@ func (s sluiceCandidate) stop(ctx context.Context, e *Env) error {
 	if s.attach == "xdp" {
 		err = errors.Join(err, setCandidateXDP(e, false))
 	}
+	if s.tunnels() {
+		err = errors.Join(err, detachDecap(e, e.Lab.Backends))
+	}
 	return err
 }
+
+// tunnels tells whether the candidate is mode tunnel, whose backends must decapsulate.
+func (s sluiceCandidate) tunnels() bool { return s.mode == string(config.ModeTunnel) }
 
 func (sluiceCandidate) targets(e *Env) []netip.AddrPort { return vipTargets(e) }
 func (sluiceCandidate) pids() []int                     { return nil }

@@ -262,7 +262,8 @@ func (ppsIptables) stop(ctx context.Context, e *Env) error {
 	return errors.Join(err, flushConntrack(ns))
 }
 
-// ppsCandidates are direct, Sluice's datapaths in nat and dsr (ebpf at tc and at XDP), then
+// ppsCandidates are direct, Sluice's datapaths in nat and dsr (ebpf at tc and at XDP, and in
+// tunnel, whose IPIP packets the backends count and drop like the others), then
 // the peers nftlb dnat and iptables DNAT to a range, and the bare baselines (bare.go) but
 // masquerade, installed or not.
 func ppsCandidates() []ppsCandidate {
@@ -272,7 +273,10 @@ func ppsCandidates() []ppsCandidate {
 			if dp == "nft" && attach != "" {
 				continue
 			}
-			for _, mode := range []string{"nat", "dsr"} {
+			for _, mode := range []string{"nat", "dsr", "tunnel"} {
+				if mode == "tunnel" && dp != "ebpf" {
+					continue // only the ebpf datapath encapsulates
+				}
 				out = append(out, ppsSluice{datapath: dp, mode: mode, attach: attach})
 			}
 		}
@@ -411,7 +415,8 @@ func (e *Env) measurePPS(ctx context.Context, c ppsCandidate, workloads []ppsWor
 // makeReals puts the reals on the backends' eth0 (round-robin; the first ones are the backends'
 // own addresses), gives the balancer permanent neighbour entries for them (no ARP during a
 // send; XDP drops a dsr packet whose neighbour is unresolved), and makes every backend drop
-// port 80 at its ingress, where its veth has already counted the packet.
+// port 80 and IPIP (a tunnel candidate's packets) at its ingress, where its veth has already
+// counted the packet.
 func makeReals(ctx context.Context, e *Env) error {
 	macs := make([]net.HardwareAddr, e.Lab.Backends+1)
 	dir := filepath.Join(e.Dir(), "pps")
@@ -423,6 +428,7 @@ func makeReals(ctx context.Context, e *Env) error {
 	chain ingress {
 		type filter hook ingress device "eth0" priority -500; policy accept;
 		meta l4proto { tcp, udp } th dport 80 drop
+		meta l4proto 4 drop
 	}
 }
 `), 0o644); err != nil {

@@ -110,3 +110,17 @@ func TestBusyClockReadsThisMachine(t *testing.T) {
 		t.Error("CPU 1048576 read without an error")
 	}
 }
+
+// TestPPSTunnelCandidates: bench pps measures mode tunnel on ebpf at tc and at XDP, and not on
+// nft, which cannot encapsulate.
+func TestPPSTunnelCandidates(t *testing.T) {
+	names := PPSCandidateNames()
+	for _, want := range []string{"ebpf-tunnel", "ebpf-tunnel-xdp"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("no candidate %s among %v", want, names)
+		}
+	}
+	if slices.Contains(names, "nft-tunnel") {
+		t.Errorf("nft-tunnel among %v", names)
+	}
+}
