@@ -126,7 +126,7 @@ func (d *Datapath) apply(ctx context.Context, p *plan.Plan) (int, error) {
 	if err := d.attach(targets); err != nil {
 		return s.w.entries, err
 	}
-	return s.w.entries, deleteAll(&s.w, d.maps.IfMACs, stale)
+	return s.w.entries, deleteAll(&s.w, d.maps.IfMacs, stale)
 }
 
 // Resync makes the next Apply read the maps and links back and repair what differs.

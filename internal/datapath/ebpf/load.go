@@ -5,113 +5,61 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 
 	"github.com/cilium/ebpf"
 )
 
-// kernelMaps are the pinned maps the loader reads and writes: the program's and Sluice's own.
-// The program's other maps (per-CPU scratch space) are not pinned and not the loader's business.
+// kernelMaps are the pinned maps the loader reads and writes: the program's, in the struct bpf2go
+// generates (sluiceMaps, each map described in bpf/maps.h), and Sluice's own (records.go). The
+// program's per-CPU scratch maps are not pinned and stay nil here: the program holds them. A map added after the first version
+// (firstMaps) is nil in a read-only open of pins made before it (openPinned); loading creates
+// and pins it.
 type kernelMaps struct {
-	Vips         *ebpf.Map
-	Backends     *ebpf.Map
-	Maglev       *ebpf.Map
-	Flows        *ebpf.Map
-	Replies      *ebpf.Map
-	ServiceStats *ebpf.Map
-	BackendStats *ebpf.Map
-	Config       *ebpf.Map
-	ServiceMeta  *ebpf.Map
-	BackendMeta  *ebpf.Map
-	// IfMACs and the session maps below are nil in a read-only open of pins that a version
-	// before them made (openPinned); loading creates and pins them.
-	IfMACs *ebpf.Map
-	// ServiceOpts, BackendOpts, BackendConns, BackendLost and Persist hold what persistence,
-	// the counting schedulers and connection thresholds need.
-	ServiceOpts  *ebpf.Map
-	BackendOpts  *ebpf.Map
-	BackendConns *ebpf.Map
-	BackendLost  *ebpf.Map
-	Persist      *ebpf.Map
-	// SourceAllow and SourceDeny are the services' access lists.
-	SourceAllow *ebpf.Map
-	SourceDeny  *ebpf.Map
-	// ServiceRate, ServiceConns, ServiceLost and Clients hold the state of the services' limits.
-	ServiceRate  *ebpf.Map
-	ServiceConns *ebpf.Map
-	ServiceLost  *ebpf.Map
-	Clients      *ebpf.Map
-	// ServiceRefusals counts the new flows each service refused, by reason.
-	ServiceRefusals *ebpf.Map
-	// ServiceUnforwarded counts the packets of each service the program could not forward, by reason.
-	ServiceUnforwarded *ebpf.Map
-	// ServiceSources holds the fullnat source of the services that have their own.
-	ServiceSources *ebpf.Map
-	// FlowEvents is the ring of new and closing flows a replicator reads (see WatchFlows), and
-	// FlowEventDrops counts the events a full ring lost.
-	FlowEvents     *ebpf.Map
-	FlowEventDrops *ebpf.Map
-	// MaglevPrev holds the slots whose backend changed in the last flow_timeout, and
-	// SecondChances counts the flows each service gave to them (see secondchance.go).
-	MaglevPrev    *ebpf.Map
-	SecondChances *ebpf.Map
-	// ServiceTunnels holds mode tunnel services' encapsulations, and TunnelStats counts their
-	// packets by fate (see tunnel.go).
-	ServiceTunnels *ebpf.Map
-	TunnelStats    *ebpf.Map
-	// FlowSources holds the source address of the fullnat flows replicated from other nodes
-	// that translate to a source of their own (see import.go).
-	FlowSources *ebpf.Map
+	sluiceMaps
+	ServiceMeta *ebpf.Map `ebpf:"service_meta"`
+	BackendMeta *ebpf.Map `ebpf:"backend_meta"`
 }
 
-// addedMaps are the pinned maps later versions added: pins of an older version lack them, which
-// a read-only open accepts and a load mends.
-var addedMaps = map[string]bool{
-	sluiceMapIfMacs: true, sluiceMapServiceOpts: true, sluiceMapBackendOpts: true,
-	sluiceMapBackendConns: true, sluiceMapBackendLost: true, sluiceMapPersist: true,
-	sluiceMapSourceAllow: true, sluiceMapSourceDeny: true,
-	sluiceMapServiceRate: true, sluiceMapServiceConns: true, sluiceMapServiceLost: true, sluiceMapClients: true,
-	sluiceMapServiceRefusals: true, sluiceMapServiceUnforwarded: true,
-	sluiceMapFlowEvents: true, sluiceMapFlowEventDrops: true, sluiceMapServiceSources: true,
-	sluiceMapMaglevPrev: true, sluiceMapSecondChances: true,
-	sluiceMapServiceTunnels: true, sluiceMapTunnelStats: true, sluiceMapFlowSources: true,
+// firstMaps are the maps the first version pinned: pins of an older version may lack any other,
+// which a read-only open accepts and a load mends.
+var firstMaps = map[string]bool{
+	sluiceMapVips: true, sluiceMapBackends: true, sluiceMapMaglev: true, sluiceMapFlows: true,
+	sluiceMapReplies: true, sluiceMapServiceStats: true, sluiceMapBackendStats: true,
+	sluiceMapConfig: true, serviceMetaName: true, backendMetaName: true,
 }
 
-// fields are the maps' places in m by pin name.
+// fields are the places of m's maps by the names their `ebpf` tags give, scratch maps included.
 func (m *kernelMaps) fields() map[string]**ebpf.Map {
-	return map[string]**ebpf.Map{
-		sluiceMapVips: &m.Vips, sluiceMapBackends: &m.Backends, sluiceMapMaglev: &m.Maglev,
-		sluiceMapFlows: &m.Flows, sluiceMapReplies: &m.Replies, sluiceMapServiceStats: &m.ServiceStats,
-		sluiceMapBackendStats: &m.BackendStats, sluiceMapConfig: &m.Config,
-		serviceMetaName: &m.ServiceMeta, backendMetaName: &m.BackendMeta, sluiceMapIfMacs: &m.IfMACs,
-		sluiceMapServiceOpts: &m.ServiceOpts, sluiceMapBackendOpts: &m.BackendOpts,
-		sluiceMapBackendConns: &m.BackendConns, sluiceMapBackendLost: &m.BackendLost, sluiceMapPersist: &m.Persist,
-		sluiceMapSourceAllow: &m.SourceAllow, sluiceMapSourceDeny: &m.SourceDeny,
-		sluiceMapServiceRate: &m.ServiceRate, sluiceMapServiceConns: &m.ServiceConns,
-		sluiceMapServiceLost: &m.ServiceLost, sluiceMapClients: &m.Clients,
-		sluiceMapServiceRefusals: &m.ServiceRefusals, sluiceMapServiceUnforwarded: &m.ServiceUnforwarded,
-		sluiceMapFlowEvents: &m.FlowEvents, sluiceMapFlowEventDrops: &m.FlowEventDrops,
-		sluiceMapServiceSources: &m.ServiceSources, sluiceMapMaglevPrev: &m.MaglevPrev,
-		sluiceMapSecondChances: &m.SecondChances, sluiceMapServiceTunnels: &m.ServiceTunnels,
-		sluiceMapTunnelStats: &m.TunnelStats,
-		sluiceMapFlowSources: &m.FlowSources,
-	}
-}
-
-// byName returns the maps by pin name.
-func (m *kernelMaps) byName() map[string]*ebpf.Map {
-	out := map[string]*ebpf.Map{}
-	for name, f := range m.fields() {
-		out[name] = *f
+	out := map[string]**ebpf.Map{}
+	v := reflect.ValueOf(m).Elem()
+	for _, f := range reflect.VisibleFields(v.Type()) {
+		if name := f.Tag.Get("ebpf"); name != "" {
+			out[name] = v.FieldByIndex(f.Index).Addr().Interface().(**ebpf.Map)
+		}
 	}
 	return out
 }
 
-// kernelMapsOf takes the pinned maps out of a collection, so that closing it leaves them open.
-func kernelMapsOf(coll *ebpf.Collection) *kernelMaps {
+// byName returns the maps m holds by pin name.
+func (m *kernelMaps) byName() map[string]*ebpf.Map {
+	out := map[string]*ebpf.Map{}
+	for name, f := range m.fields() {
+		if *f != nil {
+			out[name] = *f
+		}
+	}
+	return out
+}
+
+// pinnedMapsOf takes the maps spec pins out of a collection, so that closing it leaves them open.
+func pinnedMapsOf(coll *ebpf.Collection, spec *ebpf.CollectionSpec) *kernelMaps {
 	m := &kernelMaps{}
 	for name, f := range m.fields() {
-		*f = coll.DetachMap(name)
+		if ms := spec.Maps[name]; ms != nil && ms.Pinning == ebpf.PinByName {
+			*f = coll.DetachMap(name)
+		}
 	}
 	return m
 }
@@ -119,9 +67,7 @@ func kernelMapsOf(coll *ebpf.Collection) *kernelMaps {
 func (m *kernelMaps) Close() error {
 	var errs []error
 	for _, x := range m.byName() {
-		if x != nil {
-			errs = append(errs, x.Close())
-		}
+		errs = append(errs, x.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -189,7 +135,7 @@ func loadObjects(dir, program string, sizes MapSizes) (*kernelMaps, *ebpf.Progra
 		return nil, nil, fmt.Errorf("loading the BPF program: %w", err)
 	}
 	defer coll.Close()
-	return kernelMapsOf(coll), coll.DetachProgram(program), nil
+	return pinnedMapsOf(coll, spec), coll.DetachProgram(program), nil
 }
 
 // openPinned opens the maps pinned under dir without loading anything, whatever their sizes;
@@ -210,7 +156,7 @@ func openPinned(dir string) (*kernelMaps, error) {
 			continue
 		}
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
-		if addedMaps[name] && errors.Is(err, os.ErrNotExist) {
+		if !firstMaps[name] && errors.Is(err, os.ErrNotExist) {
 			continue // pins made before the map; reading the maps needs none
 		}
 		if err != nil {
@@ -225,7 +171,7 @@ func openPinned(dir string) (*kernelMaps, error) {
 			return nil, fmt.Errorf("pinned map %s: %w", name, err)
 		}
 	}
-	return kernelMapsOf(coll), nil
+	return pinnedMapsOf(coll, spec), nil
 }
 
 // load loads the program and opens or creates the pinned maps: once, and again when what is

@@ -32,11 +32,11 @@ func macsFor(mode AttachMode, targets map[string]target) ifMACs {
 // putMACs writes the entries of want that if_macs lacks or holds otherwise, and returns the
 // ifindexes of the entries it holds beyond want, for deleteAll once the program left them.
 func putMACs(w *writer, m *kernelMaps, want ifMACs) ([]uint32, error) {
-	if n := m.IfMACs.MaxEntries(); uint32(len(want)) > n {
+	if n := m.IfMacs.MaxEntries(); uint32(len(want)) > n {
 		return nil, fmt.Errorf("XDP on %d interfaces: the program records the MACs of at most %d", len(want), n)
 	}
 	have := ifMACs{}
-	if err := readAll(m.IfMACs, func(k uint32, v sluiceIfMac) bool { have[k] = v; return true }); err != nil {
+	if err := readAll(m.IfMacs, func(k uint32, v sluiceIfMac) bool { have[k] = v; return true }); err != nil {
 		return nil, err
 	}
 	var stale []uint32
@@ -47,7 +47,7 @@ func putMACs(w *writer, m *kernelMaps, want ifMACs) ([]uint32, error) {
 	}
 	for k, v := range want {
 		if cur, ok := have[k]; !ok || cur != v {
-			if err := w.put(m.IfMACs, k, v); err != nil {
+			if err := w.put(m.IfMacs, k, v); err != nil {
 				return nil, err
 			}
 		}

@@ -62,6 +62,31 @@ func TestMapSizes(t *testing.T) {
 	}
 }
 
+// TestKernelMapsAreThePinnedMaps has a place in kernelMaps for each map the collection pins, by
+// its name, and leaves the program's unpinned scratch maps to the program.
+func TestKernelMapsAreThePinnedMaps(t *testing.T) {
+	spec, err := collectionSpec("", MapSizes{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := (&kernelMaps{}).fields()
+	for name, ms := range spec.Maps {
+		if _, ok := fields[name]; !ok && ms.Pinning == ebpf.PinByName {
+			t.Errorf("pinned map %s has no place in kernelMaps", name)
+		}
+	}
+	for name := range fields {
+		if spec.Maps[name] == nil {
+			t.Errorf("kernelMaps has a place for %s, which the collection lacks", name)
+		}
+	}
+	for name := range firstMaps {
+		if spec.Maps[name] == nil || spec.Maps[name].Pinning != ebpf.PinByName {
+			t.Errorf("first map %s is not a pinned map of the collection", name)
+		}
+	}
+}
+
 // TestPinsMadeBeforeAddedMaps adopts the pins of a version before if_macs and the session maps,
 // every map but those: reading them needs none of them, and the next apply makes and pins them,
 // keeps the flows and has the link run a program that reads the new maps.
@@ -72,8 +97,14 @@ func TestPinsMadeBeforeAddedMaps(t *testing.T) {
 	ids := idsOf(t, d)
 	backend := ids.of(t, "web/10.91.2.11")
 	flowAt(t, d.maps, 1, ids.of(t, "web"), backend, monotonicNow())
+	var added []string
+	for name := range d.maps.byName() {
+		if !firstMaps[name] {
+			added = append(added, name)
+		}
+	}
 	errs := []error{d.Close()}
-	for name := range addedMaps {
+	for _, name := range added {
 		errs = append(errs, os.Remove(filepath.Join(r.pin, name)))
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -90,7 +121,7 @@ func TestPinsMadeBeforeAddedMaps(t *testing.T) {
 	if got, want := r.pinnedMACs(), macsOf(t, "veth0"); !maps.Equal(got, want) {
 		t.Errorf("if_macs %v, want %v", got, want)
 	}
-	for name := range addedMaps {
+	for _, name := range added {
 		if _, err := os.Stat(filepath.Join(r.pin, name)); err != nil {
 			t.Errorf("the restart did not pin %s again: %v", name, err)
 		}

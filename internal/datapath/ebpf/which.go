@@ -87,14 +87,9 @@ func (d *Datapath) whichProgram(m *kernelMaps) (*ebpf.Program, error) {
 	if err := spec.Variables[sluiceVarCountNothing].Set(uint8(1)); err != nil {
 		return nil, err
 	}
-	pinned := map[string]*ebpf.Map{}
-	for pin, x := range m.byName() {
-		if x != nil {
-			pinned[pin] = x
-			if ms := spec.Maps[pin]; ms != nil {
-				adoptLRUFlags(ms, x)
-			}
-		}
+	pinned := m.byName()
+	for pin, x := range pinned {
+		adoptLRUFlags(spec.Maps[pin], x)
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: pinned})
 	if err != nil {
