@@ -51,10 +51,10 @@ type Counts struct {
 
 // Status is what the decapsulation does on this host.
 type Status struct {
-	Interfaces     []string `json:"interfaces"` // attached, sorted
-	GUEPort        uint16   `json:"gue_port"`   // 0: no GUE
-	LocalPrefixes  int      `json:"local_prefixes"` // the host's addresses and AnyIP ranges
-	Counts         Counts   `json:"counts"`
+	Interfaces    []string `json:"interfaces"`     // attached, sorted
+	GUEPort       uint16   `json:"gue_port"`       // 0: no GUE
+	LocalPrefixes int      `json:"local_prefixes"` // the host's addresses and AnyIP ranges
+	Counts        Counts   `json:"counts"`
 }
 
 func (o Options) pinPath() string {

@@ -165,7 +165,7 @@ func (r *Runner) startFlows(s *config.Sync, secret []byte) error {
 		Interface: s.Interface, Address: s.Address.Addr, Peers: addrs(s.Peers), Group: s.Group.Addr,
 		Port: s.PortOrDefault(), Secret: secret, InitialSyncTimeout: s.InitialSyncTimeoutOrDefault(),
 		RefreshInterval: s.RefreshIntervalOrDefault(),
-		Notify: func(ev flowsync.Event) { r.notify(Event{Kind: string(ev.Kind), Message: ev.Message}) },
+		Notify:          func(ev flowsync.Event) { r.notify(Event{Kind: string(ev.Kind), Message: ev.Message}) },
 	}, dp, r.log)
 	if err != nil {
 		return err
