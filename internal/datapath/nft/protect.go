@@ -3,10 +3,8 @@ package nft
 import (
 	"fmt"
 	"net/netip"
-	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"sigs.k8s.io/knftables"
@@ -287,7 +285,7 @@ func synCookies(st *state, service string, vip netip.Addr) datapath.SYNCookies {
 }
 
 // tcpLoose is the sysctl that lets conntrack take a mid-stream packet for a new connection.
-const tcpLoose = "/proc/sys/net/netfilter/nf_conntrack_tcp_loose"
+const tcpLoose = "net.netfilter.nf_conntrack_tcp_loose"
 
 // checkSynproxySysctl refuses syn_protection while conntrack picks connections up mid-stream
 // (nf_conntrack_tcp_loose=1, the kernel's default): the handshake's last ACK would then start a
@@ -298,11 +296,11 @@ func checkSynproxySysctl(p *plan.Plan) error {
 		if !p.Services[i].SYNProtection {
 			continue
 		}
-		b, err := os.ReadFile(tcpLoose)
+		loose, err := datapath.ReadSysctl(tcpLoose)
 		if err != nil {
 			return fmt.Errorf("service %s: syn_protection: %w (is nf_conntrack loaded?)", p.Services[i].Name, err)
 		}
-		if strings.TrimSpace(string(b)) != "0" {
+		if loose != 0 {
 			return fmt.Errorf("service %s: syn_protection needs sysctl net.netfilter.nf_conntrack_tcp_loose=0 in the balancer's network namespace, or conntrack takes the handshake's last ACK for a connection and the synproxy never checks its cookie (sysctl -w net.netfilter.nf_conntrack_tcp_loose=0)", p.Services[i].Name)
 		}
 		return nil

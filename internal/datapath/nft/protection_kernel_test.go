@@ -29,7 +29,7 @@ import (
 // (checkSynproxySysctl).
 func strictTCPTracking(t *testing.T) {
 	t.Helper()
-	if err := os.WriteFile(tcpLoose, []byte("0"), 0o644); err != nil {
+	if err := os.WriteFile("/proc/sys/"+strings.ReplaceAll(tcpLoose, ".", "/"), []byte("0"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
