@@ -285,19 +285,4 @@ func TestAttachDetachStatus(t *testing.T) {
 }
 
 // privateBPFFS mounts a BPF filesystem of the test's own and returns a pin path in it.
-func privateBPFFS(t *testing.T) string {
-	t.Helper()
-	fs := filepath.Join(t.TempDir(), "bpffs")
-	if err := os.Mkdir(fs, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("bpf", fs, "bpf", 0, "mode=0700"); err != nil {
-		t.Fatalf("mounting a BPF filesystem: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(fs, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmounting %s: %v", fs, err)
-		}
-	})
-	return filepath.Join(fs, "decap")
-}
+func privateBPFFS(t *testing.T) string { return testutil.PrivateBPFFS(t, "decap") }

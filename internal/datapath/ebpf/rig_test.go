@@ -58,22 +58,7 @@ func newRig(t *testing.T) *rig {
 
 // privatePinPath mounts a BPF filesystem of the test's own, unmounted when it ends, and returns
 // a pin path on it.
-func privatePinPath(t *testing.T) string {
-	t.Helper()
-	fs := filepath.Join(t.TempDir(), "bpffs")
-	if err := os.Mkdir(fs, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("bpf", fs, "bpf", 0, "mode=0700"); err != nil {
-		t.Fatalf("mounting a BPF filesystem: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(fs, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmounting %s: %v", fs, err)
-		}
-	})
-	return filepath.Join(fs, "sluice")
-}
+func privatePinPath(t *testing.T) string { return testutil.PrivateBPFFS(t, "sluice") }
 
 // forwardingOn turns IPv4 and IPv6 forwarding on in the calling thread's network namespace, as on
 // a balancer: bpf_fib_lookup refuses to route what arrives on an interface that does not forward.
