@@ -30,7 +30,7 @@ import (
 
 // inFreshNetns runs fn on a thread switched into a new, empty network namespace holding one veth
 // pair (10.91.2.1/24 on veth0), so that nft and the kernel see nothing but what the test makes.
-func inFreshNetns(t *testing.T, fn func()) {
+func inFreshNetns(t testing.TB, fn func()) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		testutil.Missing(t, "needs nft: %v", err)
 	}
@@ -55,7 +55,7 @@ func inFreshNetns(t *testing.T, fn func()) {
 }
 
 // forward sets the calling thread's namespace's IPv4 and IPv6 forwarding to v ("0" or "1").
-func forward(t *testing.T, v string) {
+func forward(t testing.TB, v string) {
 	t.Helper()
 	for _, path := range []string{"/proc/sys/net/ipv4/ip_forward", "/proc/sys/net/ipv6/conf/all/forwarding"} {
 		if err := os.WriteFile(path, []byte(v), 0o644); err != nil {
