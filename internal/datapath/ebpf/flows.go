@@ -67,7 +67,12 @@ func (d *Datapath) ResetFlows(_ context.Context, s *plan.Service, b plan.Backend
 	if svc == nil || svc.backends[b.ID()] == nil {
 		return 0, nil
 	}
-	return deleteFlowsOf(&writer{}, m, map[uint32]bool{svc.backends[b.ID()].id: true})
+	id := svc.backends[b.ID()].id
+	// A reset flow must break, not come back to the backend by second chance.
+	if err := forgetPrev(&writer{}, m, st, func(_ uint32, e sluicePrevSlot) bool { return e.BackendId == id }); err != nil {
+		return 0, err
+	}
+	return deleteFlowsOf(&writer{}, m, map[uint32]bool{id: true})
 }
 
 // deleteFlowsOf deletes the flows to some backends (by id) and their replies entries; it returns

@@ -60,20 +60,25 @@ func (s *syncer) rememberPrev(cur *serviceState, offset uint32, was, want []uint
 
 // forgetPrev deletes the entries of maglev_prev that gone says are gone.
 func (s *syncer) forgetPrev(gone func(slot uint32, e sluicePrevSlot) bool) error {
-	if s.m.MaglevPrev == nil || len(s.st.prev) == 0 {
+	return forgetPrev(&s.w, s.m, s.st, gone)
+}
+
+// forgetPrev deletes the entries of m's maglev_prev (mirrored in st) that gone says are gone.
+func forgetPrev(w *writer, m *kernelMaps, st *state, gone func(slot uint32, e sluicePrevSlot) bool) error {
+	if m.MaglevPrev == nil || len(st.prev) == 0 {
 		return nil
 	}
 	var keys []uint32
-	for slot, e := range s.st.prev {
+	for slot, e := range st.prev {
 		if gone(slot, e) {
 			keys = append(keys, slot)
 		}
 	}
-	if err := deleteAll(&s.w, s.m.MaglevPrev, keys); err != nil {
+	if err := deleteAll(w, m.MaglevPrev, keys); err != nil {
 		return err
 	}
 	for _, k := range keys {
-		delete(s.st.prev, k)
+		delete(st.prev, k)
 	}
 	return nil
 }

@@ -4,11 +4,14 @@ import (
 	"context"
 	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gopacket/gopacket/layers"
+
+	"github.com/sluicelb/sluice/internal/plan"
 )
 
 // midFlow sends a mid-flow segment (ACK, data) of client's connection and returns the backend
@@ -155,5 +158,30 @@ func TestSecondChanceKeepsTheFirstChange(t *testing.T) {
 	}
 	if len(first) == 0 || !maps.Equal(got, first) {
 		t.Errorf("after two more changes maglev_prev holds %d entries (%v), want the first change's %d", len(got), got, len(first))
+	}
+}
+
+// TestResetFlowsForgetsSecondChance: a backend whose flows are reset (on_failure: reset) loses
+// its second chances too: its connections must break, not come back.
+func TestResetFlowsForgetsSecondChance(t *testing.T) {
+	r := newRig(t)
+	d := r.datapath(Options{})
+	r.apply(d, planFromYAML(t, threeBackends("")))
+	leaving := netip.MustParseAddr("10.91.2.13")
+	var c netip.AddrPort
+	for i := 0; ; i++ {
+		if c = client(i, 40000, false); midFlow(t, d, c) == leaving {
+			break
+		}
+	}
+	weightZero := planFromYAML(t, strings.Replace(threeBackends(""), "weight: 3", "weight: 0", 1))
+	r.apply(d, weightZero)
+	svc := &weightZero.Services[0]
+	i := slices.IndexFunc(svc.Backends, func(b plan.Backend) bool { return b.Addr == leaving })
+	if _, err := d.ResetFlows(context.Background(), svc, svc.Backends[i]); err != nil {
+		t.Fatal(err)
+	}
+	if got := midFlow(t, d, c); got == leaving {
+		t.Errorf("client %s: after its backend's flows were reset, a mid-flow segment went back to %s", c, got)
 	}
 }

@@ -571,6 +571,9 @@ func deref(v *uint64) uint64 {
 // ResetFlows drops the flows from a service's clients to one of its backends: conntrack entries
 // in every state under nat and fullnat, flow map elements under dsr. It returns how many it dropped.
 func (d *Datapath) ResetFlows(ctx context.Context, s *plan.Service, b plan.Backend) (int, error) {
+	if err := d.forgetSecondChances(ctx, s, b); err != nil {
+		return 0, err
+	}
 	if s.Mode == config.ModeDSR {
 		return d.resetDSRFlows(ctx, s, b)
 	}

@@ -1,9 +1,11 @@
 package nft
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"sigs.k8s.io/knftables"
@@ -203,4 +205,41 @@ func valuesByKey(d *setDef) map[string][]string {
 		out[strings.Join(e.Key, " . ")] = e.Value
 	}
 	return out
+}
+
+// forgetSecondChances deletes the prev map elements that send a service's mid-flow segments to
+// backend b, whose flows are being reset: a reset flow must break, not come back by second
+// chance. Each is added before it is deleted, as deleteFlowElements does, so that one expired
+// since the listing fails nothing.
+func (d *Datapath) forgetSecondChances(ctx context.Context, s *plan.Service, b plan.Backend) error {
+	i := slices.IndexFunc(s.Backends, func(x plan.Backend) bool { return x.ID() == b.ID() })
+	if !givesSecondChance(s) || i < 0 {
+		return nil
+	}
+	f, value := knftables.InetFamily, gotoVerdict(backendChain(s.Name, string(s.Protocol), b.ID(), ""))
+	if s.Mode == config.ModeDSR {
+		f, value = knftables.NetDevFamily, strconv.FormatUint(uint64(backendMarks(s.Backends)[i]), 10)
+	}
+	prev := namesOf(s).prev
+	elems, err := d.host.elements(f, prev)
+	if err != nil || len(elems) == 0 {
+		return err
+	}
+	tx := d.nft.NewTransaction()
+	n := 0
+	for _, e := range elems {
+		if strings.Join(e.Value, "") != value {
+			continue
+		}
+		add := &knftables.Element{Family: f, Table: TableName, Map: prev, Key: e.Key, Value: e.Value}
+		del := *add
+		del.Value = nil
+		tx.Add(add)
+		tx.Delete(&del)
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	return d.nft.Run(ctx, tx)
 }

@@ -1,8 +1,16 @@
 package nft
 
 import (
+	"context"
+	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"testing"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/sluicelb/sluice/internal/plan"
 )
 
 // prevElements are the elements of the web service's prev map in the fake, by key.
@@ -48,4 +56,62 @@ func TestSecondChanceKeepsTheFirstChange(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestResetFlowsForgetsSecondChance: a dsr backend whose flows are reset (on_failure: reset)
+// loses its prev map elements too: its connections must break, not come back by second chance.
+// (dsr: the fake's flow map stands for the kernel; a nat reset would drop the host's conntrack.)
+func TestResetFlowsForgetsSecondChance(t *testing.T) {
+	d, h := newFakeDatapath()
+	dir := t.TempDir()
+	write := func(name, weight string) *plan.Plan {
+		path := filepath.Join(dir, name)
+		yaml := "services:\n  - name: web\n    vip: 10.91.9.102\n    port: 80\n    mode: dsr\n    table_size: 7\n" +
+			"    backends:\n      - address: 10.91.2.11\n      - address: 10.91.2.12\n      - address: 10.91.2.13\n        weight: " + weight + "\n"
+		if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return loadPlan(t, path)
+	}
+	apply(t, d, write("before.yaml", "1"))
+	after := write("after.yaml", "0")
+	apply(t, d, after)
+	held := prevValues(h, knftables.NetDevFamily)
+	if len(held) == 0 {
+		t.Fatal("the weight change recorded no slot")
+	}
+	svc := &after.Services[0]
+	gone := svc.Backends[2]
+	if _, err := d.ResetFlows(context.Background(), svc, gone); err != nil {
+		t.Fatal(err)
+	}
+	mark := strconv.FormatUint(uint64(backendMarks(svc.Backends)[2]), 10)
+	if left := prevValues(h, knftables.NetDevFamily); slices.Contains(left, mark) || len(left) != len(held)-count(held, mark) {
+		t.Errorf("after the reset of %s the prev map holds %v (was %v): its mark %s should be gone, and only it", gone.ID(), left, held, mark)
+	}
+}
+
+// prevValues are the values of every prev map of family f in the fake.
+func prevValues(h *fakeHost, f knftables.Family) []string {
+	var out []string
+	if t := h.Tables[f][TableName]; t != nil {
+		for _, m := range t.Maps {
+			if isServiceObject(m.Name, prevMap) {
+				for _, e := range m.Elements {
+					out = append(out, e.Value[0])
+				}
+			}
+		}
+	}
+	return out
+}
+
+func count(list []string, v string) int {
+	n := 0
+	for _, x := range list {
+		if x == v {
+			n++
+		}
+	}
+	return n
 }
