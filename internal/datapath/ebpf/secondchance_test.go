@@ -34,6 +34,17 @@ func forgetFlows(t *testing.T, d *Datapath) {
 	}
 }
 
+// clientOn is the first test client whose mid-flow segment the program sends to backend b (the
+// segment makes its flow: forgetFlows takes it back).
+func clientOn(t *testing.T, d *Datapath, b netip.Addr) netip.AddrPort {
+	t.Helper()
+	for i := 0; ; i++ {
+		if c := client(i, 40000, false); midFlow(t, d, c) == b {
+			return c
+		}
+	}
+}
+
 // prevEntries counts maglev_prev's entries.
 func prevEntries(t *testing.T, d *Datapath) int {
 	t.Helper()
@@ -124,12 +135,7 @@ func TestSecondChanceKeepsAccessLists(t *testing.T) {
 	d := r.datapath(Options{})
 	r.apply(d, planFromYAML(t, threeBackends("")))
 	leaving := netip.MustParseAddr("10.91.2.13")
-	var c netip.AddrPort
-	for i := 0; ; i++ {
-		if c = client(i, 40000, false); midFlow(t, d, c) == leaving {
-			break
-		}
-	}
+	c := clientOn(t, d, leaving)
 	forgetFlows(t, d)
 	denied := strings.Replace(threeBackends("    source_deny: ["+c.Addr().String()+"]"), "weight: 3", "weight: 0", 1)
 	r.apply(d, planFromYAML(t, denied))
@@ -168,12 +174,7 @@ func TestResetFlowsForgetsSecondChance(t *testing.T) {
 	d := r.datapath(Options{})
 	r.apply(d, planFromYAML(t, threeBackends("")))
 	leaving := netip.MustParseAddr("10.91.2.13")
-	var c netip.AddrPort
-	for i := 0; ; i++ {
-		if c = client(i, 40000, false); midFlow(t, d, c) == leaving {
-			break
-		}
-	}
+	c := clientOn(t, d, leaving)
 	weightZero := planFromYAML(t, strings.Replace(threeBackends(""), "weight: 3", "weight: 0", 1))
 	r.apply(d, weightZero)
 	svc := &weightZero.Services[0]
