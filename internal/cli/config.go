@@ -172,21 +172,22 @@ func kernelConfig(cfg *config.Config, status []datapath.ServiceStatus) (*config.
 	held := cfg.Clone()
 	held.Services = nil
 	for _, st := range status {
-		ports, err := config.ParseRange(st.Ports)
+		ports, err := config.ParsePortList(st.Ports)
 		if err != nil {
 			return nil, fmt.Errorf("the kernel's service %s: port %q: %w", st.Name, st.Ports, err)
 		}
-		s := config.Service{Name: st.Name, VIP: config.IPOf(st.VIP), Port: ports, Protocol: st.Protocol, Mode: st.Mode, Scheduler: st.Scheduler}
+		s := config.Service{Name: st.Name, VIP: config.IPOf(st.VIP), Protocol: st.Protocol, Mode: st.Mode, Scheduler: st.Scheduler}
 		file, _, err := engine.FindService(cfg, st.Name)
 		if err == nil {
 			// What the kernel's status does not tell is taken from the file.
 			s = *file
-			s.VIP, s.Port, s.Protocol, s.Mode, s.Scheduler = config.IPOf(st.VIP), ports, st.Protocol, st.Mode, st.Scheduler
+			s.VIP, s.Protocol, s.Mode, s.Scheduler = config.IPOf(st.VIP), st.Protocol, st.Mode, st.Scheduler
 			s.SorryServers, s.Backends = nil, nil
 			if s.Fallback == config.FallbackSorry {
 				s.Fallback = "" // the kernel's sorry servers are among its backends
 			}
 		}
+		s.SetPorts(ports)
 		if st.Scheduler == config.SchedulerMaglev && st.Slots > 0 {
 			s.TableSize = st.Slots
 		}

@@ -131,7 +131,7 @@ func listensOn(s engine.ServiceView, at netip.AddrPort) bool {
 	if s.VIP.Addr != at.Addr().Unmap() {
 		return false
 	}
-	ports, err := config.ParseRange(s.Ports)
+	ports, err := config.ParsePortList(s.Ports)
 	return err == nil && ports.Contains(int(at.Port()))
 }
 

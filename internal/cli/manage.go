@@ -32,7 +32,8 @@ func serviceCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("VIP:PORT: %w", err)
 			}
-			s.VIP, s.Port = vip, ports
+			s.VIP = vip
+			s.SetPorts(ports)
 			for _, spec := range backends {
 				b, err := parseBackendSpec(spec)
 				if err != nil {
@@ -213,13 +214,13 @@ func findDrain(ctx context.Context, c *api.Client, service, backend string) (eng
 }
 
 // splitListener parses "10.0.0.1:80", "[fd00::1]:443" or "10.0.0.1:8000-8010".
-func splitListener(s string) (config.IP, config.Range, error) {
+func splitListener(s string) (config.IP, config.PortList, error) {
 	i := strings.LastIndex(s, ":")
 	if i < 0 {
-		return config.IP{}, config.Range{}, fmt.Errorf("%q has no port", s)
+		return config.IP{}, nil, fmt.Errorf("%q has no port", s)
 	}
 	host := config.IPOf(strings.Trim(s[:i], "[]")).Canonical()
-	ports, err := config.ParseRange(s[i+1:])
+	ports, err := config.ParsePortList(s[i+1:])
 	return host, ports, err
 }
 

@@ -36,8 +36,11 @@ func TestParseBackendSpec(t *testing.T) {
 
 func TestSplitListener(t *testing.T) {
 	vip, ports, err := splitListener("[fd00::9]:8000-8010")
-	if err != nil || vip.String() != "fd00::9" || ports.First != 8000 || ports.Last != 8010 {
+	if err != nil || vip.String() != "fd00::9" || ports.String() != "8000-8010" {
 		t.Fatalf("got %s %v %v", vip, ports, err)
+	}
+	if _, ports, err := splitListener("10.0.0.9:80,443,8000-8010"); err != nil || ports.String() != "80,443,8000-8010" {
+		t.Fatalf("a list of ports gave %v %v", ports, err)
 	}
 	if vip, _, err := splitListener("[::ffff:10.0.0.9]:80"); err != nil || vip.String() != "10.0.0.9" {
 		t.Fatalf("an IPv4-mapped VIP gave %s %v", vip, err)

@@ -74,9 +74,11 @@ func (c *Config) EBPFMapSizes() EBPFSizes {
 
 // Service is one virtual service: VIP:port/protocol spread over backends.
 type Service struct {
-	Name      string    `yaml:"name" json:"name"`
-	VIP       IP        `yaml:"vip" json:"vip"`
-	Port      Range     `yaml:"port" json:"port"`
+	Name string `yaml:"name" json:"name"`
+	VIP  IP     `yaml:"vip" json:"vip"`
+	// Port is the service's port or range of ports; Ports lists several (one of the two is set).
+	Port      Range     `yaml:"port,omitempty" json:"port,omitzero"`
+	Ports     PortList  `yaml:"ports,omitempty" json:"ports,omitempty"`
 	Protocol  Protocol  `yaml:"protocol,omitempty" json:"protocol,omitempty"`
 	Mode      Mode      `yaml:"mode,omitempty" json:"mode,omitempty"`
 	Scheduler Scheduler `yaml:"scheduler,omitempty" json:"scheduler,omitempty"`
@@ -208,6 +210,7 @@ func (c *Config) Clone() *Config {
 		s.Backends = cloneBackends(s.Backends)
 		s.SorryServers = cloneBackends(s.SorryServers)
 		s.HealthCheck = s.HealthCheck.clone()
+		s.Ports = slices.Clone(s.Ports)
 		s.QuorumUp, s.QuorumDown = slices.Clone(s.QuorumUp), slices.Clone(s.QuorumDown)
 		s.SourceAllow, s.SourceDeny = slices.Clone(s.SourceAllow), slices.Clone(s.SourceDeny)
 		if s.Limits != nil {

@@ -101,5 +101,11 @@ func (r Range) String() string {
 // IsRange tells whether the range covers more than one value.
 func (r Range) IsRange() bool { return r.First != r.Last }
 
+// IsZero tells whether the range is unset.
+func (r Range) IsZero() bool { return r == Range{} }
+
+// overlaps tells whether a value is in both ranges.
+func (r Range) overlaps(o Range) bool { return r.First <= o.Last && o.First <= r.Last }
+
 // Contains tells whether v is in the range.
 func (r Range) Contains(v int) bool { return r.First <= v && v <= r.Last }

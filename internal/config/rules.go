@@ -75,7 +75,8 @@ var rules = map[reflect.Type]map[string]rule{
 	reflect.TypeFor[Service](): {
 		"name":                    {pattern: serviceName, required: true},
 		"vip":                     {required: true},
-		"port":                    {bounds: &portBounds, required: true},
+		"port":                    {bounds: &portBounds},
+		"ports":                   {bounds: &portBounds, minItems: 1, maxItems: MaxPortRanges},
 		"protocol":                {enum: Names(Protocols), def: string(DefaultProtocol)},
 		"mode":                    {enum: Names(Modes), def: string(DefaultMode)},
 		"scheduler":               {enum: Names(Schedulers), def: string(DefaultScheduler)},

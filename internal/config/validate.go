@@ -74,8 +74,8 @@ func (c *Config) Validate() Errors {
 		}
 		l := listener{vip, s.Protocol}
 		for _, j := range listeners[l] {
-			if o := c.Services[j].Port; o.First <= s.Port.Last && s.Port.First <= o.Last {
-				fail(at, "%s %s:%s overlaps services[%d] (%s)", s.Protocol, s.VIP, s.Port, j, c.Services[j].Name)
+			if o := &c.Services[j]; o.AllPorts().Overlaps(s.AllPorts()) {
+				fail(at, "%s %s:%s overlaps services[%d] (%s)", s.Protocol, s.VIP, s.AllPorts(), j, o.Name)
 			}
 		}
 		listeners[l] = append(listeners[l], i)
@@ -95,11 +95,7 @@ func (s *Service) validate(at string, vips vipOwners, datapath Datapath, fail fu
 	} else {
 		s.VIP.Addr = vip
 	}
-	if err := s.Port.Err(); err != nil {
-		fail(at+".port", "%v", err)
-	} else if !portBounds.has(s.Port.First) || !portBounds.has(s.Port.Last) || s.Port.First > s.Port.Last {
-		fail(at+".port", "%q is not a port in %s or a range first-last", s.Port, portBounds)
-	}
+	s.validatePorts(at, fail)
 	s.Protocol = oneOf(s.Protocol, Protocols, DefaultProtocol, at+".protocol", fail)
 	s.Mode = oneOf(s.Mode, Modes, DefaultMode, at+".mode", fail)
 	s.Scheduler = oneOf(s.Scheduler, Schedulers, DefaultScheduler, at+".scheduler", fail)
@@ -187,8 +183,8 @@ func (s *Service) validateBackends(at string, backends []Backend, vip netip.Addr
 		if !anyPortBounds.has(b.Port) {
 			fail(bat()+".port", "%d is not a port in %s", b.Port, portBounds)
 		}
-		if s.Mode.Direct() && b.Port != 0 && (s.Port.IsRange() || b.Port != s.Port.First) {
-			fail(bat()+".port", "%s cannot remap ports (backend port %d, service port %s): the packet keeps its destination", s.Mode, b.Port, s.Port)
+		if ports := s.AllPorts(); s.Mode.Direct() && b.Port != 0 && (!ports.Single() || b.Port != ports.First()) {
+			fail(bat()+".port", "%s cannot remap ports (backend port %d, service port %s): the packet keeps its destination", s.Mode, b.Port, ports)
 		}
 		if w := b.WeightOrDefault(); !weightBounds.has(w) {
 			fail(bat()+".weight", "%d is out of range %s", w, weightBounds)
@@ -206,8 +202,8 @@ func (s *Service) validateBackends(at string, backends []Backend, vip netip.Addr
 		// A backend without a port takes the client's, which for a single port is the service's:
 		// 10.0.0.1 and 10.0.0.1:80 of a service on port 80 are one destination.
 		port := b.Port
-		if port == 0 && !s.Port.IsRange() {
-			port = int(s.Port.First)
+		if ports := s.AllPorts(); port == 0 && ports.Single() {
+			port = ports.First()
 		}
 		key := netip.AddrPortFrom(addr, uint16(port))
 		if other, dup := seen[key]; dup {

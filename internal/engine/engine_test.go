@@ -331,7 +331,7 @@ func TestReloadRejectsBadFileAndKeepsRunning(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(change.Changed, []string{"api"}) {
 		t.Fatalf("reload: %+v %v", change, err)
 	}
-	testutil.Eventually(t, "reload applied", func() bool { return h.dp.Plan().Services[0].Ports.First == 8081 })
+	testutil.Eventually(t, "reload applied", func() bool { return h.dp.Plan().Services[0].Ports.First() == 8081 })
 }
 
 func TestServicesViewMergesConfigHealthAndKernel(t *testing.T) {

@@ -39,7 +39,7 @@ func probeOf(s *config.Service, addr netip.Addr, port uint16) (health.Probe, boo
 	case hc.Port != 0:
 		port = uint16(hc.Port)
 	case port == 0:
-		port = uint16(s.Port.First)
+		port = uint16(s.AllPorts().Canonical().First())
 	}
 	return health.Probe{Check: *hc, Target: netip.AddrPortFrom(addr, port)}, true
 }

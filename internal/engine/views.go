@@ -147,7 +147,7 @@ func (e *Engine) programmed(ctx context.Context, name string) (k datapath.Servic
 
 func (e *Engine) serviceView(s *config.Service, k *datapath.ServiceStatus, available plan.Availability) ServiceView {
 	v := ServiceView{
-		Name: s.Name, Protocol: s.Protocol, VIP: s.VIP, Ports: s.Port.String(), Mode: s.Mode,
+		Name: s.Name, Protocol: s.Protocol, VIP: s.VIP, Ports: s.AllPorts().String(), Mode: s.Mode,
 		Scheduler: s.Scheduler, SHPort: s.SHPort, Fallback: s.Fallback.OrDefault(), Programmed: k != nil,
 		AvailableWeight: availableWeight(s, available),
 	}

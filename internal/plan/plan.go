@@ -29,7 +29,7 @@ type Plan struct {
 type Service struct {
 	Name        string
 	VIP         netip.Addr
-	Ports       config.Range
+	Ports       config.PortList
 	Protocol    config.Protocol
 	Mode        config.Mode
 	Scheduler   config.Scheduler
@@ -214,7 +214,7 @@ func buildService(cs config.Service, available Availability, quorum QuorumRule, 
 		return Service{}, fmt.Errorf("service %s: vip %q is not an IP address", cs.Name, cs.VIP)
 	}
 	s := Service{
-		Name: cs.Name, VIP: cs.VIP.Unmap(), Ports: cs.Port, Protocol: cs.Protocol, Mode: cs.Mode,
+		Name: cs.Name, VIP: cs.VIP.Unmap(), Ports: cs.AllPorts().Canonical(), Protocol: cs.Protocol, Mode: cs.Mode,
 		Scheduler: cs.Scheduler.OrDefault().Canonical(), Fallback: cs.Fallback.OrDefault(), FlowTimeout: cs.FlowTimeout.Or(config.DefaultFlowTimeout),
 		SHPort: cs.SHPort, Persistence: cs.PersistenceOrZero(), FullNATSource: cs.FullNATSource.Unmap(),
 	}

@@ -56,7 +56,7 @@ var defaultLimits = sync.OnceValues(func() (limits, error) {
 func checkLimits(p *plan.Plan, l limits) error {
 	var vips, backends, slots int
 	for _, s := range p.Services {
-		vips += s.Ports.Last - s.Ports.First + 1
+		vips += s.Ports.Count()
 		backends += len(s.Backends)
 		slots += len(s.Slots)
 	}

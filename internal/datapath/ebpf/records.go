@@ -29,9 +29,11 @@ const recordRetired = 1
 
 // serviceRecord is a service as Sluice programmed it, the value of service_meta.
 type serviceRecord struct {
-	Name        [32]byte
-	Scheduler   [8]byte
-	VIP         [16]byte
+	Name      [32]byte
+	Scheduler [8]byte
+	VIP       [16]byte
+	// PortFirst and PortLast bound the service's ports: the vips entries of the service are
+	// its ports (a service on a list of ports has gaps between them).
 	PortFirst   uint16
 	PortLast    uint16
 	Proto       uint8
@@ -74,7 +76,7 @@ func metaSpecs(services, backends uint32) []*ebpf.MapSpec {
 // serviceRecordOf records a service of the plan, without its ring.
 func serviceRecordOf(s *plan.Service) (serviceRecord, error) {
 	r := serviceRecord{
-		PortFirst: uint16(s.Ports.First), PortLast: uint16(s.Ports.Last),
+		PortFirst: uint16(s.Ports.First()), PortLast: uint16(s.Ports[len(s.Ports)-1].Last),
 		Proto: wireProtocols[s.Protocol], Mode: wireModes[s.Mode], Fallback: wireFallbacks[s.Fallback],
 		FlowTimeout: uint32(s.FlowTimeout / time.Second),
 	}
@@ -171,10 +173,6 @@ func (r *serviceRecord) source() sluiceServiceSource {
 	return sluiceServiceSource(r.Flags >> serviceSourceShift)
 }
 
-func (r *serviceRecord) ports() config.Range {
-	return config.Range{First: int(r.PortFirst), Last: int(r.PortLast)}
-}
-
 func (r *backendRecord) retired() bool { return r.Flags&recordRetired != 0 }
 
 // backend is the plan backend the record was made from.
@@ -208,21 +206,28 @@ func recordText(b []byte) string {
 	return string(b)
 }
 
-// vipKeys are the service's keys in vips: one per port of its range (none for the zero record of
-// a service not programmed yet).
-func (r *serviceRecord) vipKeys() []sluiceVipKey {
+// vipKeys are the service's keys in vips, for its ports: one per port (none for the zero record
+// of a service not programmed yet).
+func (r *serviceRecord) vipKeys(ports config.PortList) []sluiceVipKey {
 	if r.Proto == 0 {
 		return nil
 	}
-	keys := make([]sluiceVipKey, 0, int(r.PortLast)-int(r.PortFirst)+1)
-	for p := int(r.PortFirst); p <= int(r.PortLast); p++ {
-		keys = append(keys, vipKeyOf(r.vip(), uint16(p), r.Proto))
+	keys := make([]sluiceVipKey, 0, ports.Count())
+	for _, pr := range ports {
+		for p := pr.First; p <= pr.Last; p++ {
+			keys = append(keys, vipKeyOf(r.vip(), uint16(p), r.Proto))
+		}
 	}
 	return keys
 }
 
-// owns tells whether a vips key is one of the service's.
-func (r *serviceRecord) owns(k sluiceVipKey) bool {
+// owns tells whether a vips key is one of the service's, for its ports.
+func (r *serviceRecord) owns(k sluiceVipKey, ports config.PortList) bool {
+	return r.mayOwn(k) && ports.Contains(int(wirePort(k.Port)))
+}
+
+// mayOwn tells whether a vips key is of the service's VIP and protocol, within its ports' bounds.
+func (r *serviceRecord) mayOwn(k sluiceVipKey) bool {
 	p := wirePort(k.Port)
 	return k.Addr == r.VIP && k.Family == r.Family && k.Proto == r.Proto && r.PortFirst <= p && p <= r.PortLast
 }

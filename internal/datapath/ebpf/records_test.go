@@ -29,30 +29,39 @@ func TestWireEncodings(t *testing.T) {
 
 func TestServiceRecordKeys(t *testing.T) {
 	s := &plan.Service{
-		Name: "web", VIP: netip.MustParseAddr("10.91.9.100"), Ports: config.Range{First: 80, Last: 82},
+		Name: "web", VIP: netip.MustParseAddr("10.91.9.100"), Ports: config.PortList{{First: 80, Last: 82}, {First: 443, Last: 443}},
 		Protocol: "udp", Mode: "dsr", Scheduler: "maglev", Fallback: "sorry", FlowTimeout: 90 * time.Second,
 	}
 	rec, err := serviceRecordOf(s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.name() != "web" || rec.scheduler() != "maglev" || rec.vip() != s.VIP || rec.ports() != s.Ports || rec.FlowTimeout != 90 {
+	if rec.name() != "web" || rec.scheduler() != "maglev" || rec.vip() != s.VIP || rec.PortFirst != 80 || rec.PortLast != 443 || rec.FlowTimeout != 90 {
 		t.Errorf("record %+v does not read back as the service", rec)
 	}
-	keys := rec.vipKeys()
-	if len(keys) != 3 || wirePort(keys[2].Port) != 82 || keys[0].Proto != 17 {
+	keys := rec.vipKeys(s.Ports)
+	if len(keys) != 4 || wirePort(keys[2].Port) != 82 || wirePort(keys[3].Port) != 443 || keys[0].Proto != 17 {
 		t.Fatalf("keys %+v", keys)
 	}
 	other := keys[0]
-	other.Port = wirePort(83)
-	if !rec.owns(keys[1]) || rec.owns(other) {
+	other.Port = wirePort(83) // within the bounds, not one of the ports
+	if !rec.owns(keys[1], s.Ports) || !rec.owns(keys[3], s.Ports) || rec.owns(other, s.Ports) {
 		t.Error("owns is wrong")
+	}
+	st := newState(limits{})
+	st.addService("web", &serviceState{id: 7, rec: rec})
+	for _, k := range keys {
+		st.vips[k] = sluiceService{Id: 7}
+	}
+	st.vips[other] = sluiceService{Id: 8}
+	if readPorts(st); st.services["web"].ports.String() != "80-82,443" {
+		t.Errorf("ports read back from vips: %s, want 80-82,443", st.services["web"].ports)
 	}
 	if v := rec.vipValue(7); v.Id != 7 || v.Mode != 3 || v.Fallback != 0 {
 		t.Errorf("vips value %+v", v)
 	}
 	rec.Flags = recordRetired
-	if len(rec.vipKeys()) != 3 || !rec.owns(keys[0]) || rec.vipValue(7).Flags != sluiceServiceFlagsSERVICE_RETIRED {
+	if len(rec.vipKeys(s.Ports)) != 4 || !rec.owns(keys[0], s.Ports) || rec.vipValue(7).Flags != sluiceServiceFlagsSERVICE_RETIRED {
 		t.Errorf("a retired record keeps its keys, with value %+v", rec.vipValue(7))
 	}
 	s.Name = strings.Repeat("x", 33)
@@ -62,7 +71,7 @@ func TestServiceRecordKeys(t *testing.T) {
 }
 
 func TestCheckLimits(t *testing.T) {
-	p := &plan.Plan{Services: []plan.Service{{Ports: config.Range{First: 1, Last: 10}, Slots: make([]int, 7)}}}
+	p := &plan.Plan{Services: []plan.Service{{Ports: config.PortList{{First: 1, Last: 10}}, Slots: make([]int, 7)}}}
 	if err := checkLimits(p, limits{vips: 10, services: 1, backends: 0, slots: 7}); err != nil {
 		t.Errorf("a plan that fits: %v", err)
 	}

@@ -5,7 +5,7 @@ package ebpf
 func (s *syncer) cleanup() error {
 	var gone []sluiceVipKey
 	for k, v := range s.st.vips {
-		if owner := s.st.byID[v.Id]; owner == nil || !owner.rec.owns(k) {
+		if owner := s.st.byID[v.Id]; owner == nil || !owner.rec.owns(k, owner.ports) {
 			gone = append(gone, k)
 		}
 	}

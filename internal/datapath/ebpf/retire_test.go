@@ -122,7 +122,7 @@ func TestRemovedServiceIsRetired(t *testing.T) {
 	onlyWeb := &plan.Plan{Services: p.Services[:1]}
 	r.apply(d, onlyWeb)
 	checkMaps(t, d.maps, onlyWeb)
-	web6Key := vipKeyOf(p.Services[1].VIP, uint16(p.Services[1].Ports.First), wireProtocols[p.Services[1].Protocol])
+	web6Key := vipKeyOf(p.Services[1].VIP, uint16(p.Services[1].Ports.First()), wireProtocols[p.Services[1].Protocol])
 	var v sluiceService
 	if err := d.maps.Vips.Lookup(web6Key, &v); err != nil || v.Flags != sluiceServiceFlagsSERVICE_RETIRED || v.Id != web6 || v.RingSize != 0 {
 		t.Errorf("web6's vips entry is %+v (%v), want it kept, retired, without a ring", v, err)

@@ -1,6 +1,7 @@
 package ebpf
 
 import (
+	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/plan"
 )
 
@@ -36,6 +37,7 @@ type strays struct {
 type serviceState struct {
 	id       uint32
 	rec      serviceRecord
+	ports    config.PortList          // its keys in vips
 	planned  *plan.Service            // the plan last programmed; nil when read back
 	backends map[string]*backendState // by plan.Backend.ID(), retired ones included
 	slots    []uint32                 // the ring as in maglev: backend id per slot
@@ -110,6 +112,7 @@ func readState(m *kernelMaps) (*state, error) {
 	if err := readAll(m.Vips, func(k sluiceVipKey, v sluiceService) bool { st.vips[k] = v; return true }); err != nil {
 		return nil, err
 	}
+	readPorts(st)
 	if err := readSources(m, st); err != nil {
 		return nil, err
 	}
@@ -117,6 +120,19 @@ func readState(m *kernelMaps) (*state, error) {
 		return nil, err
 	}
 	return st, readRings(m, st)
+}
+
+// readPorts finds the ports of the services read back: their keys in vips.
+func readPorts(st *state) {
+	for k, v := range st.vips {
+		if s := st.byID[v.Id]; s != nil && s.rec.mayOwn(k) {
+			p := int(wirePort(k.Port))
+			s.ports = append(s.ports, config.Range{First: p, Last: p})
+		}
+	}
+	for _, s := range st.services {
+		s.ports = s.ports.Canonical()
+	}
 }
 
 // readBackends reads backend_meta and backends: the records attach backends to their services,

@@ -77,7 +77,7 @@ func (d *Datapath) ServiceStatus(_ context.Context, name string) (datapath.Servi
 func serviceStatus(m *kernelMaps, s *serviceState, active map[uint32]uint64) (datapath.ServiceStatus, error) {
 	rec := &s.rec
 	out := datapath.ServiceStatus{
-		Name: rec.name(), Protocol: wireName(wireProtocols, rec.Proto), VIP: rec.vip().String(), Ports: rec.ports().String(),
+		Name: rec.name(), Protocol: wireName(wireProtocols, rec.Proto), VIP: rec.vip().String(), Ports: s.ports.String(),
 		Mode: wireName(wireModes, rec.Mode), Scheduler: rec.scheduler(), Slots: int(rec.RingSize),
 	}
 	if m.ServiceRefusals != nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/plan"
 )
 
@@ -115,9 +116,10 @@ func (s *syncer) service(ps *plan.Service) error {
 	if err := s.ring(cur, &rec, ring, ps.FlowTimeout); err != nil {
 		return err
 	}
-	if err := s.vips(cur.id, old, rec); err != nil {
+	if err := s.vips(cur.id, old, rec, cur.ports, ps.Ports); err != nil {
 		return err
 	}
+	cur.ports = ps.Ports
 	if old.RingSize > 0 && old.RingSize != rec.RingSize {
 		s.st.ring.free(old.RingOffset) // ring replaced, or gone
 	}
@@ -220,13 +222,14 @@ func (s *syncer) ring(cur *serviceState, rec *serviceRecord, want []uint32, flow
 	return putAll(&s.w, s.m.Maglev, keys, values)
 }
 
-// vips points a service's keys at its record (new ring, mode, fallback), then deletes the keys
-// it no longer has. A retired service keeps only the keys no other service took over.
-func (s *syncer) vips(id uint32, old, rec serviceRecord) error {
+// vips points a service's keys at its record (new ring, mode, fallback), for its ports, then
+// deletes the keys it no longer has. A retired service keeps only the keys no other service took
+// over.
+func (s *syncer) vips(id uint32, old, rec serviceRecord, oldPorts, ports config.PortList) error {
 	value := rec.vipValue(id)
 	var keys []sluiceVipKey
 	var values []sluiceService
-	for _, k := range rec.vipKeys() {
+	for _, k := range rec.vipKeys(ports) {
 		v, ok := s.st.vips[k]
 		if rec.retired() && (!ok || v.Id != id) {
 			continue
@@ -242,8 +245,8 @@ func (s *syncer) vips(id uint32, old, rec serviceRecord) error {
 		s.st.vips[k] = value
 	}
 	var gone []sluiceVipKey
-	for _, k := range old.vipKeys() {
-		if v, ok := s.st.vips[k]; ok && v.Id == id && !rec.owns(k) {
+	for _, k := range old.vipKeys(oldPorts) {
+		if v, ok := s.st.vips[k]; ok && v.Id == id && !rec.owns(k, ports) {
 			gone = append(gone, k)
 		}
 	}
@@ -271,7 +274,7 @@ func (s *syncer) retireService(cur *serviceState) error {
 	rec := cur.rec
 	rec.Flags |= recordRetired
 	rec.RingOffset, rec.RingSize = 0, 0
-	if err := s.vips(cur.id, cur.rec, rec); err != nil {
+	if err := s.vips(cur.id, cur.rec, rec, cur.ports, cur.ports); err != nil {
 		return err
 	}
 	if cur.rec.RingSize > 0 {
@@ -294,7 +297,7 @@ func (s *syncer) retireService(cur *serviceState) error {
 // ring, its record and its id.
 func (s *syncer) dropService(cur *serviceState) error {
 	var held []sluiceVipKey
-	for _, k := range cur.rec.vipKeys() {
+	for _, k := range cur.rec.vipKeys(cur.ports) {
 		if v, ok := s.st.vips[k]; ok && v.Id == cur.id {
 			held = append(held, k)
 		}

@@ -98,11 +98,14 @@ func checkMaps(t *testing.T, m *kernelMaps, p *plan.Plan) {
 			}
 		}
 		want := sluiceService{Id: s.id, RingOffset: s.rec.RingOffset, RingSize: uint32(len(ps.Slots)), Mode: wireModes[ps.Mode], Fallback: wireFallbacks[ps.Fallback], Flags: serviceFlagsOf(ps)}
-		for port := ps.Ports.First; port <= ps.Ports.Last; port++ {
-			if got, ok := st.vips[vipKeyOf(ps.VIP, uint16(port), wireProtocols[ps.Protocol])]; !ok || got != want {
-				t.Errorf("%s: vips[port %d] = %+v (present %v), want %+v", ps.Name, port, got, ok, want)
+		for _, k := range s.rec.vipKeys(ps.Ports) {
+			if got, ok := st.vips[k]; !ok || got != want {
+				t.Errorf("%s: vips[port %d] = %+v (present %v), want %+v", ps.Name, wirePort(k.Port), got, ok, want)
 			}
 			wantVips++
+		}
+		if s.ports.String() != ps.Ports.String() {
+			t.Errorf("%s: ports %s, want %s", ps.Name, s.ports, ps.Ports)
 		}
 	}
 	retired := 0
@@ -111,7 +114,7 @@ func checkMaps(t *testing.T, m *kernelMaps, p *plan.Plan) {
 			continue
 		}
 		retired++
-		if owner := st.byID[v.Id]; owner == nil || !owner.rec.retired() || !owner.rec.owns(k) || v.RingSize != 0 {
+		if owner := st.byID[v.Id]; owner == nil || !owner.rec.retired() || !owner.rec.owns(k, owner.ports) || v.RingSize != 0 {
 			t.Errorf("vips entry %+v is marked retired but no retired service owns it", v)
 		}
 	}

@@ -36,7 +36,7 @@ services:
 				t.Errorf("%s: service_tunnels %+v (%v), want %+v", name, got, err, w)
 			}
 			var v sluiceService
-			if err := d.maps.Vips.Lookup(s.rec.vipKeys()[0], &v); err != nil || v.Mode != sluiceModeMODE_TUNNEL {
+			if err := d.maps.Vips.Lookup(s.rec.vipKeys(s.ports)[0], &v); err != nil || v.Mode != sluiceModeMODE_TUNNEL {
 				t.Errorf("%s: vips entry %+v (%v), want mode tunnel", name, v, err)
 			}
 		}

@@ -50,22 +50,19 @@ func readServiceNamed(name string) (*state, dispatchedService, error) {
 				if err := readSet(st, f, m); err != nil {
 					return nil, dispatchedService{}, err
 				}
-				for _, e := range st.sets[objKey{f, m.Name}].elems {
-					svc, ok := dispatchedBy(f, e)
-					if !ok || svc.name != name {
-						continue
-					}
-					for _, obj := range svc.sets() {
-						if err := readSet(st, svc.family, obj); err != nil {
-							return nil, dispatchedService{}, err
-						}
-					}
-					return st, svc, nil
-				}
 			}
 		}
 	}
-	return nil, dispatchedService{}, fmt.Errorf("service %q: %w", name, datapath.ErrNoService)
+	found := dispatchedServices(st, name)
+	if len(found) == 0 {
+		return nil, dispatchedService{}, fmt.Errorf("service %q: %w", name, datapath.ErrNoService)
+	}
+	for _, obj := range found[0].sets() {
+		if err := readSet(st, found[0].family, obj); err != nil {
+			return nil, dispatchedService{}, err
+		}
+	}
+	return st, found[0], nil
 }
 
 // flowCollector keeps the flows its filter selects, up to the limit, and counts them all.

@@ -39,11 +39,11 @@ var protoNumbers = map[string]uint8{"tcp": unix.IPPROTO_TCP, "udp": unix.IPPROTO
 type natTarget struct {
 	proto   uint8
 	vip     netip.Addr
-	ports   config.Range
+	ports   config.PortList
 	backend plan.Backend // Port 0: the port the client asked for
 }
 
-func natTargetOf(proto string, vip netip.Addr, ports config.Range, b plan.Backend) natTarget {
+func natTargetOf(proto string, vip netip.Addr, ports config.PortList, b plan.Backend) natTarget {
 	return natTarget{proto: protoNumbers[proto], vip: vip, ports: ports, backend: b}
 }
 

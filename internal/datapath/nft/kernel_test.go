@@ -100,7 +100,7 @@ func pending(t *testing.T, d *Datapath, p *plan.Plan) int {
 // services back, and Flush must leave no table behind.
 func TestKernelAcceptsEveryCase(t *testing.T) {
 	v4 := []string{"dsr-range-udp", "dsr-tcp", "fallback", "nat-maglev", "nat-range-udp", "wrr-hash-random",
-		"nat-sh", "nat-sh-port", "persistence-nat-v4", "persistence-dsr", "protection-nat", "protection-dsr"}
+		"nat-sh", "nat-sh-port", "persistence-nat-v4", "persistence-dsr", "protection-nat", "protection-dsr", "nat-ports-persistence", "dsr-ports"}
 	inFreshNetns(t, func() {
 		ctx := context.Background()
 		d := newTestDatapath(t)
@@ -273,7 +273,7 @@ func twoBackendPlan(mode string, to int, services ...plan.Service) *plan.Plan {
 }
 
 func service(name, proto, vip string, first, last int) plan.Service {
-	return plan.Service{Name: name, Protocol: config.Protocol(proto), VIP: netip.MustParseAddr(vip), Ports: config.Range{First: first, Last: last}}
+	return plan.Service{Name: name, Protocol: config.Protocol(proto), VIP: netip.MustParseAddr(vip), Ports: config.PortList{{First: first, Last: last}}}
 }
 
 func apply(t *testing.T, d *Datapath, p *plan.Plan) {

@@ -74,7 +74,7 @@ func TestServiceObjectNamesRoundTrip(t *testing.T) {
 // TestServiceNames checks that every name of a service's objects parses back to the service
 // and its hash, the hash a dispatch element's goto verdict gives Which and the listing.
 func TestServiceNames(t *testing.T) {
-	s := &plan.Service{Name: "web", VIP: netip.MustParseAddr("10.0.0.1"), Ports: config.Range{First: 80, Last: 80},
+	s := &plan.Service{Name: "web", VIP: netip.MustParseAddr("10.0.0.1"), Ports: config.PortList{{First: 80, Last: 80}},
 		Protocol: "tcp", Mode: "dsr", Scheduler: "maglev", Fallback: "drop"}
 	n := namesOf(s)
 	chain, ok := parseGoto(gotoVerdict(n.chain))

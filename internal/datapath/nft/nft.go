@@ -455,28 +455,16 @@ func (d *Datapath) readStatus(ctx context.Context) ([]datapath.ServiceStatus, er
 		return nil, err
 	}
 	var out []datapath.ServiceStatus
-	for _, k := range sortedKeys(st.sets) {
-		if !isShared(k.name, dispatchKind) {
-			continue
-		}
-		for _, id := range sortedIDs(st.sets[k].elems) {
-			if s, ok := serviceStatus(st, live, k.family, st.sets[k].elems[id]); ok {
-				out = append(out, s)
-			}
-		}
+	for _, d := range dispatchedServices(st, "") {
+		out = append(out, serviceStatus(st, live, d))
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
 
-// serviceStatus rebuilds one service from its dispatch element, members map, slots, counters and
+// serviceStatus rebuilds one service from its dispatch elements, members map, slots, counters and
 // live flows.
-func serviceStatus(st *state, live *liveFlows, f knftables.Family, dispatch *knftables.Element) (datapath.ServiceStatus, bool) {
-	d, ok := dispatchedBy(f, dispatch)
-	if !ok {
-		return datapath.ServiceStatus{}, false
-	}
-	n, vip, ports := d.names(), d.vip, d.ports
+func serviceStatus(st *state, live *liveFlows, d dispatchedService) datapath.ServiceStatus {
+	f, n, vip, ports := d.family, d.names(), d.vip, d.ports
 	s := datapath.ServiceStatus{Name: d.name, Protocol: d.protocol, VIP: vip.String(), Ports: ports.String(), Mode: d.mode, Scheduler: d.scheduler,
 		Refused: refusals(st, f, d.name, vip), SYNCookies: synCookies(st, d.name, vip)}
 	// Slots and dsr flows per backend chain (dsr ones hold marks, resolved via the marks map).
@@ -494,7 +482,7 @@ func serviceStatus(st *state, live *liveFlows, f knftables.Family, dispatch *knf
 	}
 	members := st.sets[objKey{f, n.members}]
 	if members == nil {
-		return s, true
+		return s
 	}
 	for _, id := range sortedIDs(members.elems) {
 		e := members.elems[id]
@@ -521,7 +509,7 @@ func serviceStatus(st *state, live *liveFlows, f knftables.Family, dispatch *knf
 		}
 		s.Backends = append(s.Backends, b)
 	}
-	return s, true
+	return s
 }
 
 // backendChainOf resolves what a service's slots hold (a goto, or under dsr a backend mark

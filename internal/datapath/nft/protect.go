@@ -266,8 +266,10 @@ func renderSynproxyService(st *state, s *plan.Service) {
 	for _, c := range synproxyCounts {
 		counter := protectionName(s, c.counter, 0)
 		st.addCounter(f, counter)
-		st.shared(f, synproxyMap(ipvOf(s.VIP), c.shared, s.Ports.First != s.Ports.Last)).add(&knftables.Element{
-			Key: []string{s.VIP.String(), s.Ports.String()}, Value: []string{counter}, Comment: ptr(describe(s)),
+		v := ipvOf(s.VIP)
+		pair := [2]*knftables.Map{synproxyMap(v, c.shared, false), synproxyMap(v, c.shared, true)}
+		addPortElements(st, f, s, pair, func(ports string) *knftables.Element {
+			return &knftables.Element{Key: []string{s.VIP.String(), ports}, Value: []string{counter}, Comment: ptr(describePorts(s, ports))}
 		})
 	}
 }

@@ -93,26 +93,34 @@ func sharedUseOf(p *plan.Plan) sharedUse {
 	u := sharedUse{}
 	for i := range p.Services {
 		s := &p.Services[i]
-		v, ranged, proto := ipvOf(s.VIP), rangeIndex(s) == 1, string(s.Protocol)
-		if s.Mode == config.ModeDSR {
-			u.add(knftables.NetDevFamily, sharedObject{kind: dispatchKind, v: v, ranged: ranged})
-			continue
-		}
-		const f = knftables.InetFamily
-		u.add(f, sharedObject{kind: dispatchKind, v: v, ranged: ranged})
-		if len(s.Backends) > 0 && countsForwarded(s) { // a counter per backend
-			u.add(f, sharedObject{forwardedKind, proto, v, ranged})
-		}
-		if s.Mode == config.ModeFullNAT {
-			u.add(f, sharedObject{fullNATKindOf(s), proto, v, ranged})
-		}
-		if s.SYNProtection {
-			for _, c := range synproxyCounts {
-				u.add(f, sharedObject{c.shared, proto, v, ranged})
-			}
+		for _, ports := range s.Ports {
+			u.addService(s, ports.IsRange())
 		}
 	}
 	return u
+}
+
+// addService adds the shared objects a service's entries of one kind (single ports or port
+// ranges) go in.
+func (u sharedUse) addService(s *plan.Service, ranged bool) {
+	v, proto := ipvOf(s.VIP), string(s.Protocol)
+	if s.Mode == config.ModeDSR {
+		u.add(knftables.NetDevFamily, sharedObject{kind: dispatchKind, v: v, ranged: ranged})
+		return
+	}
+	const f = knftables.InetFamily
+	u.add(f, sharedObject{kind: dispatchKind, v: v, ranged: ranged})
+	if len(s.Backends) > 0 && countsForwarded(s) { // a counter per backend
+		u.add(f, sharedObject{forwardedKind, proto, v, ranged})
+	}
+	if s.Mode == config.ModeFullNAT {
+		u.add(f, sharedObject{fullNATKindOf(s), proto, v, ranged})
+	}
+	if s.SYNProtection {
+		for _, c := range synproxyCounts {
+			u.add(f, sharedObject{c.shared, proto, v, ranged})
+		}
+	}
 }
 
 // renderService renders one service's objects, and its elements of the base's sets, in two
@@ -244,11 +252,6 @@ func forwardedMaps(proto string, v ipv) [2]*knftables.Map {
 	}
 }
 
-// forwardedMap is the forwarded map of a service's flows.
-func forwardedMap(s *plan.Service) *knftables.Map {
-	return forwardedMaps(string(s.Protocol), ipvOf(s.VIP))[rangeIndex(s)]
-}
-
 // renderNetdevBase lays out the netdev table: an ingress chain per DSR device dispatching by
 // proto . vip . port.
 func renderNetdevBase(st *state, devices []string, used sharedUse) error {
@@ -290,17 +293,21 @@ func dispatchMaps(v ipv) [2]*knftables.Map {
 	}
 }
 
-// dispatchMap is the dispatch map of a service.
-func dispatchMap(s *plan.Service) *knftables.Map {
-	return dispatchMaps(ipvOf(s.VIP))[rangeIndex(s)]
+// rangeIndex picks, of a pair of shared maps, the one an entry of a service's ports goes in: 0
+// (an exact match) for a single port, 1 (an interval map) for a range.
+func rangeIndex(ports config.Range) int {
+	if ports.IsRange() {
+		return 1
+	}
+	return 0
 }
 
-// rangeIndex is 0 for a single-port service, 1 for a port range.
-func rangeIndex(s *plan.Service) int {
-	if s.Ports.First == s.Ports.Last {
-		return 0
+// addPortElements adds one element per entry of the service's ports to the one of the pair of
+// shared maps that takes it: element makes each from the entry's text.
+func addPortElements[O knftables.Object](st *state, f knftables.Family, s *plan.Service, pair [2]O, element func(ports string) *knftables.Element) {
+	for _, ports := range s.Ports {
+		st.shared(f, pair[rangeIndex(ports)]).add(element(ports.String()))
 	}
-	return 1
 }
 
 // baseChain is a chain on a hook. Its name ends with a hash of its rules (set by addChain):
@@ -310,12 +317,16 @@ func baseChain(f knftables.Family, name string, t knftables.BaseChainType, hook 
 	return &knftables.Chain{Family: f, Name: name, Type: &t, Hook: &hook, Priority: &prio, Policy: ptr(knftables.AcceptPolicy)}
 }
 
-// describe is the service as recorded in the kernel (the dispatch element's comment), enough for
-// `sluice list` and Which to show it without the config: "web tcp 10.91.9.100 80 nat maglev",
-// then its options: "sh_port" when sh hashes the source port too, "persist/24" with the prefix
-// of persistence (at most 120 bytes: nft keeps 128).
-func describe(s *plan.Service) string {
-	fields := []string{s.Name, string(s.Protocol), s.VIP.String(), s.Ports.String(), string(s.Mode), string(s.Scheduler)}
+// describe is the service with all its ports, as its names hash it.
+func describe(s *plan.Service) string { return describePorts(s, s.Ports.String()) }
+
+// describePorts is the service as recorded in the kernel (the comment of its element for one
+// entry of its ports, in the dispatch map and the others keyed by port), enough for `sluice list`
+// and Which to show it without the config: "web tcp 10.91.9.100 80 nat maglev", then its options:
+// "sh_port" when sh hashes the source port too, "persist/24" with the prefix of persistence (at
+// most 120 bytes: nft keeps 128). The elements of a service on several ports differ by the entry.
+func describePorts(s *plan.Service, ports string) string {
+	fields := []string{s.Name, string(s.Protocol), s.VIP.String(), ports, string(s.Mode), string(s.Scheduler)}
 	if s.SHPort {
 		fields = append(fields, shPortOption)
 	}
@@ -398,8 +409,8 @@ func (p persistence) remember() string {
 // records each backend's weight in the kernel (value) so a listing needs no config.
 func commonService(st *state, f knftables.Family, s *plan.Service, n serviceNames) {
 	v := ipvOf(s.VIP)
-	st.shared(f, dispatchMap(s)).add(&knftables.Element{
-		Key: []string{string(s.Protocol), s.VIP.String(), s.Ports.String()}, Value: []string{gotoVerdict(n.chain)}, Comment: ptr(describe(s)),
+	addPortElements(st, f, s, dispatchMaps(v), func(ports string) *knftables.Element {
+		return &knftables.Element{Key: []string{string(s.Protocol), s.VIP.String(), ports}, Value: []string{gotoVerdict(n.chain)}, Comment: ptr(describePorts(s, ports))}
 	})
 	members := st.addSet(f, &knftables.Map{Name: n.members, Type: v.addrType + " . inet_service : mark"})
 	for _, b := range s.Backends {
@@ -418,12 +429,12 @@ func renderNATService(st *state, s *plan.Service, guard []string) {
 	switch {
 	case s.Mode != config.ModeFullNAT:
 	case s.FullNATSource.IsValid():
-		st.shared(f, snatMaps(string(s.Protocol), v)[rangeIndex(s)]).add(&knftables.Element{
-			Key: []string{s.VIP.String(), s.Ports.String()}, Value: []string{s.FullNATSource.String()}, Comment: ptr(describe(s)),
+		addPortElements(st, f, s, snatMaps(string(s.Protocol), v), func(ports string) *knftables.Element {
+			return &knftables.Element{Key: []string{s.VIP.String(), ports}, Value: []string{s.FullNATSource.String()}, Comment: ptr(describePorts(s, ports))}
 		})
 	default:
-		st.shared(f, fullNATSets(string(s.Protocol), v)[rangeIndex(s)]).add(&knftables.Element{
-			Key: []string{s.VIP.String(), s.Ports.String()}, Comment: ptr(describe(s)),
+		addPortElements(st, f, s, fullNATSets(string(s.Protocol), v), func(ports string) *knftables.Element {
+			return &knftables.Element{Key: []string{s.VIP.String(), ports}, Comment: ptr(describePorts(s, ports))}
 		})
 	}
 	rules := append([]string{ctTimeoutRule(string(s.Protocol))}, guard...)
@@ -456,7 +467,9 @@ func renderNATService(st *state, s *plan.Service, guard []string) {
 		if countsForwarded(s) {
 			packets := counterName(packetCounter, s.Name, b.ID())
 			st.addCounter(f, packets)
-			st.shared(f, forwardedMap(s)).add(forwardedElement(s, b, packets))
+			addPortElements(st, f, s, forwardedMaps(string(s.Protocol), v), func(ports string) *knftables.Element {
+				return forwardedElement(s.VIP, ports, b, packets)
+			})
 		}
 	}
 }
@@ -502,13 +515,12 @@ func natPersistenceRules(st *state, s *plan.Service, n serviceNames) []string {
 // forwardedElement keys a backend's packet counter by the conntrack tuple parts of its flows:
 // vip . service ports . backend . backend port (the client's port when the backend has none).
 // Its comment repeats the key, which nft lists unreadably when it holds a port range.
-func forwardedElement(s *plan.Service, b plan.Backend, counter string) *knftables.Element {
-	ports := s.Ports.String()
+func forwardedElement(vip netip.Addr, ports string, b plan.Backend, counter string) *knftables.Element {
 	backendPorts := ports
 	if b.Port != 0 {
 		backendPorts = strconv.Itoa(int(b.Port))
 	}
-	key := []string{s.VIP.String(), ports, b.Addr.String(), backendPorts}
+	key := []string{vip.String(), ports, b.Addr.String(), backendPorts}
 	return &knftables.Element{Key: key, Value: []string{counter}, Comment: ptr(strings.Join(key, " . "))}
 }
 

@@ -43,6 +43,7 @@ func sessionRig(t *testing.T) (client netns.NsHandle, d *Datapath) {
 		serveLocalAddr(t, ":80")
 		serveLocalAddr(t, ":81")
 		serveWhoAmI(t, ":82")
+		serveLocalAddr(t, ":443")
 	})
 	return client, newTestDatapath(t)
 }
@@ -198,51 +199,61 @@ func TestKernelSHHashesTheClient(t *testing.T) {
 // of the /24 is balanced anew and the later ones stick to that new backend, and another /24
 // keeps its own backend.
 func TestKernelPersistenceKeepsTheClient(t *testing.T) {
-	for _, mode := range []string{"nat", "fullnat"} {
-		t.Run(mode, func(t *testing.T) {
-			inFreshNetns(t, func() {
-				client, d := sessionRig(t)
-				settings := "port: 80-81\nmode: " + mode + "\nscheduler: rr\npersistence_timeout: 300s\npersistence_granularity: 24"
-				apply(t, d, sessionPlan(t, "", settings, rigBackends(netip.Addr{})...))
-				// sticky asks n connections from each client, alternating the service's ports, and
-				// returns the one backend they all reached.
-				sticky := func(clients []netip.Addr, n int) netip.Addr {
-					t.Helper()
-					var first netip.Addr
-					for i := range n {
-						for _, addr := range clients {
-							to := netip.AddrPortFrom(netip.MustParseAddr("10.91.9.100"), uint16(80+i%2))
-							got := backendFor(t, client, netip.AddrPortFrom(addr, 0), to)
-							if !first.IsValid() {
-								first = got
-							} else if got != first {
-								t.Fatalf("%s -> %s landed on %s, the /24 before on %s", addr, to, got, first)
-							}
-						}
-					}
-					return first
-				}
-				a := sticky(clients24a, 8)
-				assertRemembered(t, d, clients24a[2], a)
-				b := sticky(clients24b, 8)
-				if again := sticky(clients24a[:1], 4); again != a {
-					t.Fatalf("10.91.1.0/24 moved from %s to %s", a, again)
-				}
-
-				apply(t, d, sessionPlan(t, "", settings, rigBackends(a)...)) // a keeps its flows, takes no new one
-				moved := sticky(clients24a, 8)
-				if moved == a {
-					t.Fatalf("10.91.1.0/24 still lands on drained %s", a)
-				}
-				assertRemembered(t, d, clients24a[2], moved)
-				if b != a {
-					if got := sticky(clients24b, 4); got != b {
-						t.Errorf("10.91.4.0/24 moved from %s to %s when %s was drained", b, got, a)
-					}
-				}
+	// A port range, and a list of ports (an IPVS fwmark service): persistence spans the ports.
+	for _, ports := range []struct {
+		setting string
+		port    [2]uint16
+	}{{"port: 80-81", [2]uint16{80, 81}}, {"ports: [443, 80]", [2]uint16{80, 443}}} {
+		for _, mode := range []string{"nat", "fullnat"} {
+			t.Run(mode+"/"+ports.setting, func(t *testing.T) {
+				testPersistenceKeepsTheClient(t, mode, ports.setting, ports.port)
 			})
-		})
+		}
 	}
+}
+
+func testPersistenceKeepsTheClient(t *testing.T, mode, portSetting string, port [2]uint16) {
+	inFreshNetns(t, func() {
+		client, d := sessionRig(t)
+		settings := portSetting + "\nmode: " + mode + "\nscheduler: rr\npersistence_timeout: 300s\npersistence_granularity: 24"
+		apply(t, d, sessionPlan(t, "", settings, rigBackends(netip.Addr{})...))
+		// sticky asks n connections from each client, alternating the service's ports, and
+		// returns the one backend they all reached.
+		sticky := func(clients []netip.Addr, n int) netip.Addr {
+			t.Helper()
+			var first netip.Addr
+			for i := range n {
+				for _, addr := range clients {
+					to := netip.AddrPortFrom(netip.MustParseAddr("10.91.9.100"), port[i%2])
+					got := backendFor(t, client, netip.AddrPortFrom(addr, 0), to)
+					if !first.IsValid() {
+						first = got
+					} else if got != first {
+						t.Fatalf("%s -> %s landed on %s, the /24 before on %s", addr, to, got, first)
+					}
+				}
+			}
+			return first
+		}
+		a := sticky(clients24a, 8)
+		assertRemembered(t, d, clients24a[2], a)
+		b := sticky(clients24b, 8)
+		if again := sticky(clients24a[:1], 4); again != a {
+			t.Fatalf("10.91.1.0/24 moved from %s to %s", a, again)
+		}
+
+		apply(t, d, sessionPlan(t, "", settings, rigBackends(a)...)) // a keeps its flows, takes no new one
+		moved := sticky(clients24a, 8)
+		if moved == a {
+			t.Fatalf("10.91.1.0/24 still lands on drained %s", a)
+		}
+		assertRemembered(t, d, clients24a[2], moved)
+		if b != a {
+			if got := sticky(clients24b, 4); got != b {
+				t.Errorf("10.91.4.0/24 moved from %s to %s when %s was drained", b, got, a)
+			}
+		}
+	})
 }
 
 // TestKernelDSRPersistenceKeepsTheClient: under dsr with maglev, which alone spreads a client's

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -122,11 +123,40 @@ func lookupService(st *state, protocol config.Protocol, vip netip.AddrPort) (pro
 	return programmedService{}, false
 }
 
+// dispatchedServices reads the services of the dispatch maps st holds (only the one named, unless
+// name is empty), sorted by name: a service on several ports has an element per entry of its
+// ports, and its ports are theirs together.
+func dispatchedServices(st *state, name string) []dispatchedService {
+	byName := map[string]*dispatchedService{}
+	for _, k := range sortedKeys(st.sets) {
+		if !isShared(k.name, dispatchKind) {
+			continue
+		}
+		for _, e := range st.sets[k].elems {
+			d, ok := dispatchedBy(k.family, e)
+			switch {
+			case !ok || (name != "" && d.name != name):
+			case byName[d.name] != nil:
+				byName[d.name].ports = append(byName[d.name].ports, d.ports...)
+			default:
+				byName[d.name] = &d
+			}
+		}
+	}
+	out := make([]dispatchedService, 0, len(byName))
+	for _, d := range byName {
+		d.ports = d.ports.Canonical()
+		out = append(out, *d)
+	}
+	slices.SortFunc(out, func(a, b dispatchedService) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
 // dispatchedService is a dispatch element read: the service and what it dispatches.
 type dispatchedService struct {
 	programmedService
 	vip   netip.Addr
-	ports config.Range
+	ports config.PortList
 }
 
 func (s dispatchedService) serves(protocol config.Protocol, vip netip.AddrPort) bool {
@@ -162,7 +192,7 @@ func dispatchedBy(f knftables.Family, e *knftables.Element) (dispatchedService, 
 		}
 	}
 	vip, err1 := netip.ParseAddr(desc[2])
-	ports, err2 := config.ParseRange(desc[3])
+	ports, err2 := config.ParsePortList(desc[3])
 	if err1 != nil || err2 != nil {
 		return dispatchedService{}, false
 	}

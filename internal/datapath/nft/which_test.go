@@ -40,7 +40,11 @@ func TestWhichReadsTheRenderedTables(t *testing.T) {
 
 func checkWhichOf(t *testing.T, st *state, s *plan.Service) {
 	other := map[config.Protocol]config.Protocol{"tcp": "udp", "udp": "tcp"}[s.Protocol]
-	for _, port := range []int{s.Ports.First, s.Ports.Last} {
+	var ports []int
+	for _, r := range s.Ports {
+		ports = append(ports, r.First, r.Last)
+	}
+	for _, port := range ports {
 		vip := netip.AddrPortFrom(s.VIP, uint16(port))
 		got, ok := lookupService(st, s.Protocol, vip)
 		if !ok || got.name != s.Name || got.mode != s.Mode || got.scheduler != s.Scheduler || got.protocol != s.Protocol {
@@ -50,17 +54,20 @@ func checkWhichOf(t *testing.T, st *state, s *plan.Service) {
 			t.Errorf("lookupService(%s %s) = %+v; want none", other, vip, got)
 		}
 	}
-	if got, ok := lookupService(st, s.Protocol, netip.AddrPortFrom(s.VIP, uint16(s.Ports.Last+1))); ok && got.name == s.Name {
-		t.Errorf("service %s found on port %d, past its ports %s", s.Name, s.Ports.Last+1, s.Ports)
+	for _, r := range s.Ports {
+		if got, ok := lookupService(st, s.Protocol, netip.AddrPortFrom(s.VIP, uint16(r.Last+1))); ok && got.name == s.Name && !s.Ports.Contains(r.Last+1) {
+			t.Errorf("service %s found on port %d, past its ports %s", s.Name, r.Last+1, s.Ports)
+		}
 	}
-	svc, _ := lookupService(st, s.Protocol, netip.AddrPortFrom(s.VIP, uint16(s.Ports.First)))
+	svc, _ := lookupService(st, s.Protocol, netip.AddrPortFrom(s.VIP, uint16(s.Ports.First())))
 	client := netip.MustParseAddr("10.91.1.2")
 	if s.VIP.Is6() {
 		client = netip.MustParseAddr("fd00:91:1::2")
 	}
 	for i := range 50 {
 		src := netip.AddrPortFrom(client, uint16(40000+i))
-		vip := netip.AddrPortFrom(s.VIP, uint16(s.Ports.First+i%(s.Ports.Last-s.Ports.First+1)))
+		r := s.Ports[i%len(s.Ports)]
+		vip := netip.AddrPortFrom(s.VIP, uint16(r.First+i%(r.Last-r.First+1)))
 		got, err := svc.newFlowBackend(st, src, vip)
 		switch {
 		case len(s.Slots) == 0 || (s.Scheduler != "maglev" && s.Scheduler != "hash" && s.Scheduler != "sh"):
