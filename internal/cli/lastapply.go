@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/gob"
 	"errors"
 	"fmt"
@@ -11,21 +12,28 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 
 	"github.com/sluicelb/sluice/internal/boundedread"
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/datapath"
+	"github.com/sluicelb/sluice/internal/datapath/ebpf"
 	"github.com/sluicelb/sluice/internal/datapath/nft"
+	"github.com/sluicelb/sluice/internal/datapath/split"
 	"github.com/sluicelb/sluice/internal/plan"
 )
 
-// lastApply is what the last `sluice apply -f` without a daemon committed on the nft datapath,
-// kept beside the state file: the plan, and what the datapath needs to start from it. The next
-// apply or plan compares with it and changes only the services that differ, instead of reading
-// every table back, when the tables still hold it (nft.Datapath.Restore checks).
+// lastApply is what the last `sluice apply -f` without a daemon committed, kept beside the state
+// file: the plan, and what the datapath needs to start from it. The next apply or plan compares
+// with it and changes only the services that differ, instead of reading every table or map back,
+// when the kernel still holds it (nft.Datapath.Restore and ebpf.Datapath.Restore check).
 type lastApply struct {
 	Plan *plan.Plan
 	NFT  nft.Committed
+	EBPF ebpf.Committed
+	// Slots are the plan's slot tables, by service, packed (packSlots): the plan is kept without
+	// them, as gob writes an int slice an element at a time and ebpf tables are large.
+	Slots [][]byte
 	// Empty names the list fields of the plan (key -1) and of its services (by index) that are
 	// empty but not nil: gob decodes both as nil, and plan.Equal tells them apart.
 	Empty map[int][]string
@@ -94,11 +102,95 @@ func (rec *lastApply) restoreEmpty() bool {
 	return true
 }
 
+// packSlots moves the plan's slot tables into rec.Slots, each slot a uvarint, leaving rec.Plan a
+// copy without them (the plan applied keeps its own).
+func (rec *lastApply) packSlots() {
+	p := *rec.Plan
+	p.Services = slices.Clone(p.Services)
+	rec.Slots = make([][]byte, len(p.Services))
+	for i := range p.Services {
+		s := &p.Services[i]
+		if s.Slots != nil {
+			packed := make([]byte, 0, len(s.Slots))
+			for _, b := range s.Slots {
+				packed = binary.AppendUvarint(packed, uint64(b))
+			}
+			rec.Slots[i] = packed
+		}
+		s.Slots = nil
+	}
+	rec.Plan = &p
+}
+
+// unpackSlots puts rec.Slots back into the plan's services; false when they do not fit it (a
+// table for another number of services, a slot not an index of its service's backends). A table
+// the service of the same name in next (when not nil) has too is taken from it: shared, the
+// tables compare at once (plan.Service.Equal).
+func (rec *lastApply) unpackSlots(next *plan.Plan) bool {
+	if len(rec.Slots) != len(rec.Plan.Services) {
+		return false
+	}
+	same := tablesOf(next)
+	for i, packed := range rec.Slots {
+		s := &rec.Plan.Services[i]
+		if packed == nil {
+			continue
+		}
+		if slots := same(s.Name); slots != nil && samePacked(packed, slots) {
+			s.Slots = slots
+			continue
+		}
+		s.Slots = make([]int, 0, len(packed))
+		for len(packed) > 0 {
+			b, n := binary.Uvarint(packed)
+			if n <= 0 || b >= uint64(len(s.Backends)) {
+				return false
+			}
+			s.Slots, packed = append(s.Slots, int(b)), packed[n:]
+		}
+	}
+	rec.Slots = nil
+	return true
+}
+
+// tablesOf returns the table of next's service of a name; nil when next is nil or has none.
+func tablesOf(next *plan.Plan) func(name string) []int {
+	if next == nil {
+		return func(string) []int { return nil }
+	}
+	byName := make(map[string][]int, len(next.Services))
+	for _, s := range next.Services {
+		byName[s.Name] = s.Slots
+	}
+	return func(name string) []int { return byName[name] }
+}
+
+// samePacked tells whether a packed table (packSlots) is slots.
+func samePacked(packed []byte, slots []int) bool {
+	i := 0
+	for ; len(packed) > 0 && i < len(slots); i++ {
+		if b := packed[0]; b < 0x80 { // a uvarint of one byte
+			if int(b) != slots[i] {
+				return false
+			}
+			packed = packed[1:]
+			continue
+		}
+		b, n := binary.Uvarint(packed)
+		if n <= 0 || b != uint64(slots[i]) {
+			return false
+		}
+		packed = packed[n:]
+	}
+	return len(packed) == 0 && i == len(slots)
+}
+
 // lastApplyPath is the file of lastApply: beside the default state file of the namespace.
 func lastApplyPath() string { return filepath.Join(filepath.Dir(statePath()), "last-apply.gob") }
 
-// readLastApply reads the file of lastApply; nil when there is none or it does not decode.
-func readLastApply(path string, log *slog.Logger) *lastApply {
+// readLastApply reads the file of lastApply, sharing the tables it has in common with next (see
+// unpackSlots); nil when there is none or it does not decode.
+func readLastApply(path string, next *plan.Plan, log *slog.Logger) *lastApply {
 	data, err := boundedread.File(path, boundedread.ConfigBytes)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
@@ -112,7 +204,7 @@ func readLastApply(path string, log *slog.Logger) *lastApply {
 	case err != nil:
 	case rec.Binary == "" || rec.Binary != thisBinary():
 		err = errors.New("written by another sluice binary")
-	case rec.Plan == nil || !rec.restoreEmpty():
+	case rec.Plan == nil || !rec.unpackSlots(next) || !rec.restoreEmpty():
 		err = errors.New("not a last apply")
 	}
 	if err != nil {
@@ -122,31 +214,57 @@ func readLastApply(path string, log *slog.Logger) *lastApply {
 	return &rec
 }
 
-// restoreLastApply gives dp, when it is the nft datapath, what the last apply committed, if its
-// tables still hold it, and returns that plan; nil otherwise (the kernel must be read).
-func restoreLastApply(dp datapath.Datapath, path string, log *slog.Logger) (*plan.Plan, error) {
-	n, ok := dp.(*nft.Datapath)
-	if !ok {
+// restoreLastApply gives dp what the last apply committed, if its tables or maps still hold it,
+// and returns that plan; nil otherwise (the kernel must be read).
+func restoreLastApply(dp datapath.Datapath, path string, next *plan.Plan, log *slog.Logger) (*plan.Plan, error) {
+	n, e := lastApplied(dp)
+	if n == nil && e == nil {
 		return nil, nil
 	}
-	rec := readLastApply(path, log)
-	if rec == nil || rec.Plan.Datapath != config.DatapathNFT {
-		return nil, nil
+	rec := readLastApply(path, next, log)
+	var held bool
+	var err error
+	switch {
+	case rec == nil:
+	case n != nil && rec.Plan.Datapath == config.DatapathNFT:
+		held, err = n.Restore(rec.NFT, rec.Plan)
+	case e != nil && rec.Plan.Datapath == config.DatapathEBPF && !synProtected(rec.Plan):
+		held, err = e.Restore(rec.EBPF, rec.Plan)
 	}
-	held, err := n.Restore(rec.NFT, rec.Plan)
 	if err != nil || !held {
 		return nil, err
 	}
 	return rec.Plan, nil
 }
 
-// saveLastApply keeps p as what dp committed, when dp is the nft datapath and knows exactly what
-// it committed; otherwise it removes what an earlier apply kept.
+// lastApplied is dp as the nft or the ebpf datapath, whichever it is, whose applies are kept: the
+// ebpf one inside the split datapath of a config on ebpf (its services with syn_protection go to
+// nft, which lastApply does not keep: a plan with such services is read back).
+func lastApplied(dp datapath.Datapath) (*nft.Datapath, *ebpf.Datapath) {
+	switch d := dp.(type) {
+	case *nft.Datapath:
+		return d, nil
+	case *split.Datapath:
+		e, _ := d.First().(*ebpf.Datapath)
+		return nil, e
+	}
+	return nil, nil
+}
+
+// synProtected tells whether a plan has a service with syn_protection.
+func synProtected(p *plan.Plan) bool {
+	return slices.ContainsFunc(p.Services, func(s plan.Service) bool { return s.SYNProtection })
+}
+
+// saveLastApply keeps p as what dp committed, when dp knows exactly what it committed; otherwise
+// it removes what an earlier apply kept.
 func saveLastApply(dp datapath.Datapath, p *plan.Plan, path string) error {
-	n, ok := dp.(*nft.Datapath)
-	var committed nft.Committed
-	if ok {
-		committed, ok = n.Committed()
+	rec, ok := lastApply{Plan: p}, false
+	switch n, e := lastApplied(dp); {
+	case n != nil:
+		rec.NFT, ok = n.Committed()
+	case e != nil && !synProtected(p):
+		rec.EBPF, ok = e.Committed()
 	}
 	if !ok {
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -154,12 +272,13 @@ func saveLastApply(dp datapath.Datapath, p *plan.Plan, path string) error {
 		}
 		return nil
 	}
-	return writeLastApply(path, lastApply{Plan: p, NFT: committed})
+	return writeLastApply(path, rec)
 }
 
 // writeLastApply writes rec to path, whole or not at all.
 func writeLastApply(path string, rec lastApply) error {
 	rec.markEmpty()
+	rec.packSlots()
 	rec.Binary = thisBinary()
 	var data bytes.Buffer
 	if err := gob.NewEncoder(&data).Encode(rec); err != nil {
@@ -187,7 +306,7 @@ func writeLastApply(path string, rec lastApply) error {
 // without a daemon: against the last apply's plan when dp's tables still hold it (dp then starts
 // from it), otherwise against the services read back from every datapath (kernelChange).
 func oneShotChange(ctx context.Context, cfg *config.Config, p *plan.Plan, dp datapath.Datapath, log *slog.Logger) (plan.Change, error) {
-	prev, err := restoreLastApply(dp, lastApplyPath(), log)
+	prev, err := restoreLastApply(dp, lastApplyPath(), p, log)
 	if err != nil {
 		return plan.Change{}, err
 	}
@@ -197,17 +316,14 @@ func oneShotChange(ctx context.Context, cfg *config.Config, p *plan.Plan, dp dat
 	return kernelChange(ctx, cfg, p, log)
 }
 
-// oneShotPlan is what `sluice plan` without a daemon shows: the change oneShotChange finds (for
-// the nft datapath, made but not applied; the others are only read).
+// oneShotPlan is what `sluice plan` without a daemon shows: the change oneShotChange finds, with
+// the datapath made but not applied.
 func (g *globals) oneShotPlan(ctx context.Context, cfg *config.Config) (plan.Change, error) {
 	p, err := plan.Build(cfg, nil)
 	if err != nil {
 		return plan.Change{}, err
 	}
-	if cfg.Datapath != config.DatapathNFT {
-		return kernelChange(ctx, cfg, p, g.logger())
-	}
-	dp, err := nft.New(g.logger())
+	dp, err := datapathFor(cfg, g.logger())
 	if err != nil {
 		return plan.Change{}, err
 	}

@@ -8,10 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
+
+	cebpf "github.com/cilium/ebpf"
 
 	"github.com/sluicelb/sluice/internal/boundedread"
 	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/datapath/ebpf"
 	"github.com/sluicelb/sluice/internal/datapath/nft"
 	"github.com/sluicelb/sluice/internal/plan"
 )
@@ -42,7 +46,7 @@ func TestLastApplyRoundTrips(t *testing.T) {
 		if err := writeLastApply(path, lastApply{Plan: p, NFT: committed}); err != nil {
 			t.Fatal(err)
 		}
-		rec := readLastApply(path, slog.New(slog.DiscardHandler))
+		rec := readLastApply(path, nil, slog.New(slog.DiscardHandler))
 		if rec == nil {
 			t.Fatalf("%s: the last apply does not read back", file)
 		}
@@ -60,6 +64,51 @@ func TestLastApplyRoundTrips(t *testing.T) {
 	}
 }
 
+// TestLastApplyKeepsEBPFTables keeps the plan of a config on ebpf, whose Maglev tables of 1021
+// slots are packed, with what the ebpf datapath committed, and reads both back.
+func TestLastApplyKeepsEBPFTables(t *testing.T) {
+	cfg, err := config.Parse("ebpf.yaml", []byte(`datapath: ebpf
+services:
+  - name: web
+    vip: 10.0.0.1
+    port: 80
+    backends: [{address: 10.1.0.1}, {address: 10.1.0.2, weight: 3}, {address: 10.1.0.3, weight: 0}]
+  - name: idle
+    vip: 10.0.0.2
+    port: 80
+    backends: [{address: 10.1.0.4, weight: 0}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := plan.Build(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed := ebpf.Committed{Boot: "b", PinPath: "/sys/fs/bpf/sluice", Maps: map[string]cebpf.MapID{"vips": 7}, Token: 9, ProgTag: "t", ProgMaps: []cebpf.MapID{7}}
+	path := filepath.Join(t.TempDir(), "last-apply.gob")
+	if err := writeLastApply(path, lastApply{Plan: p, EBPF: committed}); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Services[1].Slots) != 1021 {
+		t.Fatalf("keeping the apply changed the plan's tables: %d slots", len(p.Services[1].Slots))
+	}
+	rec := readLastApply(path, nil, slog.New(slog.DiscardHandler))
+	if rec == nil || !rec.Plan.Equal(p) || !reflect.DeepEqual(rec.EBPF, committed) {
+		t.Fatalf("the last apply reads back as %+v, want the plan and %+v", rec, committed)
+	}
+	// Read for a plan with the same tables, it shares them; for another table, it unpacks its own.
+	if rec = readLastApply(path, p, slog.New(slog.DiscardHandler)); rec == nil || &rec.Plan.Services[1].Slots[0] != &p.Services[1].Slots[0] {
+		t.Error("the last apply does not share the table of web with the same plan")
+	}
+	other := *p
+	other.Services = slices.Clone(p.Services)
+	other.Services[1].Slots = slices.Repeat([]int{0}, 1021)
+	if rec = readLastApply(path, &other, slog.New(slog.DiscardHandler)); rec == nil || !rec.Plan.Equal(p) {
+		t.Error("the last apply read for another table of web is not the plan applied")
+	}
+}
+
 // TestLastApplyIgnoresABadFile reads a file that is not a last apply, or another binary's, as
 // none: the apply then reads the kernel.
 func TestLastApplyIgnoresABadFile(t *testing.T) {
@@ -67,10 +116,10 @@ func TestLastApplyIgnoresABadFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte("datapath: nft\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if rec := readLastApply(path, slog.New(slog.DiscardHandler)); rec != nil {
+	if rec := readLastApply(path, nil, slog.New(slog.DiscardHandler)); rec != nil {
 		t.Errorf("a YAML file read as a last apply: %+v", rec)
 	}
-	if rec := readLastApply(filepath.Join(t.TempDir(), "none"), slog.New(slog.DiscardHandler)); rec != nil {
+	if rec := readLastApply(filepath.Join(t.TempDir(), "none"), nil, slog.New(slog.DiscardHandler)); rec != nil {
 		t.Errorf("a missing file read as a last apply: %+v", rec)
 	}
 	other := lastApply{Plan: &plan.Plan{Datapath: config.DatapathNFT}}
@@ -83,7 +132,7 @@ func TestLastApplyIgnoresABadFile(t *testing.T) {
 	if err := os.WriteFile(path, data.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if rec := readLastApply(path, slog.New(slog.DiscardHandler)); rec != nil {
+	if rec := readLastApply(path, nil, slog.New(slog.DiscardHandler)); rec != nil {
 		t.Errorf("another binary's last apply read as this one's: %+v", rec)
 	}
 }

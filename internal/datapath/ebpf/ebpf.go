@@ -48,6 +48,10 @@ type Datapath struct {
 	state *state
 	// watching tells that WatchFlows reads flow_events: Apply keeps config's flow_events set.
 	watching bool
+	// restored is what Restore found the maps hold, for the next Apply to start from; committed
+	// what the last Apply left in them (nil after a failed one).
+	restored  *restored
+	committed *Committed
 }
 
 var _ datapath.Datapath = (*Datapath)(nil)
@@ -91,25 +95,32 @@ func (d *Datapath) apply(ctx context.Context, p *plan.Plan) (int, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.load(); err != nil {
-		return 0, err
+	from := d.restored
+	d.restored, d.committed = nil, nil
+	if from == nil {
+		if err := d.load(); err != nil {
+			return 0, err
+		}
 	}
 	targets, err := d.targets(p)
 	if err != nil {
 		return 0, err
 	}
-	st := d.state
-	d.state = nil
-	if st == nil {
-		if st, err = readState(d.maps); err != nil {
-			return 0, fmt.Errorf("reading the maps back: %w", err)
-		}
+	st, err := d.startState(from, p)
+	if err != nil {
+		return 0, fmt.Errorf("reading the maps back: %w", err)
+	}
+	token, err := writeToken(d.maps)
+	if err != nil {
+		return 0, err
 	}
 	s := &syncer{m: d.maps, st: st, events: d.watching}
 	if err := s.plan(p); err != nil {
 		return s.w.entries, fmt.Errorf("programming the maps: %w (after %d map writes; the next apply reads the maps back)", err, s.w.entries)
 	}
-	d.state = st
+	if from == nil {
+		d.state = st // a restored state lacks the rings of the services it skipped
+	}
 	if s.prevSkipped > 0 {
 		d.log.Warn("ebpf: maglev_prev is full: changed table slots without a second chance", "slots", s.prevSkipped)
 	}
@@ -123,17 +134,52 @@ func (d *Datapath) apply(ctx context.Context, p *plan.Plan) (int, error) {
 	if err != nil {
 		return s.w.entries, fmt.Errorf("recording the interfaces' MACs: %w", err)
 	}
-	if err := d.attach(targets); err != nil {
+	prog, err := d.attachTo(targets, from)
+	if err != nil {
 		return s.w.entries, err
 	}
-	return s.w.entries, deleteAll(&s.w, d.maps.IfMacs, stale)
+	if err := deleteAll(&s.w, d.maps.IfMacs, stale); err != nil {
+		return s.w.entries, err
+	}
+	d.committed, err = d.committedNow(token, prog)
+	return s.w.entries, err
+}
+
+// startState is the state an Apply starts from: the one the last Apply left, else the one
+// Restore found, else the maps read back.
+func (d *Datapath) startState(from *restored, p *plan.Plan) (*state, error) {
+	st := d.state
+	d.state = nil
+	switch {
+	case st != nil:
+		return st, nil
+	case from != nil:
+		return restoredState(d.maps, from.plan, p)
+	default:
+		return readState(d.maps)
+	}
+}
+
+// attachTo makes the program run on the targets and returns it. After Restore, when the links
+// already run the program Restore found, it loads none: loading one costs the verifier's time.
+func (d *Datapath) attachTo(targets map[string]target, from *restored) (programID, error) {
+	if from != nil && d.linksRun(targets, from.prog) {
+		return from.prog, nil
+	}
+	if err := d.load(); err != nil {
+		return programID{}, err
+	}
+	if err := d.attach(targets); err != nil {
+		return programID{}, err
+	}
+	return programID{d.prog.Type(), d.progTag, d.progMaps}, nil
 }
 
 // Resync makes the next Apply read the maps and links back and repair what differs.
 func (d *Datapath) Resync() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.state = nil
+	d.state, d.restored, d.committed = nil, nil, nil
 	d.closeLinks()
 }
 
@@ -142,7 +188,7 @@ func (d *Datapath) Resync() {
 func (d *Datapath) Flush(context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.state = nil
+	d.state, d.restored, d.committed = nil, nil, nil
 	return errors.Join(d.detachExcept(nil), d.closeObjects(), os.RemoveAll(d.opts.PinPath))
 }
 
@@ -150,7 +196,7 @@ func (d *Datapath) Flush(context.Context) error {
 func (d *Datapath) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.state = nil
+	d.state, d.restored, d.committed = nil, nil, nil
 	d.closeLinks()
 	return d.closeObjects()
 }

@@ -20,6 +20,7 @@ type kernelMaps struct {
 	sluiceMaps
 	ServiceMeta *ebpf.Map `ebpf:"service_meta"`
 	BackendMeta *ebpf.Map `ebpf:"backend_meta"`
+	ApplyToken  *ebpf.Map `ebpf:"apply_token"`
 }
 
 // firstMaps are the maps the first version pinned: pins of an older version may lack any other,
@@ -105,7 +106,7 @@ func collectionSpec(program string, sizes MapSizes) (*ebpf.CollectionSpec, error
 			spec.Maps[name].MaxEntries = n
 		}
 	}
-	for _, ms := range metaSpecs(spec.Maps[sluiceMapServiceStats].MaxEntries, spec.Maps[sluiceMapBackends].MaxEntries) {
+	for _, ms := range append(metaSpecs(spec.Maps[sluiceMapServiceStats].MaxEntries, spec.Maps[sluiceMapBackends].MaxEntries), applyTokenSpec()) {
 		spec.Maps[ms.Name] = ms
 	}
 	for name := range spec.Programs {

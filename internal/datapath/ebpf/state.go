@@ -87,6 +87,15 @@ func (st *state) dropService(s *serviceState) {
 // overlapping another) are read as if the ring were empty or the backend absent: the next sync
 // programs them anew.
 func readState(m *kernelMaps) (*state, error) {
+	st, err := readRecords(m)
+	if err != nil {
+		return nil, err
+	}
+	return st, readRings(m, st)
+}
+
+// readRecords is readState but for the rings: every service's slots are left nil.
+func readRecords(m *kernelMaps) (*state, error) {
 	st := newState(limitsOf(m))
 	st.readBack = true
 	if err := m.Config.Lookup(uint32(0), &st.globals); err != nil {
@@ -119,7 +128,7 @@ func readState(m *kernelMaps) (*state, error) {
 	if err := readPrev(m.MaglevPrev, st); err != nil {
 		return nil, err
 	}
-	return st, readRings(m, st)
+	return st, nil
 }
 
 // readPorts finds the ports of the services read back: their keys in vips.

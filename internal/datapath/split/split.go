@@ -46,6 +46,9 @@ func New(first, second datapath.Datapath, toSecond func(*plan.Service) bool) *Da
 	return &Datapath{first: first, second: second, toSecond: toSecond, inSecond: map[string]bool{}}
 }
 
+// First is the datapath of the services toSecond does not select.
+func (d *Datapath) First() datapath.Datapath { return d.first }
+
 // divide splits a plan into the two datapaths' plans.
 func (d *Datapath) divide(p *plan.Plan) (first, second *plan.Plan) {
 	a, b := *p, *p
