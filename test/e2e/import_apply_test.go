@@ -1,0 +1,171 @@
+package e2e
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// TestImportedConfigsApply applies every golden output of the importer's corpus
+// (internal/importer/testdata/*/*.golden.yaml, whatever is there at run time) with `sluice apply
+// -f` on one fresh balancer, as it is: its datapath (nft, or ebpf where the importer chose it),
+// its modes and its addresses, which nothing answers (applying only programs the kernel; the
+// balancer gets a default route for the datapaths that look one up). `sluice list` must then
+// show every service of the file with each of its backends, and a flush ends each file. An
+// importer that prints a config Sluice validates but cannot program fails here with the file and
+// apply's error, unless the refusal is a known bug (knownRefusals), which is logged.
+func TestImportedConfigsApply(t *testing.T) {
+	requireLab(t)
+	goldens, err := filepath.Glob(corpusFile(t, filepath.Join("*", "*.golden.yaml")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(goldens) == 0 {
+		t.Fatalf("no golden output under %s", corpusFile(t, ""))
+	}
+	freshBalancer(t)
+	t.Cleanup(func() { flush(t) })
+	routeEverywhere(t)
+	for _, path := range goldens {
+		name := filepath.Join(filepath.Base(filepath.Dir(path)), filepath.Base(path))
+		t.Run(name, func(t *testing.T) {
+			t.Cleanup(func() { flush(t) })
+			applyGolden(t, path)
+		})
+	}
+}
+
+// knownRefusals are importer bugs, reported: refusals of apply that a golden output meets
+// although `sluice validate` takes it. A golden output refused with one of these is logged, with
+// the bug, instead of failing the test; any other refusal fails it. Take an entry off once the
+// importer avoids it.
+var knownRefusals = []struct{ refusal, bug string }{
+	// Until the nft datapath programs dsr over IPv6 (work in progress): then drop this entry.
+	{"dsr over IPv6 is not supported with this nftables datapath",
+		"the importer keeps the nft datapath for an IPv6 dsr service, which only ebpf programs"},
+	{"vips entries, one per service port",
+		"the importer picks datapath ebpf (for max_connections) for a file whose port ranges exceed the ebpf datapath's 65,536 VIP ports"},
+}
+
+// knownRefusal is the known bug behind an apply's error output, "" for none.
+func knownRefusal(stderr string) string {
+	for _, k := range knownRefusals {
+		if strings.Contains(stderr, k.refusal) {
+			return k.bug
+		}
+	}
+	return ""
+}
+
+// routeEverywhere gives the balancer a default route (IPv4 and IPv6) out of its backend-side
+// interface while t runs, where it has none: dsr, tunnel and the ebpf datapath look up the route
+// to each backend when they program it, and the corpus's backends are documentation addresses
+// that no lab route covers. Nothing needs to answer on that route.
+func routeEverywhere(t *testing.T) {
+	t.Helper()
+	ns := theLab.BalancerNS()
+	for _, family := range []string{"-4", "-6"} {
+		if r := run(t, "ip", family, "-n", ns, "route", "show", "default"); r.Err != nil || strings.TrimSpace(r.Stdout) != "" {
+			t.Logf("balancer %s default route kept: %q %v", family, strings.TrimSpace(r.Stdout), r.Err)
+			continue
+		}
+		if r := run(t, "ip", family, "-n", ns, "route", "add", "default", "dev", balancerBackendIf); r.Err != nil {
+			t.Fatalf("ip %s route add default dev %s: %v: %s", family, balancerBackendIf, r.Err, r.Stderr)
+		}
+		t.Cleanup(func() {
+			if r := run(t, "ip", family, "-n", ns, "route", "del", "default", "dev", balancerBackendIf); r.Err != nil {
+				t.Errorf("ip %s route del default dev %s: %v: %s", family, balancerBackendIf, r.Err, r.Stderr)
+			}
+		})
+	}
+}
+
+// balancerBackendIf is the balancer's interface on the backends' bridge (docs/lab.md).
+const balancerBackendIf = "eth1"
+
+// goldenConfig is what the test reads of a golden output, decoded independently of the
+// product's types: the services' names and backends.
+type goldenConfig struct {
+	Datapath string          `yaml:"datapath"`
+	Services []goldenService `yaml:"services"`
+}
+
+type goldenService struct {
+	Name     string          `yaml:"name"`
+	Backends []goldenBackend `yaml:"backends"`
+}
+
+type goldenBackend struct {
+	Address string `yaml:"address"`
+	Port    int    `yaml:"port"`
+}
+
+// applyGolden applies one golden output and checks that `sluice list` shows each of its
+// services and backends.
+func applyGolden(t *testing.T, path string) {
+	t.Helper()
+	text, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want goldenConfig
+	if err := yaml.Unmarshal(text, &want); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if len(want.Services) == 0 {
+		t.Fatalf("%s holds no service", path)
+	}
+	if r := sluice(t, "apply", "-f", path); r.Err != nil {
+		if bug := knownRefusal(r.Stderr); bug != "" {
+			t.Logf("NOT APPLIED: %s, a known importer bug (%s): %s", path, bug, strings.TrimSpace(r.Stderr))
+			return
+		}
+		t.Fatalf("the importer printed a config that does not apply (datapath %q): sluice apply -f %s: %v\n%s%s",
+			want.Datapath, path, r.Err, r.Stdout, r.Stderr)
+	}
+	listed := list(t)
+	for _, s := range want.Services {
+		got := findService(t, listed, s.Name)
+		for _, b := range s.Backends {
+			if !listsBackend(got.Backends, b) {
+				t.Errorf("service %s: backend %s not in sluice list: %s", s.Name, b, listedAddrs(got.Backends))
+			}
+		}
+	}
+	t.Logf("%d services (datapath %q) applied and listed", len(want.Services), want.Datapath)
+}
+
+func (b goldenBackend) String() string {
+	if b.Port == 0 {
+		return b.Address
+	}
+	return fmt.Sprintf("%s port %d", b.Address, b.Port)
+}
+
+// listsBackend says whether backends holds b: the same address (in any spelling) and, when b
+// names one, the same port.
+func listsBackend(backends []listedBackend, b goldenBackend) bool {
+	want, err := netip.ParseAddr(b.Address)
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(backends, func(l listedBackend) bool {
+		got, err := netip.ParseAddr(l.Address)
+		return err == nil && got == want && (b.Port == 0 || l.Port == b.Port)
+	})
+}
+
+// listedAddrs is the listed backends as "address port" text, for a failure message.
+func listedAddrs(backends []listedBackend) string {
+	var out []string
+	for _, b := range backends {
+		out = append(out, fmt.Sprintf("%s port %d", b.Address, b.Port))
+	}
+	return "[" + strings.Join(out, ", ") + "]"
+}
