@@ -78,6 +78,7 @@ changed, and printed as a diff (see sluice plan; -o json): applying the same fil
 				return err
 			}
 			defer lock.Release()
+			rememberTables(g.logger())
 			p, err := plan.Build(cfg, nil)
 			if err != nil {
 				return err

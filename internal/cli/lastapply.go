@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"sync"
 
 	"github.com/sluicelb/sluice/internal/boundedread"
 	"github.com/sluicelb/sluice/internal/config"
@@ -20,6 +21,7 @@ import (
 	"github.com/sluicelb/sluice/internal/datapath/ebpf"
 	"github.com/sluicelb/sluice/internal/datapath/nft"
 	"github.com/sluicelb/sluice/internal/datapath/split"
+	"github.com/sluicelb/sluice/internal/maglev"
 	"github.com/sluicelb/sluice/internal/plan"
 )
 
@@ -31,9 +33,12 @@ type lastApply struct {
 	Plan *plan.Plan
 	NFT  nft.Committed
 	EBPF ebpf.Committed
-	// Slots are the plan's slot tables, by service, packed (packSlots): the plan is kept without
-	// them, as gob writes an int slice an element at a time and ebpf tables are large.
-	Slots [][]byte
+	// Slots are the plan's slot tables, by service (packSlots): the plan is kept without them, as
+	// gob writes an int slice an element at a time and ebpf tables are large.
+	Slots []packedSlots
+	// Tables are the Maglev tables the apply built or took, packed by maglev.Key: the next
+	// process builds none of them again (maglev.Remember).
+	Tables map[string][]byte
 	// Empty names the list fields of the plan (key -1) and of its services (by index) that are
 	// empty but not nil: gob decodes both as nil, and plan.Equal tells them apart.
 	Empty map[int][]string
@@ -102,24 +107,43 @@ func (rec *lastApply) restoreEmpty() bool {
 	return true
 }
 
-// packSlots moves the plan's slot tables into rec.Slots, each slot a uvarint, leaving rec.Plan a
-// copy without them (the plan applied keeps its own).
+// packedSlots is the slot table of a service: Table, the one of Tables by that key, or else
+// Packed (maglev.Pack).
+type packedSlots struct {
+	Table  string
+	Packed []byte
+}
+
+// packSlots moves the plan's slot tables into rec.Slots, leaving rec.Plan a copy without them
+// (the plan applied keeps its own).
 func (rec *lastApply) packSlots() {
 	p := *rec.Plan
 	p.Services = slices.Clone(p.Services)
-	rec.Slots = make([][]byte, len(p.Services))
+	rec.Slots = make([]packedSlots, len(p.Services))
 	for i := range p.Services {
 		s := &p.Services[i]
-		if s.Slots != nil {
-			packed := make([]byte, 0, len(s.Slots))
-			for _, b := range s.Slots {
-				packed = binary.AppendUvarint(packed, uint64(b))
-			}
-			rec.Slots[i] = packed
+		if s.Slots == nil {
+			continue
+		}
+		packed := maglev.Pack(s.Slots)
+		if key := tableKey(s); bytes.Equal(rec.Tables[key], packed) {
+			rec.Slots[i].Table = key
+		} else {
+			rec.Slots[i].Packed = packed
 		}
 		s.Slots = nil
 	}
 	rec.Plan = &p
+}
+
+// tableKey is the maglev.Key of the table a service's slots are when its scheduler built them
+// from its backends' weights, as it does unless health took weight away.
+func tableKey(s *plan.Service) string {
+	backends := make([]maglev.Backend, len(s.Backends))
+	for i, b := range s.Backends {
+		backends[i] = maglev.Backend{ID: b.ID(), Weight: uint32(b.Weight)}
+	}
+	return maglev.Key(backends, len(s.Slots))
 }
 
 // unpackSlots puts rec.Slots back into the plan's services; false when they do not fit it (a
@@ -131,8 +155,14 @@ func (rec *lastApply) unpackSlots(next *plan.Plan) bool {
 		return false
 	}
 	same := tablesOf(next)
-	for i, packed := range rec.Slots {
+	for i, ps := range rec.Slots {
 		s := &rec.Plan.Services[i]
+		packed := ps.Packed
+		if ps.Table != "" {
+			if packed = rec.Tables[ps.Table]; packed == nil {
+				return false
+			}
+		}
 		if packed == nil {
 			continue
 		}
@@ -140,13 +170,9 @@ func (rec *lastApply) unpackSlots(next *plan.Plan) bool {
 			s.Slots = slots
 			continue
 		}
-		s.Slots = make([]int, 0, len(packed))
-		for len(packed) > 0 {
-			b, n := binary.Uvarint(packed)
-			if n <= 0 || b >= uint64(len(s.Backends)) {
-				return false
-			}
-			s.Slots, packed = append(s.Slots, int(b)), packed[n:]
+		var ok bool
+		if s.Slots, ok = maglev.Unpack(packed, len(s.Backends)); !ok || slices.Contains(s.Slots, -1) {
+			return false
 		}
 	}
 	rec.Slots = nil
@@ -165,19 +191,19 @@ func tablesOf(next *plan.Plan) func(name string) []int {
 	return func(name string) []int { return byName[name] }
 }
 
-// samePacked tells whether a packed table (packSlots) is slots.
+// samePacked tells whether a packed table (maglev.Pack) is slots.
 func samePacked(packed []byte, slots []int) bool {
 	i := 0
 	for ; len(packed) > 0 && i < len(slots); i++ {
 		if b := packed[0]; b < 0x80 { // a uvarint of one byte
-			if int(b) != slots[i] {
+			if int(b) != slots[i]+1 {
 				return false
 			}
 			packed = packed[1:]
 			continue
 		}
 		b, n := binary.Uvarint(packed)
-		if n <= 0 || b != uint64(slots[i]) {
+		if n <= 0 || b != uint64(slots[i]+1) {
 			return false
 		}
 		packed = packed[n:]
@@ -191,6 +217,12 @@ func lastApplyPath() string { return filepath.Join(filepath.Dir(statePath()), "l
 // readLastApply reads the file of lastApply, sharing the tables it has in common with next (see
 // unpackSlots); nil when there is none or it does not decode.
 func readLastApply(path string, next *plan.Plan, log *slog.Logger) *lastApply {
+	return decodeLastApply(path, log).forPlan(next, path, log)
+}
+
+// decodeLastApply reads the file of lastApply, its slots still packed; nil when there is none, it
+// does not decode or another binary wrote it.
+func decodeLastApply(path string, log *slog.Logger) *lastApply {
 	data, err := boundedread.File(path, boundedread.ConfigBytes)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
@@ -204,7 +236,7 @@ func readLastApply(path string, next *plan.Plan, log *slog.Logger) *lastApply {
 	case err != nil:
 	case rec.Binary == "" || rec.Binary != thisBinary():
 		err = errors.New("written by another sluice binary")
-	case rec.Plan == nil || !rec.unpackSlots(next) || !rec.restoreEmpty():
+	case rec.Plan == nil:
 		err = errors.New("not a last apply")
 	}
 	if err != nil {
@@ -214,6 +246,57 @@ func readLastApply(path string, next *plan.Plan, log *slog.Logger) *lastApply {
 	return &rec
 }
 
+// forPlan unpacks a decoded last apply (unpackSlots) and restores its empty lists; nil when they
+// do not fit its plan, or rec is nil.
+func (rec *lastApply) forPlan(next *plan.Plan, path string, log *slog.Logger) *lastApply {
+	if rec == nil {
+		return nil
+	}
+	if !rec.unpackSlots(next) || !rec.restoreEmpty() {
+		log.Debug("the last apply is not used", "file", path, "error", "not a last apply")
+		return nil
+	}
+	return rec
+}
+
+// lastRead is the last apply rememberTables read, for restoreLastApply to take: the file is read
+// once a process.
+var lastRead struct {
+	sync.Mutex
+	path string
+	rec  *lastApply
+}
+
+// rememberTables hands maglev.Build the Maglev tables the last apply kept, so that building the
+// plan of a file that changed one service builds one table, not every service's.
+func rememberTables(log *slog.Logger) {
+	path := lastApplyPath()
+	rec := decodeLastApply(path, log)
+	lastRead.Lock()
+	lastRead.path, lastRead.rec = path, rec
+	lastRead.Unlock()
+	var tables map[string][]byte
+	if rec != nil {
+		tables = rec.Tables
+	}
+	maglev.Remember(tables)
+}
+
+// takeLastApply is the last apply of path: the one rememberTables read, else the file read now.
+func takeLastApply(path string, next *plan.Plan, log *slog.Logger) *lastApply {
+	lastRead.Lock()
+	rec := lastRead.rec
+	if lastRead.path != path {
+		rec = nil
+	}
+	lastRead.path, lastRead.rec = "", nil
+	lastRead.Unlock()
+	if rec == nil {
+		return readLastApply(path, next, log)
+	}
+	return rec.forPlan(next, path, log)
+}
+
 // restoreLastApply gives dp what the last apply committed, if its tables or maps still hold it,
 // and returns that plan; nil otherwise (the kernel must be read).
 func restoreLastApply(dp datapath.Datapath, path string, next *plan.Plan, log *slog.Logger) (*plan.Plan, error) {
@@ -221,7 +304,7 @@ func restoreLastApply(dp datapath.Datapath, path string, next *plan.Plan, log *s
 	if n == nil && e == nil {
 		return nil, nil
 	}
-	rec := readLastApply(path, next, log)
+	rec := takeLastApply(path, next, log)
 	var held bool
 	var err error
 	switch {
@@ -278,6 +361,7 @@ func saveLastApply(dp datapath.Datapath, p *plan.Plan, path string) error {
 // writeLastApply writes rec to path, whole or not at all.
 func writeLastApply(path string, rec lastApply) error {
 	rec.markEmpty()
+	rec.Tables = maglev.Remembered()
 	rec.packSlots()
 	rec.Binary = thisBinary()
 	var data bytes.Buffer
@@ -319,6 +403,7 @@ func oneShotChange(ctx context.Context, cfg *config.Config, p *plan.Plan, dp dat
 // oneShotPlan is what `sluice plan` without a daemon shows: the change oneShotChange finds, with
 // the datapath made but not applied.
 func (g *globals) oneShotPlan(ctx context.Context, cfg *config.Config) (plan.Change, error) {
+	rememberTables(g.logger())
 	p, err := plan.Build(cfg, nil)
 	if err != nil {
 		return plan.Change{}, err

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/datapath/ebpf"
 	"github.com/sluicelb/sluice/internal/datapath/nft"
+	"github.com/sluicelb/sluice/internal/maglev"
 	"github.com/sluicelb/sluice/internal/plan"
 )
 
@@ -81,6 +82,8 @@ services:
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(maglev.Forget)
+	maglev.Remember(nil)
 	p, err := plan.Build(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -92,6 +95,9 @@ services:
 	}
 	if len(p.Services[1].Slots) != 1021 {
 		t.Fatalf("keeping the apply changed the plan's tables: %d slots", len(p.Services[1].Slots))
+	}
+	if rec := decodeLastApply(path, slog.New(slog.DiscardHandler)); rec == nil || len(rec.Tables) != 1 || rec.Slots[1].Table == "" {
+		t.Fatalf("the last apply keeps the table of web as %+v, want it among the tables built", rec)
 	}
 	rec := readLastApply(path, nil, slog.New(slog.DiscardHandler))
 	if rec == nil || !rec.Plan.Equal(p) || !reflect.DeepEqual(rec.EBPF, committed) {

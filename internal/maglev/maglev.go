@@ -130,8 +130,25 @@ type member struct {
 // m must be a prime not above MaxSize and at least the number of backends with
 // weight > 0, and IDs must be unique. The table depends only on the set of
 // (ID, Weight) pairs, not on their order in backends, apart from the indices it
-// holds. With no backend of weight > 0 every entry is -1, meaning "no backend".
+// holds. With no backend of weight > 0 every entry is -1, meaning "no backend". After Remember,
+// a table remembered for the same inputs (Key) is taken instead of built.
 func Build(backends []Backend, m int) ([]int, error) {
+	if !rememberOn() {
+		return build(backends, m)
+	}
+	key := Key(backends, m)
+	if table := remembered(key, m, len(backends)); table != nil {
+		return table, nil
+	}
+	table, err := build(backends, m)
+	if err == nil {
+		remember(key, table)
+	}
+	return table, err
+}
+
+// build is Build, without Remember's tables.
+func build(backends []Backend, m int) ([]int, error) {
 	if m > MaxSize {
 		return nil, fmt.Errorf("maglev: table size %d exceeds MaxSize (%d)", m, MaxSize)
 	}
