@@ -61,7 +61,11 @@ type Service struct {
 	// Uncounted tells the nft datapath not to count the packets and bytes forwarded to the
 	// backends of a nat or fullnat service (nft.packet_counters: false).
 	Uncounted bool
-	Backends  []Backend // every configured backend, weight 0 included
+	// Replicated tells that the node replicates its flows to peers (the sync section): on nft,
+	// conntrackd reads conntrack's events, and the service's TCP connections raise only those it
+	// replicates.
+	Replicated bool
+	Backends   []Backend // every configured backend, weight 0 included
 	// Slots maps a slot to an index in Backends; a new flow picks slot hash(5-tuple) mod len(Slots)
 	// (maglev, hash) or counter mod len(Slots) (rr, wrr, random). Empty when no backend takes new flows.
 	// Read-only: the plans of one Builder share it.
@@ -167,7 +171,7 @@ func (b *Builder) Build(cfg *config.Config, available Availability) (*Plan, erro
 		if err != nil {
 			return nil, fmt.Errorf("service %s: %w", cs.Name, err)
 		}
-		s.Uncounted = !cfg.NFTPacketCounters()
+		s.Uncounted, s.Replicated = !cfg.NFTPacketCounters(), cfg.Sync != nil
 		p.Services = append(p.Services, s)
 	}
 	b.tables = kept // forget the services that are gone

@@ -12,6 +12,9 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
+
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/plan"
 )
 
 // Conntrack timeout policies shorten the life of the half-open flows of nat and fullnat services.
@@ -42,6 +45,32 @@ var ctTimeouts = map[string]ctTimeout{
 	"tcp": {name: "halfopen-tcp", protocol: "tcp", policy: []stateTimeout{{"syn_sent", 5}, {"syn_recv", 5}, {"close", 5}}},
 	"udp": {name: "unreplied-udp", protocol: "udp", policy: []stateTimeout{{"unreplied", 5}}},
 }
+
+// newFlowRules are the rules of a nat or fullnat service chain that set up the conntrack entry of
+// a new flow: its protocol's timeout policy and, when the node replicates its flows, the events
+// its TCP connection raises (replicatedEvents).
+func newFlowRules(s *plan.Service) []string {
+	rules := []string{ctTimeoutRule(string(s.Protocol))}
+	if limitsEvents(s) {
+		rules = append(rules, "ct event set "+replicatedEvents)
+	}
+	return rules
+}
+
+// limitsEvents tells whether a service's new flows raise only replicatedEvents: the TCP ones
+// of a nat or fullnat service on a node that replicates its flows.
+func limitsEvents(s *plan.Service) bool {
+	return s.Replicated && s.Protocol == config.ProtocolTCP && s.Mode != config.ModeDSR
+}
+
+// replicatedEvents are the conntrack events a replicated TCP connection raises: the packet that
+// makes it established (assured, which comes with its state) and its end. conntrackd replicates
+// nothing else of it (its filter passes ESTABLISHED, CLOSE_WAIT, TIME_WAIT and CLOSED), and the
+// kernel no longer builds the other six netlink messages of each connection for conntrackd to
+// read and drop. A peer then holds an established replica until the end: a node taking over a
+// closing connection sees its last segments pass (conntrack is liberal under sync) and its own
+// conntrack follows the close.
+const replicatedEvents = "assured,destroy"
 
 // ctTimeoutRule is the rule of a service chain that gives its new flows its protocol's policy.
 func ctTimeoutRule(protocol string) string {

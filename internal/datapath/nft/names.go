@@ -222,6 +222,9 @@ func namesOf(s *plan.Service) serviceNames {
 	if givesSecondChance(s) {
 		parts = append(parts, string(prevMap))
 	}
+	if limitsEvents(s) { // only then, as persistence below
+		parts = append(parts, "replicated")
+	}
 	if s.Persistence > 0 { // only then: the names of services without persistence stay as they were
 		parts = append(parts, s.Persistence.String(), strconv.Itoa(s.PersistencePrefix))
 	}

@@ -437,7 +437,7 @@ func renderNATService(st *state, s *plan.Service, guard []string) {
 			return &knftables.Element{Key: []string{s.VIP.String(), ports}, Comment: ptr(describePorts(s, ports))}
 		})
 	}
-	rules := append([]string{ctTimeoutRule(string(s.Protocol))}, guard...)
+	rules := append(newFlowRules(s), guard...)
 	variant, first := "", []string(nil)
 	switch {
 	case s.Persistence > 0:
