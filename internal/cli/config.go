@@ -48,9 +48,10 @@ func applyCmd(g *globals) *cobra.Command {
 		Short: "Make a config file the running state (through the daemon when one runs)",
 		Long: `Apply validates the file here, then hands it to the running daemon, which replaces its running
 config and reconciles; it returns once the datapath applied the file (--no-wait: at once). Without a daemon
-it programs the datapath directly and exits; on nft it keeps what it applied beside the state file
+it programs the datapath directly and exits; it keeps what it applied beside the state file
 (last-apply.gob), so that the next apply changes only the services that differ without reading the
-tables back, as long as no nftables transaction ran in between. Either way only the difference is
+tables or maps back, as long as nothing changed them in between (on nft no nftables transaction, on
+ebpf no apply of another process: a token in the pinned map apply_token tells). Either way only the difference is
 changed, and printed as a diff (see sluice plan; -o json): applying the same file again prints
 "no changes". -f - reads the file from standard input.`,
 		Args: cobra.NoArgs,

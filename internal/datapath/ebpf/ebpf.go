@@ -141,8 +141,11 @@ func (d *Datapath) apply(ctx context.Context, p *plan.Plan) (int, error) {
 	if err := deleteAll(&s.w, d.maps.IfMacs, stale); err != nil {
 		return s.w.entries, err
 	}
-	d.committed, err = d.committedNow(token, prog)
-	return s.w.entries, err
+	// What is committed only spares the next process a read-back: not knowing it fails nothing.
+	if d.committed, err = d.committedNow(token, prog); err != nil {
+		d.log.Debug("ebpf: what this apply committed is not known", "error", err)
+	}
+	return s.w.entries, nil
 }
 
 // startState is the state an Apply starts from: the one the last Apply left, else the one
