@@ -131,6 +131,18 @@ func checkMember(service string, filter datapath.FlowFilter, members func() ([]b
 	return fmt.Errorf("--backend %s: not a backend of service %s", asked, service)
 }
 
+// flowEnd is a flow's client, VIP or backend: "-" when the datapath does not know it, the
+// address alone when it does not know the port (nft dsr over IPv6 keeps a hash of the flow).
+func flowEnd(ap netip.AddrPort) string {
+	switch {
+	case !ap.IsValid():
+		return "-"
+	case ap.Port() == 0:
+		return ap.Addr().String()
+	}
+	return ap.String()
+}
+
 // printFlows writes a flow a line under a header, and how many flows the limit left out.
 func printFlows(w io.Writer, list datapath.FlowList) error {
 	var buf bytes.Buffer
@@ -142,7 +154,7 @@ func printFlows(w io.Writer, list datapath.FlowList) error {
 		if f.NATPort != 0 {
 			nat = strconv.Itoa(int(f.NATPort))
 		}
-		row(strings.ToUpper(string(f.Protocol)), f.Client.String(), f.VIP.String(), f.Backend.String(), orDash(f.State), minutesSeconds(f.ExpiresIn), nat)
+		row(strings.ToUpper(string(f.Protocol)), flowEnd(f.Client), flowEnd(f.VIP), flowEnd(f.Backend), orDash(f.State), minutesSeconds(f.ExpiresIn), nat)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

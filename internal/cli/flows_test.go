@@ -10,9 +10,11 @@ import (
 )
 
 func TestPrintFlows(t *testing.T) {
-	list := datapath.FlowList{Total: 3, Flows: []datapath.Flow{
+	list := datapath.FlowList{Total: 4, Flows: []datapath.Flow{
 		{Protocol: "tcp", Client: netip.MustParseAddrPort("10.91.1.2:40000"), VIP: netip.MustParseAddrPort("10.91.9.100:80"), Backend: netip.MustParseAddrPort("10.91.2.11:80"), State: "ESTABLISHED", ExpiresIn: 431999, NATPort: 61000},
 		{Protocol: "udp", Client: netip.MustParseAddrPort("[fd00:91:1::2]:5353"), VIP: netip.MustParseAddrPort("[fd00:91:9::100]:53"), Backend: netip.MustParseAddrPort("[fd00:91:2::11]:53"), ExpiresIn: 59},
+		// nft dsr over IPv6 keeps a hash of the flow: its client and port are not known.
+		{Protocol: "tcp", VIP: netip.MustParseAddrPort("[fd00:91:9::101]:0"), Backend: netip.MustParseAddrPort("[fd00:91:2::11]:0"), ExpiresIn: 300},
 	}}
 	var out bytes.Buffer
 	if err := printFlows(&out, list); err != nil {
@@ -21,6 +23,7 @@ func TestPrintFlows(t *testing.T) {
 	want := `Pro  Client               VIP                  Backend             State        Expires    NATPort
 TCP  10.91.1.2:40000      10.91.9.100:80       10.91.2.11:80       ESTABLISHED  119:59:59  61000
 UDP  [fd00:91:1::2]:5353  [fd00:91:9::100]:53  [fd00:91:2::11]:53  -            00:59      -
+TCP  -                    fd00:91:9::101       fd00:91:2::11       -            05:00      -
 ... 1 more (--limit)
 `
 	if out.String() != want {

@@ -252,9 +252,11 @@ type FlowList struct {
 // Flow is one flow a datapath tracks for a service.
 type Flow struct {
 	Protocol config.Protocol `json:"protocol"`
-	Client   netip.AddrPort  `json:"client"`
-	VIP      netip.AddrPort  `json:"vip"`
-	Backend  netip.AddrPort  `json:"backend"`
+	// Client is zero, and VIP's port 0, where the datapath keeps only a hash of the flow (nft
+	// dsr over IPv6).
+	Client  netip.AddrPort `json:"client"`
+	VIP     netip.AddrPort `json:"vip"`
+	Backend netip.AddrPort `json:"backend"`
 	// State is what the flow entry tells: conntrack's TCP state (ESTABLISHED, SYN_RECV,
 	// TIME_WAIT, ...) or, for UDP, REPLIED or UNREPLIED; on ebpf ACTIVE, CLOSING (its client sent
 	// a FIN or RST) or IDLE (past its flow timeout); empty when the entry holds none (nft dsr).

@@ -36,9 +36,6 @@ type Flavor struct {
 	// DrainWaitsForIdle: the datapath cannot see a flow end (the nft DSR flow map keeps no TCP
 	// state), so a drain with a held flow ends at its timeout, not when the flow closes.
 	DrainWaitsForIdle bool
-	// NoIPv6 is why the flavor cannot serve an IPv6 service ("" when it can); the IPv6 tests then
-	// check that apply refuses it with that reason instead.
-	NoIPv6 string
 }
 
 // Flavors of the nft datapath.
@@ -57,7 +54,6 @@ var nftFlavors = []Flavor{
 		Name: "dsr", Datapath: "nft", Mode: "dsr",
 		ChurnSchedulers:       []string{"maglev", "hash"},
 		RepliesBypassBalancer: true, DrainWaitsForIdle: true,
-		NoIPv6: "dsr over IPv6 is not supported",
 	},
 }
 

@@ -46,9 +46,6 @@ func TestImportedConfigsApply(t *testing.T) {
 // the bug, instead of failing the test; any other refusal fails it. Take an entry off once the
 // importer avoids it.
 var knownRefusals = []struct{ refusal, bug string }{
-	// Until the nft datapath programs dsr over IPv6 (work in progress): then drop this entry.
-	{"dsr over IPv6 is not supported with this nftables datapath",
-		"the importer keeps the nft datapath for an IPv6 dsr service, which only ebpf programs"},
 	{"vips entries, one per service port",
 		"the importer picks datapath ebpf (for max_connections) for a file whose port ranges exceed the ebpf datapath's 65,536 VIP ports"},
 }

@@ -30,11 +30,8 @@ func TestWhichNFT(t *testing.T) {
 			continue // the same tables as nat; only the masquerading differs
 		}
 		t.Run(f.Name, func(t *testing.T) {
-			services := []Service{webService("maglev", equalPool(false)), dnsService(equalPool(false))}
-			if f.NoIPv6 == "" {
-				services = append(services, web6Service(equalPool(true)),
-					Service{Name: "dns6", VIP: netip.MustParseAddr(lab.VIP6), Port: 5353, Protocol: "udp", Backends: equalPool(true)})
-			}
+			services := []Service{webService("maglev", equalPool(false)), dnsService(equalPool(false)), web6Service(equalPool(true)),
+				Service{Name: "dns6", VIP: netip.MustParseAddr(lab.VIP6), Port: 5353, Protocol: "udp", Backends: equalPool(true)}}
 			applyFresh(t, f.Config(services...))
 			for i, svc := range services {
 				first := whichPortFirst + i*whichFlowsPerService

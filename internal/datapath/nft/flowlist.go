@@ -176,12 +176,20 @@ func dsrFlowOf(st *state, svc dispatchedService, b []byte) (f datapath.Flow, ok 
 			}
 		}
 	}
-	if len(key) != svc.vip.BitLen()/8+8 || len(value) != 4 {
+	if len(value) != 4 {
+		return f, false, fmt.Errorf("cannot read element key %x value %x", key, value)
+	}
+	mark := strconv.FormatUint(uint64(binary.NativeEndian.Uint32(value)), 10)
+	if svc.vip.Is6() && len(key) == 4 {
+		// A hash of the flow (dsrFlowKey): its client and port are not known.
+		backend, err := svc.backend(st, mark, 0)
+		return datapath.Flow{Protocol: svc.protocol, VIP: netip.AddrPortFrom(svc.vip, 0), Backend: backend, ExpiresIn: seconds(expiresMS)}, err == nil, nil
+	}
+	if len(key) != svc.vip.BitLen()/8+8 {
 		return f, false, fmt.Errorf("cannot read element key %x value %x", key, value)
 	}
 	client, _ := netip.AddrFromSlice(key[:len(key)-8])
 	vport := binary.BigEndian.Uint16(key[len(key)-4:])
-	mark := strconv.FormatUint(uint64(binary.NativeEndian.Uint32(value)), 10)
 	backend, err := svc.backend(st, mark, vport)
 	if err != nil {
 		return f, false, nil

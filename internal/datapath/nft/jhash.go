@@ -15,6 +15,23 @@ import (
 // jhashSeed is hashSeed as a number.
 const jhashSeed = 0x51ce
 
+// flowKeySeed and flowKeyModulus make the hashed key of an IPv6 dsr flow (dsrFlowKey): another
+// seed than the selector's, and the largest modulus nft takes.
+const (
+	flowKeySeed    = 0xd5e6
+	flowKeyModulus = 1<<32 - 1
+)
+
+// dsrFlowHash is the key an IPv6 dsr flow from src to the service's port vport has in its flow
+// map: `jhash ip6 saddr . <proto> sport . <proto> dport mod flowKeyModulus seed flowKeySeed`,
+// the registers of the address and the two ports, each port padded to 4 bytes.
+func dsrFlowHash(src netip.AddrPort, vport uint16) uint32 {
+	key := append(src.Addr().AsSlice(), 0, 0, 0, 0, 0, 0, 0, 0)
+	binary.BigEndian.PutUint16(key[len(key)-8:], src.Port())
+	binary.BigEndian.PutUint16(key[len(key)-4:], vport)
+	return reciprocalScale(jhash(key, flowKeySeed), flowKeyModulus)
+}
+
 // jhashInitval is the kernel's JHASH_INITVAL.
 const jhashInitval = 0xdeadbeef
 

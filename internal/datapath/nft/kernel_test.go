@@ -19,6 +19,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 
 	"github.com/sluicelb/sluice/internal/config"
@@ -45,9 +46,12 @@ func inFreshNetns(t testing.TB, fn func()) {
 				t.Fatal(err)
 			}
 		}
-		addr, _ := netlink.ParseAddr("10.91.2.1/24")
-		if err := netlink.AddrAdd(veth, addr); err != nil {
-			t.Fatal(err)
+		for _, a := range []string{"10.91.2.1/24", "fd00:91:2::1/64"} {
+			addr, _ := netlink.ParseAddr(a)
+			addr.Flags = unix.IFA_F_NODAD // usable at once
+			if err := netlink.AddrAdd(veth, addr); err != nil {
+				t.Fatal(err)
+			}
 		}
 		forward(t, "1") // a balancer forwards: Apply refuses nat and fullnat otherwise
 		fn()
@@ -106,7 +110,7 @@ func TestKernelAcceptsEveryCase(t *testing.T) {
 		d := newTestDatapath(t)
 		strictTCPTracking(t)
 		var steps []string
-		for _, c := range append(v4, "fullnat-v6-rr", "persistence-fullnat-v6", "protection-fullnat-v6", "fullnat-source") {
+		for _, c := range append(v4, "fullnat-v6-rr", "persistence-fullnat-v6", "protection-fullnat-v6", "fullnat-source", "dsr-v6") {
 			steps = append(steps, filepath.Join("testdata/golden", c, "config.yaml"))
 		}
 		cases, _ := filepath.Glob("testdata/transitions/*")

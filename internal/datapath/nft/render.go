@@ -539,18 +539,14 @@ func fallbackRule(s *plan.Service) string {
 // (DSR has no conntrack) and forwards to the backend's MAC, keeping the VIP as destination; guard
 // judges the new flows, once the known ones have gone to their backends.
 func renderDSRService(st *state, s *plan.Service, guard []string, env Environment) error {
-	if s.VIP.Is6() {
-		// nft 1.0.6 (Debian 12) aborts on a 20-byte IPv6 flow key in a set update (fixed in 1.0.9).
-		return fmt.Errorf("dsr over IPv6 is not supported with this nftables datapath yet; use nat or fullnat")
-	}
 	const f = knftables.NetDevFamily
 	n := namesOf(s)
 	v := ipvOf(s.VIP)
 	commonService(st, f, s, n)
 	marks := backendMarks(s.Backends)
-	flowKey := fmt.Sprintf("%s saddr . %s sport . %s dport", v.ip, s.Protocol, s.Protocol)
+	flowKey, keyType := dsrFlowKey(s)
 	st.addSet(f, &knftables.Map{
-		Name: n.flows, TypeOf: flowKey + " : meta mark",
+		Name: n.flows, TypeOf: keyType + " : meta mark",
 		Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag}, Timeout: &s.FlowTimeout, Size: ptr(uint64(65535)),
 	})
 	backends := st.addSet(f, &knftables.Map{Name: n.marks, Type: "mark : verdict"})
@@ -631,6 +627,21 @@ func renderDSRService(st *state, s *plan.Service, guard []string, env Environmen
 	rules = append(rules, "drop")
 	st.addChain(&knftables.Chain{Family: f, Name: n.chain}, rules...)
 	return nil
+}
+
+// dsrFlowKey is the key of a dsr service's flow map, as the rules compute it and as its type
+// declares it. IPv4: the client's address and port and the VIP's port. IPv6: a 32-bit jhash of
+// those (seed flowKeySeed), because nft 1.0.6 (Debian 12) cannot update a map whose key holds an
+// IPv6 address from the packet path with a value: its register allocation aborts, or with the
+// address last writes the mark over a word of it (fixed in nft 1.0.9). Two IPv6 flows whose keys
+// hash alike share an entry, so the later one follows the earlier one's backend (with 65,535
+// flows remembered, one new flow in 65,000): a flow never changes backend because of it.
+func dsrFlowKey(s *plan.Service) (key, typeOf string) {
+	if s.VIP.Is4() {
+		key = fmt.Sprintf("ip saddr . %s sport . %s dport", s.Protocol, s.Protocol)
+		return key, key
+	}
+	return fmt.Sprintf("jhash ip6 saddr . %s sport . %s dport mod %d seed %#x", s.Protocol, s.Protocol, uint64(flowKeyModulus), flowKeySeed), "numgen inc mod 2"
 }
 
 // backendMarks gives each backend a non-zero mark derived from its identity (FNV-1a of its ID), so

@@ -403,9 +403,12 @@ func (s programmedService) rememberedBackend(st *state, src, vip netip.AddrPort)
 }
 
 // flowMapMark gets the element of a dsr flow map for the flow src -> vip: its key is the
-// registers of `ip saddr . <proto> sport . <proto> dport`, each padded to 4 bytes, and its value
-// the backend mark.
+// registers of `ip saddr . <proto> sport . <proto> dport`, each padded to 4 bytes (IPv6: their
+// hash, dsrFlowHash), and its value the backend mark.
 func flowMapMark(set string, src, vip netip.AddrPort) (mark uint32, found bool, err error) {
+	if src.Addr().Is6() {
+		return elementMark(knftables.NetDevFamily, set, binary.NativeEndian.AppendUint32(nil, dsrFlowHash(src, vip.Port())))
+	}
 	key := append(src.Addr().AsSlice(), 0, 0, 0, 0, 0, 0, 0, 0)
 	binary.BigEndian.PutUint16(key[len(key)-8:], src.Port())
 	binary.BigEndian.PutUint16(key[len(key)-4:], vip.Port())
