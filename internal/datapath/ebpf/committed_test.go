@@ -107,3 +107,29 @@ func TestRestoreRefusesChangedMaps(t *testing.T) {
 		}
 	}
 }
+
+// TestRestoredApplyRepairsAContradictedService restores over maps whose records someone else
+// changed without an Apply (a backend's weight in backend_meta): the service whose records no
+// longer match the plan is programmed again, as after a read-back.
+func TestRestoredApplyRepairsAContradictedService(t *testing.T) {
+	r := newRig(t)
+	p := planFromYAML(t, twoServices)
+	c := r.committedApply(p)
+	d := r.restored(c, p)
+	st, err := readState(d.maps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := st.services["web"].backends["10.91.2.12:8080"]
+	rec := b.rec
+	rec.Weight = 7
+	if err := d.maps.BackendMeta.Put(b.id, rec); err != nil {
+		t.Fatal(err)
+	}
+	if writes := r.apply(d, p); writes == 0 {
+		t.Fatal("the restored apply left the changed record as it was")
+	}
+	if writes := r.apply(r.datapath(Options{}), p); writes != 0 {
+		t.Errorf("an apply reading the maps back wrote %d entries after the repair, want 0", writes)
+	}
+}
