@@ -114,3 +114,70 @@ func FuzzIpvsadm(f *testing.F) {
 	)
 	f.Fuzz(func(t *testing.T, input []byte) { fuzzImport(t, Ipvsadm, input) })
 }
+
+// fwmarkConfigs are a keepalived config and an ipvsadm save file whose fwmark services take
+// marks 1, 2 and 3 from the fuzzed rules.
+var fwmarkConfigs = map[string]string{
+	"keepalived": "virtual_server fwmark 1 {\n    lb_kind NAT\n    persistence_timeout 60\n    real_server 10.9.0.1 8080\n}\n" +
+		"virtual_server_group g {\n    192.0.2.1 80\n    fwmark 2\n}\nvirtual_server group g {\n    lb_kind DR\n    real_server 10.9.0.2 0\n}\n",
+	"ipvsadm": "-A -f 3 -s rr -p 300\n-a -f 3 -r 10.9.0.3:0 -g -w 1\n",
+}
+
+// FuzzFwmarkRules reads input as --fwmark-rules (iptables-save or nft list ruleset output):
+// no panic, a bounded allocation, and what converts with it loads as a Sluice config.
+func FuzzFwmarkRules(f *testing.F) {
+	for _, dir := range []string{"keepalived/fwmark", "ipvsadm/fwmark", "bad/fwmark"} {
+		entries, _ := os.ReadDir(filepath.Join("testdata", dir))
+		for _, e := range entries {
+			if data, err := os.ReadFile(filepath.Join("testdata", dir, e.Name())); err == nil {
+				f.Add(data)
+			}
+		}
+	}
+	for _, h := range []string{
+		"-A PREROUTING -d 192.0.2.9/32 -p tcp -m multiport --dports 80,443 -j MARK --set-xmark 0x1/0xffffffff\n",
+		"-A PREROUTING -d 192.0.2.9 -j MARK --set-mark 2\n-A PREROUTING -d 192.0.2.9 -p udp --dport 1:65535 -j MARK --set-mark 2\n",
+		"-A PREROUTING -d 127.0.0.1/32 -p tcp --dport 80 -j MARK --set-mark 1\n",
+		"-A PREROUTING -d 10.9.0.1/32 -p tcp --dport 80 -j MARK --set-mark 1\n",
+		"-A PREROUTING -d 2001:db8::1 -p tcp --dport 80 -j MARK --set-mark 3\n",
+		"ip daddr { 192.0.2.1, 192.0.2.2 } tcp dport { 80, 443, 8000-8010 } meta mark set 0x00000002\n",
+		"ip daddr 192.0.2.1 tcp dport 80 meta mark set 2\n",
+		"ip daddr { 192.0.2.1 tcp dport { 80 meta mark set 1\n",
+		"meta mark set 1 mark set 2 ip daddr 192.0.2.3\n",
+		"-A \"\n-A X -j MARK\n-A X -j MARK --set-mark\n",
+		"ip daddr 192.0.2.4 th dport { " + strings.Repeat("1, ", 40) + "2 } mark set 3\n",
+	} {
+		f.Add([]byte(h))
+	}
+	f.Fuzz(func(t *testing.T, input []byte) {
+		dir := t.TempDir()
+		rules := filepath.Join(dir, "rules")
+		if err := os.WriteFile(rules, input, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for format, text := range fwmarkConfigs {
+			src := filepath.Join(dir, format)
+			if err := os.WriteFile(src, []byte(text), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			for _, partial := range []bool{false, true} {
+				opts := Options{Partial: partial, FwmarkRules: rules}
+				var res *Result
+				var err error
+				if n := allocated(func() { res, err = formats[format](src, opts) }); n > maxFuzzAlloc {
+					t.Fatalf("allocated %d bytes for rules of %d", n, len(input))
+				}
+				if err != nil {
+					continue
+				}
+				out, err := res.YAML()
+				if err != nil {
+					t.Fatalf("converted, but no YAML (%+v): %v", opts, err)
+				}
+				if _, err := config.Parse("out.yaml", out); err != nil {
+					t.Fatalf("the output does not validate (%+v): %v\n%s", opts, err, out)
+				}
+			}
+		}
+	})
+}

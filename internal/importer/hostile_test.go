@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -198,6 +199,15 @@ func TestIpvsadmManyRealServers(t *testing.T) {
 	}
 }
 
+// ports is a virtual-ports list of n ports: 1,3,5…
+func ports(n int) string {
+	list := make([]string, n)
+	for i := range list {
+		list[i] = strconv.Itoa(2*i + 1)
+	}
+	return strings.Join(list, ",")
+}
+
 // TestRefusesWhatValidateRefuses converts sources whose services Sluice's config validation
 // refuses: each fails at the line of the virtual or real server, and nothing is printed.
 func TestRefusesWhatValidateRefuses(t *testing.T) {
@@ -223,10 +233,12 @@ func TestRefusesWhatValidateRefuses(t *testing.T) {
 		{"ipvsadm service twice", "ipvsadm", "-A -t 10.0.0.1:80 -s rr\n-A -t 10.0.0.1:80 -s wlc\n", `src:2: tcp 10\.0\.0\.1:80 is added twice \(first at line 1\)`},
 		{"ipvsadm -t twice", "ipvsadm", "-A -t 10.0.0.1:80 -t 10.0.0.2:80 -s rr\n", `src:1: -t is given twice`},
 		{"ipvsadm real server twice", "ipvsadm", "-A -t 10.0.0.1:80 -s rr\n-a -t 10.0.0.1:80 -r 10.0.1.1:80 -m\n-a -t 10.0.0.1:80 -r 10.0.1.1:80 -m\n",
-			`src:3: 10\.0\.1\.1:80 is added twice to 10\.0\.0\.1:80 \(first at line 2\)`},
+			`src:3: 10\.0\.1\.1:80 is added twice to tcp 10\.0\.0\.1:80 \(first at line 2\)`},
 		{"ipvsadm empty", "ipvsadm", "# nothing\n", `src:1: no service to import`},
 		{"nftlb ports twice", "nftlb", `{"farms":[{"name":"web","virtual-addr":"10.0.0.1","virtual-ports":"80,80","backends":[{"name":"a","ip-addr":"10.0.1.1"}]}]}`,
-			`src:1: refused: Sluice would not take the converted service tcp-10-0-0-1-80-2: tcp 10\.0\.0\.1:80 overlaps`},
+			`src:1: virtual-ports "80,80": "80" is listed twice: a port is one service's`},
+		{"nftlb 33 ports", "nftlb", `{"farms":[{"name":"web","virtual-addr":"10.0.0.1","virtual-ports":"` + ports(33) + `","backends":[{"name":"a","ip-addr":"10.0.1.1"}]}]}`,
+			`src:1: refused: Sluice would not take the converted service tcp-10-0-0-1-1_and32 \(ports\): 33 entries, over the limit of 32`},
 		{"nftlb zone", "nftlb", `{"farms":[{"name":"web","virtual-addr":"fe80::1%eth0","virtual-ports":"80","backends":[{"name":"a","ip-addr":"fe80::2"}]}]}`,
 			`src:1: virtual-addr: "fe80::1%eth0" has a zone`},
 		{"nftlb backend twice", "nftlb", "{\"farms\":[{\"name\":\"web\",\"virtual-addr\":\"10.0.0.1\",\"virtual-ports\":\"80\",\"backends\":[\n{\"name\":\"a\",\"ip-addr\":\"10.0.1.1\"},\n{\"name\":\"b\",\"ip-addr\":\"10.0.1.1\"}]}]}",

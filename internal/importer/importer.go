@@ -48,15 +48,24 @@ type Error struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg) }
 
-// namer derives unique service names from a service's protocol, VIP and port.
+// namer derives unique service names from a service's protocol, VIP and ports.
 type namer map[string]bool
 
-// name is "tcp-10-0-0-1-80" (IPv6 colons become dashes), cut to the 32 characters a service
-// name may hold by keeping the address's end, with -2, -3… added when the name is taken.
-func (n namer) name(proto config.Protocol, vip config.IP, port config.Range) string {
+// maxNamePorts is the longest list of ports a name spells out: longer ones name their first
+// entry and how many more there are.
+const maxNamePorts = 12
+
+// name is "tcp-10-0-0-1-80" (IPv6 colons become dashes; several ports 80_443, or 80_and4 for
+// many), cut to the 32 characters a service name may hold by keeping the address's end, with
+// -2, -3… added when the name is taken.
+func (n namer) name(proto config.Protocol, vip config.IP, ports config.PortList) string {
 	proto = proto.OrDefault()
 	addr := strings.NewReplacer(".", "-", ":", "-").Replace(vip.String())
-	tail := "-" + port.String()
+	tail := strings.ReplaceAll(ports.String(), ",", "_")
+	if len(tail) > maxNamePorts {
+		tail = fmt.Sprintf("%s_and%d", ports[0], len(ports)-1)
+	}
+	tail = "-" + tail
 	room := 32 - len(proto) - 1 - len(tail)
 	if len(addr) > room {
 		addr = strings.TrimLeft(addr[len(addr)-room:], "-")

@@ -67,7 +67,7 @@ func TestGolden(t *testing.T) {
 	for format, convert := range formats {
 		for _, src := range corpus(t, format) {
 			t.Run(filepath.Base(src), func(t *testing.T) {
-				res, err := convert(src, Options{})
+				res, err := convert(src, options(src))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -82,6 +82,17 @@ func TestGolden(t *testing.T) {
 			})
 		}
 	}
+}
+
+// options are what a corpus file converts with: --fwmark-rules when fwmark/NAME.rules (NAME
+// the file's name without its extension) is beside it.
+func options(src string) Options {
+	name := strings.TrimSuffix(filepath.Base(src), filepath.Ext(src))
+	rules := filepath.Join(filepath.Dir(src), "fwmark", name+".rules")
+	if _, err := os.Stat(rules); err == nil {
+		return Options{FwmarkRules: rules}
+	}
+	return Options{}
 }
 
 // errorLine is how every refusal starts: the file and the line.
@@ -105,7 +116,7 @@ func TestRefusals(t *testing.T) {
 				t.Fatalf("%s: no format %q", e.Name(), format)
 			}
 			src := filepath.Join("testdata", "bad", e.Name())
-			res, err := convert(src, Options{})
+			res, err := convert(src, options(src))
 			if err == nil {
 				out, _ := res.YAML()
 				t.Fatalf("converted:\n%s", out)
@@ -122,19 +133,26 @@ func TestRefusals(t *testing.T) {
 
 func TestNames(t *testing.T) {
 	n := namer{}
-	port := config.Range{First: 443, Last: 443}
 	for _, tc := range []struct {
-		vip  string
-		want string
+		vip   string
+		ports string
+		want  string
 	}{
-		{"10.0.0.1", "tcp-10-0-0-1-443"},
-		{"10.0.0.1", "tcp-10-0-0-1-443-2"},
-		{"2001:db8:aaaa:bbbb:cccc:dddd:eeee:1", "tcp-aa-bbbb-cccc-dddd-eeee-1-443"},
-		{"2001:db8:aaaa:bbbb:cccc:dddd:eeee:1", "tcp-aa-bbbb-cccc-dddd-eeee-1-4-2"},
+		{"10.0.0.1", "443", "tcp-10-0-0-1-443"},
+		{"10.0.0.1", "443", "tcp-10-0-0-1-443-2"},
+		{"2001:db8:aaaa:bbbb:cccc:dddd:eeee:1", "443", "tcp-aa-bbbb-cccc-dddd-eeee-1-443"},
+		{"2001:db8:aaaa:bbbb:cccc:dddd:eeee:1", "443", "tcp-aa-bbbb-cccc-dddd-eeee-1-4-2"},
+		{"10.0.0.1", "80,443", "tcp-10-0-0-1-80_443"},
+		{"10.0.0.1", "80,443,8000-8010", "tcp-10-0-0-1-80_and2"},
+		{"2001:db8:aaaa:bbbb:cccc:dddd:eeee:1", "60000-60010,65535", "tcp-dddd-eeee-1-60000-60010_and1"},
 	} {
-		got := n.name(config.ProtocolTCP, config.IPOf(tc.vip), port)
+		ports, err := config.ParsePortList(tc.ports)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := n.name(config.ProtocolTCP, config.IPOf(tc.vip), ports)
 		if got != tc.want || len(got) > 32 {
-			t.Errorf("name of %s = %q, want %q", tc.vip, got, tc.want)
+			t.Errorf("name of %s %s = %q, want %q", tc.vip, tc.ports, got, tc.want)
 		}
 	}
 }

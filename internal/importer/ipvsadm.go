@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +26,10 @@ type ipvsService struct {
 	// refused are the refusals of its real servers, which a partial import leaves it out for.
 	refused []error
 	more    int
+	// listeners are the VIPs and ports it takes: its -t or -u, or its mark's services, each
+	// under its name of names.
+	listeners []listener
+	names     []string
 }
 
 // ipvsReader reads the lines of one save file.
@@ -35,6 +40,11 @@ type ipvsReader struct {
 	byKey    map[string]*ipvsService
 	names    namer
 	out      output
+	// rules are the --fwmark-rules, nil without.
+	rules *markRules
+	// refusedAdds are the services of the -A lines refused, whose -a lines are not refused
+	// again.
+	refusedAdds map[string]bool
 	// key is the service the line read last names ("" for none), adds whether it was an -A
 	// line; partial is the result of a partial import, leftOut the keys of the -A lines it
 	// left out and lone the lines it left out that are no service's.
@@ -46,15 +56,20 @@ type ipvsReader struct {
 }
 
 // Ipvsadm converts the output of ipvsadm -Sn (or -S, when it holds no host or port names):
-// -A lines make services, -a lines their backends. With opts.Partial a service it cannot
+// -A lines make services (an -f fwmark service one per VIP and protocol of the
+// opts.FwmarkRules that set its mark), -a lines their backends. With opts.Partial a service it cannot
 // convert (or one of its real servers) is left out, and so is a line of no service.
 func Ipvsadm(path string, opts Options) (*Result, error) {
 	data, err := boundedread.File(path, boundedread.ImportBytes)
 	if err != nil {
 		return nil, err
 	}
-	r := &ipvsReader{path: path, byKey: map[string]*ipvsService{}, names: namer{}, leftOut: map[string]bool{}}
-	res := &Result{Source: "ipvsadm " + path}
+	rules, err := readMarkRules(opts.FwmarkRules)
+	if err != nil {
+		return nil, err
+	}
+	r := &ipvsReader{path: path, byKey: map[string]*ipvsService{}, names: namer{}, leftOut: map[string]bool{}, rules: rules, refusedAdds: map[string]bool{}}
+	res := &Result{Source: "ipvsadm " + path + opts.rulesSource()}
 	if opts.Partial {
 		r.partial = res
 	}
@@ -136,19 +151,52 @@ func (r *ipvsReader) result(res *Result) error {
 			s.Fallback = config.FallbackDrop
 			s.Notes = append(s.Notes, "no real server: new flows are dropped.")
 		}
-		res.Services = append(res.Services, s.Service)
+		res.Services = append(res.Services, s.services()...)
 	}
 	return omitUpTo(math.MaxInt)
 }
 
-// ipvsKey is the service a line names by -t or -u ("tcp 10.0.0.1:80"), "" for none.
-func ipvsKey(opts map[string]string) string {
-	for _, flag := range []string{"-t", "-u"} {
-		if ap, err := parseAddrPort(opts[flag]); err == nil {
-			return map[string]string{"-t": "tcp", "-u": "udp"}[flag] + " " + ap.String()
+// services are the services of an -A line: one per listener.
+func (s *ipvsService) services() []Service {
+	var out []Service
+	for i, l := range s.listeners {
+		svc := s.Service
+		svc.Notes = slices.Clone(s.Notes)
+		if l.fwmark != 0 {
+			svc.Notes = append(svc.Notes, fwmarkNote(l))
 		}
+		if len(s.listeners) > 1 {
+			svc.Notes = append(svc.Notes, sharedMarkNote(l.fwmark, len(s.listeners)))
+		}
+		svc.VIP, svc.Protocol, svc.Name = config.IPFrom(l.vip), l.proto, s.names[i]
+		svc.SetPorts(l.ports)
+		svc.Backends = slices.Clone(s.Backends)
+		out = append(out, svc)
 	}
-	return ""
+	return out
+}
+
+// ipvsKey is the service a line names by -t, -u or -f ("tcp 10.0.0.1:80", "fwmark 1"), "" for
+// none.
+func ipvsKey(opts map[string]string) string {
+	key, ok := ipvsServiceKey(opts, func(string, ...any) {})
+	if !ok {
+		return ""
+	}
+	return key
+}
+
+// ipvsServiceKey is the service a line names: "tcp 10.0.0.1:80" or "fwmark 1".
+func ipvsServiceKey(opts map[string]string, fail func(string, ...any)) (string, bool) {
+	if m := opts["-f"]; m != "" {
+		mark, err := parseMark(m)
+		if err != nil {
+			fail("-f: %v", err)
+		}
+		return fmt.Sprintf("fwmark %d", mark), err == nil
+	}
+	proto, at, ok := ipvsVirtual(opts, fail)
+	return string(proto) + " " + at.String(), ok
 }
 
 // line reads line n; the error is a limit of limits.go, which ends the conversion.
@@ -169,25 +217,34 @@ func (r *ipvsReader) line(text string, n int) error {
 	r.key, r.adds = ipvsKey(opts), fields[0] == "-A" || fields[0] == "--add-service"
 	switch fields[0] {
 	case "-A", "--add-service":
-		s := newIPVSService(opts, n, fail)
-		if s == nil {
+		key, ok := ipvsServiceKey(opts, fail)
+		if !ok {
 			return nil
 		}
-		key := string(s.Protocol) + " " + hostPortText(s.VIP, s.Port.First)
 		if first := r.byKey[key]; first != nil {
 			fail("%s is added twice (first at line %d): a save file adds a service once", key, first.line)
 			return nil
 		}
-		if err := r.out.take(pos{r.path, n}, 1, 0); err != nil {
+		s := newIPVSService(opts, n, r.listeners(opts, n, fail), fail)
+		if s == nil {
+			r.refusedAdds[key] = true
+			return nil
+		}
+		if err := r.out.take(pos{r.path, n}, len(s.listeners), 0); err != nil {
 			return err
 		}
-		s.Name = r.names.name(s.Protocol, s.VIP, s.Port)
+		for _, l := range s.listeners {
+			s.names = append(s.names, r.names.name(l.proto, config.IPFrom(l.vip), l.ports))
+		}
 		s.at = pos{r.path, n}
 		r.byKey[key] = s
 		r.services = append(r.services, s)
 	case "-a", "--add-server":
-		if addIPVSServer(opts, r.byKey, n, fail) {
-			return r.out.take(pos{r.path, n}, 0, 1)
+		if r.refusedAdds[r.key] {
+			return nil
+		}
+		if s := addIPVSServer(opts, r.byKey, n, fail); s != nil {
+			return r.out.take(pos{r.path, n}, 0, len(s.listeners))
 		}
 	default:
 		fail("%s refused: a save file holds -A and -a lines (ipvsadm -Sn)", shown(fields[0]))
@@ -274,11 +331,30 @@ func ipvsTunnel(opts map[string]string, forward string, fail func(string, ...any
 	return "", 0, false
 }
 
+// listeners are the VIP and port of an -A line's -t or -u, or the services of its -f mark by
+// the --fwmark-rules; nil when refused.
+func (r *ipvsReader) listeners(opts map[string]string, n int, fail func(string, ...any)) []listener {
+	if m := opts["-f"]; m != "" {
+		ls, err := r.rules.listeners(m)
+		if err != nil {
+			fail("-f %s (fwmark service) refused: %v", m, err)
+		}
+		return ls
+	}
+	proto, at, ok := ipvsVirtual(opts, fail)
+	switch {
+	case !ok:
+		return nil
+	case at.Port() == 0:
+		fail("port 0 (every port of a persistent service) refused: Sluice's services take a port or a range (write an -A line per port, or the range in the imported config)")
+		return nil
+	}
+	return []listener{{vip: at.Addr(), proto: proto, ports: onePort(int(at.Port())), at: pos{r.path, n}}}
+}
+
 // ipvsVirtual is the protocol and VIP:PORT of a line's -t or -u.
 func ipvsVirtual(opts map[string]string, fail func(string, ...any)) (config.Protocol, netip.AddrPort, bool) {
 	switch {
-	case opts["-f"] != "":
-		fail("-f %s (fwmark service) refused: Sluice matches a VIP and ports, not a firewall mark", opts["-f"])
 	case opts["-q"] != "":
 		fail("SCTP service refused: Sluice balances TCP and UDP")
 	case opts["-t"] != "":
@@ -316,22 +392,12 @@ func parseAddrPort(text string) (netip.AddrPort, error) {
 	return netip.AddrPortFrom(addr, uint16(port)), nil
 }
 
-func hostPortText(addr config.IP, port int) string {
-	return netip.AddrPortFrom(addr.Addr, uint16(port)).String()
-}
-
-// newIPVSService converts an -A line.
-func newIPVSService(opts map[string]string, line int, fail func(string, ...any)) *ipvsService {
-	proto, at, ok := ipvsVirtual(opts, fail)
-	if !ok {
+// newIPVSService converts an -A line taking the listeners (nil: refused).
+func newIPVSService(opts map[string]string, line int, listeners []listener, fail func(string, ...any)) *ipvsService {
+	if listeners == nil {
 		return nil
 	}
-	if at.Port() == 0 {
-		fail("port 0 (every port of a persistent service) refused: Sluice's services take a port or a range (write an -A line per port, or the range in the imported config)")
-		return nil
-	}
-	s := &ipvsService{line: line, servers: map[netip.AddrPort]int{}}
-	s.VIP, s.Port, s.Protocol = config.IPFrom(at.Addr()), config.Range{First: int(at.Port()), Last: int(at.Port())}, proto
+	s := &ipvsService{line: line, servers: map[netip.AddrPort]int{}, listeners: listeners}
 	s.Notes = []string{fmt.Sprintf("from -A at line %d", line)}
 	sched, why, ok := ipvsScheduler(cmpOr(opts["-s"], "wlc"))
 	if !ok {
@@ -355,7 +421,7 @@ func newIPVSService(opts map[string]string, line int, fail func(string, ...any))
 				fail("-M: %v", err)
 				return nil
 			}
-			if full := at.Addr().BitLen(); prefix != full {
+			if full := listeners[0].vip.BitLen(); prefix != full {
 				s.PersistenceGranularity = prefix
 			}
 		}
@@ -379,16 +445,17 @@ func newIPVSService(opts map[string]string, line int, fail func(string, ...any))
 	return s
 }
 
-// addIPVSServer converts the -a line at line into a backend of its service; ok says it added one.
-func addIPVSServer(opts map[string]string, byKey map[string]*ipvsService, line int, fail func(string, ...any)) bool {
-	proto, at, ok := ipvsVirtual(opts, fail)
+// addIPVSServer converts the -a line at line into a backend of its service, which it returns
+// (nil when it added none).
+func addIPVSServer(opts map[string]string, byKey map[string]*ipvsService, line int, fail func(string, ...any)) *ipvsService {
+	at, ok := ipvsServiceKey(opts, fail)
 	if !ok {
-		return false
+		return nil
 	}
-	s := byKey[string(proto)+" "+at.String()]
+	s := byKey[at]
 	if s == nil {
-		fail("%s %s has no -A line before", proto, at)
-		return false
+		fail("%s has no -A line before", at)
+		return nil
 	}
 	forward := "-g" // ipvsadm's default
 	for _, f := range []string{"-g", "-m", "-i"} {
@@ -398,7 +465,7 @@ func addIPVSServer(opts map[string]string, byKey map[string]*ipvsService, line i
 	}
 	tunnel, guePort, ok := ipvsTunnel(opts, forward, fail)
 	if !ok {
-		return false
+		return nil
 	}
 	if tunnel != "" {
 		forward += " --tun-type " + string(tunnel)
@@ -408,7 +475,7 @@ func addIPVSServer(opts map[string]string, byKey map[string]*ipvsService, line i
 	}
 	if s.forward != "" && s.forward != forward {
 		fail("%s differs from %s of the service's real servers before: Sluice's mode is per service", forward, s.forward)
-		return false
+		return nil
 	}
 	if s.forward == "" && tunnel != "" {
 		s.Notes = append(s.Notes, "-i: IPVS's tunnel is mode tunnel (datapath ebpf); the backends decapsulate as they did for IPVS (ip link add ... type ipip, or fou for gue) or with sluice decap attach.")
@@ -421,7 +488,7 @@ func addIPVSServer(opts map[string]string, byKey map[string]*ipvsService, line i
 	rip, err := parseAddrPort(opts["-r"])
 	if err != nil {
 		fail("-r: %v", err)
-		return false
+		return nil
 	}
 	b := config.Backend{Address: config.IPFrom(rip.Addr()), Port: int(rip.Port())}
 	if s.Mode.Direct() {
@@ -431,7 +498,7 @@ func addIPVSServer(opts map[string]string, byKey map[string]*ipvsService, line i
 		n, err := strconv.Atoi(w)
 		if err != nil || n < 0 || n > config.MaxWeight {
 			fail("-w %s is not a weight from 0 to %d", w, config.MaxWeight)
-			return false
+			return nil
 		}
 		if n != 1 {
 			b.Weight = &n
@@ -442,7 +509,7 @@ func addIPVSServer(opts map[string]string, byKey map[string]*ipvsService, line i
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 || n > config.MaxConnectionThreshold {
 				fail("%s %s is not a number of connections from 0 to %d", flag, v, config.MaxConnectionThreshold)
-				return false
+				return nil
 			}
 			*field = n
 		}
@@ -453,10 +520,10 @@ func addIPVSServer(opts map[string]string, byKey map[string]*ipvsService, line i
 	key := netip.AddrPortFrom(b.Address.Addr, uint16(b.Port))
 	if first, dup := s.servers[key]; dup {
 		fail("%s is added twice to %s (first at line %d)", rip, at, first)
-		return false
+		return nil
 	}
 	s.servers[key] = line
 	s.Backends = append(s.Backends, b)
 	s.backendAt = append(s.backendAt, pos{s.at.file, line})
-	return true
+	return s
 }

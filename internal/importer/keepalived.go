@@ -1,6 +1,7 @@
 package importer
 
 import (
+	"cmp"
 	"encoding/hex"
 	"fmt"
 	"net/netip"
@@ -26,7 +27,8 @@ const (
 var kaStatusDefault = []config.Range{{First: 200, Last: 299}}
 
 // Keepalived converts a keepalived.conf, and the files it includes, into services: one per
-// virtual_server, or per member of the virtual_server_group it names; with opts.Partial a
+// virtual_server, or per address and protocol of the virtual_server_group members or the
+// firewall mark (by opts.FwmarkRules) it names, with their ports; with opts.Partial a
 // virtual_server it cannot convert is left out.
 func Keepalived(path string, opts Options) (*Result, error) {
 	toks, err := lexKeepalived(path)
@@ -37,8 +39,12 @@ func Keepalived(path string, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &kaConverter{names: namer{}, groups: map[string]*stmt{}}
-	res := &Result{Source: "keepalived " + path}
+	rules, err := readMarkRules(opts.FwmarkRules)
+	if err != nil {
+		return nil, err
+	}
+	c := &kaConverter{names: namer{}, groups: map[string]*stmt{}, rules: rules}
+	res := &Result{Source: "keepalived " + path + opts.rulesSource()}
 	var skipped []string
 	for _, s := range top {
 		switch s.key() {
@@ -115,7 +121,9 @@ func statement(s *stmt) string {
 
 // kaConverter converts the virtual servers of one keepalived config.
 type kaConverter struct {
-	names  namer
+	names namer
+	// rules are the --fwmark-rules, nil without.
+	rules  *markRules
 	groups map[string]*stmt
 	errs   problems
 	out    output
@@ -127,14 +135,20 @@ func (c *kaConverter) fail(s *stmt, format string, args ...any) {
 	c.errs.add(s.file(), s.line(), format, args...)
 }
 
-// listener is one VIP and port a virtual server takes.
+// listener is one VIP and its ports a virtual server takes.
 type listener struct {
-	vip  netip.Addr
-	port int
+	vip netip.Addr
+	// proto is the protocol a firewall mark's rules name, "" for the virtual server's.
+	proto config.Protocol
+	ports config.PortList
+	// at is the line that names it: a virtual_server's, a group member's, or a mark's rule.
+	at pos
+	// fwmark is the mark it stands for, 0 for none.
+	fwmark uint32
 }
 
-// virtualServer converts a virtual_server block into a service per listener; the error is a
-// limit of limits.go, which ends the conversion.
+// virtualServer converts a virtual_server block into a service per VIP and protocol (its
+// listeners' ports joined); the error is a limit of limits.go, which ends the conversion.
 func (c *kaConverter) virtualServer(s *stmt) ([]Service, error) {
 	listeners, origin, err := c.listeners(s)
 	if listeners == nil || err != nil {
@@ -144,16 +158,24 @@ func (c *kaConverter) virtualServer(s *stmt) ([]Service, error) {
 	if !ok {
 		return nil, nil
 	}
+	merged, ok := c.merge(listeners, tmpl.Protocol.OrDefault())
+	if !ok {
+		return nil, nil
+	}
 	var out []Service
-	for _, l := range listeners {
+	for _, l := range merged {
 		if err := c.out.take(pos{s.file(), s.line()}, 1, len(tmpl.Backends)+len(tmpl.SorryServers)); err != nil {
 			return nil, err
 		}
 		svc := Service{Service: tmpl.Service, Notes: append([]string{fmt.Sprintf("from %s (%s:%d)", origin, s.file(), s.line())}, tmpl.Notes...)}
+		svc.Notes = append(svc.Notes, l.notes(merged, tmpl.PersistenceTimeout.IsZero())...)
 		svc.at, svc.backendAt, svc.sorryAt = pos{s.file(), s.line()}, tmpl.backendAt, tmpl.sorryAt
 		svc.VIP = config.IPFrom(l.vip)
-		svc.Port = config.Range{First: l.port, Last: l.port}
-		svc.Name = c.names.name(svc.Protocol, svc.VIP, svc.Port)
+		if l.proto != svc.Protocol.OrDefault() {
+			svc.Protocol = l.proto
+		}
+		svc.SetPorts(l.ports)
+		svc.Name = c.names.name(svc.Protocol, svc.VIP, l.ports)
 		svc.Backends = slices.Clone(tmpl.Backends)
 		for i := range svc.Backends {
 			c.checkFamily(s, svc.Backends[i].Address, l.vip)
@@ -163,19 +185,95 @@ func (c *kaConverter) virtualServer(s *stmt) ([]Service, error) {
 	return out, nil
 }
 
+// mergedListener is the listeners of one VIP and protocol, joined into one service.
+type mergedListener struct {
+	listener
+	// from are the listeners joined, in the order written.
+	from []listener
+}
+
+// merge joins the listeners of one VIP and protocol (proto for those without their own),
+// in the order written, into one with their ports; ok is false when one names a port another
+// did (refused at its line).
+func (c *kaConverter) merge(ls []listener, proto config.Protocol) ([]mergedListener, bool) {
+	type key struct {
+		vip   netip.Addr
+		proto config.Protocol
+	}
+	var out []mergedListener
+	index := map[key]int{}
+	ok := true
+	for _, l := range ls {
+		l.proto = cmp.Or(l.proto, proto)
+		i, seen := index[key{l.vip, l.proto}]
+		if !seen {
+			index[key{l.vip, l.proto}] = len(out)
+			out = append(out, mergedListener{listener: l, from: []listener{l}})
+			continue
+		}
+		m := &out[i]
+		if j := slices.IndexFunc(m.from, func(o listener) bool { return o.ports.Overlaps(l.ports) }); j >= 0 {
+			o := m.from[j]
+			c.errs.add(l.at.file, l.at.line, "%s %s port %s is already at %s:%d: a port of an address is one service's", l.proto, l.vip, l.ports, o.at.file, o.at.line)
+			ok = false
+			continue
+		}
+		m.ports = append(slices.Clone(m.ports), l.ports...)
+		m.from = append(m.from, l)
+	}
+	return out, ok
+}
+
+// notes say where a joined service's ports come from and how persistence changes: within a
+// service it spans the ports, while IPVS kept it per group member and shared it over a mark's
+// VIPs and protocols.
+func (m mergedListener) notes(all []mergedListener, noPersistence bool) []string {
+	var notes []string
+	for _, l := range m.from {
+		if l.fwmark != 0 {
+			notes = append(notes, fwmarkNote(l))
+		}
+	}
+	if len(m.from) > 1 && !noPersistence && slices.ContainsFunc(m.from, func(l listener) bool { return l.fwmark == 0 }) {
+		notes = append(notes, fmt.Sprintf("the group's members at %s %s are one service with ports %s: its persistence spans them (IPVS kept it per member).", m.proto, m.vip, m.ports))
+	}
+	var marks []uint32
+	for _, l := range m.from {
+		if l.fwmark != 0 && !slices.Contains(marks, l.fwmark) {
+			marks = append(marks, l.fwmark)
+		}
+	}
+	for _, mark := range marks {
+		n := 0
+		for _, o := range all {
+			if slices.ContainsFunc(o.from, func(l listener) bool { return l.fwmark == mark }) {
+				n++
+			}
+		}
+		if n > 1 {
+			notes = append(notes, sharedMarkNote(mark, n))
+		}
+	}
+	return notes
+}
+
 func (c *kaConverter) checkFamily(s *stmt, addr config.IP, vip netip.Addr) {
 	if addr.IsValid() && addr.Is4() != vip.Is4() {
 		c.fail(s, "real server %s and VIP %s are of different address families", addr, vip)
 	}
 }
 
-// listeners are the VIPs and ports of a virtual_server: its own, or its group's members; the
-// error is a group expanding beyond MaxGroupAddresses.
+// listeners are the VIPs and ports of a virtual_server: its own, its group's members, or its
+// mark's rules; the error is a group expanding beyond MaxGroupAddresses.
 func (c *kaConverter) listeners(s *stmt) ([]listener, string, error) {
 	args := s.args()
 	switch {
 	case len(args) == 2 && args[0] == "fwmark":
-		c.fail(s, "virtual_server fwmark %s refused: Sluice matches a VIP and ports, not a firewall mark (write one virtual_server per VIP and port)", args[1])
+		ls, err := c.rules.listeners(args[1])
+		if err != nil {
+			c.fail(s, "virtual_server fwmark %s refused: %v", args[1], err)
+		}
+		return ls, "virtual_server fwmark " + args[1], nil
 	case len(args) == 2 && args[0] == "group":
 		g, ok := c.groups[args[1]]
 		if !ok {
@@ -200,7 +298,7 @@ func (c *kaConverter) listeners(s *stmt) ([]listener, string, error) {
 		case perr != nil || port == 0:
 			c.fail(s, "virtual_server: %s is not a port from 1 to 65535", shown(args[1]))
 		default:
-			return []listener{{vip, port}}, "virtual_server " + args[0] + " " + args[1], nil
+			return []listener{{vip: vip, ports: onePort(port), at: pos{s.file(), s.line()}}}, "virtual_server " + args[0] + " " + args[1], nil
 		}
 	default:
 		c.fail(s, "virtual_server needs an IP and a port, group NAME, or fwmark N")
@@ -208,13 +306,19 @@ func (c *kaConverter) listeners(s *stmt) ([]listener, string, error) {
 	return nil, "", nil
 }
 
-// groupMember expands one line of a virtual_server_group: IP PORT, or a range like
-// 10.0.0.1-5 PORT (the last IPv4 byte, or the last IPv6 group in hex).
+// onePort is the port list of one port.
+func onePort(port int) config.PortList { return config.PortList{{First: port, Last: port}} }
+
+// groupMember expands one line of a virtual_server_group: IP PORT, a range like 10.0.0.1-5
+// PORT (the last IPv4 byte, or the last IPv6 group in hex), or fwmark N.
 func (c *kaConverter) groupMember(m *stmt) []listener {
 	words := append([]string{m.key()}, m.args()...)
-	if words[0] == "fwmark" {
-		c.fail(m, "virtual_server_group member fwmark refused: Sluice matches a VIP and ports, not a firewall mark")
-		return nil
+	if words[0] == "fwmark" && len(words) == 2 {
+		ls, err := c.rules.listeners(words[1])
+		if err != nil {
+			c.fail(m, "virtual_server_group member fwmark %s refused: %v", words[1], err)
+		}
+		return ls
 	}
 	if !kaMember.MatchString(words[0]) {
 		c.fail(m, "virtual_server_group member: not an address or a range: this file is not a keepalived config (its lines are not shown)")
@@ -236,7 +340,7 @@ func (c *kaConverter) groupMember(m *stmt) []listener {
 	}
 	var out []listener
 	for a := first; ; a = a.Next() {
-		out = append(out, listener{a, port})
+		out = append(out, listener{vip: a, ports: onePort(port), at: pos{m.file(), m.line()}})
 		if a == last {
 			return out
 		}

@@ -1,6 +1,7 @@
 package importer
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -93,11 +94,14 @@ func nftlbDrop(key, value string, note func(string, ...any)) {
 // nftlbConverted are the farm keys the converter reads (family: the addresses tell it).
 var nftlbConverted = []string{"name", "family", "virtual-addr", "virtual-ports", "protocol", "mode", "scheduler", "sched-param", "persistence", "persist-ttl", "helper", "state", "backends", "new-rtlimit", "new-rtlimit-burst", "est-connlimit", "verdict", "policies"}
 
-// Nftlb converts an nftlb JSON config ({"farms": [...]}) into services: one per farm, port list
-// item and protocol. It reads the JSON as nftlb does: a repeated key takes its last value
-// (with a warning), numbers may be strings. With opts.Partial a farm or a policy it cannot
-// convert is left out.
+// Nftlb converts an nftlb JSON config ({"farms": [...]}) into services: one per farm and
+// protocol, with the farm's virtual-ports. It reads the JSON as nftlb does: a repeated key
+// takes its last value (with a warning), numbers may be strings. With opts.Partial a farm or a
+// policy it cannot convert is left out.
 func Nftlb(path string, opts Options) (*Result, error) {
+	if opts.FwmarkRules != "" {
+		return nil, errors.New("--fwmark-rules is for keepalived and ipvsadm: an nftlb farm names its ports")
+	}
 	data, err := boundedread.File(path, boundedread.ImportBytes)
 	if err != nil {
 		return nil, err
@@ -365,7 +369,7 @@ func (c *nftlbConverter) list(n *jsonNode, what string) []*jsonNode {
 	return n.items
 }
 
-// expand makes a service per protocol ("all" is tcp and udp) and virtual-ports item.
+// expand makes a service per protocol ("all" is tcp and udp), with the farm's virtual-ports.
 func (c *nftlbConverter) expand(n *jsonNode, f *nftlbFarm, tmpl Service, line func(string) int) []Service {
 	vip, err := parseAddr(f.Addr)
 	if err != nil {
@@ -387,10 +391,45 @@ func (c *nftlbConverter) expand(n *jsonNode, f *nftlbFarm, tmpl Service, line fu
 		c.errs.add(c.file, line("protocol"), "protocol %s refused: Sluice balances tcp and udp", f.Protocol)
 		return nil
 	}
-	var ports []config.Range
-	if strings.TrimSpace(f.Ports) == "" {
-		ports = []config.Range{{First: 1, Last: 65535}}
+	ports := c.ports(f, line)
+	if ports == nil {
+		return nil
 	}
+	if r := slices.IndexFunc(ports, config.Range.IsRange); r >= 0 && tmpl.Mode != config.ModeDSR {
+		for _, b := range tmpl.Backends {
+			if b.Port != 0 {
+				c.errs.add(c.file, f.Backends[0].line, "backend port %d with virtual-ports %s refused: Sluice keeps the client's port for a range", b.Port, ports[r])
+				return nil
+			}
+		}
+	}
+	if len(protos) > 1 && !tmpl.PersistenceTimeout.IsZero() {
+		tmpl.Notes = append(tmpl.Notes, "protocol all: a service per protocol; nftlb's persistence spans both, Sluice keeps it per service.")
+	}
+	var out []Service
+	for _, proto := range protos {
+		if err := c.out.take(pos{c.file, n.line}, 1, len(tmpl.Backends)+len(tmpl.SorryServers)); err != nil {
+			c.fatal = err
+			return nil
+		}
+		s := tmpl
+		s.Notes = slices.Clone(tmpl.Notes)
+		s.VIP, s.Protocol = config.IPFrom(vip), proto
+		s.SetPorts(ports)
+		s.Backends, s.SorryServers = slices.Clone(tmpl.Backends), slices.Clone(tmpl.SorryServers)
+		s.Name = c.names.name(proto, s.VIP, ports)
+		out = append(out, s)
+	}
+	return out
+}
+
+// ports reads a farm's virtual-ports: ports and ranges, one service's (every port when
+// empty); nil when refused.
+func (c *nftlbConverter) ports(f *nftlbFarm, line func(string) int) config.PortList {
+	if strings.TrimSpace(f.Ports) == "" {
+		return config.PortList{{First: 1, Last: 65535}}
+	}
+	var ports config.PortList
 	for _, item := range strings.Split(f.Ports, ",") {
 		if strings.TrimSpace(item) == "" {
 			continue
@@ -400,30 +439,14 @@ func (c *nftlbConverter) expand(n *jsonNode, f *nftlbFarm, tmpl Service, line fu
 			c.errs.add(c.file, line("virtual-ports"), "virtual-ports %s: %s is not a port or a range first-last", shown(f.Ports), shown(item))
 			return nil
 		}
+		if ports.Overlaps(config.PortList{r}) {
+			c.errs.add(c.file, line("virtual-ports"), "virtual-ports %s: %s is listed twice: a port is one service's", shown(f.Ports), shown(item))
+			return nil
+		}
 		ports = append(ports, r)
 	}
-	var out []Service
-	for _, proto := range protos {
-		for _, r := range ports {
-			if err := c.out.take(pos{c.file, n.line}, 1, len(tmpl.Backends)+len(tmpl.SorryServers)); err != nil {
-				c.fatal = err
-				return nil
-			}
-			s := tmpl
-			s.Notes = slices.Clone(tmpl.Notes)
-			s.VIP, s.Port, s.Protocol = config.IPFrom(vip), r, proto
-			s.Backends, s.SorryServers = slices.Clone(tmpl.Backends), slices.Clone(tmpl.SorryServers)
-			if r.IsRange() && s.Mode != config.ModeDSR {
-				for i := range s.Backends {
-					if s.Backends[i].Port != 0 {
-						c.errs.add(c.file, f.Backends[0].line, "backend port %d with virtual-ports %s refused: Sluice keeps the client's port for a range", s.Backends[i].Port, r)
-						return nil
-					}
-				}
-			}
-			s.Name = c.names.name(proto, s.VIP, r)
-			out = append(out, s)
-		}
+	if len(ports) == 0 {
+		c.errs.add(c.file, line("virtual-ports"), "virtual-ports %s lists no port", shown(f.Ports))
 	}
-	return out
+	return ports
 }

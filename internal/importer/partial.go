@@ -16,6 +16,9 @@ type Options struct {
 	// Partial converts every service it can and leaves out, as comments, what it cannot;
 	// without it one refusal refuses the whole input.
 	Partial bool
+	// FwmarkRules is the iptables-save or nft list ruleset output that sets the marks of
+	// fwmark services (keepalived, ipvsadm), "" for none: they are refused then.
+	FwmarkRules string
 }
 
 // maxOmissionReasons bounds the reasons an omission keeps; the others are counted.

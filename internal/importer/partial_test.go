@@ -74,11 +74,13 @@ func TestPartial(t *testing.T) {
 func TestPartialNothingLeftOut(t *testing.T) {
 	for format, convert := range formats {
 		for _, src := range corpus(t, format) {
-			whole, err := convert(src, Options{})
+			opts := options(src)
+			whole, err := convert(src, opts)
 			if err != nil {
 				t.Fatal(err)
 			}
-			part, err := convert(src, Options{Partial: true})
+			opts.Partial = true
+			part, err := convert(src, opts)
 			if err != nil {
 				t.Fatal(err)
 			}

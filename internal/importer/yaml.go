@@ -40,6 +40,7 @@ func (r *Result) render() ([]byte, error) {
 		if err := n.Encode(&s.Service); err != nil {
 			return nil, fmt.Errorf("service %s: %w", s.Name, err)
 		}
+		flowPorts(&n)
 		n.HeadComment = comment(append(omitted(i), s.Notes...))
 		if i == len(r.Services)-1 {
 			n.FootComment = comment(omitted(i + 1))
@@ -109,6 +110,15 @@ func needsEBPF(s *config.Service) []ebpfNeed {
 		}
 	}
 	return needs
+}
+
+// flowPorts writes a service's ports list on one line, as operators do: [80, 443].
+func flowPorts(service *yaml.Node) {
+	for i := 0; i+1 < len(service.Content); i += 2 {
+		if service.Content[i].Value == "ports" {
+			service.Content[i+1].Style = yaml.FlowStyle
+		}
+	}
 }
 
 func scalar(v string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Value: v} }
