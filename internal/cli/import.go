@@ -24,16 +24,18 @@ func importCmd() *cobra.Command {
 		Use:   "import keepalived|nftlb|ipvsadm FILE",
 		Short: "Convert a keepalived, nftlb or ipvsadm -Sn config into a Sluice config (stdout)",
 		Long: `Convert another balancer's config into a Sluice config, printed on stdout. Options Sluice has no
-equivalent for are left as # comments saying why; what cannot be converted safely (TUN, fwmark
-services, regex checks…) fails with FILE:LINE and the reason, and nothing is printed. The result
-is validated as sluice validate would: a config Sluice would refuse is refused at the source line.
+equivalent for are left as # comments saying why; what cannot be converted safely (regex checks,
+fwmark services without --fwmark-rules…) fails with FILE:LINE and the reason, and nothing is
+printed. The result is validated as sluice validate would: a config Sluice would refuse is refused
+at the source line.
 
 With --partial, every service that converts is printed and each thing that does not is left out
 as a "# sluice import: FILE:LINE: reason" comment where it stood; a summary goes to stderr and the
 exit status is 3 when anything was left out (0 when nothing was).`,
 		Example: `  sluice import keepalived /etc/keepalived/keepalived.conf > sluice.yaml
   ipvsadm -Sn > ipvs.save && sluice import ipvsadm ipvs.save > sluice.yaml
-  sluice import --partial nftlb /etc/nftlb.json > sluice.yaml`,
+  sluice import --partial nftlb /etc/nftlb.json > sluice.yaml
+  iptables-save -t mangle > marks && sluice import --fwmark-rules marks keepalived keepalived.conf`,
 		Args:      cobra.ExactArgs(2),
 		ValidArgs: []string{"keepalived", "nftlb", "ipvsadm"},
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -66,5 +68,6 @@ exit status is 3 when anything was left out (0 when nothing was).`,
 		},
 	}
 	cmd.Flags().BoolVar(&opts.Partial, "partial", false, "convert every service that converts, leave the others out as comments (exit status 3 when any was)")
+	cmd.Flags().StringVar(&opts.FwmarkRules, "fwmark-rules", "", "iptables-save or nft list ruleset output that sets the marks of fwmark services (keepalived, ipvsadm)")
 	return cmd
 }
