@@ -138,6 +138,19 @@ func TestKeepalivedGroupExpansion(t *testing.T) {
 	})
 }
 
+// TestKeepalivedGroupManyPorts: a group naming one address on more ports than a service lists
+// is refused at the member past the limit, without comparing every port with every other.
+func TestKeepalivedGroupManyPorts(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("virtual_server_group g {\n")
+	for p := 1; p <= 60000; p++ {
+		fmt.Fprintf(&b, "    10.0.0.1 %d\n", p)
+	}
+	b.WriteString("}\nvirtual_server group g {\n    real_server 10.0.1.1 80\n}\n")
+	path := write(t, "k.conf", b.String())
+	refused(t, Keepalived, path, regexp.QuoteMeta(path)+`:34: tcp 10\.0\.0\.1: more than 32 ports`, 256<<20)
+}
+
 func TestKeepalivedDuplicateRealServers(t *testing.T) {
 	src := "virtual_server 10.0.0.1 80 {\n" + strings.Repeat("    real_server 10.0.1.1 80\n", 30_000) + "}\n"
 	path := write(t, "k.conf", src)

@@ -212,6 +212,10 @@ func (c *kaConverter) merge(ls []listener, proto config.Protocol) ([]mergedListe
 			continue
 		}
 		m := &out[i]
+		if len(m.ports)+len(l.ports) > config.MaxPortRanges {
+			c.errs.add(l.at.file, l.at.line, "%s %s: more than %d ports, the most a Sluice service lists: list the others in another virtual_server_group", l.proto, l.vip, config.MaxPortRanges)
+			return nil, false
+		}
 		if j := slices.IndexFunc(m.from, func(o listener) bool { return o.ports.Overlaps(l.ports) }); j >= 0 {
 			o := m.from[j]
 			c.errs.add(l.at.file, l.at.line, "%s %s port %s is already at %s:%d: a port of an address is one service's", l.proto, l.vip, l.ports, o.at.file, o.at.line)
