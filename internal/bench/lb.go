@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"slices"
 
 	"time"
@@ -26,6 +27,9 @@ type LBOptions struct {
 	Switch Switch
 	// KeepLab leaves the lab up afterwards.
 	KeepLab bool
+	// Profile samples the CPUs with perf during each load run and reports where the packet
+	// path's kernel time went, in ns per request.
+	Profile bool
 }
 
 // LBResults are what `sluice-lab bench lb` measured.
@@ -55,9 +59,11 @@ type LBCell struct {
 	P99US     float64 `json:"p99_us"`
 	// CPU is the balancer's userspace processes' CPU in cores; absent for kernel datapaths,
 	// whose work happens in softirq context and cannot be told apart from the lab's routing.
-	CPU    *float64   `json:"balancer_cpu_cores,omitempty"`
-	Errors int64      `json:"errors"`
-	Rounds []LBSample `json:"rounds"`
+	CPU    *float64 `json:"balancer_cpu_cores,omitempty"`
+	Errors int64    `json:"errors"`
+	// Profile is the median, feature by feature, of the rounds' profiles (--profile).
+	Profile Profile    `json:"profile_ns_per_request,omitempty"`
+	Rounds  []LBSample `json:"rounds"`
 }
 
 // LBSample is one run of one candidate under one workload.
@@ -67,6 +73,8 @@ type LBSample struct {
 	P99US  float64  `json:"p99_us"`
 	CPU    *float64 `json:"balancer_cpu_cores,omitempty"`
 	Errors int64    `json:"errors"`
+	// Profile is where the packet path's kernel time went during the run (--profile).
+	Profile Profile `json:"profile_ns_per_request,omitempty"`
 }
 
 // Cell returns the cell of candidate under workload, if measured.
@@ -141,7 +149,18 @@ func (e *Env) measure(ctx context.Context, c candidate, workloads []Workload, o 
 	for _, w := range workloads {
 		e.Progress.Step("%s: %s, %s (%s)", round, c.Name(), w.Name, o.Duration)
 		cpu := startCPUClock(c.pids())
+		var prof *profiler
+		if o.Profile {
+			if prof, err = startProfile(ctx, os.TempDir()); err != nil {
+				return err
+			}
+		}
 		s, err := e.runWorkload(ctx, w, c.targets(e), o, ports)
+		if prof != nil {
+			var perr error
+			s.Profile, perr = prof.stop(ctx, s.RPS*o.Duration.Seconds())
+			err = errors.Join(err, perr)
+		}
 		if err != nil {
 			return fmt.Errorf("%s, %s: %w", c.Name(), w.Name, err)
 		}
@@ -238,7 +257,8 @@ func summarize(o LBOptions, backends int, workloads []Workload, candidates []can
 		for _, name := range res.Candidates {
 			ss := samples[[2]string{name, w.Name}]
 			m := medians(ss)
-			cell := LBCell{Candidate: name, Workload: w.Name, Rounds: ss, RPS: m.RPS, P50US: m.P50US, P99US: m.P99US, Errors: m.Errors}
+			cell := LBCell{Candidate: name, Workload: w.Name, Rounds: ss, RPS: m.RPS, P50US: m.P50US, P99US: m.P99US, Errors: m.Errors,
+				Profile: medianProfile(ss)}
 			for _, s := range ss {
 				if s.CPU != nil && cell.CPU == nil {
 					cpu := Median(pluck(ss, func(s LBSample) float64 { return *s.CPU }))

@@ -1,0 +1,245 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+)
+
+// `bench lb --profile` samples every CPU with perf while each load runs and charges the kernel
+// functions of the packet path to what they do: which rules' work a request costs, in ns per
+// request (samples x sampling period / requests). CPU time, not wall time: another process on the
+// machine takes cores from the run but adds no samples to these functions, unless it too runs
+// nftables or conntrack traffic.
+
+// profileHz is perf's sampling frequency per CPU: a sample is 1/profileHz s of CPU time.
+const profileHz = 4999
+
+// Feature is a part of the kernel's packet path that profiles are summed into.
+type Feature string
+
+// The features, in the order a report shows them.
+const (
+	FeatureRules     Feature = "rules"     // walking the chains: nft_do_chain, compares, immediates, payload and meta loads
+	FeatureMaps      Feature = "maps"      // lookups in sets and maps: dispatch, slots, members, verdict maps
+	FeatureHash      Feature = "hash"      // jhash and symhash selectors
+	FeatureCounters  Feature = "counters"  // counter rules and named counters
+	FeatureCTSet     Feature = "ct-set"    // ct timeout/event/mark set, ct state and mark reads
+	FeatureDynset    Feature = "dynset"    // set updates from the packet path: flow, persistence and limit maps
+	FeatureNAT       Feature = "nat"       // address translation, masquerade included
+	FeatureConntrack Feature = "conntrack" // connection tracking itself
+	FeatureIPTables  Feature = "iptables"  // the xtables path (iptables candidates)
+	FeatureBPF       Feature = "bpf"       // BPF programs (the ebpf datapath)
+)
+
+// Features are every Feature, in report order.
+var Features = []Feature{FeatureRules, FeatureMaps, FeatureHash, FeatureCounters, FeatureCTSet, FeatureDynset, FeatureNAT, FeatureConntrack, FeatureIPTables, FeatureBPF}
+
+// featureOf charges kernel symbols to features by their names: the first pattern that matches.
+var featureOf = []struct {
+	pattern *regexp.Regexp
+	feature Feature
+}{
+	{regexp.MustCompile(`^nft_nat_do_chain$`), FeatureRules}, // the nat chains' walk, not a translation
+	{regexp.MustCompile(`^(nft_jhash|nft_symhash|jhash)`), FeatureHash},
+	{regexp.MustCompile(`^(nft_counter|nft_objref_eval|nft_objref_map)`), FeatureCounters},
+	{regexp.MustCompile(`^(nft_dynset|nft_rhash_update|nft_hash_update|nft_rhash_gc|nft_set_elem_expr|nft_limit|nft_connlimit)`), FeatureDynset},
+	{regexp.MustCompile(`^(nft_lookup|nft_hash_lookup|nft_rhash_lookup|nft_pipapo|nft_rbtree|__nft_rbtree|nft_bitmap|nft_set_do_lookup|nft_hash_key|nft_vmap|nft_set_lookup)`), FeatureMaps},
+	{regexp.MustCompile(`^(nft_ct_|nf_ct_timeout|nf_ct_ecache|nf_conntrack_event|nf_ct_deliver_cached_events)`), FeatureCTSet},
+	{regexp.MustCompile(`^(nft_nat|nft_masq|nft_fwd|nf_nat|__nf_nat|nf_masquerade|nf_xfrm_me_harder|l4proto_manip_pkt|nf_nat_ipv[46])`), FeatureNAT},
+	{regexp.MustCompile(`^(nf_conntrack|__nf_conntrack|nf_ct_|__nf_ct|nf_confirm|ipv[46]_conntrack|nf_conntrack_tcp|tcp_in_window|nf_tcp|nf_udp|hash_conntrack|init_conntrack|resolve_normal_ct)`), FeatureConntrack},
+	{regexp.MustCompile(`^(ipt_do_table|ip6t_do_table|xt_|statistic_mt|ebt_do_table)`), FeatureIPTables},
+	{regexp.MustCompile(`^(bpf_prog_|bpf_|tcf_bpf|cls_bpf)`), FeatureBPF},
+	{regexp.MustCompile(`^(nft_do_chain|nft_immediate|nft_cmp|nft_payload|nft_meta|nft_bitwise|nft_range|nft_byteorder|nft_trace|nft_exthdr|nft_rt|nft_fib|nf_hook_slow|nft_nat_do_chain|__nft_)`), FeatureRules},
+}
+
+// chargeSymbol is the feature a kernel symbol is charged to; "" for none (the rest of the stack).
+func chargeSymbol(symbol string) Feature {
+	for _, f := range featureOf {
+		if f.pattern.MatchString(symbol) {
+			return f.feature
+		}
+	}
+	return ""
+}
+
+// Profile is where a load run's packet-path CPU time went: ns per request by feature.
+type Profile map[Feature]float64
+
+// Total is the ns per request of every feature.
+func (p Profile) Total() float64 {
+	var t float64
+	for _, ns := range p {
+		t += ns
+	}
+	return t
+}
+
+// profiler samples every CPU with perf while a load runs.
+type profiler struct {
+	cmd  *exec.Cmd
+	data string
+}
+
+// perfPath finds perf (Debian: linux-perf).
+func perfPath() (string, error) { return exec.LookPath("perf") }
+
+// startProfile starts perf sampling every CPU into a file under dir.
+func startProfile(ctx context.Context, dir string) (*profiler, error) {
+	perf, err := perfPath()
+	if err != nil {
+		return nil, fmt.Errorf("perf not found (Debian package linux-perf): %w", err)
+	}
+	p := &profiler{data: filepath.Join(dir, fmt.Sprintf("perf-%d.data", time.Now().UnixNano()))}
+	p.cmd = exec.CommandContext(ctx, perf, "record", "-q", "-e", "cpu-clock", "-F", strconv.Itoa(profileHz), "-a", "-o", p.data)
+	p.cmd.Cancel = func() error { return p.cmd.Process.Signal(syscall.SIGINT) }
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("perf record: %w", err)
+	}
+	return p, nil
+}
+
+// stop ends the sampling and charges the kernel samples to features, per request of requests.
+func (p *profiler) stop(ctx context.Context, requests float64) (Profile, error) {
+	defer os.Remove(p.data)
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		return nil, err
+	}
+	if err := p.cmd.Wait(); err != nil && !isInterrupted(err) {
+		return nil, fmt.Errorf("perf record: %w", err)
+	}
+	perf, err := perfPath()
+	if err != nil {
+		return nil, err
+	}
+	out, err := exec.CommandContext(ctx, perf, "report", "-i", p.data, "--stdio", "-q", "-n", "--sort", "sym", "--percent-limit", "0").Output()
+	if err != nil {
+		return nil, fmt.Errorf("perf report: %w", err)
+	}
+	samples, err := parsePerfReport(string(out))
+	if err != nil {
+		return nil, err
+	}
+	return profileOf(samples, requests), nil
+}
+
+// isInterrupted tells whether perf ended on the SIGINT that stops it.
+func isInterrupted(err error) bool {
+	var exit *exec.ExitError
+	return errors.As(err, &exit) && (exit.ExitCode() == 130 || exit.ExitCode() == -1)
+}
+
+// perfLine is a line of `perf report --stdio -q -n --sort sym`: "  12.34%   1234  [k] nft_do_chain".
+var perfLine = regexp.MustCompile(`^\s*[0-9.]+%\s+([0-9]+)\s+\[([k.])\]\s+(\S+)`)
+
+// parsePerfReport reads the samples of every kernel symbol in a perf report.
+func parsePerfReport(report string) (map[string]int64, error) {
+	samples := map[string]int64{}
+	scanner := bufio.NewScanner(strings.NewReader(report))
+	for scanner.Scan() {
+		m := perfLine.FindStringSubmatch(scanner.Text())
+		if len(m) != 4 || m[2] != "k" {
+			continue
+		}
+		n, err := strconv.ParseInt(m[1], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("perf report: %q: %w", scanner.Text(), err)
+		}
+		samples[m[3]] += n
+	}
+	return samples, scanner.Err()
+}
+
+// profileOf charges samples to features, in ns per request of requests.
+func profileOf(samples map[string]int64, requests float64) Profile {
+	p := Profile{}
+	if requests <= 0 {
+		return p
+	}
+	for symbol, n := range samples {
+		if f := chargeSymbol(symbol); f != "" {
+			p[f] += float64(n) * 1e9 / profileHz / requests
+		}
+	}
+	return p
+}
+
+// medianProfile is, feature by feature, the median of the samples' profiles; nil when none was
+// profiled.
+func medianProfile(ss []LBSample) Profile {
+	var out Profile
+	for _, f := range Features {
+		var values []float64
+		for _, s := range ss {
+			if s.Profile != nil {
+				values = append(values, s.Profile[f])
+			}
+		}
+		if len(values) == 0 {
+			continue
+		}
+		if out == nil {
+			out = Profile{}
+		}
+		if m := Median(values); m > 0 {
+			out[f] = m
+		}
+	}
+	return out
+}
+
+// profileTable renders the cells' profiles: a row per workload and candidate, ns per request by
+// feature, the features no cell has left out.
+func (r *LBResults) profileTable() string {
+	var used []Feature
+	for _, f := range Features {
+		for _, c := range r.Cells {
+			if c.Profile[f] >= 0.5 {
+				used = append(used, f)
+				break
+			}
+		}
+	}
+	if len(used) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nwhere the packet path's kernel time went, ns per request (perf, every CPU, medians):\n\n")
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	header := "WORKLOAD\tCANDIDATE\t"
+	for _, f := range used {
+		header += strings.ToUpper(string(f)) + "\t"
+	}
+	fmt.Fprintln(tw, header+"SUM\t")
+	for _, w := range r.Workloads {
+		for i, name := range r.Candidates {
+			c, _ := r.Cell(name, w.Name)
+			if c.Profile == nil {
+				continue
+			}
+			label := ""
+			if i == 0 {
+				label = w.Name
+			}
+			row := label + "\t" + name + "\t"
+			for _, f := range used {
+				row += fmt.Sprintf("%.0f\t", c.Profile[f])
+			}
+			fmt.Fprintln(tw, row+fmt.Sprintf("%.0f\t", c.Profile.Total()))
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(&b, "rules: chain walks, compares, loads; maps: set and map lookups; hash: jhash selectors; counters; ct-set: ct timeout/event/mark set and ct reads;\n")
+	fmt.Fprintf(&b, "dynset: set updates from the packet path; nat; conntrack; iptables: xtables; bpf: BPF programs. The rest of the stack is not charged.\n")
+	return b.String()
+}
