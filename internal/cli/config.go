@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -140,7 +141,7 @@ daemon runs here (it would program the rules again): stop it, with --flush-on-ex
 				return err
 			}
 			defer lock.Release()
-			return flushEvery(cmd.Context(), g.logger())
+			return errors.Join(flushEvery(cmd.Context(), g.logger()), forgetLastApply(lastApplyPath()))
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "")

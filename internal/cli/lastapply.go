@@ -350,12 +350,17 @@ func saveLastApply(dp datapath.Datapath, p *plan.Plan, path string) error {
 		rec.EBPF, ok = e.Committed()
 	}
 	if !ok {
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-		return nil
+		return forgetLastApply(path)
 	}
 	return writeLastApply(path, rec)
+}
+
+// forgetLastApply removes the file of lastApply, if any: after a flush it describes nothing.
+func forgetLastApply(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // writeLastApply writes rec to path, whole or not at all.

@@ -142,3 +142,19 @@ func TestLastApplyIgnoresABadFile(t *testing.T) {
 		t.Errorf("another binary's last apply read as this one's: %+v", rec)
 	}
 }
+
+// TestForgetLastApply removes the file, and a missing one is no error.
+func TestForgetLastApply(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "last-apply.gob")
+	if err := writeLastApply(path, lastApply{Plan: &plan.Plan{}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := forgetLastApply(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("the last apply is still there: %v", err)
+	}
+}
