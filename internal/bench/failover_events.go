@@ -63,13 +63,16 @@ func during(action, wait func() error) (time.Duration, error) {
 	return took, errors.Join(err, <-done)
 }
 
-// killMaster is a node's death: node 1's links cut (no goodbye) and its daemon killed with
-// SIGKILL; its keepalived, alone, gives its addresses up when its track script fails.
-func (p *pair) killMaster() error {
-	err := p.e.Lab.CutBalancer(1)
-	p.kill(1)
+// killNode is a node's death: node i's links cut (no goodbye) and its daemon killed with
+// SIGKILL; in the pair its keepalived, alone, gives its addresses up when its track script fails.
+func (p *pair) killNode(i int) error {
+	err := p.e.Lab.CutBalancer(i)
+	p.kill(i)
 	return err
 }
+
+// killMaster is the pair's master's death: killNode(1).
+func (p *pair) killMaster() error { return p.killNode(1) }
 
 // heldBy2 waits until node 2 holds the front address.
 func (p *pair) heldBy2(ctx context.Context) func() error {
@@ -166,9 +169,16 @@ func copyExecutable(from, to string) error {
 	return errors.Join(err, dst.Close())
 }
 
-// backendsChange: 30% of the backends get weight 0 on both nodes, spread over backendsSpread,
-// and node 1 dies backendsCut into it; reconverged (from the death) when node 2 holds the address.
+// backendsChange: 30% of the backends change while node 1 dies; reconverged (from the death)
+// when node 2 holds the address.
 func backendsChange(ctx context.Context, p *pair) (time.Duration, time.Duration, error) {
+	return p.changeBackendsWhileDying(ctx, 1, p.heldBy2(ctx))
+}
+
+// changeBackendsWhileDying gives 30% of the backends weight 0 on both nodes, spread over
+// backendsSpread, while node dies (killNode) backendsCut into it, and returns the time from the
+// death until reconverged returned; a dead node's weights are left alone.
+func (p *pair) changeBackendsWhileDying(ctx context.Context, node int, reconverged func() error) (time.Duration, time.Duration, error) {
 	changed := p.changedBackends()
 	var mu sync.Mutex
 	dead := false
@@ -181,15 +191,15 @@ func backendsChange(ctx context.Context, p *pair) (time.Duration, time.Duration,
 		mu.Lock()
 		defer mu.Unlock()
 		dead = true
-		return p.killMaster()
+		return p.killNode(node)
 	}}}
 	for k, b := range changed {
 		steps = append(steps, step{at: time.Duration(k) * backendsSpread / time.Duration(len(changed)), do: func() error {
 			mu.Lock()
 			defer mu.Unlock()
-			nodes := []int{2}
+			nodes := []int{3 - node}
 			if !dead {
-				nodes = append(nodes, 1)
+				nodes = append(nodes, node)
 			}
 			for _, i := range nodes {
 				if err := p.setWeights(ctx, i, 0, []netip.Addr{b}); err != nil {
@@ -215,7 +225,7 @@ func backendsChange(ctx context.Context, p *pair) (time.Duration, time.Duration,
 		done <- errors.Join(errs...)
 	}()
 	at := <-cut
-	_, err := p.waitHeldBy(ctx, 2)
+	err := reconverged()
 	took := time.Since(at)
 	return took, 0, errors.Join(err, <-done)
 }
@@ -230,8 +240,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// runCell runs ev in the pair under load (the load from the next client port range): the load
-// starts warmup before the event and runs until settleTime after the pair reconverged.
+// runCell runs ev in the pair under load (measure).
 func (p *pair) runCell(ctx context.Context, name string, o FailoverOptions, ports *portRanges) (FailoverCell, error) {
 	ev := failoverEvent(name)
 	if ev.prepare != nil {
@@ -239,43 +248,68 @@ func (p *pair) runCell(ctx context.Context, name string, o FailoverOptions, port
 			return FailoverCell{}, fmt.Errorf("preparing: %w", err)
 		}
 	}
-	l := p.e.Lab
-	if err := l.SetClientPorts(ports.next(true)); err != nil {
+	c, moves, err := measure(ctx, p.e.Lab, o, ports, p.watchMoves, func() (time.Duration, time.Duration, error) { return ev.act(ctx, p) })
+	if err != nil {
 		return FailoverCell{}, err
+	}
+	c.Event, c.Datapath, c.Mode, c.AddressMoves = name, p.datapath, p.mode, moves
+	return c, nil
+}
+
+// measure runs act under load (the load from the next client port range, to the VIP): the load
+// starts warmup before act and runs until settleTime after act returned the reconvergence (and
+// for a drain the time back). It returns the cell's counts and times, and what the counter that
+// watch started counted meanwhile.
+func measure(ctx context.Context, l *lab.Lab, o FailoverOptions, ports *portRanges, watch func() func() int,
+	act func() (reconverge, back time.Duration, err error)) (FailoverCell, int, error) {
+	if err := l.SetClientPorts(ports.next(true)); err != nil {
+		return FailoverCell{}, 0, err
 	}
 	to := netip.AddrPortFrom(netip.MustParseAddr(lab.VIP4), vipPort)
 	if err := waitAnswered(ctx, l, to, moveLimit); err != nil {
-		return FailoverCell{}, err
+		return FailoverCell{}, 0, err
 	}
-	moves := p.watchMoves()
+	count := watch()
 	load := startLoad(l, to, o.Conns, o.NewRate)
 	event := time.Now().Add(warmup)
 	reconverge, back, err := func() (time.Duration, time.Duration, error) {
 		if err := sleep(ctx, time.Until(event)); err != nil {
 			return 0, 0, err
 		}
-		reconverge, back, err := ev.act(ctx, p)
+		reconverge, back, err := act()
 		if err != nil {
 			return 0, 0, err
 		}
 		return reconverge, back, sleep(ctx, settleTime)
 	}()
 	c := load.finish(event)
-	c.AddressMoves = moves()
+	n := count()
 	if err != nil {
-		return FailoverCell{}, err
+		return FailoverCell{}, 0, err
 	}
-	c.Event, c.Datapath, c.Mode = name, p.datapath, p.mode
 	c.ReconvergeS, c.ReturnS = reconverge.Seconds(), back.Seconds()
-	return c, nil
+	return c, n, nil
 }
 
-// watchMoves counts the times a node takes the front address (appears among its holders) until
-// the function it returns is called, which returns the count.
+// watchMoves counts the times a node takes the front address (appears among its holders).
 func (p *pair) watchMoves() func() int {
+	return watchChanges(p.holders, func(last, now []int) int {
+		n := 0
+		for _, i := range now {
+			if !slices.Contains(last, i) {
+				n++
+			}
+		}
+		return n
+	})
+}
+
+// watchChanges samples every pairPoll until the function it returns is called, which returns the
+// sum of changed over every two consecutive samples (a failed sample is skipped).
+func watchChanges[T any](sample func() (T, error), changed func(last, now T) int) func() int {
 	stop, count := make(chan struct{}), make(chan int, 1)
 	go func() {
-		last, _ := p.holders()
+		last, _ := sample()
 		n := 0
 		for {
 			select {
@@ -284,15 +318,11 @@ func (p *pair) watchMoves() func() int {
 				return
 			case <-time.After(pairPoll):
 			}
-			now, err := p.holders()
+			now, err := sample()
 			if err != nil {
 				continue
 			}
-			for _, i := range now {
-				if !slices.Contains(last, i) {
-					n++
-				}
-			}
+			n += changed(last, now)
 			last = now
 		}
 	}()

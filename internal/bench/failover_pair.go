@@ -59,12 +59,19 @@ type pair struct {
 // fullnat translated to the backends'-side VRRP address, the flows replicated to the other node
 // over the backends' side; no state file, so nothing outlives the run.
 func pairConfig(l *lab.Lab, datapath, mode string, i int, secretFile string) string {
+	return nodeConfig(l, datapath, mode, i, secretFile, backVRRP.Addr, "")
+}
+
+// nodeConfig is pairConfig with fullnat translated to source, and sections (YAML lines) before
+// the services.
+func nodeConfig(l *lab.Lab, datapath, mode string, i int, secretFile string, source netip.Addr, sections string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "datapath: %s\nstate: {persist: \"off\"}\nsync:\n  interface: eth1\n  address: %s\n  peers: [%s]\n  secret_file: %s\n",
 		datapath, l.BalancerBackSideAddr(i, false), l.BalancerBackSideAddr(3-i, false), secretFile)
+	b.WriteString(sections)
 	fmt.Fprintf(&b, "services:\n  - name: web\n    vip: %s\n    port: %d\n    protocol: tcp\n    mode: %s\n", lab.VIP4, vipPort, mode)
 	if mode == "fullnat" {
-		fmt.Fprintf(&b, "    fullnat_source: %s\n", backVRRP.Addr)
+		fmt.Fprintf(&b, "    fullnat_source: %s\n", source)
 	}
 	fmt.Fprintf(&b, "    health_check: %s\n    backends:\n", fleetHealthCheck)
 	for _, t := range backendTargets(&Env{Lab: l}) {

@@ -21,7 +21,7 @@ func benchFailoverCmd(f *benchFlags) *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:   "failover",
-		Short: "Broken connections and reconvergence time per failover event of a keepalived pair, per datapath and mode",
+		Short: "Broken connections and reconvergence time per failover event of a keepalived pair or a BGP fleet, per datapath and mode",
 		Long: `Brings up a fleet lab (a BIRD router, two balancer nodes, the backends) and, for each datapath
 and mode, runs an active/backup pair as docs/ha.md builds it: sluice serve on both nodes with a
 sync section, keepalived (VRRPv3, a front and a backends'-side address in one sync group, the
@@ -32,9 +32,20 @@ new connection that failed. It reports, per event and datapath-mode, broken/tota
 reconvergence time (from the event until the address moved, or until a restarted daemon is
 ready and master again).
 
-Events: ` + strings.Join(bench.FailoverEvents, ", ") + `. The pair is restored between
-events (node 1 master). The lab (--prefix, default slfo<pid>) is torn down at the end, also on
-failure or interrupt, unless --keep-lab.`,
+Pair events (the default): ` + strings.Join(bench.FailoverEvents, ", ") + `. The pair is
+restored between events (node 1 master).
+
+Fleet events (asked for by name): ` + strings.Join(bench.FleetFailoverEvents, ", ") + `.
+They run in a BGP/ECMP fleet (docs/scale-out.md): the same two nodes announce the VIP to the
+router (BFD 100 ms x 3 on its sessions), each with a sync section, fullnat translating to a
+source of each node's own listed in bgp.fullnat_sources; each event befalls node 2, and the
+fleet has reconverged when the router's routes are those of the nodes up. nat behind ECMP is
+unsupported and its fleet cells say so instead of a number. For example:
+
+  sluice-lab bench failover --modes dsr,fullnat --events ` + strings.Join(bench.FleetFailoverEvents, ",") + `
+
+The lab (--prefix, default slfo<pid>) is torn down at the end, also on failure or interrupt,
+unless --keep-lab.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.runInOwnLab(cmd, "failover", benchFailoverKind, output, o, func(ctx context.Context, env *bench.Env) (bench.Result, error) {
@@ -45,7 +56,7 @@ failure or interrupt, unless --keep-lab.`,
 	fl := cmd.Flags()
 	fl.StringSliceVar(&o.Datapaths, "datapath", config.Names(config.Datapaths), "datapaths to measure")
 	fl.StringSliceVar(&o.Modes, "modes", config.Names(bench.FailoverModes), "service modes to measure")
-	fl.StringSliceVar(&o.Events, "events", bench.FailoverEvents, "events to run (the table's rows)")
+	fl.StringSliceVar(&o.Events, "events", bench.FailoverEvents, "events to run (the table's rows): the pair's, and the fleet's by name (fleet-...)")
 	fl.IntVar(&o.Conns, "conns", 24, "long-lived connections, each making a request every 100 ms")
 	fl.IntVar(&o.NewRate, "new-rate", 20, "new connections a second (one request each) through every event")
 	fl.BoolVar(&o.KeepLab, "keep-lab", false, "leave the lab up afterwards")
