@@ -97,6 +97,7 @@ fuzz:
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzKeepalived -fuzztime $(FUZZTIME) ./internal/importer/
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzNftlb -fuzztime $(FUZZTIME) ./internal/importer/
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzIpvsadm -fuzztime $(FUZZTIME) ./internal/importer/
+	$(GO) test -count=1 -run '^$$' -fuzz FuzzFwmarkRules -fuzztime $(FUZZTIME) ./internal/importer/
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./internal/flowsync/
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzParseStats -fuzztime $(FUZZTIME) ./internal/conntrackd/
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzProgram -fuzztime $(FUZZTIME) ./internal/datapath/ebpf/

@@ -6,6 +6,10 @@ import (
 	"strings"
 )
 
+// MaxEBPFVIPPorts is the most (VIP, port, protocol) entries the ebpf datapath holds, all services
+// together: bpf/constants.h MAX_VIPS (a port range takes one per port).
+const MaxEBPFVIPPorts = 65536
+
 // MaxPortRanges is the most entries a service's ports list may hold: each is an element of the
 // nft dispatch maps and a record slot on ebpf. Ranges ("8000-8010") cover any number of ports.
 const MaxPortRanges = 32
@@ -149,4 +153,23 @@ func ParsePortList(s string) (PortList, error) {
 		l = append(l, r)
 	}
 	return l, nil
+}
+
+// validateEBPFPorts refuses, on the ebpf datapath, services whose ports need more entries than
+// its VIP table holds, as apply would: validate and the importers' checks see it first.
+func (c *Config) validateEBPFPorts(fail func(path, format string, args ...any)) {
+	if c.Datapath != DatapathEBPF {
+		return
+	}
+	need := 0
+	for i := range c.Services {
+		ports := c.Services[i].AllPorts()
+		if slices.ContainsFunc(ports, func(r Range) bool { return r.Err() != nil }) {
+			return // reported with the service
+		}
+		need += ports.Count()
+	}
+	if need > MaxEBPFVIPPorts {
+		fail("services", "the services' ports need %d VIP entries on datapath ebpf (one per port of each service), over its limit of %d (bpf/constants.h MAX_VIPS): use fewer or narrower port ranges, or datapath nft", need, MaxEBPFVIPPorts)
+	}
 }

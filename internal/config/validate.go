@@ -81,6 +81,7 @@ func (c *Config) Validate() Errors {
 		listeners[l] = append(listeners[l], i)
 	}
 	c.validateServiceBGP(fail)
+	c.validateEBPFPorts(fail)
 	return errs
 }
 

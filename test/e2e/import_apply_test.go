@@ -19,7 +19,7 @@ import (
 // balancer gets a default route for the datapaths that look one up). `sluice list` must then
 // show every service of the file with each of its backends, and a flush ends each file. An
 // importer that prints a config Sluice validates but cannot program fails here with the file and
-// apply's error, unless the refusal is a known bug (knownRefusals), which is logged.
+// apply's error.
 func TestImportedConfigsApply(t *testing.T) {
 	requireLab(t)
 	goldens, err := filepath.Glob(corpusFile(t, filepath.Join("*", "*.golden.yaml")))
@@ -39,25 +39,6 @@ func TestImportedConfigsApply(t *testing.T) {
 			applyGolden(t, path)
 		})
 	}
-}
-
-// knownRefusals are importer bugs, reported: refusals of apply that a golden output meets
-// although `sluice validate` takes it. A golden output refused with one of these is logged, with
-// the bug, instead of failing the test; any other refusal fails it. Take an entry off once the
-// importer avoids it.
-var knownRefusals = []struct{ refusal, bug string }{
-	{"vips entries, one per service port",
-		"the importer picks datapath ebpf (for max_connections) for a file whose port ranges exceed the ebpf datapath's 65,536 VIP ports"},
-}
-
-// knownRefusal is the known bug behind an apply's error output, "" for none.
-func knownRefusal(stderr string) string {
-	for _, k := range knownRefusals {
-		if strings.Contains(stderr, k.refusal) {
-			return k.bug
-		}
-	}
-	return ""
 }
 
 // routeEverywhere gives the balancer a default route (IPv4 and IPv6) out of its backend-side
@@ -119,10 +100,6 @@ func applyGolden(t *testing.T, path string) {
 		t.Fatalf("%s holds no service", path)
 	}
 	if r := sluice(t, "apply", "-f", path); r.Err != nil {
-		if bug := knownRefusal(r.Stderr); bug != "" {
-			t.Logf("NOT APPLIED: %s, a known importer bug (%s): %s", path, bug, strings.TrimSpace(r.Stderr))
-			return
-		}
 		t.Fatalf("the importer printed a config that does not apply (datapath %q): sluice apply -f %s: %v\n%s%s",
 			want.Datapath, path, r.Err, r.Stdout, r.Stderr)
 	}

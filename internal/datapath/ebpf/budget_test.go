@@ -46,3 +46,15 @@ func TestCheckMemoryRefusesHalfTheMachine(t *testing.T) {
 		t.Fatalf("CheckMemory(defaults) = %v", err)
 	}
 }
+
+// TestConfigKnowsTheVIPTable: config refuses what the program's vips map cannot hold, by the
+// same number.
+func TestConfigKnowsTheVIPTable(t *testing.T) {
+	l, err := defaultLimits()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int(l.vips) != config.MaxEBPFVIPPorts {
+		t.Errorf("the vips map holds %d entries, config.MaxEBPFVIPPorts says %d", l.vips, config.MaxEBPFVIPPorts)
+	}
+}
