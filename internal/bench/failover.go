@@ -109,6 +109,9 @@ type FailoverCell struct {
 	// RouteChanges those of the router's next hops for the VIP during a fleet's.
 	AddressMoves int `json:"address_moves"`
 	RouteChanges int `json:"route_changes,omitempty"`
+	// LongLivedOnNode, in the fleet, is how many of the long-lived connections the router sends
+	// through the node the event befalls (node 2) when both nodes are up.
+	LongLivedOnNode int `json:"long_lived_on_node,omitempty"`
 	// Unsupported, when set, says why the cell was not measured.
 	Unsupported string `json:"unsupported,omitempty"`
 	// Errors are the first distinct errors the broken connections saw, to say why.
@@ -260,6 +263,7 @@ func (r *FailoverResults) Table() string {
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
 	tw.Flush()
+	b.WriteString(r.onNodeDetail())
 	b.WriteString(r.brokenDetail())
 	b.WriteString(r.unsupportedDetail())
 	return b.String()
@@ -275,6 +279,28 @@ func topologies(events []string) string {
 		return "a BGP/ECMP fleet of two nodes (fleet-... rows, BFD)"
 	}
 	return "a keepalived pair, and a BGP/ECMP fleet of two nodes (fleet-... rows, BFD)"
+}
+
+// onNodeDetail lists, per fleet event, how many long-lived connections of each measured cell
+// ran through the node the event befell: those a broken cell would have lost.
+func (r *FailoverResults) onNodeDetail() string {
+	var b strings.Builder
+	for _, ev := range r.Options.Events {
+		var cells []string
+		for _, c := range r.Cells {
+			if c.Event == ev && c.Unsupported == "" && slices.Contains(FleetFailoverEvents, ev) {
+				cells = append(cells, fmt.Sprintf("%s-%s %d/%d", c.Datapath, c.Mode, c.LongLivedOnNode, c.LongLived))
+			}
+		}
+		if len(cells) == 0 {
+			continue
+		}
+		if b.Len() == 0 {
+			fmt.Fprintf(&b, "\nlong-lived connections through node %d, the node the fleet's events befall (the router's ECMP choice with both nodes up):\n", fleetNode)
+		}
+		fmt.Fprintf(&b, "  %s: %s\n", ev, strings.Join(cells, ", "))
+	}
+	return b.String()
 }
 
 // unsupportedDetail says once, for each reason cells were not measured, which cells and why.

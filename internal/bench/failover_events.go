@@ -248,7 +248,8 @@ func (p *pair) runCell(ctx context.Context, name string, o FailoverOptions, port
 			return FailoverCell{}, fmt.Errorf("preparing: %w", err)
 		}
 	}
-	c, moves, err := measure(ctx, p.e.Lab, o, ports, p.watchMoves, func() (time.Duration, time.Duration, error) { return ev.act(ctx, p) })
+	act := func() (time.Duration, time.Duration, error) { return ev.act(ctx, p) }
+	c, moves, err := measure(ctx, p.e.Lab, o, ports, cellRun{act: act, watch: p.watchMoves})
 	if err != nil {
 		return FailoverCell{}, err
 	}
@@ -256,12 +257,20 @@ func (p *pair) runCell(ctx context.Context, name string, o FailoverOptions, port
 	return c, nil
 }
 
-// measure runs act under load (the load from the next client port range, to the VIP): the load
-// starts warmup before act and runs until settleTime after act returned the reconvergence (and
-// for a drain the time back). It returns the cell's counts and times, and what the counter that
-// watch started counted meanwhile.
-func measure(ctx context.Context, l *lab.Lab, o FailoverOptions, ports *portRanges, watch func() func() int,
-	act func() (reconverge, back time.Duration, err error)) (FailoverCell, int, error) {
+// cellRun is what measure runs under load: act runs the event and returns the reconvergence (and
+// for a drain the time back); watch starts a counter of moves and returns the function that
+// stops it and returns the count; opened, if set, is told the client's ends of the long-lived
+// connections once they are open, before the warmup.
+type cellRun struct {
+	act    func() (reconverge, back time.Duration, err error)
+	watch  func() func() int
+	opened func(local []netip.AddrPort)
+}
+
+// measure runs r under load (the load from the next client port range, to the VIP): the load
+// starts warmup before the event and runs until settleTime after act returned. It returns the
+// cell's counts and times, and the count of r's watch.
+func measure(ctx context.Context, l *lab.Lab, o FailoverOptions, ports *portRanges, r cellRun) (FailoverCell, int, error) {
 	if err := l.SetClientPorts(ports.next(true)); err != nil {
 		return FailoverCell{}, 0, err
 	}
@@ -269,14 +278,17 @@ func measure(ctx context.Context, l *lab.Lab, o FailoverOptions, ports *portRang
 	if err := waitAnswered(ctx, l, to, moveLimit); err != nil {
 		return FailoverCell{}, 0, err
 	}
-	count := watch()
+	count := r.watch()
 	load := startLoad(l, to, o.Conns, o.NewRate)
+	if r.opened != nil {
+		r.opened(slices.Clone(load.local))
+	}
 	event := time.Now().Add(warmup)
 	reconverge, back, err := func() (time.Duration, time.Duration, error) {
 		if err := sleep(ctx, time.Until(event)); err != nil {
 			return 0, 0, err
 		}
-		reconverge, back, err := act()
+		reconverge, back, err := r.act()
 		if err != nil {
 			return 0, 0, err
 		}

@@ -163,10 +163,10 @@ func fleetRoutes(l *lab.Lab, fullnat bool, up ...int) map[netip.Prefix][]netip.A
 }
 
 // waitRoutes waits until the router's routes are those of nodes up (fleetRoutes), up to limit,
-// and returns how long that took.
+// and returns how long that took; its error says the routes the router has and the nodes' logs.
 func (f ecmpFleet) waitRoutes(ctx context.Context, limit time.Duration, up ...int) (time.Duration, error) {
 	want := fleetRoutes(f.e.Lab, f.mode == string(config.ModeFullNAT), up...)
-	return f.poll(ctx, limit, fmt.Sprintf("router routes via node(s) %v", up), func() (bool, error) {
+	took, err := f.poll(ctx, limit, fmt.Sprintf("router routes via node(s) %v", up), func() (bool, error) {
 		for prefix, hops := range want {
 			got, err := f.e.Lab.RouterNextHops(prefix)
 			if err != nil || !slices.Equal(got, hops) {
@@ -175,6 +175,16 @@ func (f ecmpFleet) waitRoutes(ctx context.Context, limit time.Duration, up ...in
 		}
 		return true, nil
 	})
+	if err != nil && ctx.Err() == nil {
+		var got []string
+		for prefix := range want {
+			hops, _ := f.e.Lab.RouterNextHops(prefix)
+			got = append(got, fmt.Sprintf("%s via %v", prefix, hops))
+		}
+		slices.Sort(got)
+		err = fmt.Errorf("%w (the router has %s)%s%s", err, strings.Join(got, ", "), f.lastLogs(1), f.lastLogs(2))
+	}
+	return took, err
 }
 
 // watchRoutes counts the changes of the router's next hops for the VIP.

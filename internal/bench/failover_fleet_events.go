@@ -8,7 +8,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
+	"strings"
 	"time"
+
+	"github.com/sluicelb/sluice/internal/lab"
 )
 
 // FleetFailoverEvents are the fleet's events bench failover runs, in the table's order.
@@ -19,9 +23,12 @@ const fleetNode = 2
 
 // fleetEvent is one fleet row: prepare (optional) runs before the load and is not counted; act
 // runs the event under load and returns the reconvergence, and for a drain the time back.
+// countAfter: the long-lived connections on the node are counted after the event (the node is
+// out before it), else before it.
 type fleetEvent struct {
-	prepare func(ctx context.Context, f ecmpFleet) error
-	act     func(ctx context.Context, f ecmpFleet) (reconverge, back time.Duration, err error)
+	prepare    func(ctx context.Context, f ecmpFleet) error
+	act        func(ctx context.Context, f ecmpFleet) (reconverge, back time.Duration, err error)
+	countAfter bool
 }
 
 // fleetFailoverEvent is the fleet event named name (one of FleetFailoverEvents).
@@ -29,7 +36,7 @@ func fleetFailoverEvent(name string) fleetEvent {
 	return map[string]fleetEvent{
 		"fleet-node-death":      {act: fleetNodeDeath},
 		"fleet-drain":           {act: fleetDrain},
-		"fleet-rejoin":          {prepare: fleetNodeDown, act: fleetRejoin},
+		"fleet-rejoin":          {prepare: fleetNodeDown, act: fleetRejoin, countAfter: true},
 		"fleet-daemon-restart":  {act: fleetDaemonRestart},
 		"fleet-backends-change": {act: fleetBackendsChange},
 	}[name]
@@ -123,7 +130,8 @@ func fleetBackendsChange(ctx context.Context, f ecmpFleet) (time.Duration, time.
 	})
 }
 
-// runCell runs the fleet event named name under load (measure).
+// runCell runs the fleet event named name under load (measure), and counts the long-lived
+// connections the router sends through the node the event befalls.
 func (f ecmpFleet) runCell(ctx context.Context, name string, o FailoverOptions, ports *portRanges) (FailoverCell, error) {
 	ev := fleetFailoverEvent(name)
 	if ev.prepare != nil {
@@ -131,10 +139,59 @@ func (f ecmpFleet) runCell(ctx context.Context, name string, o FailoverOptions, 
 			return FailoverCell{}, fmt.Errorf("preparing: %w", err)
 		}
 	}
-	c, changes, err := measure(ctx, f.e.Lab, o, ports, f.watchRoutes, func() (time.Duration, time.Duration, error) { return ev.act(ctx, f) })
-	if err != nil {
+	var (
+		local []netip.AddrPort
+		on    int
+		onErr error
+	)
+	countOn := func() { on, onErr = f.onNode(ctx, fleetNode, local) }
+	run := cellRun{watch: f.watchRoutes,
+		opened: func(l []netip.AddrPort) {
+			local = l
+			if !ev.countAfter {
+				countOn()
+			}
+		},
+		act: func() (time.Duration, time.Duration, error) {
+			reconverge, back, err := ev.act(ctx, f)
+			if err == nil && ev.countAfter {
+				countOn()
+			}
+			return reconverge, back, err
+		}}
+	c, changes, err := measure(ctx, f.e.Lab, o, ports, run)
+	if err = errors.Join(err, onErr); err != nil {
 		return FailoverCell{}, err
 	}
-	c.Event, c.Datapath, c.Mode, c.RouteChanges = name, f.datapath, f.mode, changes
+	c.Event, c.Datapath, c.Mode, c.RouteChanges, c.LongLivedOnNode = name, f.datapath, f.mode, changes, on
 	return c, nil
+}
+
+// onNode counts the connections from the client's ends local to the VIP that the router sends
+// through node i, as its `ip route get` with their ports (the ECMP hash) says.
+func (f ecmpFleet) onNode(ctx context.Context, i int, local []netip.AddrPort) (int, error) {
+	via := f.e.Lab.BalancerFrontAddr(i, false).String()
+	n := 0
+	for _, a := range local {
+		out, err := f.e.Lab.Exec(ctx, f.e.Lab.RouterNS(), "ip", "route", "get", lab.VIP4, "from", a.Addr().String(), "iif", "eth0",
+			"ipproto", "tcp", "sport", fmt.Sprint(a.Port()), "dport", fmt.Sprint(vipPort)).Output()
+		if err != nil {
+			return 0, fmt.Errorf("ip route get on the router: %w", err)
+		}
+		if nextHop(string(out)) == via {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// nextHop is the gateway (after "via") in `ip route get`'s answer, or "".
+func nextHop(route string) string {
+	fields := strings.Fields(route)
+	for k, w := range fields[:max(len(fields)-1, 0)] {
+		if w == "via" {
+			return fields[k+1]
+		}
+	}
+	return ""
 }

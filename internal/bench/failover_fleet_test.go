@@ -103,23 +103,25 @@ func TestFleetRoutes(t *testing.T) {
 }
 
 // TestFailoverTableFleet checks the fleet's rows: measured cells as the pair's, nat's cells
-// "unsupported" with the reason said once, and the broken ones explained with route changes.
+// "unsupported" with the reason said once, the connections through node 2 per measured cell, and
+// the broken ones explained with route changes.
 func TestFailoverTableFleet(t *testing.T) {
 	r := &FailoverResults{
 		Options:  FailoverOptions{Datapaths: []string{"nft", "ebpf"}, Modes: []string{"nat", "dsr"}, Events: []string{"node-death", "fleet-node-death"}, Conns: 2, NewRate: 1},
 		Backends: 3,
 		Cells: []FailoverCell{
 			{Event: "fleet-node-death", Datapath: "nft", Mode: "nat", Unsupported: natBehindECMP},
-			{Event: "fleet-node-death", Datapath: "nft", Mode: "dsr", Total: 30, ReconvergeS: 0.31},
+			{Event: "fleet-node-death", Datapath: "nft", Mode: "dsr", LongLived: 2, LongLivedOnNode: 1, Total: 30, ReconvergeS: 0.31},
 			{Event: "fleet-node-death", Datapath: "ebpf", Mode: "nat", Unsupported: natBehindECMP},
-			{Event: "fleet-node-death", Datapath: "ebpf", Mode: "dsr", LongLived: 2, LongLivedBroken: 1, NewConns: 28, Broken: 1, Total: 30,
+			{Event: "fleet-node-death", Datapath: "ebpf", Mode: "dsr", LongLived: 2, LongLivedBroken: 1, LongLivedOnNode: 2, NewConns: 28, Broken: 1, Total: 30,
 				ReconvergeS: 0.33, RouteChanges: 1, Errors: []string{"long-lived: reset"}},
 		},
 	}
 	out := r.Table()
 	for _, want := range []string{"BGP/ECMP fleet", "0/30 (0.3s)", "1/30 (0.3s)",
 		"fleet-node-death ebpf-dsr: 1 of 2 long-lived, 0 of 28 new; route changes 1; long-lived: reset",
-		"unsupported (nft-nat, ebpf-nat, not measured): nat behind ECMP"} {
+		"unsupported (nft-nat, ebpf-nat, not measured): nat behind ECMP",
+		"through node 2", "  fleet-node-death: nft-dsr 1/2, ebpf-dsr 2/2\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the table lacks %q:\n%s", want, out)
 		}
@@ -135,5 +137,19 @@ func TestFailoverTableFleet(t *testing.T) {
 	}
 	if strings.Count(out, "nat behind ECMP") != 1 {
 		t.Errorf("the reason nat is not measured is not said exactly once:\n%s", out)
+	}
+}
+
+// TestNextHop checks the gateway read from `ip route get`'s answer.
+func TestNextHop(t *testing.T) {
+	for route, want := range map[string]string{
+		"10.91.9.100 from 10.91.1.2 via 10.91.3.12 dev eth1 \n    cache iif eth0 \n": "10.91.3.12",
+		"local 10.91.9.100 dev lo src 10.91.9.100":                                   "",
+		"via": "",
+		"":    "",
+	} {
+		if got := nextHop(route); got != want {
+			t.Errorf("nextHop(%q) = %q, want %q", route, got, want)
+		}
 	}
 }

@@ -42,6 +42,8 @@ type failoverLoad struct {
 	errors    []string
 	// brokenAt are the times the requests that broke their long-lived connection were sent.
 	brokenAt []time.Time
+	// local are the client's ends of the long-lived connections that opened.
+	local []netip.AddrPort
 }
 
 // startLoad opens conns long-lived connections to to from the lab's client (a connection that
@@ -58,6 +60,7 @@ func startLoad(l *lab.Lab, to netip.AddrPort, conns, rate int) *failoverLoad {
 			f.fail(fmt.Errorf("dial: %w", err), time.Now())
 			continue
 		}
+		f.local = append(f.local, netip.MustParseAddrPort(c.LocalAddr().String()))
 		f.wg.Go(func() { f.keepAlive(c) })
 	}
 	f.wg.Go(func() { f.pace(rate) })
