@@ -160,7 +160,7 @@ func (f ecmpFleet) runCell(ctx context.Context, name string, o FailoverOptions, 
 			return reconverge, back, err
 		}}
 	c, changes, err := measure(ctx, f.e.Lab, o, ports, run)
-	if err = errors.Join(err, onErr); err != nil {
+	if err := errors.Join(err, onErr); err != nil {
 		return FailoverCell{}, err
 	}
 	c.Event, c.Datapath, c.Mode, c.RouteChanges, c.LongLivedOnNode = name, f.datapath, f.mode, changes, on
