@@ -5,16 +5,20 @@
  *
  * A packet is decapsulated when its outer destination is one of this host's addresses
  * (decap_local: the prefixes of the local routing table's local routes, so addresses and AnyIP
- * ranges alike) and it is IPv4 in IPv4 (protocol 4), IPv6 in IPv6 (next header 41), or UDP to
- * the GUE port (decap_config) holding GUE variant 1 (the IP packet directly) or variant 0 with
- * no options (a 4-byte header, then the IP packet). Everything else passes untouched: other
- * traffic, tunnel packets to other hosts (transit), outer IP options or fragments. A tunnel
- * packet whose inner packet is truncated, of another family or inconsistent with the outer
- * lengths is dropped and counted malformed; one whose inner destination is none of this host's
- * addresses is dropped and counted foreign, so the host never forwards what a tunnel brought.
+ * ranges alike) and it is IP in IP: protocol (IPv4) or next header (IPv6) 4 for IPv4 inside, 41
+ * for IPv6 inside, whatever the outer family (IPv6 in IPv4, "6in4", and IPv4 in IPv6 too), or UDP
+ * to the GUE port (decap_config) holding GUE variant 1 (the IP packet directly, its version
+ * nibble telling its family) or variant 0 with no options (a 4-byte header whose proto field is
+ * 4 or 41, then the IP packet). Everything else passes untouched: other traffic, tunnel packets
+ * to other hosts (transit), outer IP options or fragments. A tunnel packet whose inner packet is
+ * truncated, not of the family its outer headers announce or inconsistent with the outer lengths
+ * is dropped and counted malformed; one whose inner destination is none of this host's addresses
+ * is dropped and counted foreign, so the host never forwards what a tunnel brought.
  *
  * The program only reads the packet with bpf_skb_load_bytes and removes the outer headers with
- * bpf_skb_adjust_room: it writes nothing directly (no unclone prologue). */
+ * bpf_skb_adjust_room, which sets skb->protocol to the inner family; when that differs from the
+ * outer one, bpf_skb_store_bytes rewrites the EtherType to match. It writes nothing directly (no
+ * unclone prologue). */
 #include <stdbool.h>
 #include <linux/types.h>
 #include <linux/bpf.h>
@@ -103,9 +107,16 @@ enum fate {
 struct outer {
 	__u32 len;    /* bytes of outer headers after the Ethernet header */
 	__u32 remain; /* bytes after them: the inner packet, as the outer headers size it */
-	__u8  family;
-	__u8  fate; /* FATE_IPIP or FATE_GUE */
+	__u8  family; /* the outer header's */
+	__u8  inner;  /* the family the outer headers announce inside: AF_INET or AF_INET6 */
+	__u8  fate;   /* FATE_IPIP or FATE_GUE */
 };
+
+/* The family an IP-in-IP protocol number announces (4: IPv4, 41: IPv6), or 0. */
+static __always_inline __u8 ipip_family(__u8 proto)
+{
+	return proto == IPPROTO_IPIP ? AF_INET : proto == IPPROTO_IPV6 ? AF_INET6 : 0;
+}
 
 /* Counts a fate. */
 static __always_inline void count(enum fate f)
@@ -138,8 +149,9 @@ static __always_inline bool is_local(const void *addr, __u8 family)
 }
 
 /* Reads the GUE header at off, after a UDP header of udp_len bytes: o->len grows by the GUE
- * header (none for variant 1). FATE_MALFORMED when it is neither variant 1 nor an option-less
- * variant 0 carrying IP. */
+ * header (none for variant 1), o->inner is the family it carries. FATE_MALFORMED when it is
+ * neither variant 1 with an IPv4 or IPv6 version nibble nor an option-less variant 0 carrying
+ * IP. */
 static __always_inline int gue_header(struct __sk_buff *skb, __u32 off, __u32 udp_len,
 				      struct outer *o)
 {
@@ -148,14 +160,16 @@ static __always_inline int gue_header(struct __sk_buff *skb, __u32 off, __u32 ud
 	if (udp_len < sizeof(struct udphdr) + 1 || bpf_skb_load_bytes(skb, off, h, 1))
 		return FATE_MALFORMED;
 	if ((h[0] >> 6) == 1) { /* variant 1: an IP header's version nibble, 4 or 6 */
+		o->inner = h[0] >> 4 == 4 ? AF_INET : h[0] >> 4 == 6 ? AF_INET6 : 0;
 		o->remain = udp_len - sizeof(struct udphdr);
-		return FATE_GUE;
+		return o->inner ? FATE_GUE : FATE_MALFORMED;
 	}
 	if (udp_len < sizeof(struct udphdr) + GUE_V0_LEN ||
 	    bpf_skb_load_bytes(skb, off, h, GUE_V0_LEN))
 		return FATE_MALFORMED;
 	/* variant 0, no control flag, hlen 0, proto IPIP/IPv6, no flags */
-	if (h[0] != 0 || (h[1] != IPPROTO_IPIP && h[1] != IPPROTO_IPV6) || h[2] || h[3])
+	o->inner = ipip_family(h[1]);
+	if (h[0] != 0 || !o->inner || h[2] || h[3])
 		return FATE_MALFORMED;
 	o->len += GUE_V0_LEN;
 	o->remain = udp_len - sizeof(struct udphdr) - GUE_V0_LEN;
@@ -192,7 +206,7 @@ static __always_inline int outer4(struct __sk_buff *skb, struct outer *o)
 	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip, sizeof(ip)) || ip.version != 4 || ip.ihl != 5 ||
 	    ip.frag_off & bpf_htons(IP_MF | IP_OFFSET))
 		return FATE_PASS;
-	if (ip.protocol != IPPROTO_IPIP && ip.protocol != IPPROTO_UDP)
+	if (!ipip_family(ip.protocol) && ip.protocol != IPPROTO_UDP)
 		return FATE_PASS;
 	if (!is_local(&ip.daddr, AF_INET))
 		return FATE_PASS;
@@ -204,6 +218,7 @@ static __always_inline int outer4(struct __sk_buff *skb, struct outer *o)
 	if (ip.protocol == IPPROTO_UDP)
 		return udp_outer(skb, ETH_HLEN + sizeof(ip), tot - sizeof(ip), o);
 	o->remain = tot - sizeof(ip);
+	o->inner = ipip_family(ip.protocol);
 	return FATE_IPIP;
 }
 
@@ -215,7 +230,7 @@ static __always_inline int outer6(struct __sk_buff *skb, struct outer *o)
 
 	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip6, sizeof(ip6)) || ip6.version != 6)
 		return FATE_PASS;
-	if (ip6.nexthdr != IPPROTO_IPV6 && ip6.nexthdr != IPPROTO_UDP)
+	if (!ipip_family(ip6.nexthdr) && ip6.nexthdr != IPPROTO_UDP)
 		return FATE_PASS;
 	if (!is_local(&ip6.daddr, AF_INET6))
 		return FATE_PASS;
@@ -227,16 +242,17 @@ static __always_inline int outer6(struct __sk_buff *skb, struct outer *o)
 	if (ip6.nexthdr == IPPROTO_UDP)
 		return udp_outer(skb, ETH_HLEN + sizeof(ip6), plen, o);
 	o->remain = plen;
+	o->inner = ipip_family(ip6.nexthdr);
 	return FATE_IPIP;
 }
 
-/* Checks the inner packet after the outer headers: of the outer's family, whole, and for this
- * host. */
+/* Checks the inner packet after the outer headers: of the family they announce, whole, and for
+ * this host. */
 static __always_inline int inner_check(struct __sk_buff *skb, const struct outer *o)
 {
 	__u32 off = ETH_HLEN + o->len;
 
-	if (o->family == AF_INET) {
+	if (o->inner == AF_INET) {
 		struct iphdr ip;
 
 		if (o->remain < sizeof(ip) || bpf_skb_load_bytes(skb, off, &ip, sizeof(ip)) ||
@@ -253,11 +269,24 @@ static __always_inline int inner_check(struct __sk_buff *skb, const struct outer
 	return is_local(&ip6.daddr, AF_INET6) ? o->fate : FATE_FOREIGN;
 }
 
+/* Removes the outer headers of o, leaving the inner packet after the Ethernet header, whose
+ * EtherType becomes the inner family's. */
+static __always_inline long strip(struct __sk_buff *skb, const struct outer *o)
+{
+	__be16 proto = o->inner == AF_INET ? bpf_htons(ETH_P_IP) : bpf_htons(ETH_P_IPV6);
+	__u64  flags =
+                o->inner == AF_INET ? BPF_F_ADJ_ROOM_DECAP_L3_IPV4 : BPF_F_ADJ_ROOM_DECAP_L3_IPV6;
+
+	if (o->inner != o->family &&
+	    bpf_skb_store_bytes(skb, offsetof(struct ethhdr, h_proto), &proto, sizeof(proto), 0))
+		return -1;
+	return bpf_skb_adjust_room(skb, -(__s32)o->len, BPF_ADJ_ROOM_MAC, flags);
+}
+
 SEC("tc")
 int sluice_decap(struct __sk_buff *skb)
 {
 	struct outer o = {};
-	__u64        flags;
 	int          fate;
 
 	if (skb->protocol == bpf_htons(ETH_P_IP))
@@ -272,12 +301,8 @@ int sluice_decap(struct __sk_buff *skb)
 	}
 	if (fate == FATE_PASS)
 		return TC_ACT_OK;
-	if (fate == FATE_IPIP || fate == FATE_GUE) {
-		flags = o.family == AF_INET ? BPF_F_ADJ_ROOM_DECAP_L3_IPV4
-					    : BPF_F_ADJ_ROOM_DECAP_L3_IPV6;
-		if (bpf_skb_adjust_room(skb, -(__s32)o.len, BPF_ADJ_ROOM_MAC, flags))
-			fate = FATE_MALFORMED;
-	}
+	if ((fate == FATE_IPIP || fate == FATE_GUE) && strip(skb, &o))
+		fate = FATE_MALFORMED;
 	count(fate);
 	return fate == FATE_IPIP || fate == FATE_GUE ? TC_ACT_OK : TC_ACT_SHOT;
 }

@@ -78,20 +78,29 @@ func inner(client, vip netip.Addr) []byte {
 	return serialize(append(l, gopacket.Payload("GET / HTTP/1.0\r\n\r\n"))...)
 }
 
-// tunnel is payload (an IP packet, or anything) inside an outer header from src to dst: IPIP, or
-// UDP to port when port is not 0.
+// tunnel is payload (an IP packet, or anything) inside an outer header from src to dst: IP in IP
+// of the outer family (IPv4 in IPv4, IPv6 in IPv6), or UDP to port when port is not 0.
 func tunnel(src, dst netip.Addr, port uint16, payload []byte) []byte {
+	proto := layers.IPProtocolIPv6
+	if src.Is4() {
+		proto = layers.IPProtocolIPv4
+	}
+	return tunnelAs(src, dst, proto, port, payload)
+}
+
+// tunnelAs is tunnel with the outer protocol (next header) of IP in IP: IPv4 (4) or IPv6 (41).
+func tunnelAs(src, dst netip.Addr, proto layers.IPProtocol, port uint16, payload []byte) []byte {
 	var l []gopacket.SerializableLayer
 	udp := &layers.UDP{SrcPort: 40000, DstPort: layers.UDPPort(port)}
 	if src.Is4() {
-		ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolIPv4, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
+		ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: proto, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
 		if port != 0 {
 			ip.Protocol = layers.IPProtocolUDP
 			_ = udp.SetNetworkLayerForChecksum(ip)
 		}
 		l = []gopacket.SerializableLayer{ip}
 	} else {
-		ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolIPv6, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
+		ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: proto, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
 		if port != 0 {
 			ip.NextHeader = layers.IPProtocolUDP
 			_ = udp.SetNetworkLayerForChecksum(ip)
@@ -151,44 +160,19 @@ const (
 	tcShot = 2 // TC_ACT_SHOT
 )
 
-// TestDecapFixtures runs tunnel packets, good and bad, through the program: the good ones leave
-// as the inner packet in the same Ethernet header, the others untouched (passed) or dropped, each
-// counted.
-func TestDecapFixtures(t *testing.T) {
-	objs := loadTest(t)
-	in4, in6 := inner(cli4, vip4), inner(cli6, vip6)
-	gueV0 := append([]byte{0, 4, 0, 0}, in4...)
-	truncated := tunnel(lb4, host4, 0, in4[:30])
-	binary.BigEndian.PutUint16(truncated[14+20+2:], uint16(len(in4))) // the inner claims more than there is
-	plainIP := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: lb4.AsSlice(), DstIP: host4.AsSlice()}
-	plainUDP := &layers.UDP{SrcPort: 5353, DstPort: 53}
-	_ = plainUDP.SetNetworkLayerForChecksum(plainIP)
-	plain := ether(lb4, serialize(plainIP, plainUDP, gopacket.Payload("query")))
-	for _, c := range []struct {
-		name string
-		in   []byte
-		ret  uint32
-		out  []byte // nil: untouched
-		want Counts
-	}{
-		{"ipip: IPv4 in IPv4 to the host", tunnel(lb4, host4, 0, in4), tcOK, ether(cli4, in4), Counts{IPIP: 1}},
-		{"ipip: IPv6 in IPv6", tunnel(lb6, host6, 0, in6), tcOK, ether(cli6, in6), Counts{IPIP: 1}},
-		{"ipip: outer destination a VIP of the host", tunnel(lb4, vip4, 0, in4), tcOK, ether(cli4, in4), Counts{IPIP: 1}},
-		{"gue: variant 1 over IPv4", tunnel(lb4, host4, testGUEPort, in4), tcOK, ether(cli4, in4), Counts{GUE: 1}},
-		{"gue: variant 1 over IPv6", tunnel(lb6, host6, testGUEPort, in6), tcOK, ether(cli6, in6), Counts{GUE: 1}},
-		{"gue: variant 0 without options", tunnel(lb4, host4, testGUEPort, gueV0), tcOK, ether(cli4, in4), Counts{GUE: 1}},
-		{"UDP to another port passes untouched", tunnel(lb4, host4, testGUEPort+1, in4), tcOK, nil, Counts{}},
-		{"plain traffic passes untouched", plain, tcOK, nil, Counts{}},
-		{"a tunnel to another host passes untouched (transit)", tunnel(lb4, other4, 0, in4), tcOK, nil, Counts{}},
-		{"an inner destination not the host's is dropped", tunnel(lb4, host4, 0, inner(cli4, other4)), tcShot, nil, Counts{Foreign: 1}},
-		{"an IPv6 inner destination not the host's is dropped", tunnel(lb6, host6, testGUEPort, inner(cli6, other6)), tcShot, nil, Counts{Foreign: 1}},
-		{"a truncated inner packet is dropped", truncated, tcShot, nil, Counts{Malformed: 1}},
-		{"an inner packet of another family is dropped", tunnel(lb4, host4, 0, in6), tcShot, nil, Counts{Malformed: 1}},
-		{"GUE with a bad version is dropped", tunnel(lb4, host4, testGUEPort, append([]byte{0x80, 4, 0, 0}, in4...)), tcShot, nil, Counts{Malformed: 1}},
-		{"GUE with options is dropped", tunnel(lb4, host4, testGUEPort, append([]byte{0x01, 4, 0, 0}, in4...)), tcShot, nil, Counts{Malformed: 1}},
-		{"GUE too short for its header is dropped", tunnel(lb4, host4, testGUEPort, nil), tcShot, nil, Counts{Malformed: 1}},
-		{"a lone outer IPIP header is dropped", tunnel(lb4, host4, 0, nil), tcShot, nil, Counts{Malformed: 1}},
-	} {
+// decapCase is a decapsulation fixture: a frame in, the return code, the frame out (nil:
+// untouched) and the counters after.
+type decapCase struct {
+	name string
+	in   []byte
+	ret  uint32
+	out  []byte
+	want Counts
+}
+
+// runCases runs decapsulation fixtures, each from zeroed counters.
+func runCases(t *testing.T, objs *decapObjects, cases []decapCase) {
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if err := objs.DecapStats.Put(uint32(0), make([]decapDecapCounts, ebpf.MustPossibleCPU())); err != nil {
 				t.Fatal(err)
@@ -209,6 +193,40 @@ func TestDecapFixtures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDecapFixtures runs tunnel packets, good and bad, through the program: the good ones leave
+// as the inner packet in the same Ethernet header, the others untouched (passed) or dropped, each
+// counted.
+func TestDecapFixtures(t *testing.T) {
+	objs := loadTest(t)
+	in4, in6 := inner(cli4, vip4), inner(cli6, vip6)
+	gueV0 := append([]byte{0, 4, 0, 0}, in4...)
+	truncated := tunnel(lb4, host4, 0, in4[:30])
+	binary.BigEndian.PutUint16(truncated[14+20+2:], uint16(len(in4))) // the inner claims more than there is
+	plainIP := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: lb4.AsSlice(), DstIP: host4.AsSlice()}
+	plainUDP := &layers.UDP{SrcPort: 5353, DstPort: 53}
+	_ = plainUDP.SetNetworkLayerForChecksum(plainIP)
+	plain := ether(lb4, serialize(plainIP, plainUDP, gopacket.Payload("query")))
+	runCases(t, objs, []decapCase{
+		{"ipip: IPv4 in IPv4 to the host", tunnel(lb4, host4, 0, in4), tcOK, ether(cli4, in4), Counts{IPIP: 1}},
+		{"ipip: IPv6 in IPv6", tunnel(lb6, host6, 0, in6), tcOK, ether(cli6, in6), Counts{IPIP: 1}},
+		{"ipip: outer destination a VIP of the host", tunnel(lb4, vip4, 0, in4), tcOK, ether(cli4, in4), Counts{IPIP: 1}},
+		{"gue: variant 1 over IPv4", tunnel(lb4, host4, testGUEPort, in4), tcOK, ether(cli4, in4), Counts{GUE: 1}},
+		{"gue: variant 1 over IPv6", tunnel(lb6, host6, testGUEPort, in6), tcOK, ether(cli6, in6), Counts{GUE: 1}},
+		{"gue: variant 0 without options", tunnel(lb4, host4, testGUEPort, gueV0), tcOK, ether(cli4, in4), Counts{GUE: 1}},
+		{"UDP to another port passes untouched", tunnel(lb4, host4, testGUEPort+1, in4), tcOK, nil, Counts{}},
+		{"plain traffic passes untouched", plain, tcOK, nil, Counts{}},
+		{"a tunnel to another host passes untouched (transit)", tunnel(lb4, other4, 0, in4), tcOK, nil, Counts{}},
+		{"an inner destination not the host's is dropped", tunnel(lb4, host4, 0, inner(cli4, other4)), tcShot, nil, Counts{Foreign: 1}},
+		{"an IPv6 inner destination not the host's is dropped", tunnel(lb6, host6, testGUEPort, inner(cli6, other6)), tcShot, nil, Counts{Foreign: 1}},
+		{"a truncated inner packet is dropped", truncated, tcShot, nil, Counts{Malformed: 1}},
+		{"an inner packet of another family is dropped", tunnel(lb4, host4, 0, in6), tcShot, nil, Counts{Malformed: 1}},
+		{"GUE with a bad version is dropped", tunnel(lb4, host4, testGUEPort, append([]byte{0x80, 4, 0, 0}, in4...)), tcShot, nil, Counts{Malformed: 1}},
+		{"GUE with options is dropped", tunnel(lb4, host4, testGUEPort, append([]byte{0x01, 4, 0, 0}, in4...)), tcShot, nil, Counts{Malformed: 1}},
+		{"GUE too short for its header is dropped", tunnel(lb4, host4, testGUEPort, nil), tcShot, nil, Counts{Malformed: 1}},
+		{"a lone outer IPIP header is dropped", tunnel(lb4, host4, 0, nil), tcShot, nil, Counts{Malformed: 1}},
+	})
 }
 
 // TestAttachDetachStatus attaches to a veth in a network namespace, reads the status, attaches
