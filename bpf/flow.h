@@ -291,7 +291,7 @@ static __always_inline int flow_create(const struct flow_key *k, const struct se
 	default:
 		return SELECT_NO_BACKEND;
 	}
-	if (!(t->b = backend_get(t->id, k->family)))
+	if (!(t->b = backend_get(t->id, backend_family(svc, k))))
 		return SELECT_NO_BACKEND;
 	f.backend_id = t->id;
 	if (!mode_direct(svc->mode)) {
@@ -327,7 +327,8 @@ static __always_inline int flow_select(const struct packet *p, const struct serv
 	struct flow *f = bpf_map_lookup_elem(&flows, k);
 	bool syn = k->proto == IPPROTO_TCP && (p->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
 
-	if (f && !syn && (!g || f->nat_port) && (t->b = backend_get(f->backend_id, k->family))) {
+	if (f && !syn && (!g || f->nat_port) &&
+	    (t->b = backend_get(f->backend_id, backend_family(svc, k)))) {
 		t->id = f->backend_id;
 		t->nat_port = f->nat_port;
 		t->foreign = g && (f->flags & FLOW_FOREIGN_SOURCE);

@@ -17,14 +17,21 @@ const volatile __u8 count_nothing = 0;
 
 #include "limits.h"
 
-/* Backend id when it is in use and of the flow's family, or NULL. */
+/* Backend id when it is in use and of family (0: any), or NULL. */
 static __always_inline struct backend *backend_get(__u32 id, __u8 family)
 {
 	struct backend *b = bpf_map_lookup_elem(&backends, &id);
 
-	if (!b || !(b->flags & BACKEND_VALID) || b->family != family)
+	if (!b || !(b->flags & BACKEND_VALID) || (family && b->family != family))
 		return NULL;
 	return b;
+}
+
+/* The family backend_get wants for flow k of a service: the flow's, but any for mode tunnel,
+ * whose outer header is of the backend's family (IPv6 in IPv4, IPv4 in IPv6). */
+static __always_inline __u8 backend_family(const struct service *svc, const struct flow_key *k)
+{
+	return svc->mode == MODE_TUNNEL ? 0 : k->family;
 }
 
 /* The hash that indexes a service's table for flow k: the 5-tuple's, or for sh the source
@@ -184,7 +191,7 @@ static __always_inline int table_pick(const struct service *svc, const struct fl
 		.offset = svc->ring_offset,
 		.size = svc->ring_size,
 		.flags = svc->flags,
-		.family = k->family,
+		.family = backend_family(svc, k),
 	};
 
 	if (table_lookup(svc, k, &s.start, id))
@@ -207,7 +214,7 @@ static __always_inline int least_pick(const struct service *svc, const struct fl
 		.offset = svc->ring_offset,
 		.size = svc->ring_size,
 		.flags = svc->flags,
-		.family = k->family,
+		.family = backend_family(svc, k),
 	};
 
 	if (!svc->ring_size)
@@ -308,7 +315,7 @@ static __always_inline int second_chance(const struct service *svc, const struct
 	at = svc->ring_offset + slot;
 	ps = bpf_map_lookup_elem(&maglev_prev, &at);
 	if (!ps || ps->service_id != svc->id || (__s64)(ps->until_ns - now) <= 0 ||
-	    ps->backend_id == cur || !backend_get(ps->backend_id, k->family))
+	    ps->backend_id == cur || !backend_get(ps->backend_id, backend_family(svc, k)))
 		return -1;
 	*id = ps->backend_id;
 	if (!count_nothing && (n = bpf_map_lookup_elem(&second_chances, &sid)))
@@ -349,7 +356,7 @@ static __always_inline int backend_pick(const struct service *svc, const struct 
 		}
 		if (o->persist_ns) {
 			persist_key_of(&w->pk, k, sid, o->persist_prefix);
-			err = persist_pick(svc, o, &w->pk, k->family, now, id);
+			err = persist_pick(svc, o, &w->pk, backend_family(svc, k), now, id);
 		} else {
 			w = NULL;
 		}

@@ -1,16 +1,19 @@
 /* Sluice eBPF datapath: mode tunnel, dsr to routed backends. The client's packet is sent on
  * unchanged inside an outer header from the balancer to the backend, routed by bpf_fib_lookup:
  *
- *   ipip  IPv4 in IPv4 (protocol 4) or IPv6 in IPv6 (next header 41): 20 or 40 bytes;
+ *   ipip  an outer IPv4 header, protocol 4 for IPv4 and 41 for IPv6 inside (6in4), or an outer
+ *         IPv6 header, next header 41 for IPv6 and 4 for IPv4 inside (4in6): 20 or 40 bytes;
  *   gue   GUE variant 1 (RFC draft-ietf-intarea-gue, as Katran sends it): the IP packet directly
  *         after an outer UDP header to the service's gue_port, whose source port is a hash of
  *         the inner 5-tuple (32768-65535) so that ECMP routers spread the flows: 28 or 48 bytes.
  *         The UDP checksum is 0 (RFC 6935 allows it for tunnels over IPv6 too).
  *
- * The outer header copies the inner DSCP and ECN (the TOS byte, or the traffic class) and, IPv4,
- * the DF bit; its TTL/hop limit is TUNNEL_TTL and IPv6's flow label carries the flow hash too.
- * The outer source is the service's tunnel_source, or the route's preferred source
- * (BPF_FIB_LOOKUP_SRC). The inner packet is not touched: not even its TTL.
+ * The outer header is of the backend's family (its struct backend), which may differ from the
+ * VIP's, the inner packet's. It copies the inner DSCP and ECN (the TOS byte, or the traffic
+ * class) and, IPv4 in IPv4, the DF bit (IPv6 inside IPv4 leaves DF clear, as Katran does); its
+ * TTL/hop limit is TUNNEL_TTL and IPv6's flow label carries the flow hash too. The outer source
+ * is the service's tunnel_source, or the route's preferred source (BPF_FIB_LOOKUP_SRC). The
+ * inner packet is not touched: not even its TTL.
  *
  * A packet that no longer fits the egress device's MTU once encapsulated (GSO packets aside: the
  * kernel segments them for the new headers) is answered from the VIP with an ICMP fragmentation
@@ -76,10 +79,10 @@ struct {
 	__uint(max_entries, 1);
 } tunnel_scratch SEC(".maps");
 
-/* Bytes an encapsulation adds. */
-static __always_inline __u32 tunnel_overhead(const struct tunnel *tn, bool v4)
+/* Bytes an encapsulation adds, in an outer IPv4 header (out4) or IPv6 one. */
+static __always_inline __u32 tunnel_overhead(const struct tunnel *tn, bool out4)
 {
-	return (v4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr)) +
+	return (out4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr)) +
 	       (tn->kind == TUNNEL_GUE ? sizeof(struct udphdr) : 0);
 }
 
@@ -110,27 +113,33 @@ static __always_inline void tunnel_count(__u32 id, bool encapsulated, bool too_b
 		c->no_source++;
 }
 
-/* Routes a tunnel packet to its backend (pl->nexthop) from ifindex: fills w->fib, the outer
- * source included, and says how it leaves. Anything but a route drops it: the stack would route
- * it by the VIP. */
+/* The protocol (IPv4) or next header (IPv6) of a tunnel's outer header: UDP for GUE, else the
+ * inner packet's family's, 4 or 41, whatever the outer family. */
+static __always_inline __u8 tunnel_proto(const struct tunnel *tn, const struct packet *p)
+{
+	return tn->kind == TUNNEL_GUE     ? IPPROTO_UDP
+	       : p->key.family == AF_INET ? IPPROTO_IPIP
+					  : IPPROTO_IPV6;
+}
+
+/* Routes a tunnel packet to its backend (pl->nexthop, of the outer family: IPv4 for out4) from
+ * ifindex: fills w->fib, the outer source included, and says how it leaves. Anything but a route
+ * drops it: the stack would route it by the VIP. */
 static __always_inline int tunnel_route(void *ctx, bool xdp, const struct packet *p,
 					const struct plan *pl, __u32 ifindex, struct tunnel_work *w,
-					__u8 *why)
+					bool out4, __u8 *why)
 {
-	bool  v4 = p->key.family == AF_INET;
 	__u32 flags = xdp ? 0 : BPF_FIB_LOOKUP_SKIP_NEIGH;
 	long  rc;
 	int   egress;
 
 	__builtin_memset(&w->fib, 0, sizeof(w->fib));
-	w->fib.family = p->key.family;
-	w->fib.l4_protocol = w->tn.kind == TUNNEL_GUE ? IPPROTO_UDP
-			     : v4                     ? IPPROTO_IPIP
-						      : IPPROTO_IPV6;
+	w->fib.family = out4 ? AF_INET : AF_INET6;
+	w->fib.l4_protocol = tunnel_proto(&w->tn, p);
 	w->fib.ifindex = ifindex;
-	if (addr_unset(w->tn.src, v4 ? 4 : 16))
+	if (addr_unset(w->tn.src, out4 ? 4 : 16))
 		flags |= BPF_FIB_LOOKUP_SRC;
-	if (v4) {
+	if (out4) {
 		__builtin_memcpy(&w->fib.ipv4_src, w->tn.src, 4);
 		__builtin_memcpy(&w->fib.ipv4_dst, pl->nexthop, 4);
 	} else {
@@ -154,36 +163,44 @@ static __always_inline int tunnel_route(void *ctx, bool xdp, const struct packet
 	return egress;
 }
 
-/* Writes the outer headers of a tunnel packet into w (w->inner holds the inner header's first
- * bytes); returns their length. */
-static __always_inline __u32 tunnel_headers(struct tunnel_work *w, const struct packet *p,
-					    const struct plan *pl)
+/* The inner packet's DSCP and ECN: its TOS byte or its traffic class (w->inner holds the inner
+ * header's first bytes). */
+static __always_inline __u8 inner_tos(const struct tunnel_work *w, bool in4)
 {
-	bool           v4 = p->key.family == AF_INET;
+	return in4 ? w->inner[1] : (__u8)(w->inner[0] << 4 | w->inner[1] >> 4);
+}
+
+/* Writes the outer headers of a tunnel packet into w (w->inner holds the inner header's first
+ * bytes), an outer IPv4 header for out4, else IPv6; returns their length. */
+static __always_inline __u32 tunnel_headers(struct tunnel_work *w, const struct packet *p,
+					    const struct plan *pl, bool out4)
+{
+	bool           in4 = p->key.family == AF_INET;
 	bool           gue = w->tn.kind == TUNNEL_GUE;
-	__u32          len = tunnel_overhead(&w->tn, v4);
+	__u32          len = tunnel_overhead(&w->tn, out4);
 	__u32          hash = flow_hash(&p->key, TUNNEL_HASH_SALT);
-	struct udphdr *udp = v4 ? &w->e4.udp : &w->e6.udp;
+	__u8           tos = inner_tos(w, in4);
+	struct udphdr *udp = out4 ? &w->e4.udp : &w->e6.udp;
 
 	__builtin_memset(&w->e6, 0, sizeof(w->e6));
-	if (v4) {
+	if (out4) {
 		w->e4.ip.version = 4;
 		w->e4.ip.ihl = 5;
-		w->e4.ip.tos = w->inner[1];
+		w->e4.ip.tos = tos;
 		w->e4.ip.tot_len = bpf_htons(p->l3_len + len);
 		w->e4.ip.id = (__be16)hash;
-		w->e4.ip.frag_off = *(__be16 *)&w->inner[6] & bpf_htons(IPV4_DF);
+		if (in4)
+			w->e4.ip.frag_off = *(__be16 *)&w->inner[6] & bpf_htons(IPV4_DF);
 		w->e4.ip.ttl = TUNNEL_TTL;
-		w->e4.ip.protocol = gue ? IPPROTO_UDP : IPPROTO_IPIP;
+		w->e4.ip.protocol = tunnel_proto(&w->tn, p);
 		w->e4.ip.saddr = w->fib.ipv4_src;
 		__builtin_memcpy(&w->e4.ip.daddr, pl->nexthop, 4);
 		w->e4.ip.check = ipv4_csum(&w->e4.ip);
 	} else {
 		/* version, traffic class and flow label: the inner's class, the flow hash's label */
-		*(__be32 *)&w->e6.ip =
-			(*(__be32 *)w->inner & bpf_htonl(0xfff00000)) | bpf_htonl(hash & 0xfffff);
+		*(__be32 *)&w->e6.ip = bpf_htonl(6 << 28 | (__u32)tos << 20 | (hash & 0xfffff));
 		w->e6.ip.payload_len = bpf_htons(p->l3_len + (gue ? sizeof(*udp) : 0));
-		w->e6.ip.nexthdr = gue ? IPPROTO_UDP : IPPROTO_IPV6;
+		w->e6.ip.nexthdr = tunnel_proto(&w->tn, p);
 		w->e6.ip.hop_limit = TUNNEL_TTL;
 		__builtin_memcpy(&w->e6.ip.saddr, w->fib.ipv6_src, 16);
 		__builtin_memcpy(&w->e6.ip.daddr, pl->nexthop, 16);
@@ -283,28 +300,33 @@ static __always_inline int toobig_send(void *ctx, bool xdp, const struct packet 
 	return bpf_redirect(((struct __sk_buff *)ctx)->ingress_ifindex, 0);
 }
 
-/* Adds the outer headers of w (len bytes) in front of the IP header, on tc: the kernel marks the
- * skb encapsulated, so GSO packets are segmented with the outer headers. */
+/* Adds the outer headers of w (len bytes, IPv4 for out4) in front of the IP header, on tc: the
+ * kernel marks the skb encapsulated, so GSO packets are segmented with the outer headers, and
+ * sets skb->protocol to the outer family; the EtherType follows it when the family changes. */
 static __always_inline int tunnel_push_tc(struct __sk_buff *skb, const struct tunnel_work *w,
-					  bool v4, __u32 len)
+					  bool out4, __u32 len)
 {
-	__u64 flags = v4 ? BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 : BPF_F_ADJ_ROOM_ENCAP_L3_IPV6;
+	__u64  flags = out4 ? BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 : BPF_F_ADJ_ROOM_ENCAP_L3_IPV6;
+	__be16 proto = out4 ? bpf_htons(ETH_P_IP) : bpf_htons(ETH_P_IPV6);
 
 	if (w->tn.kind == TUNNEL_GUE)
 		flags |= BPF_F_ADJ_ROOM_ENCAP_L4_UDP;
+	if (skb->protocol != proto &&
+	    bpf_skb_store_bytes(skb, offsetof(struct ethhdr, h_proto), &proto, sizeof(proto), 0))
+		return -1;
 	if (bpf_skb_adjust_room(skb, len, BPF_ADJ_ROOM_MAC, flags))
 		return -1;
-	if (v4)
+	if (out4)
 		return w->tn.kind == TUNNEL_GUE ? bpf_skb_store_bytes(skb, ETH_HLEN, &w->e4, 28, 0)
 						: bpf_skb_store_bytes(skb, ETH_HLEN, &w->e4, 20, 0);
 	return w->tn.kind == TUNNEL_GUE ? bpf_skb_store_bytes(skb, ETH_HLEN, &w->e6, 48, 0)
 					: bpf_skb_store_bytes(skb, ETH_HLEN, &w->e6, 40, 0);
 }
 
-/* Adds the outer headers of w (len bytes) in front of the IP header, on XDP, with the route's
- * MACs. */
-static __always_inline int tunnel_push_xdp(struct xdp_md *ctx, const struct tunnel_work *w, bool v4,
-					   __u32 len)
+/* Adds the outer headers of w (len bytes, IPv4 for out4) in front of the IP header, on XDP,
+ * with the route's MACs. */
+static __always_inline int tunnel_push_xdp(struct xdp_md *ctx, const struct tunnel_work *w,
+					   bool out4, __u32 len)
 {
 	void          *data, *data_end;
 	struct ethhdr *eth;
@@ -318,10 +340,10 @@ static __always_inline int tunnel_push_xdp(struct xdp_md *ctx, const struct tunn
 		return -1;
 	__builtin_memcpy(eth->h_dest, w->fib.dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, w->fib.smac, ETH_ALEN);
-	eth->h_proto = v4 ? bpf_htons(ETH_P_IP) : bpf_htons(ETH_P_IPV6);
-	if (v4 && w->tn.kind == TUNNEL_GUE)
+	eth->h_proto = out4 ? bpf_htons(ETH_P_IP) : bpf_htons(ETH_P_IPV6);
+	if (out4 && w->tn.kind == TUNNEL_GUE)
 		__builtin_memcpy(eth + 1, &w->e4, 28);
-	else if (v4)
+	else if (out4)
 		__builtin_memcpy(eth + 1, &w->e4, 20);
 	else if (w->tn.kind == TUNNEL_GUE)
 		__builtin_memcpy(eth + 1, &w->e6, 48);
@@ -331,21 +353,23 @@ static __always_inline int tunnel_push_xdp(struct xdp_md *ctx, const struct tunn
 }
 
 /* Encapsulates a planned packet of a tunnel service received on ifindex and sends it to its
- * backend, or answers it with ICMP too big. */
+ * backend, in an outer header of the backend's family, or answers it with ICMP too big. */
 static __always_inline int tunnel_forward(void *ctx, bool xdp, const struct packet *p,
 					  const struct plan *pl, __u32 ifindex)
 {
-	bool                v4 = p->key.family == AF_INET;
-	__u32               zero = 0, id = pl->svc_id, mtu = 0, len;
+	__u32               zero = 0, id = pl->svc_id, bid = pl->backend_id, mtu = 0, len;
 	struct tunnel_work *w = bpf_map_lookup_elem(&tunnel_scratch, &zero);
 	struct tunnel      *tn = bpf_map_lookup_elem(&service_tunnels, &id);
+	struct backend     *b = bpf_map_lookup_elem(&backends, &bid);
 	int                 egress, err;
+	bool                out4;
 	__u8                why;
 
-	if (!w || !tn || (tn->kind != TUNNEL_IPIP && tn->kind != TUNNEL_GUE))
+	if (!w || !tn || !b || (tn->kind != TUNNEL_IPIP && tn->kind != TUNNEL_GUE))
 		return verdict_drop(xdp);
 	w->tn = *tn;
-	egress = tunnel_route(ctx, xdp, p, pl, ifindex, w, &why);
+	out4 = b->family == AF_INET;
+	egress = tunnel_route(ctx, xdp, p, pl, ifindex, w, out4, &why);
 	if (egress == EGRESS_STACK) { /* no source address */
 		tunnel_count(id, false, false);
 		return verdict_drop(xdp);
@@ -354,7 +378,7 @@ static __always_inline int tunnel_forward(void *ctx, bool xdp, const struct pack
 		count_outcome(pl, p->l3_len, false, why);
 		return verdict_drop(xdp);
 	}
-	len = tunnel_overhead(&w->tn, v4);
+	len = tunnel_overhead(&w->tn, out4);
 	if (bpf_check_mtu(ctx, w->fib.ifindex, &mtu, len, 0)) {
 		tunnel_count(id, false, true);
 		count_outcome(pl, p->l3_len, false, UNFORWARDED_NONE);
@@ -362,8 +386,8 @@ static __always_inline int tunnel_forward(void *ctx, bool xdp, const struct pack
 	}
 	if (ctx_load(ctx, xdp, ETH_HLEN, w->inner, sizeof(w->inner)))
 		return verdict_drop(xdp);
-	tunnel_headers(w, p, pl);
-	err = xdp ? tunnel_push_xdp(ctx, w, v4, len) : tunnel_push_tc(ctx, w, v4, len);
+	tunnel_headers(w, p, pl, out4);
+	err = xdp ? tunnel_push_xdp(ctx, w, out4, len) : tunnel_push_tc(ctx, w, out4, len);
 	if (!err)
 		tunnel_count(id, true, false);
 	count_outcome(pl, p->l3_len, !err, UNFORWARDED_NONE);

@@ -53,7 +53,7 @@ func tunServices() []tunService {
 	gue := sluiceTunnel{Kind: sluiceTunnelKindTUNNEL_GUE, GuePort: wirePort(6080)}
 	own := ipip
 	own.Src, _ = wireAddr(tunSource4)
-	return []tunService{
+	return append([]tunService{
 		{fxService{40, vipTun4, 80, protoTCP, config.ModeTunnel, "drop", []uint32{20}}, ipip},
 		{fxService{41, vipTun4, 53, protoUDP, config.ModeTunnel, "drop", []uint32{20}}, gue},
 		{fxService{42, vipTun6, 80, protoTCP, config.ModeTunnel, "drop", []uint32{21}}, ipip},
@@ -61,7 +61,7 @@ func tunServices() []tunService {
 		{fxService{44, vipBig4, 80, protoTCP, config.ModeTunnel, "drop", []uint32{22}}, ipip},
 		{fxService{45, vipBig6, 80, protoTCP, config.ModeTunnel, "drop", []uint32{23}}, gue},
 		{fxService{46, vipTun4, 81, protoTCP, config.ModeTunnel, "drop", []uint32{20}}, own},
-	}
+	}, mixedTunServices(ipip, gue, own)...)
 }
 
 // buildTunnelNet adds the router and tun0 to the fixture network.
@@ -153,31 +153,50 @@ func ipv4Checksum(h []byte) uint16 {
 	return ^uint16(s)
 }
 
+// innerHeader is what the outer header of a tunnel packet takes from the inner one: the protocol
+// (next header) it announces, the inner DSCP/ECN and, for IPv4 inside, its DF bit.
+type innerHeader struct {
+	proto layers.IPProtocol
+	tos   uint8
+	df    layers.IPv4Flag
+}
+
+// innerOf reads what the outer header of inner (an IP packet) takes from it; gue: UDP follows.
+func innerOf(inner []byte, gue bool) innerHeader {
+	h := innerHeader{proto: layers.IPProtocolIPv4, tos: inner[1], df: layers.IPv4Flag(inner[6]>>5) & layers.IPv4DontFragment}
+	if inner[0]>>4 == 6 {
+		h = innerHeader{proto: layers.IPProtocolIPv6, tos: inner[0]<<4 | inner[1]>>4}
+	}
+	if gue {
+		h.proto = layers.IPProtocolUDP
+	}
+	return h
+}
+
 // encapsulated is what a tunnel frame must be: the input's IP packet, unchanged, after an outer
-// header of the family from src to dst with the protocol, TTL 64 and the inner DSCP/ECN, and for
-// GUE a UDP header to port 6080 from a port of 32768-65535; it returns the GUE source port, or
-// the IPv6 flow label.
+// header of dst's family (IPv4 or IPv6 inside either) from src to dst with the protocol, TTL 64
+// and the inner DSCP/ECN, and for GUE a UDP header to port 6080 from a port of 32768-65535; it
+// returns the GUE source port, or the IPv6 flow label.
 func encapsulated(t *testing.T, out, in []byte, src, dst netip.Addr, gue bool) uint32 {
 	t.Helper()
 	inner := in[14:]
+	want := innerOf(inner, gue)
 	pk := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default)
 	var payload []byte
 	var entropy uint32
 	if ip4, ok := pk.NetworkLayer().(*layers.IPv4); ok {
-		want := layers.IPProtocolIPv4
-		if gue {
-			want = layers.IPProtocolUDP
-		}
 		h := bytes.Clone(out[14:34])
 		check := binary.BigEndian.Uint16(h[10:])
 		binary.BigEndian.PutUint16(h[10:], 0)
 		switch {
-		case ip4.Protocol != want, ip4.TTL != 64, ip4.IHL != 5:
-			t.Errorf("outer header: protocol %v TTL %d IHL %d, want %v, 64, 5", ip4.Protocol, ip4.TTL, ip4.IHL, want)
-		case ip4.TOS != inner[1]:
-			t.Errorf("outer TOS %#x, want the inner's %#x", ip4.TOS, inner[1])
-		case ip4.Flags&layers.IPv4DontFragment != layers.IPv4Flag(inner[6]>>5)&layers.IPv4DontFragment:
-			t.Errorf("outer DF %v, inner flags %#x", ip4.Flags, inner[6])
+		case binary.BigEndian.Uint16(out[12:]) != uint16(layers.EthernetTypeIPv4):
+			t.Errorf("EtherType %#x, want IPv4", out[12:14])
+		case ip4.Protocol != want.proto, ip4.TTL != 64, ip4.IHL != 5:
+			t.Errorf("outer header: protocol %v TTL %d IHL %d, want %v, 64, 5", ip4.Protocol, ip4.TTL, ip4.IHL, want.proto)
+		case ip4.TOS != want.tos:
+			t.Errorf("outer TOS %#x, want the inner's %#x", ip4.TOS, want.tos)
+		case ip4.Flags&layers.IPv4DontFragment != want.df, ip4.FragOffset != 0:
+			t.Errorf("outer flags %v offset %d, want DF %v", ip4.Flags, ip4.FragOffset, want.df)
 		case check != ipv4Checksum(h):
 			t.Errorf("outer checksum %#x, want %#x", check, ipv4Checksum(h))
 		case int(ip4.Length) != len(out)-14:
@@ -186,16 +205,13 @@ func encapsulated(t *testing.T, out, in []byte, src, dst netip.Addr, gue bool) u
 		checkAddrs(t, ip4.SrcIP, ip4.DstIP, src, dst)
 		payload = out[34:]
 	} else if ip6, ok := pk.NetworkLayer().(*layers.IPv6); ok {
-		want := layers.IPProtocolIPv6
-		if gue {
-			want = layers.IPProtocolUDP
-		}
-		innerClass := inner[0]<<4 | inner[1]>>4
 		switch {
-		case ip6.NextHeader != want, ip6.HopLimit != 64:
-			t.Errorf("outer header: next header %v hop limit %d, want %v, 64", ip6.NextHeader, ip6.HopLimit, want)
-		case ip6.TrafficClass != innerClass:
-			t.Errorf("outer traffic class %#x, want the inner's %#x", ip6.TrafficClass, innerClass)
+		case binary.BigEndian.Uint16(out[12:]) != uint16(layers.EthernetTypeIPv6):
+			t.Errorf("EtherType %#x, want IPv6", out[12:14])
+		case ip6.NextHeader != want.proto, ip6.HopLimit != 64:
+			t.Errorf("outer header: next header %v hop limit %d, want %v, 64", ip6.NextHeader, ip6.HopLimit, want.proto)
+		case ip6.TrafficClass != want.tos:
+			t.Errorf("outer traffic class %#x, want the inner's %#x", ip6.TrafficClass, want.tos)
 		case int(ip6.Length) != len(out)-54:
 			t.Errorf("outer payload length %d, frame %d", ip6.Length, len(out))
 		}
@@ -203,6 +219,9 @@ func encapsulated(t *testing.T, out, in []byte, src, dst netip.Addr, gue bool) u
 		payload, entropy = out[54:], ip6.FlowLabel
 	} else {
 		t.Fatalf("no outer IP header:\n%s", dump(out))
+	}
+	if _, is4 := pk.NetworkLayer().(*layers.IPv4); is4 != dst.Is4() {
+		t.Errorf("the outer header is not of the backend %v's family", dst)
 	}
 	if gue {
 		sport, dport, ulen, check := binary.BigEndian.Uint16(payload), binary.BigEndian.Uint16(payload[2:]), binary.BigEndian.Uint16(payload[4:]), binary.BigEndian.Uint16(payload[6:])

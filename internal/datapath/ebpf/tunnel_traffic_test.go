@@ -15,16 +15,21 @@ import (
 	"github.com/sluicelb/sluice/internal/netnstest"
 )
 
-// The traffic lab's tunnel VIPs, held on the backend's loopback: port 80 goes in IPIP, port 81
-// in GUE, TCP and UDP alike.
-var tunnelVIPs = [2]netip.Addr{mustAddr("10.0.9.4"), mustAddr("fd00:9::4")}
+// The traffic lab's tunnel VIPs, held on the backend's loopback, and the backend id each goes to:
+// 10.0.9.4 to the IPv4 address (IPv4 in IPv4), fd00:9::4 to the IPv6 one, fd00:9::5 to the IPv4
+// one (IPv6 in IPv4) and 10.0.9.5 to the IPv6 one (IPv4 in IPv6). Port 80 goes in IPIP, port
+// 81 in GUE, TCP and UDP alike.
+var tunnelVIPs = []struct {
+	vip     netip.Addr
+	backend uint32
+}{{mustAddr("10.0.9.4"), 2}, {mustAddr("fd00:9::4"), 4}, {mustAddr("fd00:9::5"), 2}, {mustAddr("10.0.9.5"), 4}}
 
 // tunnels adds the tunnel services to a balancing lab: ids after the others', to its backend.
 func (l *trafficLab) tunnels(t *testing.T, objs *sluiceObjects) {
 	ipip := sluiceTunnel{Kind: sluiceTunnelKindTUNNEL_IPIP}
 	gue := sluiceTunnel{Kind: sluiceTunnelKindTUNNEL_GUE, GuePort: wirePort(decap.DefaultGUEPort)}
 	id := uint32(100)
-	for i, vip := range tunnelVIPs {
+	for _, tv := range tunnelVIPs {
 		for port, tn := range map[uint16]sluiceTunnel{80: ipip, 81: gue} {
 			for _, proto := range []uint8{protoTCP, protoUDP} {
 				id++
@@ -32,9 +37,9 @@ func (l *trafficLab) tunnels(t *testing.T, objs *sluiceObjects) {
 					m    interface{ Put(k, v any) error }
 					k, v any
 				}{
-					{objs.Maglev, id, uint32(2*i + 2)}, // the backend, port 0
+					{objs.Maglev, id, tv.backend}, // port 0
 					{objs.ServiceTunnels, id, tn},
-					{objs.Vips, vipKeyOf(vip, port, proto), sluiceService{Id: id, RingOffset: id, RingSize: 1, Mode: wireModes[config.ModeTunnel]}},
+					{objs.Vips, vipKeyOf(tv.vip, port, proto), sluiceService{Id: id, RingOffset: id, RingSize: 1, Mode: wireModes[config.ModeTunnel]}},
 				} {
 					if err := put.m.Put(put.k, put.v); err != nil {
 						t.Fatal(err)
@@ -54,8 +59,8 @@ func (l *trafficLab) decapsulate(t *testing.T) decap.Options {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, vip := range tunnelVIPs {
-			addr, err := netlink.ParseAddr(netip.PrefixFrom(vip, vip.BitLen()).String())
+		for _, tv := range tunnelVIPs {
+			addr, err := netlink.ParseAddr(netip.PrefixFrom(tv.vip, tv.vip.BitLen()).String())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -79,8 +84,9 @@ func (l *trafficLab) decapsulate(t *testing.T) decap.Options {
 }
 
 // TestTrafficThroughTunnels: TCP and UDP through IPIP and GUE tunnel services, IPv4 and IPv6,
-// on tc and XDP, to a backend decapsulating with sluice decap (this kernel has no ipip or fou):
-// a megabyte echoed over TCP (GSO packets grow by the outer headers) and UDP datagrams.
+// and IPv6 in IPv4 and IPv4 in IPv6 (a VIP and its backend of different families), on tc and
+// XDP, to a backend decapsulating with sluice decap (this kernel has no ipip, sit or fou): a
+// megabyte echoed over TCP (GSO packets grow by the outer headers) and UDP datagrams.
 func TestTrafficThroughTunnels(t *testing.T) {
 	for _, h := range []hook{hookTC, hookXDP} {
 		t.Run(h.String(), func(t *testing.T) {
@@ -90,17 +96,17 @@ func TestTrafficThroughTunnels(t *testing.T) {
 				l.backendNeighbours(t)
 			}
 			var addrs []string
-			for _, vip := range tunnelVIPs {
-				addrs = append(addrs, netip.AddrPortFrom(vip, 80).String(), netip.AddrPortFrom(vip, 81).String())
+			for _, tv := range tunnelVIPs {
+				addrs = append(addrs, netip.AddrPortFrom(tv.vip, 80).String(), netip.AddrPortFrom(tv.vip, 81).String())
 			}
 			o := l.decapsulate(t)
 			l.serve(t, addrs...)
 			l.tunnels(t, l.balance(t, h))
-			for _, vip := range tunnelVIPs {
+			for _, tv := range tunnelVIPs {
 				for port, kind := range map[uint16]string{80: "ipip", 81: "gue"} {
-					to := netip.AddrPortFrom(vip, port)
-					t.Run(fmt.Sprintf("%s/%v/tcp", kind, vip), func(t *testing.T) { l.echoTCP(t, to) })
-					t.Run(fmt.Sprintf("%s/%v/udp", kind, vip), func(t *testing.T) { l.echoUDP(t, to) })
+					to := netip.AddrPortFrom(tv.vip, port)
+					t.Run(fmt.Sprintf("%s/%v/tcp", kind, tv.vip), func(t *testing.T) { l.echoTCP(t, to) })
+					t.Run(fmt.Sprintf("%s/%v/udp", kind, tv.vip), func(t *testing.T) { l.echoUDP(t, to) })
 				}
 			}
 			st, err := decap.ReadStatus(o)
