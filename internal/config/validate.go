@@ -175,7 +175,7 @@ func (s *Service) validateBackends(at string, backends []Backend, vip netip.Addr
 			fail(bat()+".address", "%s is the service's own vip: the balancer would send the flows to itself", addr)
 		case vips.has(addr):
 			fail(bat()+".address", "%s is the vip of %s: the balancer would send the flows to itself", addr, vips.name(addr))
-		case vipOK && addr.Is4() != vip.Is4():
+		case vipOK && addr.Is4() != vip.Is4() && s.Mode != ModeTunnel: // tunnel: validateTunnel
 			fail(bat()+".address", "%s and vip %s are of different address families", addr, vip)
 		}
 		if err == nil {

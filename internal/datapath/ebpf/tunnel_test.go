@@ -11,8 +11,8 @@ import (
 )
 
 // TestApplyProgramsTunnels: a tunnel service's vips entries say MODE_TUNNEL and its
-// service_tunnels entry holds its kind, GUE port and outer source, its status the counters of
-// tunnel_stats; a change of those is written.
+// service_tunnels entry holds its kind, GUE port and outer source (of the backends' family, not
+// the VIP's, for c), its status the counters of tunnel_stats; a change of those is written.
 func TestApplyProgramsTunnels(t *testing.T) {
 	r := newRig(t)
 	d := r.datapath(Options{})
@@ -20,12 +20,14 @@ func TestApplyProgramsTunnels(t *testing.T) {
 services:
 - {name: a, vip: 10.1.0.1, port: 80, mode: tunnel, backends: [{address: 10.2.0.1}]}
 - {name: b, vip: 10.1.0.1, port: 53, protocol: udp, mode: tunnel, tunnel: gue, gue_port: 7000, tunnel_source: 10.1.0.2, backends: [{address: 10.2.0.1}]}
+- {name: c, vip: "fd00:1::1", port: 80, mode: tunnel, tunnel_source: 10.1.0.2, backends: [{address: 10.2.0.1}]}
 `
 	r.apply(d, planFromYAML(t, yaml))
 	src, _ := wireAddr(netip.MustParseAddr("10.1.0.2"))
 	want := map[string]sluiceTunnel{
 		"a": {Kind: sluiceTunnelKindTUNNEL_IPIP},
 		"b": {Kind: sluiceTunnelKindTUNNEL_GUE, GuePort: wirePort(7000), Src: src},
+		"c": {Kind: sluiceTunnelKindTUNNEL_IPIP, Src: src}, // an IPv6 VIP over an IPv4 backend
 	}
 	check := func() {
 		t.Helper()
@@ -54,6 +56,7 @@ services:
 services:
 - {name: a, vip: 10.1.0.1, port: 80, mode: tunnel, tunnel: gue, backends: [{address: 10.2.0.1}]}
 - {name: b, vip: 10.1.0.1, port: 53, protocol: udp, mode: tunnel, tunnel: gue, gue_port: 7000, tunnel_source: 10.1.0.2, backends: [{address: 10.2.0.1}]}
+- {name: c, vip: "fd00:1::1", port: 80, mode: tunnel, tunnel_source: 10.1.0.2, backends: [{address: 10.2.0.1}]}
 `))
 	want["a"] = sluiceTunnel{Kind: sluiceTunnelKindTUNNEL_GUE, GuePort: wirePort(6080)}
 	check()
