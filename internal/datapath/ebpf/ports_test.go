@@ -16,31 +16,40 @@ import (
 func TestServiceOnSeveralPorts(t *testing.T) {
 	r := newRig(t)
 	d := r.datapath(Options{})
-	service := func(ports string) string {
-		return strings.Replace(`
+	service := func(ports, persistence string) string {
+		return strings.NewReplacer("PORTS", ports, "PERSISTENCE", persistence).Replace(`
 services:
   - name: mail
     vip: 10.91.9.100
     ports: PORTS
     scheduler: rr
-    persistence_timeout: 5m
+    persistence_timeout: PERSISTENCE
     backends:
       - address: 10.91.2.11
       - address: 10.91.2.12
-`, "PORTS", ports, 1)
+`)
 	}
-	before := planFromYAML(t, service(`[443, 25, "8000-8002"]`))
+	// reached sends client i's connections to 25, 443 and 8001 and returns the backends they reached.
+	reached := func(i int) map[netip.Addr]bool {
+		to := map[netip.Addr]bool{}
+		for n, port := range []uint16{25, 443, 8001} {
+			c := client(i, 47000+uint16(n), false)
+			to[destination(t, d, segmentWith(t, c, netip.AddrPortFrom(sessionVIP.Addr(), port), layers.TCP{SYN: true})).Addr()] = true
+		}
+		return to
+	}
+	// Without persistence a client's connections to the ports spread (rr alternates).
+	r.apply(d, planFromYAML(t, service(`[443, 25, "8000-8002"]`, "0")))
+	if to := reached(100); len(to) != 2 {
+		t.Errorf("without persistence one client's connections to three ports reached %v, want both backends", to)
+	}
+	before := planFromYAML(t, service(`[443, 25, "8000-8002"]`, "5m"))
 	r.apply(d, before)
 	checkMaps(t, d.maps, before)
 	// Persistence spans the ports: every client's connections to 25, 443 and 8001 share a backend.
 	for i := range 8 {
-		c := client(i, 47000, false)
-		first := destination(t, d, segmentWith(t, c, netip.AddrPortFrom(sessionVIP.Addr(), 25), layers.TCP{SYN: true})).Addr()
-		for n, port := range []uint16{443, 8001} {
-			c := client(i, 47001+uint16(n), false)
-			if to := destination(t, d, segmentWith(t, c, netip.AddrPortFrom(sessionVIP.Addr(), port), layers.TCP{SYN: true})).Addr(); to != first {
-				t.Fatalf("client %d went to %s on port 25 and to %s on port %d", i, first, to, port)
-			}
+		if to := reached(i); len(to) != 1 {
+			t.Fatalf("client %d reached %v on ports 25, 443 and 8001, want one backend", i, to)
 		}
 	}
 	// A port in a gap is not the service's: the program tracks no flow to it.
@@ -50,7 +59,7 @@ services:
 	if d.maps.Flows.Lookup(flowKeyOf(c, gap, unix.IPPROTO_TCP), &f) == nil {
 		t.Error("a SYN to port 26, between the service's ports 25 and 443, made a flow")
 	}
-	after := planFromYAML(t, service(`[25, "8001-8003"]`))
+	after := planFromYAML(t, service(`[25, "8001-8003"]`, "5m"))
 	if n := r.apply(d, after); n != 4 { // 443 and 8000 deleted, 8003 added, the record's bounds
 		t.Errorf("changing the ports wrote %d entries, want 4", n)
 	}

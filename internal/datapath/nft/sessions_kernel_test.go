@@ -309,3 +309,21 @@ func TestKernelDSRPersistenceKeepsTheClient(t *testing.T) {
 		assertRemembered(t, d, clients24a[0], moved)
 	})
 }
+
+// TestKernelPortsWithoutPersistenceSpread: without persistence, one client's connections to the
+// ports of a service on several ports spread over its backends (rr alternates), as IPVS spreads a
+// fwmark service's without -p.
+func TestKernelPortsWithoutPersistenceSpread(t *testing.T) {
+	inFreshNetns(t, func() {
+		client, d := sessionRig(t)
+		apply(t, d, sessionPlan(t, "", "ports: [443, 80]\nmode: nat\nscheduler: rr", rigBackends(netip.Addr{})...))
+		reached := map[netip.Addr]bool{}
+		for i := range 4 {
+			to := netip.AddrPortFrom(netip.MustParseAddr("10.91.9.100"), []uint16{80, 443}[i%2])
+			reached[backendFor(t, client, netip.AddrPortFrom(clients24a[0], 0), to)] = true
+		}
+		if len(reached) < 2 {
+			t.Errorf("one client's four connections to ports 80 and 443 reached %v, want them spread", reached)
+		}
+	})
+}
