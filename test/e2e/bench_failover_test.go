@@ -27,6 +27,9 @@ type benchFailoverReport struct {
 			Total           int     `json:"total"`
 			ReconvergeS     float64 `json:"reconverge_s"`
 			AddressMoves    int     `json:"address_moves"`
+			RouteChanges    int     `json:"route_changes"`
+			LongLivedOnNode int     `json:"long_lived_on_node"`
+			Unsupported     string  `json:"unsupported"`
 		} `json:"cells"`
 	} `json:"results"`
 }
@@ -70,4 +73,45 @@ func TestBenchFailover(t *testing.T) {
 		}
 	}
 	t.Logf("sluice-lab bench failover (not asserted):\n%s", stdout)
+}
+
+// TestBenchFailoverFleet is the smoke test of bench failover's fleet events: a node's death in an
+// ebpf fleet of two nodes behind the router, fullnat measured and nat shown as unsupported, with
+// few connections, in its own lab. It checks the cells count what ran through them (totals that
+// add up, the router's route changed, the connections through the dead node counted); never how
+// many broke or how fast anything is.
+func TestBenchFailoverFleet(t *testing.T) {
+	requireLab(t)
+	report := filepath.Join(t.TempDir(), "failover.json")
+	stdout, _ := benchSmoke(t, benchFailoverKind, "failover", "--datapath", "ebpf", "--modes", "nat,fullnat",
+		"--events", "fleet-node-death", "--conns", "4", "--new-rate", "10", "--json", report)
+	for _, want := range []string{"BGP/ECMP fleet", "EBPF-NAT", "EBPF-FULLNAT", "fleet-node-death", "unsupported"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("the table lacks %q:\n%s", want, stdout)
+		}
+	}
+	var rep benchFailoverReport
+	readReport(t, report, &rep)
+	r := rep.Results
+	if len(r.Cells) != 2 {
+		t.Fatalf("%d cells, want 2 (fleet-node-death in ebpf-nat and ebpf-fullnat): %+v", len(r.Cells), r.Cells)
+	}
+	nat, fullnat := r.Cells[0], r.Cells[1]
+	if nat.Mode != "nat" || nat.Unsupported == "" || nat.Total != 0 {
+		t.Errorf("the nat cell is not an unmeasured unsupported one: %+v", nat)
+	}
+	c := fullnat
+	if c.Event != "fleet-node-death" || c.Mode != "fullnat" || c.Unsupported != "" {
+		t.Fatalf("the second cell is not a measured fleet-node-death ebpf-fullnat: %+v", c)
+	}
+	if c.LongLived != 4 || c.Requests < c.LongLived || c.NewConns <= 0 || c.LongLivedOnNode > c.LongLived {
+		t.Errorf("the load did not run: %+v", c)
+	}
+	if c.Broken != c.LongLivedBroken+c.NewFailed || c.Total != c.LongLived+c.NewConns || c.Broken > c.Total {
+		t.Errorf("the totals do not add up: %+v", c)
+	}
+	if c.ReconvergeS <= 0 || c.RouteChanges < 1 {
+		t.Errorf("the router's withdrawal of the dead node was not seen: %+v", c)
+	}
+	t.Logf("sluice-lab bench failover, fleet (not asserted):\n%s", stdout)
 }
