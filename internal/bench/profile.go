@@ -39,11 +39,12 @@ const (
 	FeatureNAT       Feature = "nat"       // address translation, masquerade included
 	FeatureConntrack Feature = "conntrack" // connection tracking itself
 	FeatureIPTables  Feature = "iptables"  // the xtables path (iptables candidates)
-	FeatureBPF       Feature = "bpf"       // BPF programs (the ebpf datapath)
+	FeatureBPF       Feature = "bpf"       // BPF programs and helpers (the ebpf datapath)
+	FeatureDecap     Feature = "decap"     // sluice decap's program on the backends (tunnel)
 )
 
 // Features are every Feature, in report order.
-var Features = []Feature{FeatureRules, FeatureMaps, FeatureHash, FeatureCounters, FeatureCTSet, FeatureDynset, FeatureNAT, FeatureConntrack, FeatureIPTables, FeatureBPF}
+var Features = []Feature{FeatureRules, FeatureMaps, FeatureHash, FeatureCounters, FeatureCTSet, FeatureDynset, FeatureNAT, FeatureConntrack, FeatureIPTables, FeatureBPF, FeatureDecap}
 
 // featureOf charges kernel symbols to features by their names: the first pattern that matches.
 var featureOf = []struct {
@@ -59,6 +60,7 @@ var featureOf = []struct {
 	{regexp.MustCompile(`^(nft_nat|nft_masq|nft_fwd|nf_nat|__nf_nat|nf_masquerade|nf_xfrm_me_harder|l4proto_manip_pkt|nf_nat_ipv[46])`), FeatureNAT},
 	{regexp.MustCompile(`^(nf_conntrack|__nf_conntrack|nf_ct_|__nf_ct|nf_confirm|ipv[46]_conntrack|nf_conntrack_tcp|tcp_in_window|nf_tcp|nf_udp|hash_conntrack|init_conntrack|resolve_normal_ct)`), FeatureConntrack},
 	{regexp.MustCompile(`^(ipt_do_table|ip6t_do_table|xt_|statistic_mt|ebt_do_table)`), FeatureIPTables},
+	{regexp.MustCompile(`^bpf_prog_[0-9a-f]+_sluice_decap$`), FeatureDecap},
 	{regexp.MustCompile(`^(bpf_prog_|bpf_|tcf_bpf|cls_bpf)`), FeatureBPF},
 	{regexp.MustCompile(`^(nft_do_chain|nft_immediate|nft_cmp|nft_payload|nft_meta|nft_bitwise|nft_range|nft_byteorder|nft_trace|nft_exthdr|nft_rt|nft_fib|nf_hook_slow|nft_nat_do_chain|__nft_)`), FeatureRules},
 }
@@ -240,6 +242,7 @@ func (r *LBResults) profileTable() string {
 	}
 	tw.Flush()
 	fmt.Fprintf(&b, "rules: chain walks, compares, loads; maps: set and map lookups; hash: jhash selectors; counters; ct-set: ct timeout/event/mark set and ct reads;\n")
-	fmt.Fprintf(&b, "dynset: set updates from the packet path; nat; conntrack; iptables: xtables; bpf: BPF programs. The rest of the stack is not charged.\n")
+	fmt.Fprintf(&b, "dynset: set updates from the packet path; nat; conntrack; iptables: xtables; bpf: BPF programs and helpers; decap: sluice decap's program on\n")
+	fmt.Fprintf(&b, "the backends. The rest of the stack is not charged.\n")
 	return b.String()
 }

@@ -20,6 +20,8 @@ const perfReport = `
     30.00%          3000  [k] tcp_v4_rcv
      9.00%           900  [.] wrk_main
      0.01%             1  [k] nft_dynset_eval
+     1.00%           100  [k] bpf_prog_6deef7357e7b4530_sluice_decap
+     2.00%           200  [k] bpf_prog_0123456789abcdef_sluice_tc
 `
 
 func TestProfileChargesKernelSymbolsToFeatures(t *testing.T) {
@@ -33,7 +35,7 @@ func TestProfileChargesKernelSymbolsToFeatures(t *testing.T) {
 	// As many requests as a sample holds ns: ns per request is then the samples.
 	p := profileOf(samples, 1e9/profileHz)
 	want := Profile{FeatureRules: 2100, FeatureMaps: 1000, FeatureHash: 500, FeatureCounters: 300, FeatureCTSet: 300,
-		FeatureNAT: 100, FeatureConntrack: 400, FeatureDynset: 1}
+		FeatureNAT: 100, FeatureConntrack: 400, FeatureDynset: 1, FeatureDecap: 100, FeatureBPF: 200}
 	for f, ns := range want {
 		if math.Abs(p[f]-ns) > 1e-6 {
 			t.Errorf("%s: %.3f ns per request, want %.0f", f, p[f], ns)
