@@ -229,21 +229,31 @@ func TestDecapFixtures(t *testing.T) {
 	})
 }
 
-// TestAttachDetachStatus attaches to a veth in a network namespace, reads the status, attaches
-// again (in place), and detaches: the pins go with the last link.
-func TestAttachDetachStatus(t *testing.T) {
+// enterWithVeth enters a new network namespace holding the veth pair dc0-dc1 and returns both
+// ends, down and without addresses.
+func enterWithVeth(t *testing.T) (dc0, dc1 netlink.Link) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		testutil.Missing(t, "needs root: attaches BPF programs in a network namespace")
 	}
 	netnstest.EnterNew(t)
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "dc0"}, PeerName: "dc1"}
-	if err := netlink.LinkAdd(veth); err != nil {
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "dc0"}, PeerName: "dc1"}); err != nil {
 		t.Fatal(err)
 	}
-	l, err := netlink.LinkByName("dc0")
+	dc0, err := netlink.LinkByName("dc0")
+	if err == nil {
+		dc1, err = netlink.LinkByName("dc1")
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dc0, dc1
+}
+
+// TestAttachDetachStatus attaches to a veth in a network namespace, reads the status, attaches
+// again (in place), and detaches: the pins go with the last link.
+func TestAttachDetachStatus(t *testing.T) {
+	l, _ := enterWithVeth(t)
 	addr, _ := netlink.ParseAddr("10.0.3.11/24")
 	if err := netlink.AddrAdd(l, addr); err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package decap
 import (
 	"net"
 	"net/netip"
-	"os"
 	"testing"
 	"time"
 
@@ -11,9 +10,6 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
-
-	"github.com/sluicelb/sluice/internal/netnstest"
-	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 // udpTo is a client's UDP datagram to vip:5353 holding payload, as an IP packet.
@@ -28,22 +24,7 @@ func udpTo(client, vip netip.Addr, payload string) []byte {
 // over IPv4) arriving on a veth the program is attached to reach a UDP socket on the host's IPv6
 // VIP: the stack takes the inner packet as IPv6 once its outer IPv4 header is gone.
 func TestDecapDeliversIPv6InIPv4(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testutil.Missing(t, "needs root: attaches BPF programs in a network namespace")
-	}
-	netnstest.EnterNew(t)
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "dc0"}, PeerName: "dc1"}
-	if err := netlink.LinkAdd(veth); err != nil {
-		t.Fatal(err)
-	}
-	dc0, err := netlink.LinkByName("dc0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dc1, err := netlink.LinkByName("dc1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dc0, dc1 := enterWithVeth(t)
 	lo, err := netlink.LinkByName("lo")
 	if err != nil {
 		t.Fatal(err)

@@ -25,21 +25,28 @@ func fuzzImport(t *testing.T, convert converter, input []byte) {
 		}
 	}
 	for _, opts := range []Options{{}, {Partial: true}} {
-		var res *Result
-		var err error
-		if n := allocated(func() { res, err = convert(path, opts) }); n > maxFuzzAlloc {
-			t.Fatalf("allocated %d bytes for an input of %d (%+v)", n, len(input), opts)
-		}
-		if err != nil {
-			continue
-		}
-		out, err := res.YAML()
-		if err != nil {
-			t.Fatalf("converted, but no YAML (%+v): %v", opts, err)
-		}
-		if _, err := config.Parse("out.yaml", out); err != nil {
-			t.Fatalf("the output does not validate (%+v): %v\n%s", opts, err, out)
-		}
+		convertsSafely(t, len(input), opts, func(opts Options) (*Result, error) { return convert(path, opts) })
+	}
+}
+
+// convertsSafely runs a conversion of an input of n bytes with opts: it allocates within the fuzz
+// bound and, when it converts, prints YAML that validates.
+func convertsSafely(t *testing.T, n int, opts Options, convert func(Options) (*Result, error)) {
+	t.Helper()
+	var res *Result
+	var err error
+	if a := allocated(func() { res, err = convert(opts) }); a > maxFuzzAlloc {
+		t.Fatalf("allocated %d bytes for an input of %d (%+v)", a, n, opts)
+	}
+	if err != nil {
+		return
+	}
+	out, err := res.YAML()
+	if err != nil {
+		t.Fatalf("converted, but no YAML (%+v): %v", opts, err)
+	}
+	if _, err := config.Parse("out.yaml", out); err != nil {
+		t.Fatalf("the output does not validate (%+v): %v\n%s", opts, err, out)
 	}
 }
 
@@ -161,22 +168,9 @@ func FuzzFwmarkRules(f *testing.F) {
 				t.Fatal(err)
 			}
 			for _, partial := range []bool{false, true} {
-				opts := Options{Partial: partial, FwmarkRules: rules}
-				var res *Result
-				var err error
-				if n := allocated(func() { res, err = formats[format](src, opts) }); n > maxFuzzAlloc {
-					t.Fatalf("allocated %d bytes for rules of %d", n, len(input))
-				}
-				if err != nil {
-					continue
-				}
-				out, err := res.YAML()
-				if err != nil {
-					t.Fatalf("converted, but no YAML (%+v): %v", opts, err)
-				}
-				if _, err := config.Parse("out.yaml", out); err != nil {
-					t.Fatalf("the output does not validate (%+v): %v\n%s", opts, err, out)
-				}
+				convertsSafely(t, len(input), Options{Partial: partial, FwmarkRules: rules}, func(opts Options) (*Result, error) {
+					return formats[format](src, opts)
+				})
 			}
 		}
 	})

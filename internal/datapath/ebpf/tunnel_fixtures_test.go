@@ -303,6 +303,14 @@ func TestTunnelFixtures(t *testing.T) {
 			{"ipip: IPv6 traffic class copied", withTOS(tcpPkt(cli6, ap(vipTun6, 80)).frame(), 0xb9), lbBackend6, routed6, false, 42},
 			{"gue: IPv6 UDP", udpPkt(cli6, ap(vipTun6, 53)).frame(), lbBackend6, routed6, true, 43},
 			{"ipip: the service's own tunnel source", tcpPkt(cli4, ap(vipTun4, 81)).frame(), tunSource4, routed4, false, 46},
+			// the other family's backends (tunnel64_test.go): the outer header is theirs
+			{"6in4 ipip: IPv6 TCP in IPv4 protocol 41", tcpPkt(cli6, ap(vip6in4, 80)).synPkt().frame(), lbBackend4, routed4, false, 47},
+			{"6in4 ipip: the traffic class is the outer TOS", withTOS(tcpPkt(cli6, ap(vip6in4, 80)).frame(), 0xb9), lbBackend4, routed4, false, 47},
+			{"6in4 ipip: the inner hop limit is not touched", withTTL(tcpPkt(cli6, ap(vip6in4, 80)), 3).frame(), lbBackend4, routed4, false, 47},
+			{"6in4 gue: IPv6 UDP in GUE over IPv4", withTOS(udpPkt(cli6, ap(vip6in4, 53)).frame(), 0x2e), lbBackend4, routed4, true, 48},
+			{"6in4 ipip: the service's own tunnel source", tcpPkt(cli6, ap(vip6in4, 81)).frame(), tunSource4, routed4, false, 51},
+			{"4in6 ipip: IPv4 TCP in IPv6 next header 4", withTOS(tcpPkt(cli4, ap(vip4in6, 80)).frame(), 0xb9), lbBackend6, routed6, false, 49},
+			{"4in6 gue: IPv4 UDP in GUE over IPv6", udpPkt(cli4, ap(vip4in6, 53)).frame(), lbBackend6, routed6, true, 50},
 		} {
 			t.Run(h.String()+"/"+c.name, func(t *testing.T) {
 				prepare(t)
@@ -315,21 +323,27 @@ func TestTunnelFixtures(t *testing.T) {
 				}
 			})
 		}
-		t.Run(h.String()+"/gue: the source port is the flow's, and flows spread", func(t *testing.T) {
-			prepare(t)
-			ports := map[uint32]bool{}
-			for i := range uint16(16) {
-				in := udpPkt(ap(client4, 40000+i), ap(vipTun4, 53)).frame()
-				p := forward(t, in, lbBackend4, routed4, true)
-				if again := forward(t, in, lbBackend4, routed4, true); again != p {
-					t.Errorf("flow %d: source port %d then %d", i, p, again)
+		for _, c := range []struct {
+			name   string
+			client netip.Addr
+			vip    netip.Addr
+		}{{"gue", client4, vipTun4}, {"6in4 gue", client6, vip6in4}} {
+			t.Run(h.String()+"/"+c.name+": the source port is the flow's, and flows spread", func(t *testing.T) {
+				prepare(t)
+				ports := map[uint32]bool{}
+				for i := range uint16(16) {
+					in := udpPkt(ap(c.client, 40000+i), ap(c.vip, 53)).frame()
+					p := forward(t, in, lbBackend4, routed4, true)
+					if again := forward(t, in, lbBackend4, routed4, true); again != p {
+						t.Errorf("flow %d: source port %d then %d", i, p, again)
+					}
+					ports[p] = true
 				}
-				ports[p] = true
-			}
-			if len(ports) < 12 {
-				t.Errorf("16 flows took %d source ports", len(ports))
-			}
-		})
+				if len(ports) < 12 {
+					t.Errorf("16 flows took %d source ports", len(ports))
+				}
+			})
+		}
 		t.Run(h.String()+"/ipip: the flow keeps its backend (flow table, as dsr)", func(t *testing.T) {
 			prepare(t)
 			forward(t, tcpPkt(cli4, ap(vipTun4, 80)).synPkt().frame(), lbBackend4, routed4, false)
@@ -348,6 +362,11 @@ func TestTunnelFixtures(t *testing.T) {
 		}{
 			{"ICMP fragmentation needed for an IPv4 packet too big once encapsulated", bigPkt(cli4, vipBig4), 20, 44},
 			{"ICMPv6 packet too big for an IPv6 packet too big once encapsulated", bigPkt(cli6, vipBig6), 48, 45},
+			// the other family's backends: the outer family's overhead; 1290 bytes fit tun0 (1300)
+			// as they are, not once encapsulated
+			{"6in4 ipip: ICMPv6 packet too big for the MTU less 20", sized(cli6, vipBig6in4, smallMTU-10), 20, 52},
+			{"6in4 gue: ICMPv6 packet too big for the MTU less 28", sized(cli6, vipBigGUE6in4, smallMTU-10), 28, 53},
+			{"4in6 ipip: ICMP fragmentation needed for the MTU less 40", sized(cli4, vipBig4in6, smallMTU-10), 40, 54},
 		} {
 			t.Run(h.String()+"/"+c.name, func(t *testing.T) {
 				prepare(t)
@@ -379,6 +398,24 @@ func TestTunnelFixtures(t *testing.T) {
 			}
 			encapsulated(t, out, p.frame(), lbSmall4, small4, false)
 		})
+		for _, c := range []struct {
+			name     string
+			in       pkt
+			src, dst netip.Addr
+		}{
+			// the overhead of the outer family, not the inner's: 1280 + 20 fits, 1280 + 40 would not
+			{"6in4 ipip: an IPv6 packet that fits with 20 bytes more goes through tun0", sized(cli6, vipBig6in4, smallMTU-20), lbSmall4, small4},
+			{"4in6 ipip: an IPv4 packet that fits with 40 bytes more goes through tun0", sized(cli4, vipBig4in6, smallMTU-40), mustAddr("fd00:4::1"), small6},
+		} {
+			t.Run(h.String()+"/"+c.name, func(t *testing.T) {
+				prepare(t)
+				ret, out := e.runTunnel(c.in.frame())
+				if ret != redirect {
+					t.Fatalf("return code %d, want %d", ret, redirect)
+				}
+				encapsulated(t, out, c.in.frame(), c.src, c.dst, false)
+			})
+		}
 	}
 }
 

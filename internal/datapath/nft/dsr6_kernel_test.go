@@ -19,24 +19,14 @@ import (
 // ResetFlows forgets them.
 func TestKernelDSRFlowsIPv6(t *testing.T) {
 	inFreshNetns(t, func() {
-		veth0, _ := netlink.LinkByName("veth0")
 		veth1, _ := netlink.LinkByName("veth1")
 		vip := netip.MustParseAddr("fd00:91:9::101")
-		for link, addr := range map[netlink.Link]string{veth1: "fd00:91:1::2/64"} {
-			a, _ := netlink.ParseAddr(addr)
-			a.Flags = unix.IFA_F_NODAD // usable at once
-			if err := netlink.AddrAdd(link, a); err != nil {
-				t.Fatal(err)
-			}
-		}
-		route := &netlink.Route{Dst: &net.IPNet{IP: vip.AsSlice(), Mask: net.CIDRMask(128, 128)}, LinkIndex: veth1.Attrs().Index}
-		neigh := &netlink.Neigh{LinkIndex: veth1.Attrs().Index, IP: vip.AsSlice(), HardwareAddr: veth0.Attrs().HardwareAddr, State: netlink.NUD_PERMANENT}
-		if err := netlink.RouteAdd(route); err != nil {
+		client, _ := netlink.ParseAddr("fd00:91:1::2/64")
+		client.Flags = unix.IFA_F_NODAD // usable at once
+		if err := netlink.AddrAdd(veth1, client); err != nil {
 			t.Fatal(err)
 		}
-		if err := netlink.NeighAdd(neigh); err != nil {
-			t.Fatal(err)
-		}
+		reachVIPAtVeth0(t, vip)
 		d := newTestDatapath(t)
 		p := twoBackendPlan("dsr", 0, service("game6", "udp", vip.String(), 27000, 27015))
 		s := &p.Services[0]

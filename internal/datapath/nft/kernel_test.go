@@ -596,27 +596,34 @@ func TestKernelNATUncounted(t *testing.T) {
 	})
 }
 
+// reachVIPAtVeth0 routes vip out of veth1 to veth0's MAC: what the namespace sends to it arrives
+// at veth0's ingress, where dsr's netdev chain takes it.
+func reachVIPAtVeth0(t *testing.T, vip netip.Addr) {
+	t.Helper()
+	veth0, _ := netlink.LinkByName("veth0")
+	veth1, _ := netlink.LinkByName("veth1")
+	route := &netlink.Route{Dst: &net.IPNet{IP: vip.AsSlice(), Mask: net.CIDRMask(vip.BitLen(), vip.BitLen())}, LinkIndex: veth1.Attrs().Index}
+	neigh := &netlink.Neigh{LinkIndex: veth1.Attrs().Index, IP: vip.AsSlice(), HardwareAddr: veth0.Attrs().HardwareAddr, State: netlink.NUD_PERMANENT}
+	if err := netlink.RouteAdd(route); err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.NeighAdd(neigh); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestKernelDSRFlows sends packets into a dsr service (out of veth1, into veth0's ingress):
 // Status must count new flows, packets and the flow map's elements per backend; ResetFlows must
 // delete the elements of one backend only.
 func TestKernelDSRFlows(t *testing.T) {
 	inFreshNetns(t, func() {
-		veth0, _ := netlink.LinkByName("veth0")
 		veth1, _ := netlink.LinkByName("veth1")
 		vip := netip.MustParseAddr("10.91.9.101")
 		client, _ := netlink.ParseAddr("10.91.1.2/24")
 		if err := netlink.AddrAdd(veth1, client); err != nil {
 			t.Fatal(err)
 		}
-		// veth1 reaches the VIP at veth0's MAC: what it sends arrives at veth0's ingress.
-		route := &netlink.Route{Dst: &net.IPNet{IP: vip.AsSlice(), Mask: net.CIDRMask(32, 32)}, LinkIndex: veth1.Attrs().Index}
-		neigh := &netlink.Neigh{LinkIndex: veth1.Attrs().Index, IP: vip.AsSlice(), HardwareAddr: veth0.Attrs().HardwareAddr, State: netlink.NUD_PERMANENT}
-		if err := netlink.RouteAdd(route); err != nil {
-			t.Fatal(err)
-		}
-		if err := netlink.NeighAdd(neigh); err != nil {
-			t.Fatal(err)
-		}
+		reachVIPAtVeth0(t, vip)
 		d := newTestDatapath(t)
 		p := twoBackendPlan("dsr", 0, service("game", "udp", vip.String(), 27000, 27015))
 		p.Interfaces = []string{"veth0"}
