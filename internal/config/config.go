@@ -266,15 +266,18 @@ func Parse(name string, data []byte) (*Config, error) {
 	if decodeErr != nil && !errors.As(decodeErr, &typeErr) {
 		return nil, prefixYAMLError(name, decodeErr)
 	}
-	shape := checkShape(&root)
+	shape := checkShape(&root, decodeErr == nil)
 	errs := shape.errs
 	if typeErr != nil && len(shape.broken) == 0 {
 		// The decoder saw what the shape check did not: report it by line.
 		errs = append(errs, lineErrors(typeErr)...)
 	}
-	lines := indexLines(&root)
+	var lines lineIndex // indexed at the first error: a good file needs none
 	for _, e := range append(cfg.Missing(), cfg.Validate()...) {
 		if !covers(shape.broken, e.Path) {
+			if lines == nil {
+				lines = indexLines(&root)
+			}
 			e.Line = lines.lookup(e.Path)
 			errs = append(errs, e)
 		}

@@ -73,3 +73,20 @@ func TestEditDistance(t *testing.T) {
 		}
 	}
 }
+
+// TestMergedValueOverridden: a value a merge key brings in is checked even where the mapping's
+// own key overrides it, and the decoder never reads it.
+func TestMergedValueOverridden(t *testing.T) {
+	_, err := Parse("x.yaml", []byte(`services:
+  - name: web
+    vip: 10.91.9.100
+    port: 80
+    <<: {sh_port: maybe}
+    sh_port: true
+    backends: [{address: 10.91.2.11}]
+`))
+	want := `x.yaml:5: services[0].sh_port: expected true or false, found "maybe"`
+	if err == nil || err.Error() != want {
+		t.Fatalf("got\n%v\nwant\n%s", err, want)
+	}
+}
