@@ -82,10 +82,9 @@ type instance struct {
 	exited chan struct{}
 	// resync is signalled when a peer asked for this node's table.
 	resync chan struct{}
-	// Initial sync tracking, touched by the instance's goroutine only.
-	asked        bool
-	askedRecv    uint64
-	lastInjected uint64
+	// bulk follows the peers' answer once their table was asked for (nil: not yet); touched
+	// by the instance's goroutine only.
+	bulk *bulkTracker
 }
 
 // New returns a Supervisor acting in the calling thread's network namespace, stopped when ctx
@@ -112,7 +111,7 @@ func New(ctx context.Context, log *slog.Logger) (*Supervisor, error) {
 func (s *Supervisor) Done() <-chan struct{} { return s.done }
 
 // InitialSync is closed once this node has the peers' table: conntrackd heard from a peer after
-// asking it for a full resync, and the entries it sent stopped arriving.
+// asking it for a full resync, and the burst of entries it sent is over (bulkTracker).
 func (s *Supervisor) InitialSync() <-chan struct{} { return s.synced }
 
 // Set runs conntrackd with o, the whole desired state: nil stops it and removes its rules; the
@@ -299,10 +298,10 @@ func (s *Supervisor) runOnce(ctx context.Context, in *instance, first bool) stri
 			st.Restarts++
 		}
 	})
-	in.asked = false
+	in.bulk = nil
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
-	tick := time.NewTicker(pollEvery)
+	tick := time.NewTicker(s.pollInterval())
 	defer tick.Stop()
 	for {
 		select {
@@ -315,6 +314,7 @@ func (s *Supervisor) runOnce(ctx context.Context, in *instance, first bool) stri
 			s.offerTable(ctx, in)
 		case <-tick.C:
 			s.poll(ctx, in)
+			tick.Reset(s.pollInterval())
 		}
 	}
 }
@@ -345,9 +345,21 @@ func (s *Supervisor) offerTable(ctx context.Context, in *instance) {
 	s.log.Info("conntrackd: a peer asked for a resync: this node's table sent")
 }
 
+// pollInterval is how often the statistics are read: often until the initial sync is done, so
+// that the end of the peers' burst is seen soon after it.
+func (s *Supervisor) pollInterval() time.Duration {
+	select {
+	case <-s.synced:
+		return pollEvery
+	default:
+		return syncPollEvery
+	}
+}
+
 // poll reads conntrackd's statistics and the rules' counter, and follows the initial sync.
 func (s *Supervisor) poll(ctx context.Context, in *instance) {
 	out, err := client(ctx, in.opts, "-s")
+	at := time.Now()
 	var stats Stats
 	if err == nil {
 		stats, err = ParseStats(out)
@@ -363,29 +375,28 @@ func (s *Supervisor) poll(ctx context.Context, in *instance) {
 		}
 	})
 	if err == nil {
-		s.followInitialSync(ctx, in, stats)
+		s.followInitialSync(ctx, in, at, stats)
 	}
 }
 
 // followInitialSync asks the peers for their table once one is heard from after conntrackd
 // started (so that a peer which starts later is asked too), and marks the initial sync done once
-// a peer was heard after the request and its entries stopped arriving between two reads.
-func (s *Supervisor) followInitialSync(ctx context.Context, in *instance, st Stats) {
+// their answer is in (bulkTracker).
+func (s *Supervisor) followInitialSync(ctx context.Context, in *instance, at time.Time, st Stats) {
 	switch {
-	case !in.asked && st.PacketsReceived > 0:
+	case in.bulk == nil && st.PacketsReceived > 0:
 		if _, err := client(ctx, in.opts, "-n"); err != nil {
 			s.log.Warn("conntrackd: asking the peers for their table", "err", err)
 			return
 		}
-		in.asked, in.askedRecv, in.lastInjected = true, st.PacketsReceived, st.Injected()
-	case in.asked && st.PacketsReceived > in.askedRecv && st.Injected() == in.lastInjected:
+		in.bulk = newBulkTracker(at, st)
+	case in.bulk != nil && in.bulk.observe(at, st):
 		s.syncOnce.Do(func() {
 			s.setStatus(func(status *Status) { status.InitialSync = time.Now() })
 			close(s.synced)
-			s.log.Info("conntrackd: initial sync done: this node has the peers' table", "entries_received", st.Injected())
+			s.log.Info("conntrackd: initial sync done: this node has the peers' table", "entries_received", st.Injected(),
+				"after", at.Sub(in.bulk.asked).Round(time.Millisecond))
 		})
-	default:
-		in.lastInjected = st.Injected()
 	}
 }
 
