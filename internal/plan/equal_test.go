@@ -2,6 +2,7 @@ package plan
 
 import (
 	"net/netip"
+	"reflect"
 	"testing"
 )
 
@@ -38,5 +39,58 @@ func TestEqual(t *testing.T) {
 	var none *Plan
 	if !none.Equal(nil) || none.Equal(a) || a.Equal(nil) {
 		t.Error("nil plans")
+	}
+}
+
+// TestServiceEqualEveryField: Service.Equal tells two services apart by any one field, and a nil
+// list from an empty one, as reflect.DeepEqual does; a field added to Service without a
+// comparison fails here.
+func TestServiceEqualEveryField(t *testing.T) {
+	typ := reflect.TypeFor[Service]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		var a, b Service
+		set := reflect.ValueOf(&b).Elem().Field(i)
+		setNonZero(t, set)
+		if a.Equal(&b) || b.Equal(&a) {
+			t.Errorf("%s: services that differ only there are Equal", f.Name)
+		}
+		if f.Type.Kind() == reflect.Slice && f.Name != "Slots" {
+			var c Service
+			reflect.ValueOf(&c).Elem().Field(i).Set(reflect.MakeSlice(f.Type, 0, 0))
+			if a.Equal(&c) != reflect.DeepEqual(a, c) {
+				t.Errorf("%s: nil and empty: Equal %v, DeepEqual %v", f.Name, a.Equal(&c), reflect.DeepEqual(a, c))
+			}
+		}
+		if c := b; !b.Equal(&c) {
+			t.Errorf("%s: a copy is not Equal", f.Name)
+		}
+	}
+}
+
+// setNonZero gives v a value other than its zero value.
+func setNonZero(t *testing.T, v reflect.Value) {
+	t.Helper()
+	switch {
+	case v.Type() == reflect.TypeFor[netip.Addr]():
+		v.Set(reflect.ValueOf(netip.MustParseAddr("10.0.0.1")))
+	case v.Type() == reflect.TypeFor[netip.Prefix]():
+		v.Set(reflect.ValueOf(netip.MustParsePrefix("10.0.0.0/8")))
+	case v.Kind() == reflect.Slice:
+		elem := reflect.New(v.Type().Elem()).Elem()
+		setNonZero(t, elem)
+		v.Set(reflect.Append(reflect.MakeSlice(v.Type(), 0, 1), elem))
+	case v.Kind() == reflect.Struct:
+		setNonZero(t, v.Field(0))
+	case v.Kind() == reflect.String:
+		v.SetString("x")
+	case v.Kind() == reflect.Bool:
+		v.SetBool(true)
+	case v.CanInt():
+		v.SetInt(1)
+	case v.CanUint():
+		v.SetUint(1)
+	default:
+		t.Fatalf("no value for %s", v.Type())
 	}
 }
