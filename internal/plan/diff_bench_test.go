@@ -1,9 +1,13 @@
 package plan
 
 import (
+	"fmt"
 	"net/netip"
 	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/sluicelb/sluice/internal/config"
 )
 
 // BenchmarkDiff10kServices is the diff of `sluice apply -f` or `plan -f` on a balancer of 10,000
@@ -30,6 +34,26 @@ func BenchmarkDiff10kServices(b *testing.B) {
 	for b.Loop() {
 		if c := Diff(old, changed); len(c.Changed) != 1 {
 			b.Fatalf("changed %v, want 1", c.Changed)
+		}
+	}
+}
+
+// BenchmarkBuild10kServices is the plan `sluice apply -f` or `plan -f` builds of a balancer of
+// 10,000 services of two backends each, in a process of its own (issue 32).
+func BenchmarkBuild10kServices(b *testing.B) {
+	var text strings.Builder
+	text.WriteString("services:\n")
+	for i := range 10000 {
+		fmt.Fprintf(&text, "- {name: svc%d, vip: 10.92.%d.%d, port: 80, backends: [{address: 10.91.2.100, port: 8080}, {address: 10.91.2.101, port: 8080}]}\n", i, i/256, i%256)
+	}
+	cfg, err := config.Parse("big.yaml", []byte(text.String()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := NewBuilder().Build(cfg, nil); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -160,7 +160,8 @@ func (b *Builder) Build(cfg *config.Config, available Availability) (*Plan, erro
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	kept := make(map[string]*recentTables, len(cfg.Services))
-	p := &Plan{Datapath: cfg.Datapath, Interfaces: cfg.Interfaces, NFTMaxElements: cfg.NFTMaxElements()}
+	p := &Plan{Datapath: cfg.Datapath, Interfaces: cfg.Interfaces, NFTMaxElements: cfg.NFTMaxElements(),
+		Services: make([]Service, 0, len(cfg.Services))}
 	for _, cs := range cfg.Services {
 		tables := b.tables[cs.Name]
 		if tables == nil {
@@ -175,8 +176,23 @@ func (b *Builder) Build(cfg *config.Config, available Availability) (*Plan, erro
 		p.Services = append(p.Services, s)
 	}
 	b.tables = kept // forget the services that are gone
-	sort.Slice(p.Services, func(i, j int) bool { return p.Services[i].Name < p.Services[j].Name })
+	p.Services = byName(p.Services)
 	return p, nil
+}
+
+// byName is services sorted by name. It sorts their indices and copies each service once: a
+// Service is large, and sorting 10,000 in place moved each of them many times.
+func byName(services []Service) []Service {
+	order := make([]int, len(services))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(i, j int) int { return strings.Compare(services[i].Name, services[j].Name) })
+	sorted := make([]Service, len(services))
+	for i, o := range order {
+		sorted[i] = services[o]
+	}
+	return sorted
 }
 
 // recentTables are the last slot tables built for one service, most recent first: two, so that
@@ -268,11 +284,11 @@ func buildService(cs config.Service, available Availability, quorum QuorumRule, 
 		}
 		s.Backends = append(s.Backends, b)
 	}
-	order := make([]int, len(s.Backends))
-	for i := range order {
-		order[i] = i
+	order, ids := make([]int, len(s.Backends)), make([]string, len(s.Backends))
+	for i, b := range s.Backends {
+		order[i], ids[i] = i, b.ID()
 	}
-	sort.Slice(order, func(i, j int) bool { return s.Backends[order[i]].ID() < s.Backends[order[j]].ID() })
+	slices.SortFunc(order, func(i, j int) int { return strings.Compare(ids[i], ids[j]) })
 	sorted, sortedConfigured := make([]Backend, len(order)), make([]int, len(order))
 	for i, o := range order {
 		sorted[i], sortedConfigured[i] = s.Backends[o], configured[o]
