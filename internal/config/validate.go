@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,7 +19,24 @@ const MaxWeight = 1000
 // DefaultFlowTimeout is how long an idle DSR flow keeps its backend.
 const DefaultFlowTimeout = 5 * time.Minute
 
+// serviceName is the rule of a service name, for the schema; validServiceName applies it.
 var serviceName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,31}$`)
+
+// validServiceName tells whether name matches serviceName, without the regexp engine: a config
+// names up to hundreds of thousands of services.
+func validServiceName(name string) bool {
+	if len(name) == 0 || len(name) > 32 || !isASCIILetter(name[0]) {
+		return false
+	}
+	for i := 1; i < len(name); i++ {
+		if c := name[i]; !isASCIILetter(c) && (c < '0' || c > '9') && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+func isASCIILetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
 
 // Validate checks the whole config and fills in defaults; it returns every problem found.
 func (c *Config) Validate() Errors {
@@ -63,7 +81,7 @@ func (c *Config) Validate() Errors {
 	vips := c.vipOwners()
 	for i := range c.Services {
 		s := &c.Services[i]
-		at := fmt.Sprintf("services[%d]", i)
+		at := "services[" + strconv.Itoa(i) + "]"
 		vip, vipOK := s.validate(at, vips, c.Datapath, fail)
 		if j, dup := names[s.Name]; dup && s.Name != "" {
 			fail(at+".name", "%q is already the name of services[%d]", s.Name, j)
@@ -87,7 +105,7 @@ func (c *Config) Validate() Errors {
 
 // validate checks the service and fills in its defaults; it returns the VIP when it is valid.
 func (s *Service) validate(at string, vips vipOwners, datapath Datapath, fail func(path, format string, args ...any)) (netip.Addr, bool) {
-	if !serviceName.MatchString(s.Name) {
+	if !validServiceName(s.Name) {
 		fail(at+".name", "%q is not a service name (a letter, then up to 31 letters, digits, '-' or '_')", s.Name)
 	}
 	vip, vipErr := parseIP(s.VIP)
