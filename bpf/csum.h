@@ -8,12 +8,13 @@
 #include <linux/types.h>
 #include <bpf/bpf_helpers.h>
 
-/* a + b with end-around carry. */
+/* a + b with end-around carry. Computed in 64 bits, without a comparison: the compiler makes a
+ * branch of (s < a), and every branch doubles the states the verifier walks through a checksum. */
 static __always_inline __u32 csum_add(__u32 a, __u32 b)
 {
-	__u32 s = a + b;
+	__u64 s = (__u64)a + b;
 
-	return s + (s < a);
+	return (__u32)s + (__u32)(s >> 32);
 }
 
 /* Folds a 32-bit sum to 16 bits and complements it: the value a checksum field holds. */

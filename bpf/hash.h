@@ -37,11 +37,17 @@
 	} while (0)
 /* clang-format on */
 
-/* Hashes a flow's 5-tuple; salt varies the result (0 for backend selection). */
-static __always_inline __u32 flow_hash(const struct flow_key *k, __u32 salt)
+/* Hashes a flow's 5-tuple; salt varies the result (0 for backend selection). A global function,
+ * as is source_hash: the verifier checks it once, on its own, rather than its whole body again in
+ * every state of every caller (fullnat_claim alone hashes sixteen times); k is never NULL, but a
+ * global function's pointer argument may be as far as the verifier knows. */
+__noinline __u32 flow_hash(const struct flow_key *k, __u32 salt)
 {
 	const __u32 *w = (const __u32 *)k;
 	__u32        a, b, c;
+
+	if (!k)
+		return 0;
 
 	_Static_assert(sizeof(*k) == 40, "flow_key is hashed as 10 words");
 	a = b = c = 0xdeadbeef + sizeof(*k) + HASH_SEED + salt;
@@ -58,10 +64,13 @@ static __always_inline __u32 flow_hash(const struct flow_key *k, __u32 salt)
 }
 
 /* Hashes a flow's source address, and its source port when with_port (the sh scheduler). */
-static __always_inline __u32 source_hash(const struct flow_key *k, int with_port)
+__noinline __u32 source_hash(const struct flow_key *k, int with_port)
 {
 	const __u32 *w = (const __u32 *)k->src;
 	__u32        a, b, c;
+
+	if (!k)
+		return 0;
 
 	a = b = c = 0xdeadbeef + 20 + HASH_SEED;
 	a += w[0];
