@@ -32,8 +32,12 @@ const (
 	clientTimeout = 5 * time.Second
 )
 
-// peerResyncLine is what conntrackd logs when a peer asks it for its table.
-const peerResyncLine = "resync requested by other node"
+// Lines of conntrackd's log the Supervisor acts on: a peer asked for this node's table; the
+// process is set up (its real-time scheduling included).
+const (
+	peerResyncLine  = "resync requested by other node"
+	initializedLine = "initialization completed"
+)
 
 // Supervisor runs conntrackd in the network namespace of the thread that made it.
 type Supervisor struct {
@@ -80,8 +84,10 @@ type instance struct {
 	opts   *Options // settled
 	cancel context.CancelFunc
 	exited chan struct{}
-	// resync is signalled when a peer asked for this node's table.
-	resync chan struct{}
+	// resync is signalled when a peer asked for this node's table; initialized when the
+	// process is set up.
+	resync      chan struct{}
+	initialized chan struct{}
 	// bulk follows the peers' answer once their table was asked for (nil: not yet); touched
 	// by the instance's goroutine only.
 	bulk *bulkTracker
@@ -218,7 +224,8 @@ func (s *Supervisor) unlockDir(f *os.File) {
 // start runs a new instance for the settled options.
 func (s *Supervisor) start(want, opts *Options) {
 	ctx, cancel := context.WithCancel(context.Background())
-	in := &instance{want: want.Clone(), opts: opts, cancel: cancel, exited: make(chan struct{}), resync: make(chan struct{}, 1)}
+	in := &instance{want: want.Clone(), opts: opts, cancel: cancel, exited: make(chan struct{}), resync: make(chan struct{}, 1),
+		initialized: make(chan struct{}, 1)}
 	s.cur = in
 	s.setStatus(func(st *Status) { st.Options = opts.Clone() })
 	go s.run(ctx, in)
@@ -274,12 +281,16 @@ func (s *Supervisor) runOnce(ctx context.Context, in *instance, first bool) stri
 	// is stale, and conntrackd would refuse to start over it.
 	os.Remove(in.opts.LockPath())
 	os.Remove(in.opts.SocketPath())
+	select { // a signal of the previous process's
+	case <-in.initialized:
+	default:
+	}
 	logs := &logLines{log: s.log, onLine: func(line string) {
-		if strings.Contains(line, peerResyncLine) {
-			select {
-			case in.resync <- struct{}{}:
-			default:
-			}
+		switch {
+		case strings.Contains(line, peerResyncLine):
+			signal(in.resync)
+		case strings.Contains(line, initializedLine):
+			signal(in.initialized)
 		}
 	}}
 	cmd := exec.Command(in.opts.Binary, "-C", in.opts.ConfigPath())
@@ -312,10 +323,33 @@ func (s *Supervisor) runOnce(ctx context.Context, in *instance, first bool) stri
 			return "stopped"
 		case <-in.resync:
 			s.offerTable(ctx, in)
+		case <-in.initialized:
+			s.timeShared(pid)
 		case <-tick.C:
 			s.poll(ctx, in)
 			tick.Reset(s.pollInterval())
 		}
+	}
+}
+
+// signal wakes c's reader, unless it has a wake-up pending already.
+func signal(c chan<- struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// timeShared moves conntrackd from the real-time scheduling it gives itself (SCHED_RR at the
+// highest priority, which its configuration cannot turn off) to the normal one. In real time it
+// preempts every other task (ksoftirqd, the balancer's workers, the daemon) at each conntrack
+// event and sends the events about one per packet; time-shared, it finds them queued in its
+// netlink socket (which grows up to NetlinkBufferSizeMaxGrowth; an overrun resyncs with the
+// kernel table) and sends two per packet: half the CPU per replicated connection, for a
+// replication later by the scheduler's latency (milliseconds), not by a polling interval.
+func (s *Supervisor) timeShared(pid int) {
+	if err := unix.SchedSetAttr(pid, &unix.SchedAttr{Policy: unix.SCHED_NORMAL}, 0); err != nil {
+		s.log.Warn("conntrackd: leaving real-time scheduling", "pid", pid, "err", err)
 	}
 }
 

@@ -153,6 +153,15 @@ func TestSupervisorReplicates(t *testing.T) {
 	waitClosed(t, "A's initial sync", a.sup.InitialSync())
 	waitClosed(t, "B's initial sync", b.sup.InitialSync())
 
+	t.Run("conntrackd time-shared, not real-time", func(t *testing.T) {
+		for _, n := range []*node{a, b} {
+			testutil.Eventually(t, "conntrackd in SCHED_NORMAL", func() bool {
+				attr, err := unix.SchedGetAttr(n.sup.Status().PID, 0)
+				return err == nil && attr.Policy == unix.SCHED_NORMAL
+			})
+		}
+	})
+
 	t.Run("flow written into the peer's kernel table", func(t *testing.T) {
 		start := time.Now()
 		insertFlow(t, a.ns)
