@@ -64,7 +64,10 @@ func (d *Duration) UnmarshalText(text []byte) error {
 }
 
 // UnmarshalYAML decodes a scalar as UnmarshalText does.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error { return d.UnmarshalText([]byte(n.Value)) }
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	*d = DurationOf(n.Value)
+	return nil
+}
 
 // UnmarshalJSON decodes a JSON string as UnmarshalText does; null leaves d as it is.
 func (d *Duration) UnmarshalJSON(data []byte) error {

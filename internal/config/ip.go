@@ -57,7 +57,10 @@ func (ip *IP) UnmarshalText(text []byte) error {
 }
 
 // UnmarshalYAML decodes a scalar as UnmarshalText does.
-func (ip *IP) UnmarshalYAML(n *yaml.Node) error { return ip.UnmarshalText([]byte(n.Value)) }
+func (ip *IP) UnmarshalYAML(n *yaml.Node) error {
+	*ip = IPOf(n.Value)
+	return nil
+}
 
 // UnmarshalJSON decodes a JSON string as UnmarshalText does; null leaves ip as it is.
 func (ip *IP) UnmarshalJSON(data []byte) error {
@@ -121,7 +124,10 @@ func (p *Prefix) UnmarshalText(text []byte) error {
 }
 
 // UnmarshalYAML decodes a scalar as UnmarshalText does.
-func (p *Prefix) UnmarshalYAML(n *yaml.Node) error { return p.UnmarshalText([]byte(n.Value)) }
+func (p *Prefix) UnmarshalYAML(n *yaml.Node) error {
+	*p = PrefixOf(n.Value)
+	return nil
+}
 
 // UnmarshalJSON decodes a JSON string as UnmarshalText does; null leaves p as it is.
 func (p *Prefix) UnmarshalJSON(data []byte) error {
