@@ -7,6 +7,9 @@ const (
 	// syncPollEvery is how often the statistics are read until the initial sync is done: the
 	// rates bulkTracker compares are measured over it.
 	syncPollEvery = 250 * time.Millisecond
+	// syncPollFor is how long after conntrackd started the statistics are read that often:
+	// longer than the initial sync's default timeout.
+	syncPollFor = 30 * time.Second
 	// bulkQuiet is the shortest quiet that ends an initial sync: no entry injected for that long
 	// (the peers have nothing more to send), or the injection rate below the peak's
 	// 1/bulkDropRatio for that long and for as long as the burst lasted.

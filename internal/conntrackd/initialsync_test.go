@@ -130,3 +130,18 @@ func TestBulkTrackerNeedsThePeers(t *testing.T) {
 		t.Errorf("counters going back: peak %v", b.peak)
 	}
 }
+
+func TestPollInterval(t *testing.T) {
+	s := &Supervisor{synced: make(chan struct{})}
+	if got := s.pollInterval(&instance{started: time.Now()}); got != syncPollEvery {
+		t.Errorf("just started: every %v, want %v", got, syncPollEvery)
+	}
+	// A peer down or never bursting is not polled for at that pace for ever.
+	if got := s.pollInterval(&instance{started: time.Now().Add(-syncPollFor)}); got != pollEvery {
+		t.Errorf("started %v ago: every %v, want %v", syncPollFor, got, pollEvery)
+	}
+	close(s.synced)
+	if got := s.pollInterval(&instance{started: time.Now()}); got != pollEvery {
+		t.Errorf("synced: every %v, want %v", got, pollEvery)
+	}
+}

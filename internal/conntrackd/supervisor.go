@@ -91,6 +91,8 @@ type instance struct {
 	// bulk follows the peers' answer once their table was asked for (nil: not yet); touched
 	// by the instance's goroutine only.
 	bulk *bulkTracker
+	// started is when the current process started.
+	started time.Time
 }
 
 // New returns a Supervisor acting in the calling thread's network namespace, stopped when ctx
@@ -309,10 +311,10 @@ func (s *Supervisor) runOnce(ctx context.Context, in *instance, first bool) stri
 			st.Restarts++
 		}
 	})
-	in.bulk = nil
+	in.bulk, in.started = nil, time.Now()
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
-	tick := time.NewTicker(s.pollInterval())
+	tick := time.NewTicker(s.pollInterval(in))
 	defer tick.Stop()
 	for {
 		select {
@@ -327,7 +329,7 @@ func (s *Supervisor) runOnce(ctx context.Context, in *instance, first bool) stri
 			s.timeShared(pid)
 		case <-tick.C:
 			s.poll(ctx, in)
-			tick.Reset(s.pollInterval())
+			tick.Reset(s.pollInterval(in))
 		}
 	}
 }
@@ -380,14 +382,18 @@ func (s *Supervisor) offerTable(ctx context.Context, in *instance) {
 }
 
 // pollInterval is how often the statistics are read: often until the initial sync is done, so
-// that the end of the peers' burst is seen soon after it.
-func (s *Supervisor) pollInterval() time.Duration {
+// that a peer's first message and the end of its burst are seen soon after they come, for
+// syncPollFor at most (a peer that is down or never bursts is not waited for at that pace).
+func (s *Supervisor) pollInterval(in *instance) time.Duration {
 	select {
 	case <-s.synced:
 		return pollEvery
 	default:
-		return syncPollEvery
 	}
+	if time.Since(in.started) >= syncPollFor {
+		return pollEvery
+	}
+	return syncPollEvery
 }
 
 // poll reads conntrackd's statistics and the rules' counter, and follows the initial sync.
