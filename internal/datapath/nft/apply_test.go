@@ -116,6 +116,8 @@ func (h *fakeHost) counters(f knftables.Family) (map[string]*knftables.Counter, 
 
 func (h *fakeHost) conntrack(uint8) ([]ctEntry, error) { return nil, nil }
 
+func (h *fakeHost) write(*changeSet) (bool, string, error) { return false, "the fake", nil }
+
 func (h *fakeHost) elements(f knftables.Family, set string) ([]*knftables.Element, error) {
 	if t := h.Tables[f][TableName]; t != nil && t.Maps[set] != nil {
 		return t.Maps[set].Elements, nil

@@ -42,6 +42,9 @@ type host interface {
 	counters(f knftables.Family) (map[string]*knftables.Counter, error)
 	// conntrack is the conntrack entries of one address family.
 	conntrack(family uint8) ([]ctEntry, error)
+	// write commits cs itself, without nft, when it can (netlinkwrite.go); false, and why, for
+	// nft to.
+	write(cs *changeSet) (written bool, why string, err error)
 }
 
 // kernelHost is the host of the calling thread's network namespace.
@@ -85,6 +88,8 @@ func (kernelHost) counters(f knftables.Family) (map[string]*knftables.Counter, e
 }
 
 func (kernelHost) conntrack(family uint8) ([]ctEntry, error) { return dumpConntrack(family) }
+
+func (kernelHost) write(cs *changeSet) (bool, string, error) { return writeChange(cs) }
 
 // read loads the current content of Sluice's tables from the host.
 func (d *Datapath) read(ctx context.Context) (*state, error) { return d.host.read(ctx) }

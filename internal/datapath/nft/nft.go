@@ -198,13 +198,13 @@ func (d *Datapath) transition(ctx context.Context, next *desired) (have, want *s
 func (d *Datapath) run(ctx context.Context, have, want *state) (ops, txs int, err error) {
 	parts := batches(have, want, d.maxOps)
 	for i, part := range parts {
-		tx := d.nft.NewTransaction()
-		n := reconcile(tx, part.have, part.want)
+		cs := &changeSet{}
+		n := reconcile(cs, part.have, part.want)
 		if n == 0 {
 			continue
 		}
 		d.log.Info("nft: applying", "operations", n, "batch", i+1, "batches", len(parts))
-		if err := d.nft.Run(ctx, tx); err != nil {
+		if err := d.write(ctx, cs); err != nil {
 			which := "nft transaction"
 			if len(parts) > 1 {
 				which += fmt.Sprintf(" %d of %d", i+1, len(parts))
@@ -221,6 +221,20 @@ func (d *Datapath) run(ctx context.Context, have, want *state) (ops, txs int, er
 		d.recordOwn(d.host.generation())
 	}
 	return ops, txs, nil
+}
+
+// write commits cs: as one netlink batch when the host encodes every operation of it, else
+// through nft.
+func (d *Datapath) write(ctx context.Context, cs *changeSet) error {
+	written, why, err := d.host.write(cs)
+	if written {
+		d.log.Debug("nft: written over netlink", "operations", cs.NumOperations())
+		return err
+	}
+	d.log.Debug("nft: written through nft", "operations", cs.NumOperations(), "because", why)
+	tx := d.nft.NewTransaction()
+	cs.replay(tx)
+	return d.nft.Run(ctx, tx)
 }
 
 // changing says which services a transaction changes: the first few by name.

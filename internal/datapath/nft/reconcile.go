@@ -9,7 +9,7 @@ import (
 // reconcile adds to tx what turns have into want, touching only what differs, and returns the
 // number of operations. Order matters inside the one atomic transaction: objects are created
 // before anything refers to them, and references are dropped before their targets are deleted.
-func reconcile(tx *knftables.Transaction, have, want *state) int {
+func reconcile(tx txWriter, have, want *state) int {
 	for f := range want.tables {
 		if !have.tables[f] {
 			tx.Add(&knftables.Table{Family: f, Name: TableName})

@@ -131,7 +131,7 @@ func (d *Datapath) withSecondChances(have, want *state) (*state, error) {
 // holds no element of that slot yet (readSecondChances): a slot remembers the backend it had
 // before its first change within flow_timeout. An element that expires between the read and
 // the transaction costs its slot's second chance, never the transaction.
-func addSecondChances(tx *knftables.Transaction, have, want *state) {
+func addSecondChances(tx txWriter, have, want *state) {
 	for _, k := range sortedKeys(want.sets) {
 		prev := want.sets[objKey{k.family, prevOf(k.name)}]
 		if !isServiceObject(k.name, slotsMap) || have.sets[k] == nil || prev == nil {
@@ -163,7 +163,7 @@ func addSecondChances(tx *knftables.Transaction, have, want *state) {
 // chains goes away, before the chain is deleted (an element would hold it). The prev maps are
 // indexed by service once: looking through every set for each chain took minutes at 10,000
 // services going away.
-func flushSecondChances(tx *knftables.Transaction, have, want *state) {
+func flushSecondChances(tx txWriter, have, want *state) {
 	type owner struct {
 		family  knftables.Family
 		service string
