@@ -131,7 +131,8 @@ type member struct {
 // weight > 0, and IDs must be unique. The table depends only on the set of
 // (ID, Weight) pairs, not on their order in backends, apart from the indices it
 // holds. With no backend of weight > 0 every entry is -1, meaning "no backend". After Remember,
-// a table remembered for the same inputs (Key) is taken instead of built.
+// a table remembered for the same inputs (Key) is taken instead of built, and every Build of the
+// same inputs returns the same table: it is read-only.
 func Build(backends []Backend, m int) ([]int, error) {
 	if !rememberOn() {
 		return build(backends, m)

@@ -21,6 +21,9 @@ var memory struct {
 	given map[string][]byte // handed to Remember, not used yet
 	used  map[string][]byte // built or unpacked since
 	bytes int               // in used
+	// tables are the tables of used, unpacked: Build hands the same one to every caller with the
+	// same inputs (10,000 services of the same backends share one).
+	tables map[string][]int
 }
 
 // Remember has Build take its tables from tables (packed, by Key) and remember the ones it
@@ -29,6 +32,7 @@ func Remember(tables map[string][]byte) {
 	memory.Lock()
 	defer memory.Unlock()
 	memory.on, memory.given, memory.used, memory.bytes = true, tables, map[string][]byte{}, 0
+	memory.tables = map[string][]int{}
 }
 
 // Forget turns Remember off and drops its tables.
@@ -36,6 +40,7 @@ func Forget() {
 	memory.Lock()
 	defer memory.Unlock()
 	memory.on, memory.given, memory.used, memory.bytes = false, nil, nil, 0
+	memory.tables = nil
 }
 
 // Remembered returns the tables Build built or took since Remember, packed, by Key.
@@ -88,10 +93,14 @@ func Unpack(packed []byte, n int) ([]int, bool) {
 	return table, true
 }
 
-// remembered returns the table of key when Remember was given it, and remembers it as used.
+// remembered returns the table of key when Build built or took it since Remember, or Remember
+// was given it, and remembers it as used.
 func remembered(key string, m, n int) []int {
 	memory.Lock()
 	defer memory.Unlock()
+	if table, ok := memory.tables[key]; ok {
+		return table
+	}
 	packed, ok := memory.given[key]
 	if !ok {
 		return nil
@@ -100,7 +109,7 @@ func remembered(key string, m, n int) []int {
 	if !ok || len(table) != m {
 		return nil
 	}
-	keep(key, packed)
+	keep(key, packed, table)
 	return table
 }
 
@@ -109,16 +118,17 @@ func remember(key string, table []int) {
 	memory.Lock()
 	defer memory.Unlock()
 	if memory.on {
-		keep(key, Pack(table))
+		keep(key, Pack(table), table)
 	}
 }
 
-// keep adds a packed table to the used ones, within MaxRemembered; memory is locked.
-func keep(key string, packed []byte) {
+// keep adds a table, packed and not, to the used ones, within MaxRemembered; memory is locked.
+func keep(key string, packed []byte, table []int) {
 	if _, ok := memory.used[key]; ok || memory.bytes+len(packed) > MaxRemembered {
 		return
 	}
 	memory.used[key] = packed
+	memory.tables[key] = table
 	memory.bytes += len(packed)
 }
 

@@ -46,3 +46,27 @@ func TestPackRoundTrips(t *testing.T) {
 		t.Error("Unpack took an index past the backends")
 	}
 }
+
+// TestRememberSharesOneTable: after Remember, Builds of the same inputs return one table, built
+// once or unpacked once (10,000 services of the same backends), and Forget stops it.
+func TestRememberSharesOneTable(t *testing.T) {
+	t.Cleanup(Forget)
+	backends := []Backend{{ID: "10.0.0.1:80", Weight: 1}, {ID: "10.0.0.2:80", Weight: 1}}
+	other := []Backend{{ID: "10.0.0.3:80", Weight: 1}}
+	Remember(map[string][]byte{Key(other, 61): Pack(slices.Repeat([]int{0}, 61))})
+	a, _ := Build(backends, 61)
+	b, _ := Build(backends, 61)
+	if &a[0] != &b[0] {
+		t.Error("two Builds of the same inputs built two tables")
+	}
+	c, _ := Build(other, 61)
+	d, _ := Build(other, 61)
+	if &c[0] != &d[0] {
+		t.Error("two Builds of a table given unpacked it twice")
+	}
+	Forget()
+	e, _ := Build(backends, 61)
+	if &e[0] == &a[0] || !slices.Equal(e, a) {
+		t.Error("after Forget, Build returned a remembered table, or another one")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/maglev"
 )
 
 // BenchmarkDiff10kServices is the diff of `sluice apply -f` or `plan -f` on a balancer of 10,000
@@ -41,8 +42,38 @@ func BenchmarkDiff10kServices(b *testing.B) {
 // BenchmarkBuild10kServices is the plan `sluice apply -f` or `plan -f` builds of a balancer of
 // 10,000 services of two backends each, in a process of its own (issue 32).
 func BenchmarkBuild10kServices(b *testing.B) {
+	cfg := bigConfig(b, "nft")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := NewBuilder().Build(cfg, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkBuild10kServicesRemembered is that build on ebpf (tables of 1021 slots) with the
+// tables of the last apply handed to maglev.Remember, as apply -f and plan -f do.
+func BenchmarkBuild10kServicesRemembered(b *testing.B) {
+	cfg := bigConfig(b, "ebpf")
+	maglev.Remember(nil)
+	b.Cleanup(maglev.Forget)
+	if _, err := NewBuilder().Build(cfg, nil); err != nil {
+		b.Fatal(err)
+	}
+	tables := maglev.Remembered()
+	b.ReportAllocs()
+	for b.Loop() {
+		maglev.Remember(tables)
+		if _, err := NewBuilder().Build(cfg, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// bigConfig is a config of 10,000 services of two backends each on datapath.
+func bigConfig(b *testing.B, datapath string) *config.Config {
 	var text strings.Builder
-	text.WriteString("services:\n")
+	text.WriteString("datapath: " + datapath + "\nservices:\n")
 	for i := range 10000 {
 		fmt.Fprintf(&text, "- {name: svc%d, vip: 10.92.%d.%d, port: 80, backends: [{address: 10.91.2.100, port: 8080}, {address: 10.91.2.101, port: 8080}]}\n", i, i/256, i%256)
 	}
@@ -50,10 +81,5 @@ func BenchmarkBuild10kServices(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := NewBuilder().Build(cfg, nil); err != nil {
-			b.Fatal(err)
-		}
-	}
+	return cfg
 }

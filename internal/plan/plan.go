@@ -394,6 +394,7 @@ func slots(scheduler config.Scheduler, backends []Backend, configured []int, tab
 	if err != nil {
 		return nil, err
 	}
+	base = slices.Clone(base) // maglev.Build's tables are shared: read-only
 	for i, b := range base {
 		if weights[b] == 0 {
 			base[i] = table[i]
