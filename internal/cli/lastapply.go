@@ -155,6 +155,9 @@ func (rec *lastApply) unpackSlots(next *plan.Plan) bool {
 		return false
 	}
 	same := tablesOf(next)
+	// matched is the table of next found to be the one of Tables by a key: services of the same
+	// backends share one (maglev.Build), compared once.
+	matched := map[string][]int{}
 	for i, ps := range rec.Slots {
 		s := &rec.Plan.Services[i]
 		packed := ps.Packed
@@ -166,7 +169,10 @@ func (rec *lastApply) unpackSlots(next *plan.Plan) bool {
 		if packed == nil {
 			continue
 		}
-		if slots := same(s.Name); slots != nil && samePacked(packed, slots) {
+		if slots := same(s.Name); slots != nil && (ps.Table != "" && sameTable(matched[ps.Table], slots) || samePacked(packed, slots)) {
+			if ps.Table != "" {
+				matched[ps.Table] = slots
+			}
 			s.Slots = slots
 			continue
 		}
@@ -190,6 +196,9 @@ func tablesOf(next *plan.Plan) func(name string) []int {
 	}
 	return func(name string) []int { return byName[name] }
 }
+
+// sameTable tells whether a and b are one table, not only equal ones.
+func sameTable(a, b []int) bool { return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0] }
 
 // samePacked tells whether a packed table (maglev.Pack) is slots.
 func samePacked(packed []byte, slots []int) bool {

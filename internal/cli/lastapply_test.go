@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/gob"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -156,5 +157,75 @@ func TestForgetLastApply(t *testing.T) {
 	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Errorf("the last apply is still there: %v", err)
+	}
+}
+
+// TestLastApplySharesOneTable reads back a last apply whose services share a table: those whose
+// table in the next plan is that one share it, one whose table differs gets the one applied.
+func TestLastApplySharesOneTable(t *testing.T) {
+	cfg, err := config.Parse("ebpf.yaml", []byte(`datapath: ebpf
+services:
+  - {name: a, vip: 10.0.0.1, port: 80, backends: [{address: 10.1.0.1}, {address: 10.1.0.2}]}
+  - {name: b, vip: 10.0.0.2, port: 80, backends: [{address: 10.1.0.1}, {address: 10.1.0.2}]}
+  - {name: c, vip: 10.0.0.3, port: 80, backends: [{address: 10.1.0.1}, {address: 10.1.0.2}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(maglev.Forget)
+	maglev.Remember(nil)
+	p, err := plan.Build(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "last-apply.gob")
+	if err := writeLastApply(path, lastApply{Plan: p, EBPF: ebpf.Committed{Boot: "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	next := *p
+	next.Services = slices.Clone(p.Services)
+	next.Services[2].Slots = slices.Clone(p.Services[2].Slots)
+	next.Services[2].Slots[0] = 1 - next.Services[2].Slots[0]
+	rec := readLastApply(path, &next, slog.New(slog.DiscardHandler))
+	if rec == nil || !rec.Plan.Equal(p) {
+		t.Fatalf("the last apply reads back as %+v, want the plan applied", rec)
+	}
+	for _, i := range []int{0, 1} {
+		if &rec.Plan.Services[i].Slots[0] != &next.Services[i].Slots[0] {
+			t.Errorf("service %s does not share the next plan's table", p.Services[i].Name)
+		}
+	}
+	if &rec.Plan.Services[2].Slots[0] == &next.Services[2].Slots[0] {
+		t.Error("service c took the next plan's table, which differs from the one applied")
+	}
+}
+
+// BenchmarkReadLastApply10kServices reads the last apply of 10,000 services on ebpf (tables of
+// 1021 slots) for the next plan, as plan -f and apply -f do (issue 32).
+func BenchmarkReadLastApply10kServices(b *testing.B) {
+	var text bytes.Buffer
+	text.WriteString("datapath: ebpf\nservices:\n")
+	for i := range 10000 {
+		fmt.Fprintf(&text, "- {name: svc%d, vip: 10.92.%d.%d, port: 80, backends: [{address: 10.91.2.100}, {address: 10.91.2.101}]}\n", i, i/256, i%256)
+	}
+	cfg, err := config.Parse("big.yaml", text.Bytes())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(maglev.Forget)
+	maglev.Remember(nil)
+	p, err := plan.Build(cfg, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	path := filepath.Join(b.TempDir(), "last-apply.gob")
+	if err := writeLastApply(path, lastApply{Plan: p, EBPF: ebpf.Committed{Boot: "b"}}); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if readLastApply(path, p, slog.New(slog.DiscardHandler)) == nil {
+			b.Fatal("the last apply does not read back")
+		}
 	}
 }
