@@ -62,8 +62,10 @@ type LBCell struct {
 	CPU    *float64 `json:"balancer_cpu_cores,omitempty"`
 	Errors int64    `json:"errors"`
 	// Profile is the median, feature by feature, of the rounds' profiles (--profile).
-	Profile Profile    `json:"profile_ns_per_request,omitempty"`
-	Rounds  []LBSample `json:"rounds"`
+	Profile Profile `json:"profile_ns_per_request,omitempty"`
+	// CPUNS is the median of the rounds' CPUNS (--profile).
+	CPUNS  float64    `json:"cpu_ns_per_request,omitempty"`
+	Rounds []LBSample `json:"rounds"`
 }
 
 // LBSample is one run of one candidate under one workload.
@@ -75,6 +77,9 @@ type LBSample struct {
 	Errors int64    `json:"errors"`
 	// Profile is where the packet path's kernel time went during the run (--profile).
 	Profile Profile `json:"profile_ns_per_request,omitempty"`
+	// CPUNS is the whole machine's CPU time per request during the run, every process but the
+	// idle task and perf (--profile).
+	CPUNS float64 `json:"cpu_ns_per_request,omitempty"`
 }
 
 // Cell returns the cell of candidate under workload, if measured.
@@ -158,7 +163,7 @@ func (e *Env) measure(ctx context.Context, c candidate, workloads []Workload, o 
 		s, err := e.runWorkload(ctx, w, c.targets(e), o, ports)
 		if prof != nil {
 			var perr error
-			s.Profile, perr = prof.stop(ctx, s.RPS*o.Duration.Seconds())
+			s.Profile, s.CPUNS, perr = prof.stop(ctx, s.RPS*o.Duration.Seconds())
 			err = errors.Join(err, perr)
 		}
 		if err != nil {
@@ -258,7 +263,7 @@ func summarize(o LBOptions, backends int, workloads []Workload, candidates []can
 			ss := samples[[2]string{name, w.Name}]
 			m := medians(ss)
 			cell := LBCell{Candidate: name, Workload: w.Name, Rounds: ss, RPS: m.RPS, P50US: m.P50US, P99US: m.P99US, Errors: m.Errors,
-				Profile: medianProfile(ss)}
+				Profile: medianProfile(ss), CPUNS: medianCPU(ss)}
 			for _, s := range ss {
 				if s.CPU != nil && cell.CPU == nil {
 					cpu := Median(pluck(ss, func(s LBSample) float64 { return *s.CPU }))

@@ -41,10 +41,18 @@ const (
 	FeatureIPTables  Feature = "iptables"  // the xtables path (iptables candidates)
 	FeatureBPF       Feature = "bpf"       // BPF programs and helpers (the ebpf datapath)
 	FeatureDecap     Feature = "decap"     // sluice decap's program on the backends (tunnel)
+	FeatureSync      Feature = "sync"      // replication: conntrackd, the sluice daemon, ctnetlink's events
 )
 
 // Features are every Feature, in report order.
-var Features = []Feature{FeatureRules, FeatureMaps, FeatureHash, FeatureCounters, FeatureCTSet, FeatureDynset, FeatureNAT, FeatureConntrack, FeatureIPTables, FeatureBPF, FeatureDecap}
+var Features = []Feature{FeatureRules, FeatureMaps, FeatureHash, FeatureCounters, FeatureCTSet, FeatureDynset, FeatureNAT, FeatureConntrack, FeatureIPTables, FeatureBPF, FeatureDecap, FeatureSync}
+
+// syncProcesses are the processes whose CPU, besides the packet path's functions, is charged to
+// FeatureSync: the replication daemons (the sluice daemon also checks health, a small share).
+var syncProcesses = map[string]bool{"conntrackd": true, "sluice": true}
+
+// uncharged are the processes whose samples are not the load's: the idle task and perf itself.
+var uncharged = map[string]bool{"swapper": true, "perf": true}
 
 // featureOf charges kernel symbols to features by their names: the first pattern that matches.
 var featureOf = []struct {
@@ -62,6 +70,7 @@ var featureOf = []struct {
 	{regexp.MustCompile(`^(ipt_do_table|ip6t_do_table|xt_|statistic_mt|ebt_do_table)`), FeatureIPTables},
 	{regexp.MustCompile(`^bpf_prog_[0-9a-f]+_sluice_decap$`), FeatureDecap},
 	{regexp.MustCompile(`^(bpf_prog_|bpf_|tcf_bpf|cls_bpf)`), FeatureBPF},
+	{regexp.MustCompile(`^ctnetlink_`), FeatureSync}, // conntrack's events to conntrackd
 	{regexp.MustCompile(`^(nft_do_chain|nft_immediate|nft_cmp|nft_payload|nft_meta|nft_bitwise|nft_range|nft_byteorder|nft_trace|nft_exthdr|nft_rt|nft_fib|nf_hook_slow|nft_nat_do_chain|__nft_)`), FeatureRules},
 }
 
@@ -85,6 +94,14 @@ func (p Profile) Total() float64 {
 		t += ns
 	}
 	return t
+}
+
+// perfSamples are a perf report's samples: by kernel symbol outside the replication daemons, by
+// symbol of those daemons, and of every process but the idle task and perf (CPU time, every
+// process, user and kernel).
+type perfSamples struct {
+	kernel, daemons map[string]int64
+	all             int64
 }
 
 // profiler samples every CPU with perf while a load runs.
@@ -111,28 +128,29 @@ func startProfile(ctx context.Context, dir string) (*profiler, error) {
 	return p, nil
 }
 
-// stop ends the sampling and charges the kernel samples to features, per request of requests.
-func (p *profiler) stop(ctx context.Context, requests float64) (Profile, error) {
+// stop ends the sampling and charges the kernel samples to features, per request of requests;
+// cpu is the machine's CPU time per request, every process (ns).
+func (p *profiler) stop(ctx context.Context, requests float64) (prof Profile, cpu float64, err error) {
 	defer os.Remove(p.data)
 	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err := p.cmd.Wait(); err != nil && !isInterrupted(err) {
-		return nil, fmt.Errorf("perf record: %w", err)
+		return nil, 0, fmt.Errorf("perf record: %w", err)
 	}
 	perf, err := perfPath()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	out, err := exec.CommandContext(ctx, perf, "report", "-i", p.data, "--stdio", "-q", "-n", "--sort", "sym", "--percent-limit", "0").Output()
+	out, err := exec.CommandContext(ctx, perf, "report", "-i", p.data, "--stdio", "-q", "-n", "--sort", "comm,sym", "--percent-limit", "0").Output()
 	if err != nil {
-		return nil, fmt.Errorf("perf report: %w", err)
+		return nil, 0, fmt.Errorf("perf report: %w", err)
 	}
 	samples, err := parsePerfReport(string(out))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return profileOf(samples, requests), nil
+	return profileOf(samples, requests), perRequest(samples.all, requests), nil
 }
 
 // isInterrupted tells whether perf ended on the SIGINT that stops it.
@@ -141,39 +159,76 @@ func isInterrupted(err error) bool {
 	return errors.As(err, &exit) && (exit.ExitCode() == 130 || exit.ExitCode() == -1)
 }
 
-// perfLine is a line of `perf report --stdio -q -n --sort sym`: "  12.34%   1234  [k] nft_do_chain".
-var perfLine = regexp.MustCompile(`^\s*[0-9.]+%\s+([0-9]+)\s+\[([k.])\]\s+(\S+)`)
+// perfLine is a line of `perf report --stdio -q -n --sort comm,sym`:
+// "  12.34%   1234  nginx  [k] nft_do_chain".
+var perfLine = regexp.MustCompile(`^\s*[0-9.]+%\s+([0-9]+)\s+(.+?)\s+\[([k.])\]\s+(\S+)`)
 
-// parsePerfReport reads the samples of every kernel symbol in a perf report.
-func parsePerfReport(report string) (map[string]int64, error) {
-	samples := map[string]int64{}
+// parsePerfReport reads the samples of a perf report.
+func parsePerfReport(report string) (perfSamples, error) {
+	s := perfSamples{kernel: map[string]int64{}, daemons: map[string]int64{}}
 	scanner := bufio.NewScanner(strings.NewReader(report))
 	for scanner.Scan() {
 		m := perfLine.FindStringSubmatch(scanner.Text())
-		if len(m) != 4 || m[2] != "k" {
+		if len(m) != 5 || uncharged[m[2]] {
 			continue
 		}
 		n, err := strconv.ParseInt(m[1], 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("perf report: %q: %w", scanner.Text(), err)
+			return perfSamples{}, fmt.Errorf("perf report: %q: %w", scanner.Text(), err)
 		}
-		samples[m[3]] += n
+		s.all += n
+		switch {
+		case syncProcesses[m[2]]:
+			s.daemons[m[4]] += n
+		case m[3] == "k":
+			s.kernel[m[4]] += n
+		}
 	}
-	return samples, scanner.Err()
+	return s, scanner.Err()
 }
 
-// profileOf charges samples to features, in ns per request of requests.
-func profileOf(samples map[string]int64, requests float64) Profile {
+// profileOf charges samples to features, in ns per request of requests: kernel symbols by their
+// names, and the replication daemons' other samples to FeatureSync.
+func profileOf(samples perfSamples, requests float64) Profile {
 	p := Profile{}
 	if requests <= 0 {
 		return p
 	}
-	for symbol, n := range samples {
+	for symbol, n := range samples.kernel {
 		if f := chargeSymbol(symbol); f != "" {
-			p[f] += float64(n) * 1e9 / profileHz / requests
+			p[f] += perRequest(n, requests)
 		}
 	}
+	for symbol, n := range samples.daemons {
+		f := chargeSymbol(symbol)
+		if f == "" {
+			f = FeatureSync
+		}
+		p[f] += perRequest(n, requests)
+	}
 	return p
+}
+
+// perRequest is n samples' CPU time in ns per request of requests; 0 without requests.
+func perRequest(n int64, requests float64) float64 {
+	if requests <= 0 {
+		return 0
+	}
+	return float64(n) * 1e9 / profileHz / requests
+}
+
+// medianCPU is the median of the samples' CPU per request, those profiled; 0 for none.
+func medianCPU(ss []LBSample) float64 {
+	var values []float64
+	for _, s := range ss {
+		if s.CPUNS > 0 {
+			values = append(values, s.CPUNS)
+		}
+	}
+	if len(values) == 0 {
+		return 0
+	}
+	return Median(values)
 }
 
 // medianProfile is, feature by feature, the median of the samples' profiles; nil when none was
@@ -222,12 +277,16 @@ func (r *LBResults) profileTable() string {
 	for _, f := range used {
 		header += strings.ToUpper(string(f)) + "\t"
 	}
-	fmt.Fprintln(tw, header+"SUM\t")
+	fmt.Fprintln(tw, header+"SUM\tCPU\tCPU RATIO\t")
 	for _, w := range r.Workloads {
+		base := 0.0
 		for i, name := range r.Candidates {
 			c, _ := r.Cell(name, w.Name)
 			if c.Profile == nil {
 				continue
+			}
+			if base == 0 {
+				base = c.CPUNS
 			}
 			label := ""
 			if i == 0 {
@@ -237,12 +296,18 @@ func (r *LBResults) profileTable() string {
 			for _, f := range used {
 				row += fmt.Sprintf("%.0f\t", c.Profile[f])
 			}
-			fmt.Fprintln(tw, row+fmt.Sprintf("%.0f\t", c.Profile.Total()))
+			ratio := "-"
+			if c.CPUNS > 0 && base > 0 {
+				ratio = fmt.Sprintf("%.3f", base/c.CPUNS)
+			}
+			fmt.Fprintln(tw, row+fmt.Sprintf("%.0f\t%.0f\t%s\t", c.Profile.Total(), c.CPUNS, ratio))
 		}
 	}
 	tw.Flush()
 	fmt.Fprintf(&b, "rules: chain walks, compares, loads; maps: set and map lookups; hash: jhash selectors; counters; ct-set: ct timeout/event/mark set and ct reads;\n")
 	fmt.Fprintf(&b, "dynset: set updates from the packet path; nat; conntrack; iptables: xtables; bpf: BPF programs and helpers; decap: sluice decap's program on\n")
-	fmt.Fprintf(&b, "the backends. The rest of the stack is not charged.\n")
+	fmt.Fprintf(&b, "the backends; sync: conntrackd, the sluice daemon and ctnetlink's events. The rest of the stack is not charged.\n")
+	fmt.Fprintf(&b, "CPU: the whole machine's CPU time per request (every process, user and kernel; not idle, not perf); CPU RATIO: the workload's\n")
+	fmt.Fprintf(&b, "first candidate's CPU over this one's, the throughput ratio that cost alone gives when the machine is saturated.\n")
 	return b.String()
 }
