@@ -176,27 +176,33 @@ static __always_inline bool reply_reusable(const struct flow_key *rk, const stru
 	       (__s64)(now - f->last_seen) >= (__s64)FULLNAT_IDLE_NS;
 }
 
-/* Claims a fullnat source port for client flow k: the first of a few hashed ports whose reply
+/* Claims a fullnat source port for client flow k and returns it, 0 when none is free (a port is
+ * never 0: fullnat_settings refuses a range from 0). The first of a few hashed ports whose reply
  * 5-tuple rk (its port aside) is free or, when none is, whose flow is over. Nothing but the LRU
- * and this frees a port, as closed connections are not tracked. */
-static __always_inline int fullnat_claim(const struct flow_key *k, const struct globals *g,
-					 struct flow_key *rk, const struct reverse *r, __u64 now)
+ * and this frees a port, as closed connections are not tracked. A global function, checked once
+ * on its own rather than in every state of a new flow's decision: its pointers are never NULL
+ * (the verifier does not know), and it returns the port rather than leaving it in *rk for the
+ * caller, as rk is working space. */
+__noinline int fullnat_claim(const struct flow_key *k, const struct globals *g, struct flow_key *rk,
+			     const struct reverse *r, __u64 now)
 {
 	struct reverse *old;
 
+	if (!k || !g || !rk || !r)
+		return 0;
 	for (__u32 i = 0; i < FULLNAT_TRIES; i++) {
 		rk->dport = fullnat_port(k, g, i);
 		if (!bpf_map_update_elem(&replies, rk, r, BPF_NOEXIST))
-			return 0;
+			return rk->dport;
 	}
 	for (__u32 i = 0; i < FULLNAT_TRIES; i++) {
 		rk->dport = fullnat_port(k, g, i);
 		old = bpf_map_lookup_elem(&replies, rk);
 		if (old && reply_reusable(rk, old, now) &&
 		    !bpf_map_update_elem(&replies, rk, r, BPF_EXIST))
-			return 0;
+			return rk->dport;
 	}
-	return -1;
+	return 0;
 }
 
 /* Deletes the reply entry of a flow that is being rebalanced, if it is still that flow's. */
@@ -298,9 +304,9 @@ static __always_inline int flow_create(const struct flow_key *k, const struct se
 		reverse_of(&r, k, svc->id, t->id);
 		reply_key(&rk, k, t->b, g, 0);
 		if (g) {
-			if (fullnat_claim(k, g, &rk, &r, now))
+			f.nat_port = fullnat_claim(k, g, &rk, &r, now);
+			if (!f.nat_port)
 				return SELECT_NO_PORT;
-			f.nat_port = rk.dport;
 		} else {
 			bpf_map_update_elem(&replies, &rk, &r, BPF_ANY);
 		}
