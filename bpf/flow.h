@@ -286,17 +286,15 @@ static __always_inline int flow_create(const struct flow_key *k, const struct se
 	struct flow     f = {.service_id = svc->id, .last_seen = now};
 	struct flow_key rk;
 	struct reverse  r;
+	int             id = backend_pick(svc, k, now, midflow);
 
-	switch (backend_pick(svc, k, now, midflow, &t->id)) {
-	case 0:
-		break;
-	case PICK_REFUSED:
+	if (id == PICK_REFUSED)
 		return SELECT_REFUSED;
-	case PICK_LIMITED:
+	if (id == PICK_LIMITED)
 		return SELECT_LIMITED;
-	default:
+	if (id < 0)
 		return SELECT_NO_BACKEND;
-	}
+	t->id = id;
 	if (!(t->b = backend_get(t->id, backend_family(svc, k))))
 		return SELECT_NO_BACKEND;
 	f.backend_id = t->id;

@@ -326,17 +326,23 @@ static __always_inline int second_chance(const struct service *svc, const struct
 /* backend_pick's error for a client its service's access lists refuse. */
 #define PICK_REFUSED -2
 
-/* Picks the backend id of a new flow k of a service at time now; -1 when none can take it,
- * PICK_REFUSED when the service refuses the client, PICK_LIMITED when the flow is over one of
- * the service's limits. A mid-flow packet (midflow) gets a second chance before the table. */
-static __always_inline int backend_pick(const struct service *svc, const struct flow_key *k,
-					__u64 now, bool midflow, __u32 *id)
+/* Picks the backend of a new flow k of a service at time now and returns its id; -1 when none
+ * can take it (an id past MAX_BACKENDS, which backend_get refuses anyway, included), PICK_REFUSED
+ * when the service refuses the client, PICK_LIMITED when the flow is over one of the service's
+ * limits. A mid-flow packet (midflow) gets a second chance before the table. A global function,
+ * checked once on its own rather than in every state of the decision: its pointers are never NULL
+ * (the verifier does not know), and the id is its result rather than written to the caller. */
+__noinline int backend_pick(const struct service *svc, const struct flow_key *k, __u64 now,
+			    bool midflow)
 {
 	struct service_settings *o = NULL;
 	struct pick_work        *w = NULL;
-	__u32                    sid = svc->id, zero = 0;
+	__u32                    sid, id = 0, zero = 0;
 	int                      err = -1;
 
+	if (!svc || !k)
+		return -1;
+	sid = svc->id;
 	if (svc->flags & SERVICE_OPTS) {
 		o = bpf_map_lookup_elem(&service_opts, &sid);
 		w = bpf_map_lookup_elem(&pick_scratch, &zero);
@@ -356,22 +362,24 @@ static __always_inline int backend_pick(const struct service *svc, const struct 
 		}
 		if (o->persist_ns) {
 			persist_key_of(&w->pk, k, sid, o->persist_prefix);
-			err = persist_pick(svc, o, &w->pk, backend_family(svc, k), now, id);
+			err = persist_pick(svc, o, &w->pk, backend_family(svc, k), now, &id);
 		} else {
 			w = NULL;
 		}
 	}
 	if (err && midflow)
-		err = second_chance(svc, k, now, id);
+		err = second_chance(svc, k, now, &id);
 	if (err)
-		err = svc->flags & SERVICE_LEAST_CONN ? least_pick(svc, k, id)
-						      : table_pick(svc, k, id);
-	if (err || !w || count_nothing)
+		err = svc->flags & SERVICE_LEAST_CONN ? least_pick(svc, k, &id)
+						      : table_pick(svc, k, &id);
+	if (err)
 		return err;
-	w->pe.backend_id = *id;
-	w->pe.last_new = now;
-	bpf_map_update_elem(&persist, &w->pk, &w->pe, BPF_ANY);
-	return 0;
+	if (w && !count_nothing) {
+		w->pe.backend_id = id;
+		w->pe.last_new = now;
+		bpf_map_update_elem(&persist, &w->pk, &w->pe, BPF_ANY);
+	}
+	return id < MAX_BACKENDS ? (int)id : -1;
 }
 
 #endif
