@@ -43,8 +43,28 @@ type lastApply struct {
 	// empty but not nil: gob decodes both as nil, and plan.Equal tells them apart.
 	Empty map[int][]string
 	// Binary is the sluice binary that applied it (thisBinary): another one may render the same
-	// plan into other rules, so it reads the tables back.
+	// plan into other rules, so it reads the tables back, unless sameRenderer says otherwise.
 	Binary string
+	// Format is lastApplyFormat of the binary that wrote it (0: written before formats), and
+	// NFTRender its nft.RenderVersion.
+	Format    int
+	NFTRender int
+}
+
+// lastApplyFormat is the layout of lastApply's file: another binary's file is trusted only with
+// the same (sameRenderer).
+const lastApplyFormat = 1
+
+// sameRenderer tells whether this binary leaves the kernel as rec's writer did for the same plan:
+// it is the same binary, or one that reads the same format and renders nft tables the same way
+// (nft.RenderVersion: an upgrade that did not change the rules). The ebpf datapath's maps are
+// trusted from the same binary only.
+func (rec *lastApply) sameRenderer() bool {
+	if rec.Binary != "" && rec.Binary == thisBinary() {
+		return true
+	}
+	return rec.Format == lastApplyFormat && rec.Plan != nil && rec.Plan.Datapath == config.DatapathNFT &&
+		rec.NFTRender == nft.RenderVersion
 }
 
 // thisBinary identifies the running sluice binary: its path, size and modification time, which
@@ -230,7 +250,7 @@ func readLastApply(path string, next *plan.Plan, log *slog.Logger) *lastApply {
 }
 
 // decodeLastApply reads the file of lastApply, its slots still packed; nil when there is none, it
-// does not decode or another binary wrote it.
+// does not decode or another binary that may render other rules wrote it.
 func decodeLastApply(path string, log *slog.Logger) *lastApply {
 	data, err := boundedread.File(path, boundedread.ConfigBytes)
 	if err != nil {
@@ -243,8 +263,8 @@ func decodeLastApply(path string, log *slog.Logger) *lastApply {
 	err = gob.NewDecoder(bytes.NewReader(data)).Decode(&rec)
 	switch {
 	case err != nil:
-	case rec.Binary == "" || rec.Binary != thisBinary():
-		err = errors.New("written by another sluice binary")
+	case !rec.sameRenderer():
+		err = errors.New("written by another sluice binary, which may render other rules")
 	case rec.Plan == nil:
 		err = errors.New("not a last apply")
 	}
@@ -377,7 +397,7 @@ func writeLastApply(path string, rec lastApply) error {
 	rec.markEmpty()
 	rec.Tables = maglev.Remembered()
 	rec.packSlots()
-	rec.Binary = thisBinary()
+	rec.Binary, rec.Format, rec.NFTRender = thisBinary(), lastApplyFormat, nft.RenderVersion
 	var data bytes.Buffer
 	if err := gob.NewEncoder(&data).Encode(rec); err != nil {
 		return err

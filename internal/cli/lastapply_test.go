@@ -144,6 +144,44 @@ func TestLastApplyIgnoresABadFile(t *testing.T) {
 	}
 }
 
+// TestLastApplyOfAnUpgrade: another binary's last apply is trusted on nft when it has the same
+// file format and nft.RenderVersion (an upgrade that did not change the rules), and only then.
+func TestLastApplyOfAnUpgrade(t *testing.T) {
+	nftPlan, ebpfPlan := &plan.Plan{Datapath: config.DatapathNFT}, &plan.Plan{Datapath: config.DatapathEBPF}
+	for _, c := range []struct {
+		name string
+		rec  lastApply
+		want bool
+	}{
+		{"same renderer", lastApply{Plan: nftPlan, Format: lastApplyFormat, NFTRender: nft.RenderVersion}, true},
+		{"another renderer", lastApply{Plan: nftPlan, Format: lastApplyFormat, NFTRender: nft.RenderVersion + 1}, false},
+		{"written before formats", lastApply{Plan: nftPlan, NFTRender: nft.RenderVersion}, false},
+		{"another format", lastApply{Plan: nftPlan, Format: lastApplyFormat + 1, NFTRender: nft.RenderVersion}, false},
+		{"ebpf", lastApply{Plan: ebpfPlan, Format: lastApplyFormat, NFTRender: nft.RenderVersion}, false},
+		{"this binary's ebpf", lastApply{Plan: ebpfPlan, Binary: thisBinary()}, true},
+	} {
+		if c.rec.Binary == "" {
+			c.rec.Binary = "/usr/sbin/sluice 1 2"
+		}
+		if got := c.rec.sameRenderer(); got != c.want {
+			t.Errorf("%s: trusted %v, want %v", c.name, got, c.want)
+		}
+	}
+	// Written by this binary, then read as another binary of the same renderer would.
+	path := filepath.Join(t.TempDir(), "last-apply.gob")
+	if err := writeLastApply(path, lastApply{Plan: nftPlan}); err != nil {
+		t.Fatal(err)
+	}
+	rec := decodeLastApply(path, slog.New(slog.DiscardHandler))
+	if rec == nil || rec.Format != lastApplyFormat || rec.NFTRender != nft.RenderVersion {
+		t.Fatalf("the file keeps %+v, want format %d and render version %d", rec, lastApplyFormat, nft.RenderVersion)
+	}
+	rec.Binary = "/usr/sbin/sluice 1 2"
+	if !rec.sameRenderer() {
+		t.Error("an upgrade of the same renderer does not trust the file")
+	}
+}
+
 // TestForgetLastApply removes the file, and a missing one is no error.
 func TestForgetLastApply(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "last-apply.gob")

@@ -11,6 +11,12 @@ import (
 	"github.com/sluicelb/sluice/internal/plan"
 )
 
+// RenderVersion names how this package renders a plan into nftables objects: two sluice
+// binaries of the same RenderVersion write the same tables for the same plan, so that one may
+// start from the last apply of the other (an upgrade) instead of reading every table back.
+// TestRenderVersionFollowsTheGoldens fails when the golden renderings change while it stays.
+const RenderVersion = 1
+
 // Committed is what the datapath's last Apply left in the kernel, for a one-shot command to keep
 // beside the plan it applied and give to the next one's Restore: that one then renders and
 // compares only the services whose plan changed, as a daemon's datapath does, instead of reading
