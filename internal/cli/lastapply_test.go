@@ -201,25 +201,12 @@ func TestForgetLastApply(t *testing.T) {
 // TestLastApplySharesOneTable reads back a last apply whose services share a table: those whose
 // table in the next plan is that one share it, one whose table differs gets the one applied.
 func TestLastApplySharesOneTable(t *testing.T) {
-	cfg, err := config.Parse("ebpf.yaml", []byte(`datapath: ebpf
+	p, path := appliedPlan(t, []byte(`datapath: ebpf
 services:
   - {name: a, vip: 10.0.0.1, port: 80, backends: [{address: 10.1.0.1}, {address: 10.1.0.2}]}
   - {name: b, vip: 10.0.0.2, port: 80, backends: [{address: 10.1.0.1}, {address: 10.1.0.2}]}
   - {name: c, vip: 10.0.0.3, port: 80, backends: [{address: 10.1.0.1}, {address: 10.1.0.2}]}
 `))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(maglev.Forget)
-	maglev.Remember(nil)
-	p, err := plan.Build(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "last-apply.gob")
-	if err := writeLastApply(path, lastApply{Plan: p, EBPF: ebpf.Committed{Boot: "b"}}); err != nil {
-		t.Fatal(err)
-	}
 	next := *p
 	next.Services = slices.Clone(p.Services)
 	next.Services[2].Slots = slices.Clone(p.Services[2].Slots)
@@ -238,6 +225,27 @@ services:
 	}
 }
 
+// appliedPlan builds the plan of an ebpf config, its Maglev tables remembered, and writes it as
+// the last apply to a file under tb's temporary directory.
+func appliedPlan(tb testing.TB, text []byte) (*plan.Plan, string) {
+	tb.Helper()
+	cfg, err := config.Parse("ebpf.yaml", text)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(maglev.Forget)
+	maglev.Remember(nil)
+	p, err := plan.Build(cfg, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	path := filepath.Join(tb.TempDir(), "last-apply.gob")
+	if err := writeLastApply(path, lastApply{Plan: p, EBPF: ebpf.Committed{Boot: "b"}}); err != nil {
+		tb.Fatal(err)
+	}
+	return p, path
+}
+
 // BenchmarkReadLastApply10kServices reads the last apply of 10,000 services on ebpf (tables of
 // 1021 slots) for the next plan, as plan -f and apply -f do (issue 32).
 func BenchmarkReadLastApply10kServices(b *testing.B) {
@@ -246,20 +254,7 @@ func BenchmarkReadLastApply10kServices(b *testing.B) {
 	for i := range 10000 {
 		fmt.Fprintf(&text, "- {name: svc%d, vip: 10.92.%d.%d, port: 80, backends: [{address: 10.91.2.100}, {address: 10.91.2.101}]}\n", i, i/256, i%256)
 	}
-	cfg, err := config.Parse("big.yaml", text.Bytes())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(maglev.Forget)
-	maglev.Remember(nil)
-	p, err := plan.Build(cfg, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	path := filepath.Join(b.TempDir(), "last-apply.gob")
-	if err := writeLastApply(path, lastApply{Plan: p, EBPF: ebpf.Committed{Boot: "b"}}); err != nil {
-		b.Fatal(err)
-	}
+	p, path := appliedPlan(b, text.Bytes())
 	b.ReportAllocs()
 	for b.Loop() {
 		if readLastApply(path, p, slog.New(slog.DiscardHandler)) == nil {

@@ -33,13 +33,8 @@ func tcpFlow(client net.IP, port uint16) *netlink.ConntrackFlow {
 // countFlows counts the flows from client in ns's kernel table.
 func countFlows(t *testing.T, ns netns.NsHandle, client net.IP) int {
 	t.Helper()
-	h, err := netlink.NewHandleAt(ns)
-	must(t, err)
-	defer h.Close()
-	flows, err := h.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
-	must(t, err)
 	n := 0
-	for _, f := range flows {
+	for _, f := range ipv4Flows(t, ns) {
 		if f.Forward.SrcIP.Equal(client) {
 			n++
 		}

@@ -107,15 +107,21 @@ func run(t *testing.T, ns netns.NsHandle, name string, args ...string) (string, 
 	return string(out), err
 }
 
-// hasFlow tells whether ns's kernel conntrack table has the test's flow.
-func hasFlow(t *testing.T, ns netns.NsHandle) bool {
+// ipv4Flows lists ns's kernel conntrack table of IPv4.
+func ipv4Flows(t *testing.T, ns netns.NsHandle) []*netlink.ConntrackFlow {
 	t.Helper()
 	h, err := netlink.NewHandleAt(ns)
 	must(t, err)
 	defer h.Close()
 	flows, err := h.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
 	must(t, err)
-	for _, f := range flows {
+	return flows
+}
+
+// hasFlow tells whether ns's kernel conntrack table has the test's flow.
+func hasFlow(t *testing.T, ns netns.NsHandle) bool {
+	t.Helper()
+	for _, f := range ipv4Flows(t, ns) {
 		if f.Forward.SrcIP.Equal(net.ParseIP("10.1.1.1")) && f.Forward.DstPort == 80 {
 			return true
 		}
