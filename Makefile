@@ -102,6 +102,7 @@ fuzz:
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzParseStats -fuzztime $(FUZZTIME) ./internal/conntrackd/
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzProgram -fuzztime $(FUZZTIME) ./internal/datapath/ebpf/
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzRender -fuzztime $(FUZZTIME) ./internal/datapath/nft/
+	$(GO) test -count=1 -run '^$$' -fuzz FuzzValidServiceName -fuzztime $(FUZZTIME) ./internal/config/
 
 # Every package, no root needed: what needs root or a tool skips itself (-short skips the slow ones).
 unit:
