@@ -3,10 +3,13 @@ package cli
 import (
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicelb/sluice/internal/datapath/ebpf"
 	"github.com/sluicelb/sluice/internal/decap"
 )
 
@@ -22,13 +25,14 @@ func decapCmd() *cobra.Command {
 			"packet (to a VIP of this host, as for dsr) to the stack; inner packets to other addresses are " +
 			"dropped. The host's addresses are read at attach: attach again after adding a VIP.",
 	}
-	cmd.PersistentFlags().StringVar(&o.PinPath, "pin-path", decap.DefaultPinPath, "where the program's maps and links are pinned")
+	cmd.PersistentFlags().StringVar(&o.PinPath, "pin-path", "",
+		"where the program's maps and links are pinned (default "+decap.DefaultPinPath+"; with --netns NAME: "+decapPinPath("NAME")+")")
 	attach := &cobra.Command{
 		Use:   "attach --interface IF [--gue-port N]",
 		Short: "Decapsulate the tunnel packets arriving on an interface (again: refresh the host's addresses)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := decap.Attach(o); err != nil {
+			if err := decap.Attach(pinned(o)); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "decapsulating IPIP%s on %s\n", gueText(o.GUEPort), o.Interface)
@@ -42,7 +46,7 @@ func decapCmd() *cobra.Command {
 		Use:   "detach --interface IF",
 		Short: "Stop decapsulating on an interface",
 		Args:  cobra.NoArgs,
-		RunE:  func(*cobra.Command, []string) error { return decap.Detach(o) },
+		RunE:  func(*cobra.Command, []string) error { return decap.Detach(pinned(o)) },
 	}
 	detach.Flags().StringVar(&o.Interface, "interface", "", "the interface to stop on")
 	_ = detach.MarkFlagRequired("interface")
@@ -52,7 +56,7 @@ func decapCmd() *cobra.Command {
 		Short: "Show where decapsulation runs and its counters",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := decap.ReadStatus(o)
+			st, err := decap.ReadStatus(pinned(o))
 			if err != nil {
 				return err
 			}
@@ -63,6 +67,19 @@ func decapCmd() *cobra.Command {
 	cmd.AddCommand(attach, detach, status)
 	return cmd
 }
+
+// pinned is o with its pin path settled once the process runs in its namespace: without
+// --pin-path, the namespace's own (decapPinPath) when entered with --netns.
+func pinned(o decap.Options) decap.Options {
+	if ns := os.Getenv(enteredEnv); o.PinPath == "" && ns != "" {
+		o.PinPath = decapPinPath(ns)
+	}
+	return o
+}
+
+// decapPinPath is the default pin path of the decapsulation in the namespace entered with
+// --netns ns: beside the datapath's of that namespace, so that two namespaces never share one.
+func decapPinPath(ns string) string { return filepath.Join(ebpf.NetnsPinPath(ns), "decap") }
 
 // gueText names the GUE port of a decapsulation, if it takes GUE.
 func gueText(port uint16) string {

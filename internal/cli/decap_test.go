@@ -23,3 +23,19 @@ func TestPrintDecap(t *testing.T) {
 		t.Errorf("got %q (%v)", b.String(), err)
 	}
 }
+
+// TestDecapPinPathPerNamespace: with --netns, decap pins under the namespace's own path (where
+// the lab's routed backends keep theirs), so two namespaces never share one; --pin-path wins.
+func TestDecapPinPathPerNamespace(t *testing.T) {
+	t.Setenv(enteredEnv, "sluice-b1")
+	if got, want := pinned(decap.Options{}).PinPath, "/sys/fs/bpf/sluice-netns/sluice-b1/decap"; got != want {
+		t.Errorf("pin path under --netns sluice-b1: %q, want %q", got, want)
+	}
+	if got := pinned(decap.Options{PinPath: "/sys/fs/bpf/mine"}).PinPath; got != "/sys/fs/bpf/mine" {
+		t.Errorf("--pin-path under --netns: %q, want it kept", got)
+	}
+	t.Setenv(enteredEnv, "")
+	if got := pinned(decap.Options{}).PinPath; got != "" {
+		t.Errorf("pin path without --netns: %q, want the default (empty)", got)
+	}
+}

@@ -74,6 +74,9 @@ func Attach(o Options) error {
 		return fmt.Errorf("interface %q: %w", o.Interface, err)
 	}
 	pin := o.pinPath()
+	if err := ownPins(pin); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(pin, 0o700); err != nil {
 		return err
 	}
@@ -95,12 +98,39 @@ func Attach(o Options) error {
 	return ensureLink(filepath.Join(pin, linkPrefix+o.Interface), iface.Index, objs.SluiceDecap)
 }
 
-// ensureLink makes prog run at tc ingress of ifindex through the link pinned at path.
+// ownPins refuses a pin path whose links run in another network namespace: the maps there hold
+// that namespace's addresses, which an attach here would overwrite.
+func ownPins(pin string) error {
+	names, err := attached(pin)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		path := filepath.Join(pin, linkPrefix+name)
+		l, err := link.LoadPinnedLink(path, nil)
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", path, err)
+		}
+		at, err := placeOf(l, name)
+		l.Close()
+		if err != nil {
+			return err
+		}
+		if at == linkElsewhere {
+			return fmt.Errorf("%s holds a decapsulation running on an interface that is not this namespace's %s "+
+				"(another namespace's): give each namespace a pin path of its own (--pin-path; with --netns "+
+				"the default is one per namespace)", pin, name)
+		}
+	}
+	return nil
+}
+
+// ensureLink makes prog run at tc ingress of ifindex through the link pinned at path (which
+// ownPins found here or gone).
 func ensureLink(path string, ifindex int, prog *ebpf.Program) error {
 	if l, err := link.LoadPinnedLink(path, nil); err == nil {
 		defer l.Close()
-		info, ierr := l.Info()
-		if ierr == nil && info.TCX() != nil && int(info.TCX().Ifindex) == ifindex {
+		if info, err := l.Info(); err == nil && info.TCX() != nil && int(info.TCX().Ifindex) == ifindex {
 			return l.Update(prog)
 		}
 		// the interface was re-created: its link went with the old one
@@ -114,6 +144,42 @@ func ensureLink(path string, ifindex int, prog *ebpf.Program) error {
 	}
 	defer l.Close()
 	return l.Pin(path)
+}
+
+// linkPlace is where a pinned link runs, seen from this namespace.
+type linkPlace int
+
+const (
+	linkGone      linkPlace = iota // its interface was deleted: the link runs nowhere
+	linkHere                       // at tc ingress of the interface of this namespace it is named after
+	linkElsewhere                  // on an interface of another namespace
+)
+
+// placeOf tells where l, pinned for the interface named name, runs. An interface index alone
+// cannot tell, as every namespace numbers its interfaces from 1: l must be among the links that
+// tc ingress of this namespace's interface runs.
+func placeOf(l link.Link, name string) (linkPlace, error) {
+	info, err := l.Info()
+	if err != nil {
+		return 0, fmt.Errorf("reading the pinned link of %s: %w", name, err)
+	}
+	if tcx := info.TCX(); tcx == nil || tcx.Ifindex == 0 {
+		return linkGone, nil
+	}
+	iface, err := net.InterfaceByName(name)
+	if err != nil {
+		return linkElsewhere, nil // it runs on an interface this namespace has not
+	}
+	res, err := link.QueryPrograms(link.QueryOptions{Target: iface.Index, Attach: ebpf.AttachTCXIngress})
+	if err != nil {
+		return 0, fmt.Errorf("listing the programs at tc ingress of %s: %w", name, err)
+	}
+	for _, p := range res.Programs {
+		if id, ok := p.LinkID(); ok && id == info.ID {
+			return linkHere, nil
+		}
+	}
+	return linkElsewhere, nil
 }
 
 // syncLocal makes decap_local hold exactly the host's local prefixes: those of the local routing

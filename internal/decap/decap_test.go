@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -314,3 +315,76 @@ func TestAttachDetachStatus(t *testing.T) {
 
 // privateBPFFS mounts a BPF filesystem of the test's own and returns a pin path in it.
 func privateBPFFS(t *testing.T) string { return testutil.PrivateBPFFS(t, "decap") }
+
+// upVeth adds the veth pair dc0/dc1 to the thread's namespace, with addr on dc0 up, and returns
+// dc0's index.
+func upVeth(t *testing.T, addr string) int {
+	t.Helper()
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "dc0"}, PeerName: "dc1"}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := netlink.LinkByName("dc0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := netlink.ParseAddr(addr)
+	if err := netlink.AddrAdd(l, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetUp(l); err != nil {
+		t.Fatal(err)
+	}
+	return l.Attrs().Index
+}
+
+// TestAttachRefusesAnotherNamespacesPins attaches in two namespaces, each with its dc0 (most
+// often of the same index), under one pin path: the second attach is refused and leaves the
+// first's program and addresses as they were; under a pin path of its own it attaches.
+func TestAttachRefusesAnotherNamespacesPins(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testutil.Missing(t, "needs root: attaches BPF programs in network namespaces")
+	}
+	pin := privateBPFFS(t)
+	o := Options{PinPath: pin, Interface: "dc0"}
+	first, second := netnstest.New(t), netnstest.New(t)
+	netnstest.In(t, first, func() {
+		upVeth(t, "10.0.3.11/24")
+		if err := Attach(o); err != nil {
+			t.Fatal(err)
+		}
+	})
+	netnstest.In(t, second, func() {
+		upVeth(t, "10.0.4.11/24")
+		err := Attach(o)
+		if err == nil || !strings.Contains(err.Error(), "another namespace") {
+			t.Errorf("attaching under another namespace's pin path: %v, want a refusal naming it", err)
+		}
+		own := Options{PinPath: pin + "-second", Interface: "dc0"}
+		if err := Attach(own); err != nil {
+			t.Errorf("attaching under a pin path of its own: %v", err)
+		} else if err := Detach(own); err != nil {
+			t.Error(err)
+		}
+	})
+	local, err := ebpf.LoadPinnedMap(filepath.Join(pin, decapMapDecapLocal), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	for a, want := range map[string]bool{"10.0.3.11": true, "10.0.4.11": false} {
+		var v uint8
+		err := local.Lookup(localKeyOf(netip.PrefixFrom(netip.MustParseAddr(a), 32)), &v)
+		if (err == nil) != want {
+			t.Errorf("%s in the first namespace's decap_local: %v, want %v", a, err == nil, want)
+		}
+	}
+	netnstest.In(t, first, func() {
+		st, err := ReadStatus(o)
+		if err != nil || len(st.Interfaces) != 1 {
+			t.Errorf("the first namespace's status %+v (%v), want dc0 still attached", st, err)
+		}
+		if err := Detach(o); err != nil {
+			t.Error(err)
+		}
+	})
+}
