@@ -345,12 +345,12 @@ func setTxChecksumming(t *testing.T, name string, on bool) {
 func (l *trafficLab) echoTCP(t *testing.T, vip netip.AddrPort) {
 	var c net.Conn
 	var err error
-	netnstest.In(t, l.client, func() { c, err = net.DialTimeout("tcp", vip.String(), 5*time.Second) })
+	netnstest.In(t, l.client, func() { c, err = net.DialTimeout("tcp", vip.String(), 15*time.Second) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 	sent := make([]byte, 1<<20)
 	_, _ = rand.Read(sent)
 	go func() { _, _ = c.Write(sent) }()
@@ -374,11 +374,12 @@ func (l *trafficLab) echoUDP(t *testing.T, vip netip.AddrPort) {
 	defer c.Close()
 	sent := []byte("sluice " + vip.String())
 	got := make([]byte, 100)
-	for try := 0; try < 5; try++ { // the first datagrams may be spent on neighbour resolution
+	// the first datagrams may be spent on neighbour resolution, and a loaded machine is slow
+	for try := 0; try < 10; try++ {
 		if _, err := c.Write(sent); err != nil {
 			t.Fatal(err)
 		}
-		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
 		n, err := c.Read(got)
 		if err == nil {
 			if !bytes.Equal(got[:n], sent) {
