@@ -147,43 +147,59 @@ func readPorts(st *state) {
 // readBackends reads backend_meta and backends: the records attach backends to their services,
 // the entries are what the program sees.
 func readBackends(m *kernelMaps, st *state) error {
-	owned := map[uint32]bool{}
+	owned := map[uint32]*backendState{}
+	var lastService, lastBackend uint32
 	err := readAll(m.BackendMeta, func(id uint32, rec backendRecord) bool {
 		s := st.byID[rec.Service]
 		if s == nil || s.backends[rec.backend().ID()] != nil || !st.backendIDs.mark(id) {
 			st.strays.records = append(st.strays.records, id)
 			return true
 		}
-		s.backends[rec.backend().ID()] = &backendState{id: id, rec: rec}
-		owned[id] = true
+		b := &backendState{id: id, rec: rec}
+		s.backends[rec.backend().ID()] = b
+		owned[id] = b
+		lastBackend = max(lastBackend, id)
 		return true
 	})
 	if err != nil {
 		return err
 	}
-	entries := map[uint32]sluiceBackend{}
 	err = readAll(m.Backends, func(id uint32, e sluiceBackend) bool {
-		if e.Flags&sluiceBackendFlagsBACKEND_VALID != 0 {
-			entries[id] = e
-			if !owned[id] {
-				st.strays.entries = append(st.strays.entries, id)
-			}
+		if e.Flags&sluiceBackendFlagsBACKEND_VALID == 0 {
+			return true
+		}
+		if b := owned[id]; b != nil {
+			b.entry = e
+		} else {
+			st.strays.entries = append(st.strays.entries, id)
 		}
 		return true
 	})
+	if err != nil {
+		return err
+	}
 	for _, s := range st.services {
-		if m.ServiceOpts != nil {
-			_ = m.ServiceOpts.Lookup(s.id, &s.opts) // an id out of range reads as no settings
-		}
+		lastService = max(lastService, s.id)
 		if m.ServiceSources != nil && s.rec.source() == sluiceServiceSourceSOURCE_OWN {
-			_ = m.ServiceSources.Lookup(s.id, &s.source)
+			_ = m.ServiceSources.Lookup(s.id, &s.source) // an id out of range reads as no source
 		}
-		for _, b := range s.backends {
-			b.entry = entries[b.id]
-			if m.BackendOpts != nil {
-				_ = m.BackendOpts.Lookup(b.id, &b.opts)
+	}
+	// The settings arrays are read in batches up to the last id in use, not a lookup per id.
+	if m.ServiceOpts != nil && len(st.services) > 0 {
+		err = readAll(m.ServiceOpts, func(id uint32, v sluiceServiceSettings) bool {
+			if s := st.byID[id]; s != nil {
+				s.opts = v
 			}
-		}
+			return id < lastService
+		})
+	}
+	if err == nil && m.BackendOpts != nil && len(owned) > 0 {
+		err = readAll(m.BackendOpts, func(id uint32, v sluiceBackendSettings) bool {
+			if b := owned[id]; b != nil {
+				b.opts = v
+			}
+			return id < lastBackend
+		})
 	}
 	return err
 }

@@ -399,3 +399,19 @@ services:
 		t.Errorf("apply = %d writes, %v; want an error about 80000 vips entries and no write", n, err)
 	}
 }
+
+// TestResyncReadsTheSettingsBack: the maps read back after Resync hold every service's and
+// backend's settings (persistence, limits, weights of a connection-counting scheduler), so a
+// resync of unchanged maps writes nothing.
+func TestResyncReadsTheSettingsBack(t *testing.T) {
+	r := newRig(t)
+	d := r.datapath(Options{})
+	p := planFromYAML(t, threeBackends("    scheduler: wlc\n    persistence_timeout: 60s\n    limits: {connections: 40, new_connections_per_second: 5}"))
+	if n := r.apply(d, p); n == 0 {
+		t.Fatal("the first apply wrote nothing")
+	}
+	d.Resync()
+	if n := r.apply(d, p); n != 0 {
+		t.Errorf("applying the same plan after Resync wrote %d entries, want 0: a setting was not read back", n)
+	}
+}
