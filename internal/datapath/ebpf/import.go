@@ -14,7 +14,7 @@ import (
 
 // Why ImportFlows skips a flow (datapath.ImportResult.Skipped).
 const (
-	skipInvalid   = "invalid"            // addresses of mixed families, an unknown protocol
+	skipInvalid   = "invalid"            // addresses of mixed families outside a tunnel, an unknown protocol
 	skipNoService = "no such service"    // no live service here has the flow's listener
 	skipNoBackend = "no such backend"    // the service has no backend of that address here
 	skipNATSource = "another nat source" // fullnat to a source address the service does not use here, or a mode mismatch
@@ -115,6 +115,10 @@ func (im *importer) backend(id uint32, a netip.AddrPort, vport uint16) *backendS
 	return nil
 }
 
+// repliesBypass tells whether the replies of a mode's flows bypass the balancer, so that its flows
+// have no replies entry: dsr and tunnel (the program's mode_direct).
+func repliesBypass(m sluiceMode) bool { return m == sluiceModeMODE_DSR || m == sluiceModeMODE_TUNNEL }
+
 // imported is a replicated flow as this node's maps hold it.
 type imported struct {
 	svc  *serviceState
@@ -149,7 +153,7 @@ func (im *importer) flow(f datapath.ReplicatedFlow) (string, error) {
 			return "", fmt.Errorf("writing flow_sources: %w", err)
 		}
 	}
-	if in.mode != sluiceModeMODE_DSR {
+	if !repliesBypass(in.mode) {
 		if taken, err := im.replyTaken(in); err != nil || taken {
 			return skipNATPort, err
 		}
@@ -186,7 +190,7 @@ func (im *importer) resolve(f datapath.ReplicatedFlow) (imported, string) {
 	client, listener, backend := unmapped(f.Client), unmapped(f.Listener), unmapped(f.Backend)
 	is4 := client.Addr().Is4()
 	if !ok || !client.IsValid() || !listener.IsValid() || !backend.Addr().IsValid() || f.Idle < 0 ||
-		listener.Addr().Is4() != is4 || backend.Addr().Is4() != is4 {
+		listener.Addr().Is4() != is4 {
 		return in, skipInvalid
 	}
 	v, ok := im.st.vips[vipKeyOf(listener.Addr(), listener.Port(), proto)]
@@ -194,6 +198,9 @@ func (im *importer) resolve(f datapath.ReplicatedFlow) (imported, string) {
 		return in, skipNoService
 	}
 	in.mode = v.Mode
+	if backend.Addr().Is4() != is4 && in.mode != sluiceModeMODE_TUNNEL { // only tunnels cross families
+		return in, skipInvalid
+	}
 	in.nat = natSettings(im.st.globals, in.svc.source, v.Source)
 	if in.backend = im.backend(v.Id, backend, listener.Port()); in.backend == nil {
 		return in, skipNoBackend
@@ -206,7 +213,7 @@ func (im *importer) resolve(f datapath.ReplicatedFlow) (imported, string) {
 	if why := im.natSource(&in, unmapped(f.NATSource)); why != "" {
 		return in, why
 	}
-	if in.mode != sluiceModeMODE_DSR {
+	if !repliesBypass(in.mode) {
 		in.replyKey, in.reply = im.replyOf(in, client, listener)
 	}
 	return in, ""
@@ -302,7 +309,7 @@ func olderThan(now, at uint64, d time.Duration) bool {
 // and is still that flow's.
 func (im *importer) forgetReply(in imported, old sluiceFlow) error {
 	b := im.byID[old.BackendId]
-	if b == nil || (old.BackendId == in.flow.BackendId && old.NatPort == in.flow.NatPort) || in.mode == sluiceModeMODE_DSR {
+	if b == nil || (old.BackendId == in.flow.BackendId && old.NatPort == in.flow.NatPort) || repliesBypass(in.mode) {
 		return nil
 	}
 	was := in

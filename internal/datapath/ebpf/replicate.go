@@ -147,12 +147,19 @@ func (n *flowNamer) service(id uint32) *serviceRecord {
 	return rec
 }
 
+// crossFamily tells whether service id may have backends of another family than its VIP's: a
+// tunnel service, which carries IPv6 in IPv4 and IPv4 in IPv6.
+func (n *flowNamer) crossFamily(id uint32) bool {
+	rec := n.service(id)
+	return rec != nil && rec.Mode == sluiceModeMODE_TUNNEL
+}
+
 // name is flows entry f of key k at now by addresses; false when its backend or protocol is not
 // known (an entry the records do not explain).
 func (n *flowNamer) name(k sluiceFlowKey, f sluiceFlow, now uint64) (datapath.ReplicatedFlow, bool) {
 	proto := wireName(wireProtocols, k.Proto)
 	b := n.backend(f.BackendId)
-	if proto == "" || b == nil || b.Family != k.Family {
+	if proto == "" || b == nil || (b.Family != k.Family && !n.crossFamily(f.ServiceId)) {
 		return datapath.ReplicatedFlow{}, false
 	}
 	rf := datapath.ReplicatedFlow{

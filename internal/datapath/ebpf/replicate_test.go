@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -100,8 +101,26 @@ func next(t *testing.T, flows <-chan datapath.ReplicatedFlow, client netip.AddrP
 // run receives the frame on lo, from where the route lookup may leave the packet to the stack.
 func forwarded(t *testing.T, d *Datapath, frame []byte) (src, dst netip.AddrPort) {
 	t.Helper()
+	return forwardedFrom(t, d, frame, "")
+}
+
+// forwardedFrom is forwarded for a frame received on interface in (addressed to its MAC), or
+// without a context for "". Of a tunnelled packet it returns the outer addresses and the inner
+// ports.
+func forwardedFrom(t *testing.T, d *Datapath, frame []byte, in string) (src, dst netip.AddrPort) {
+	t.Helper()
 	out := make([]byte, len(frame)+256)
-	ret, err := d.prog.Run(&ebpf.RunOptions{Data: frame, DataOut: out})
+	opts := &ebpf.RunOptions{Data: frame, DataOut: out}
+	if in != "" {
+		ifc, err := net.InterfaceByName(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		frame = append([]byte(nil), frame...)
+		copy(frame, ifc.HardwareAddr)
+		opts.Data, opts.Context = frame, hookTC.runContext(len(frame), uint32(ifc.Index))
+	}
+	ret, err := d.prog.Run(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,5 +537,55 @@ func TestForeignSourceFlowsKeepTheirSource(t *testing.T) {
 	}
 	if len(named) != 1 || named[0].NATSource != theirs {
 		t.Errorf("node B replicates %+v, want the flow with its source %s", named, theirs)
+	}
+}
+
+// TestTunnelFlowsAcrossFamiliesMoveBetweenNodes: a flow of an IPv6 VIP tunnelled to IPv4
+// backends (6in4) is named with its IPv4 backend, and node B imports it: its next segment goes
+// inside IPv4 to the same backend, which B would give no new flow (weight 0 there). As for dsr,
+// the replies bypass the balancer: the import writes no replies entry.
+func TestTunnelFlowsAcrossFamiliesMoveBetweenNodes(t *testing.T) {
+	vip := netip.MustParseAddrPort("[fd00:91:9::100]:80")
+	service := func(weight0 string) string {
+		y := strings.Replace(replService(config.ModeTunnel, weight0), "vip: 10.91.9.100", "vip: "+vip.Addr().String(), 1)
+		return strings.ReplaceAll(y, ", port: 8080", "")
+	}
+	r := newRig(t)
+	a, b := r.datapath(Options{}), r.nodeB()
+	pa := planFromYAML(t, "datapath: ebpf\nservices:\n"+service(""))
+	r.apply(a, pa)
+	client := netip.MustParseAddrPort("[fd00:91:1::7]:40007")
+	_, backend := forwardedFrom(t, a, segment(t, client, vip, true), "veth0")
+	if !backend.Addr().Is4() {
+		t.Fatalf("node A sent the SYN to %s, want it inside IPv4 to an IPv4 backend", backend)
+	}
+	var f datapath.ReplicatedFlow
+	if err := a.SnapshotFlows(context.Background(), func(rf datapath.ReplicatedFlow) bool {
+		if rf.Client == client {
+			f = rf
+		}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if f.Listener != vip || f.Backend.Addr() != backend.Addr() || f.NATSource.IsValid() {
+		t.Fatalf("node A names the flow %+v, want %s to %s's backend %s", f, client, vip, backend.Addr())
+	}
+	r.apply(b, planFromYAML(t, "datapath: ebpf\nservices:\n"+service(backend.Addr().String())))
+	res, err := b.ImportFlows(context.Background(), []datapath.ReplicatedFlow{f})
+	if err != nil || res.Imported != 1 {
+		t.Fatalf("ImportFlows = %+v, %v", res, err)
+	}
+	if _, dst := forwardedFrom(t, b, segment(t, client, vip, false), "veth1"); dst.Addr() != backend.Addr() {
+		t.Errorf("node B tunnelled the flow's next segment to %s, node A to %s", dst.Addr(), backend.Addr())
+	}
+	var n int
+	var k sluiceFlowKey
+	var v sluiceReverse
+	for it := b.maps.Replies.Iterate(); it.Next(&k, &v); {
+		n++
+	}
+	if n != 0 {
+		t.Errorf("node B holds %d replies entries, want none: a tunnel's replies bypass the balancer", n)
 	}
 }
