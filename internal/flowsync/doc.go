@@ -35,9 +35,13 @@
 //	heartbeat        empty
 //	refresh          records
 //
-// A flow record is 32 bytes for IPv4 and 80 for IPv6; all its addresses are of its family:
+// A flow record is 32 bytes for IPv4 and 80 for IPv6; all its addresses are of its family, but for
+// family 46, a tunnel's flow whose backend (and NAT source) are of the other family than its
+// client and listener (6in4, 4in6): 80 bytes, its IPv4 addresses mapped (::ffff:a.b.c.d). Records
+// of family 46 go in datagrams of their own, so that a receiver that predates them (and drops a
+// datagram whose body does not decode) loses no other record:
 //
-//	0  1  family: 4 or 6
+//	0  1  family: 4, 6 or 46
 //	1  1  protocol: 6 tcp, 17 udp
 //	2  1  flags: bit 0 closing (FIN or RST seen), bit 1 nat source present; others 0
 //	3  1  reserved, 0

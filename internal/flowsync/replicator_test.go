@@ -205,10 +205,12 @@ func synced(r *Replicator) bool {
 }
 
 // Two nodes: the one that joins gets the other's whole table in a full resync (several
-// datagrams, paced), its initial sync is done with it, and then every new flow either creates.
+// datagrams, paced), its initial sync is done with it, and then every new flow either creates;
+// tunnel flows across families among them.
 func TestExchangeAndResync(t *testing.T) {
 	port := testPort(t)
-	table := append(testFlows(1500, false), testFlows(300, true)...)
+	mixed := crossFamilyFlows() // among the others: they travel in datagrams of their own
+	table := append(append(append(testFlows(1500, false), mixed[0]), testFlows(300, true)...), mixed[1])
 	a := start(t, "127.0.0.2", port, Options{Peers: peers("127.0.0.3"), InitialSyncTimeout: time.Hour, ResyncRate: 1 << 20}, table)
 	b := start(t, "127.0.0.3", port, Options{Peers: peers("127.0.0.2"), InitialSyncTimeout: time.Hour}, nil)
 
@@ -226,6 +228,9 @@ func TestExchangeAndResync(t *testing.T) {
 	testutil.Eventually(t, "a's initial sync, from b's empty table", func() bool { return synced(a.r) })
 
 	fromA, fromB := testFlows(302, true)[300:], testFlows(2000, false)[1990:] // not in the table
+	moreMixed := mixed[0]
+	moreMixed.Client = netip.MustParseAddrPort("[2001:db8:1::8]:40009")
+	fromA = append(fromA[:1], moreMixed, fromA[1])
 	a.dp.emit(fromA)
 	b.dp.emit(fromB)
 	testutil.Eventually(t, "a's new flows at b", func() bool { return b.dp.has(fromA) })

@@ -33,26 +33,30 @@ const (
 
 // Sizes and bounds of the wire format.
 const (
-	magic        = "SLFS"
-	version      = 1
-	headerSize   = 32
-	macSize      = sha256.Size
-	refSize      = 16
-	totalSize    = 8
-	recordHead   = 8
-	record4Size  = recordHead + 4*(4+2)
-	record6Size  = recordHead + 4*(16+2)
-	minDatagram  = headerSize + macSize
-	maxDatagram  = 65507 // the largest UDP payload over IPv4
-	minMTU       = headerSize + refSize + record6Size + macSize
-	maxRecords   = (maxDatagram - minDatagram) / record4Size
-	flagClosing  = 1 << 0
-	flagNATSrc   = 1 << 1
-	knownFlags   = flagClosing | flagNATSrc
-	protoTCP     = 6
-	protoUDP     = 17
-	familyIPv4   = 4
-	familyIPv6   = 6
+	magic       = "SLFS"
+	version     = 1
+	headerSize  = 32
+	macSize     = sha256.Size
+	refSize     = 16
+	totalSize   = 8
+	recordHead  = 8
+	record4Size = recordHead + 4*(4+2)
+	record6Size = recordHead + 4*(16+2)
+	minDatagram = headerSize + macSize
+	maxDatagram = 65507 // the largest UDP payload over IPv4
+	minMTU      = headerSize + refSize + record6Size + macSize
+	maxRecords  = (maxDatagram - minDatagram) / record4Size
+	flagClosing = 1 << 0
+	flagNATSrc  = 1 << 1
+	knownFlags  = flagClosing | flagNATSrc
+	protoTCP    = 6
+	protoUDP    = 17
+	familyIPv4  = 4
+	familyIPv6  = 6
+	// familyMixed is a record of a tunnel's flow across families (6in4, 4in6): IPv6-sized, its
+	// IPv4 addresses mapped; added to version 1, in datagrams of their own (older receivers
+	// drop those whole).
+	familyMixed  = 46
 	maxIdleMilli = math.MaxUint32
 )
 
@@ -113,6 +117,7 @@ type encoder struct {
 	count int
 	kind  msgType
 	ref   resyncRef
+	mixed bool // the datagram holds mixed-family records, and only those
 }
 
 func newEncoder(mtu int) *encoder {
@@ -121,7 +126,7 @@ func newEncoder(mtu int) *encoder {
 
 // reset starts a datagram of type kind (with ref, for resync data and end).
 func (e *encoder) reset(kind msgType, ref resyncRef) {
-	e.kind, e.ref, e.count = kind, ref, 0
+	e.kind, e.ref, e.count, e.mixed = kind, ref, 0, false
 	e.buf = append(e.buf[:0], magic...)
 	e.buf = append(e.buf, version, byte(kind))
 	e.buf = append(e.buf, make([]byte, headerSize-len(magic)-2)...)
@@ -134,18 +139,21 @@ func (e *encoder) reset(kind msgType, ref resyncRef) {
 // empty tells whether the datagram holds no records.
 func (e *encoder) empty() bool { return e.count == 0 }
 
-// add appends f's record; it returns false when the datagram has no room left for it, and
-// errUnencodable for a flow the format cannot carry.
+// add appends f's record; it returns false when the datagram has no room left for it (or holds
+// records of the other kind: mixed-family records go in datagrams of their own, so that a receiver
+// of an older version drops only those), and errUnencodable for a flow the format cannot carry.
 func (e *encoder) add(f *datapath.ReplicatedFlow) (bool, error) {
 	family, size, err := recordFamily(f)
 	if err != nil {
 		return false, err
 	}
-	if len(e.buf)+size+macSize > e.mtu {
+	mixed := family == familyMixed
+	if len(e.buf)+size+macSize > e.mtu || (e.count > 0 && mixed != e.mixed) {
 		return false, nil
 	}
 	e.buf = appendRecord(e.buf, f, family)
 	e.count++
+	e.mixed = mixed
 	return true, nil
 }
 
@@ -166,26 +174,28 @@ func (e *encoder) seal(mac hash.Hash, node, seq uint64, now time.Time) []byte {
 	return e.buf
 }
 
-// recordFamily checks that f can be encoded and returns its family and record size.
+// recordFamily checks that f can be encoded and returns its family and record size: the client's,
+// or familyMixed when its backend is of the other family (a tunnel's 6in4 or 4in6 flow).
 func recordFamily(f *datapath.ReplicatedFlow) (byte, int, error) {
-	c := f.Client.Addr().Unmap()
+	c, l, b := f.Client.Addr().Unmap(), f.Listener.Addr().Unmap(), f.Backend.Addr().Unmap()
 	if !c.IsValid() || c.IsUnspecified() || protoNumber(f.Protocol) == 0 {
 		return 0, 0, errUnencodable
 	}
-	for _, a := range []netip.Addr{f.Listener.Addr(), f.Backend.Addr()} {
-		a = a.Unmap()
-		if !a.IsValid() || a.IsUnspecified() || a.Is4() != c.Is4() {
-			return 0, 0, errUnencodable
-		}
-	}
-	n := f.NATSource.Addr().Unmap()
-	if (n.IsValid() && (n.IsUnspecified() || n.Is4() != c.Is4())) || (!n.IsValid() && f.NATSource.Port() != 0) {
+	if !l.IsValid() || l.IsUnspecified() || l.Is4() != c.Is4() || !b.IsValid() || b.IsUnspecified() {
 		return 0, 0, errUnencodable
 	}
-	if c.Is4() {
-		return familyIPv4, record4Size, nil
+	n := f.NATSource.Addr().Unmap()
+	if (n.IsValid() && (n.IsUnspecified() || n.Is4() != b.Is4())) || (!n.IsValid() && f.NATSource.Port() != 0) {
+		return 0, 0, errUnencodable
 	}
-	return familyIPv6, record6Size, nil
+	switch {
+	case b.Is4() != c.Is4():
+		return familyMixed, record6Size, nil
+	case c.Is4():
+		return familyIPv4, record4Size, nil
+	default:
+		return familyIPv6, record6Size, nil
+	}
 }
 
 func protoNumber(p config.Protocol) byte {
@@ -343,7 +353,7 @@ func decodeRecord(b []byte) (datapath.ReplicatedFlow, int, bool) {
 	size, addrLen := record4Size, 4
 	switch b[0] {
 	case familyIPv4:
-	case familyIPv6:
+	case familyIPv6, familyMixed:
 		size, addrLen = record6Size, 16
 	default:
 		return f, 0, false
@@ -366,8 +376,12 @@ func decodeRecord(b []byte) (datapath.ReplicatedFlow, int, bool) {
 	for i := range aps {
 		off := recordHead + i*(addrLen+2)
 		a, _ := netip.AddrFromSlice(b[off : off+addrLen])
+		if a.Is4In6() && (b[0] != familyMixed || a.Unmap().IsUnspecified()) { // mapped: IPv4 of a mixed record
+			return f, 0, false
+		}
+		a = a.Unmap()
 		aps[i] = netip.AddrPortFrom(a, binary.BigEndian.Uint16(b[off+addrLen:]))
-		if a.Is4In6() || (a.IsUnspecified() && i < 3) {
+		if a.IsUnspecified() && i < 3 {
 			return f, 0, false
 		}
 	}
@@ -377,6 +391,9 @@ func decodeRecord(b []byte) (datapath.ReplicatedFlow, int, bool) {
 		f.NATSource = nat
 	case flags&flagNATSrc != 0 || nat.Port() != 0 || !nat.Addr().IsUnspecified():
 		return f, 0, false
+	}
+	if family, _, err := recordFamily(&f); err != nil || family != b[0] {
+		return f, 0, false // families that do not fit the record's: each flow has one encoding
 	}
 	return f, size, true
 }

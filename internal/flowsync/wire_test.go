@@ -115,7 +115,7 @@ func TestWireUnencodable(t *testing.T) {
 	for name, change := range map[string]func(f *datapath.ReplicatedFlow){
 		"protocol":         func(f *datapath.ReplicatedFlow) { f.Protocol = "sctp" },
 		"no client":        func(f *datapath.ReplicatedFlow) { f.Client = netip.AddrPort{} },
-		"mixed families":   func(f *datapath.ReplicatedFlow) { f.Backend = netip.MustParseAddrPort("[2001:db8::1]:80") },
+		"listener family":  func(f *datapath.ReplicatedFlow) { f.Listener = netip.MustParseAddrPort("[2001:db8::1]:80") },
 		"unspecified":      func(f *datapath.ReplicatedFlow) { f.Listener = netip.MustParseAddrPort("0.0.0.0:80") },
 		"nat port only":    func(f *datapath.ReplicatedFlow) { f.NATSource = netip.AddrPortFrom(netip.Addr{}, 5) },
 		"nat other family": func(f *datapath.ReplicatedFlow) { f.NATSource = netip.MustParseAddrPort("[2001:db8::1]:80") },
@@ -138,6 +138,49 @@ func TestWireUnencodable(t *testing.T) {
 	}
 }
 
+// crossFamilyFlows are tunnel flows whose backends are of the other family: 6in4 and 4in6.
+func crossFamilyFlows() []datapath.ReplicatedFlow {
+	return []datapath.ReplicatedFlow{
+		{Protocol: config.ProtocolTCP, Client: netip.MustParseAddrPort("[2001:db8:1::7]:40007"),
+			Listener: netip.MustParseAddrPort("[2001:db8::10]:80"), Backend: netip.MustParseAddrPort("10.9.0.2:0"), Idle: time.Second},
+		{Protocol: config.ProtocolUDP, Client: netip.MustParseAddrPort("10.1.0.7:40008"),
+			Listener: netip.MustParseAddrPort("192.0.2.10:53"), Backend: netip.MustParseAddrPort("[2001:db8:9::2]:0"), Closing: true},
+	}
+}
+
+// TestWireCrossFamily: a tunnel's flow across families travels as a mixed record, in datagrams
+// that hold no other kind (an older receiver drops those whole and keeps the rest), and decodes
+// to the same flow; mapped addresses are refused outside mixed records.
+func TestWireCrossFamily(t *testing.T) {
+	mixed := crossFamilyFlows()
+	m, reason := newDecoder(testSecret).open(seal(t, testSecret, msgUpdates, resyncRef{}, 1, 1, time.Now(), mixed))
+	if reason != "" || !reflect.DeepEqual(m.flows, mixed) {
+		t.Fatalf("got %+v %q, want %+v", m.flows, reason, mixed)
+	}
+	enc := newEncoder(DefaultMTU)
+	enc.reset(msgUpdates, resyncRef{})
+	plain := testFlows(1, false)[0]
+	if ok, err := enc.add(&plain); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if ok, err := enc.add(&mixed[0]); ok || err != nil {
+		t.Errorf("a mixed record joined a datagram of plain ones (%v, %v)", ok, err)
+	}
+	enc.reset(msgUpdates, resyncRef{})
+	if ok, err := enc.add(&mixed[0]); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if ok, err := enc.add(&plain); ok || err != nil {
+		t.Errorf("a plain record joined a datagram of mixed ones (%v, %v)", ok, err)
+	}
+	// the same bytes with the record's family byte made IPv6: a mapped address there is refused
+	b := seal(t, testSecret, msgUpdates, resyncRef{}, 1, 2, time.Now(), mixed[:1])
+	b[headerSize] = familyIPv6
+	if _, _, ok := newDecoder(testSecret).records(b[headerSize:len(b)-macSize], 1); ok {
+		t.Error("an IPv6 record with a mapped IPv4 backend decoded")
+	}
+}
+
 // decodeSeeds are valid datagrams and broken ones.
 func decodeSeeds(t testing.TB) [][]byte {
 	now := time.Unix(1700000000, 0)
@@ -145,13 +188,14 @@ func decodeSeeds(t testing.TB) [][]byte {
 	data := seal(t, testSecret, msgResyncData, resyncRef{2, 3}, 1, 2, now, testFlows(4, true))
 	heartbeat := seal(t, testSecret, msgHeartbeat, resyncRef{}, 1, 3, now, nil)
 	refresh := seal(t, testSecret, msgRefresh, resyncRef{}, 1, 5, now, testFlows(3, false))
+	mixed := seal(t, testSecret, msgUpdates, resyncRef{}, 1, 6, now, crossFamilyFlows())
 	enc := newEncoder(DefaultMTU)
 	enc.reset(msgResyncEnd, resyncRef{2, 3})
 	enc.setTotal(4)
 	end := bytes.Clone(enc.seal(newMAC(testSecret), 1, 4, now))
 	flipped := bytes.Clone(updates)
 	flipped[40] ^= 1
-	return [][]byte{updates, data, heartbeat, end, refresh, flipped, updates[:len(updates)-1], updates[:minDatagram-1],
+	return [][]byte{updates, data, heartbeat, end, refresh, mixed, flipped, updates[:len(updates)-1], updates[:minDatagram-1],
 		[]byte("GET / HTTP/1.1\r\n\r\n"), {}, seal(t, []byte("another secret, 16+ bytes"), msgHeartbeat, resyncRef{}, 1, 1, now, nil)}
 }
 
