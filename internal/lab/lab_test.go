@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/sluicelb/sluice/internal/state"
 	"github.com/sluicelb/sluice/internal/testutil"
 )
 
@@ -298,6 +300,13 @@ func TestLab(t *testing.T) {
 
 	t.Run("down removes everything", func(t *testing.T) {
 		st := status(t, l)
+		kept := filepath.Dir(state.NetnsPath(l.BalancerNS())) // as sluice --netns keeps its files
+		if err := os.MkdirAll(kept, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(kept, "last-apply.gob"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
 		if err := l.Down(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -309,6 +318,9 @@ func TestLab(t *testing.T) {
 			pids = append(pids, b.NginxPID, b.UDPPID)
 		}
 		requireNothingLeft(t, l, rootBefore, pids)
+		if _, err := os.Stat(kept); !os.IsNotExist(err) {
+			t.Errorf("sluice's files of the balancer's namespace left in %s: %v", kept, err)
+		}
 	})
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/sluicelb/sluice/internal/datapath/ebpf"
+	"github.com/sluicelb/sluice/internal/state"
 )
 
 // Up builds the lab and starts its backend processes. It is idempotent: a
@@ -94,8 +95,9 @@ func (l *Lab) Down(ctx context.Context) error {
 		if err == nil && len(pids) > 0 {
 			err = terminate(ctx, pids, func(pid int) bool { return running(pid, "") })
 		}
-		// What an ebpf balancer in the namespace pinned outlives the namespace otherwise.
-		errs = append(errs, err, deleteNS(ns), os.RemoveAll(ebpf.NetnsPinPath(ns)))
+		// What an ebpf balancer in the namespace pinned outlives the namespace otherwise, as do
+		// the files sluice keeps for it (running config, last apply).
+		errs = append(errs, err, deleteNS(ns), os.RemoveAll(ebpf.NetnsPinPath(ns)), os.RemoveAll(filepath.Dir(state.NetnsPath(ns))))
 	}
 	errs = append(errs, os.RemoveAll(l.StateDir))
 	if err := errors.Join(errs...); err != nil {
