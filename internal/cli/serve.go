@@ -22,6 +22,7 @@ import (
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/engine"
 	"github.com/sluicelb/sluice/internal/metrics"
+	"github.com/sluicelb/sluice/internal/plan"
 	"github.com/sluicelb/sluice/internal/replication"
 	"github.com/sluicelb/sluice/internal/state"
 )
@@ -50,7 +51,9 @@ func serveCmd(g *globals) *cobra.Command {
 		Long: `Run the daemon. It programs the datapath from the config file and keeps it reconciled with
 the health checks and the changes made through the API. SIGHUP re-reads the file; a file that does
 not validate is rejected and the running state stays. On exit the datapath keeps forwarding (unless
---flush-on-exit), and the next start adopts it without dropping a flow.`,
+--flush-on-exit), and the next start adopts it without dropping a flow. What the daemon applied is
+kept on exit in last-apply.gob beside the default state file: the next daemon or one-shot apply
+starts from it instead of reading the datapath back, while nothing else changed the kernel's state.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return serve(cmd.Context(), g, o)
@@ -105,6 +108,7 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 	if err := flushOthers(ctx, cfg, log); err != nil {
 		return err
 	}
+	adoptLastApply(cfg, dp, log)
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var e *engine.Engine
@@ -153,10 +157,40 @@ func serve(ctx context.Context, g *globals, o *serveOptions) error {
 		if err := dp.Flush(flush); err != nil {
 			return errors.Join(runErr, err)
 		}
-	} else {
-		log.Info("sluice stopped; the datapath keeps forwarding")
+		return errors.Join(runErr, forgetLastApply(lastApplyPath()))
 	}
+	keepLastApply(dp, e.Applied(), log)
+	log.Info("sluice stopped; the datapath keeps forwarding")
 	return runErr
+}
+
+// adoptLastApply makes dp start from the last apply (a one-shot apply's, or the daemon's before
+// this one) when the kernel still holds it: the first apply then changes what differs instead of
+// reading every table back (minutes on nft at 10,000 services). Not holding it costs nothing but
+// that read.
+func adoptLastApply(cfg *config.Config, dp datapath.Datapath, log *slog.Logger) {
+	rememberTables(log)
+	p, err := plan.Build(cfg, nil)
+	if err != nil {
+		return // the engine's first apply reports it
+	}
+	switch prev, err := restoreLastApply(dp, lastApplyPath(), p, log); {
+	case err != nil:
+		log.Warn("the last apply is not used: the first apply reads the datapath back", "file", lastApplyPath(), "err", err)
+	case prev != nil:
+		log.Info("starting from the last apply: the datapath still holds it", "file", lastApplyPath(), "services", len(prev.Services))
+	}
+}
+
+// keepLastApply keeps what the datapath holds on the daemon's way out (applied, the plan it
+// last accepted), for the next daemon or one-shot apply to start from.
+func keepLastApply(dp datapath.Datapath, applied *plan.Plan, log *slog.Logger) {
+	if applied == nil {
+		return // nothing applied: what an earlier apply kept still describes the kernel, or is refused by its generation
+	}
+	if err := saveLastApply(dp, applied, lastApplyPath()); err != nil {
+		log.Warn("keeping the last apply failed: the next start reads the datapath back", "file", lastApplyPath(), "err", err)
+	}
 }
 
 // stateDir is the directory of the daemon's state file (state.path, or its default), where the

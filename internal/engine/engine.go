@@ -171,6 +171,13 @@ func New(cfg *config.Config, opts Options) *Engine {
 	return e
 }
 
+// Applied is the plan the datapath last accepted; nil before the first apply.
+func (e *Engine) Applied() *plan.Plan {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.applied
+}
+
 // Run programs the datapath and keeps it reconciled until ctx ends. An apply in flight then runs
 // to its end first (see applyPlan), and Wait answers the changes not applied with ErrStopped. It
 // leaves the datapath as it is when it returns: traffic keeps flowing while the daemon restarts.
