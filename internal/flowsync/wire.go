@@ -33,32 +33,33 @@ const (
 
 // Sizes and bounds of the wire format.
 const (
-	magic       = "SLFS"
-	version     = 1
-	headerSize  = 32
-	macSize     = sha256.Size
-	refSize     = 16
-	totalSize   = 8
-	recordHead  = 8
-	record4Size = recordHead + 4*(4+2)
-	record6Size = recordHead + 4*(16+2)
-	minDatagram = headerSize + macSize
-	maxDatagram = 65507 // the largest UDP payload over IPv4
-	minMTU      = headerSize + refSize + record6Size + macSize
-	maxRecords  = (maxDatagram - minDatagram) / record4Size
-	flagClosing = 1 << 0
-	flagNATSrc  = 1 << 1
-	knownFlags  = flagClosing | flagNATSrc
-	protoTCP    = 6
-	protoUDP    = 17
-	familyIPv4  = 4
-	familyIPv6  = 6
-	// familyMixed is a record of a tunnel's flow across families (6in4, 4in6): IPv6-sized, its
-	// IPv4 addresses mapped; added to version 1, in datagrams of their own (older receivers
-	// drop those whole).
-	familyMixed  = 46
+	magic        = "SLFS"
+	version      = 1
+	headerSize   = 32
+	macSize      = sha256.Size
+	refSize      = 16
+	totalSize    = 8
+	recordHead   = 8
+	record4Size  = recordHead + 4*(4+2)
+	record6Size  = recordHead + 4*(16+2)
+	minDatagram  = headerSize + macSize
+	maxDatagram  = 65507 // the largest UDP payload over IPv4
+	minMTU       = headerSize + refSize + record6Size + macSize
+	maxRecords   = (maxDatagram - minDatagram) / record4Size
+	flagClosing  = 1 << 0
+	flagNATSrc   = 1 << 1
+	knownFlags   = flagClosing | flagNATSrc
+	protoTCP     = 6
+	protoUDP     = 17
+	familyIPv4   = 4
+	familyIPv6   = 6
 	maxIdleMilli = math.MaxUint32
 )
+
+// familyMixed is the family of a record of a tunnel's flow across families (6in4, 4in6):
+// IPv6-sized, its IPv4 addresses mapped; added to version 1, in datagrams of their own (older
+// receivers drop those whole).
+const familyMixed = 46
 
 // DropReason says why a received datagram was dropped.
 type DropReason string
