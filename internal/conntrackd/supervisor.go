@@ -41,9 +41,10 @@ const (
 
 // Supervisor runs conntrackd in the network namespace of the thread that made it.
 type Supervisor struct {
-	ns   netns.NsHandle
-	log  *slog.Logger
-	done chan struct{}
+	ns     netns.NsHandle
+	log    *slog.Logger
+	done   chan struct{}
+	beside func(commit func() (bool, error)) error // runs the guard table's transactions; nil: directly
 
 	setMu  sync.Mutex // serializes Set
 	closed bool
@@ -96,13 +97,14 @@ type instance struct {
 }
 
 // New returns a Supervisor acting in the calling thread's network namespace, stopped when ctx
-// ends (conntrackd stopped, its rules removed; Done is closed then).
-func New(ctx context.Context, log *slog.Logger) (*Supervisor, error) {
+// ends (conntrackd stopped, its rules removed; Done is closed then). beside, when not nil, runs
+// each transaction of its guard table (see datapath.TableSharer).
+func New(ctx context.Context, log *slog.Logger, beside func(commit func() (bool, error)) error) (*Supervisor, error) {
 	ns, err := netns.Get()
 	if err != nil {
 		return nil, fmt.Errorf("reading the network namespace: %w", err)
 	}
-	s := &Supervisor{ns: ns, log: log, done: make(chan struct{}), synced: make(chan struct{})}
+	s := &Supervisor{ns: ns, log: log, beside: beside, done: make(chan struct{}), synced: make(chan struct{})}
 	s.status.Reason = "sync is off"
 	go func() {
 		<-ctx.Done()
@@ -113,6 +115,20 @@ func New(ctx context.Context, log *slog.Logger) (*Supervisor, error) {
 		close(s.done)
 	}()
 	return s, nil
+}
+
+// guardTable installs g (nil removes the table) in the Supervisor's namespace: one nftables
+// transaction, run through beside, so that the datapath's tables are not read back for it.
+func (s *Supervisor) guardTable(ctx context.Context, g *guard) error {
+	commit := func() (bool, error) {
+		err := inNamespace(s.ns, func() error { return applyGuard(ctx, g) })
+		return err == nil, err
+	}
+	if s.beside == nil {
+		_, err := commit()
+		return err
+	}
+	return s.beside(commit)
 }
 
 // Done is closed once the Supervisor has stopped after its context ended.
@@ -155,7 +171,7 @@ func (s *Supervisor) Set(ctx context.Context, o *Options) error {
 		s.unlockDir(dir)
 		return fmt.Errorf("sync: writing conntrackd's configuration: %w", err)
 	}
-	if err := inNamespace(s.ns, func() error { return applyGuard(ctx, &st.guard) }); err != nil {
+	if err := s.guardTable(ctx, &st.guard); err != nil {
 		os.Remove(tmp)
 		s.unlockDir(dir)
 		return err
@@ -190,7 +206,7 @@ func (s *Supervisor) stop(ctx context.Context) error {
 	s.setStatus(func(st *Status) {
 		*st = Status{Reason: "sync is off", InitialSync: st.InitialSync, Restarts: st.Restarts}
 	})
-	err := inNamespace(s.ns, func() error { return applyGuard(ctx, nil) })
+	err := s.guardTable(ctx, nil)
 	os.Remove(path)
 	s.unlockDir(s.dir)
 	s.dir = nil

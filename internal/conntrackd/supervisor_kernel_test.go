@@ -67,7 +67,7 @@ func syncPair(t *testing.T) (a, b *node) {
 		ctx, cancel := context.WithCancel(context.Background())
 		netnstest.In(t, n.ns, func() {
 			var err error
-			n.sup, err = New(ctx, log)
+			n.sup, err = New(ctx, log, nil)
 			must(t, err)
 		})
 		t.Cleanup(func() { cancel(); <-n.sup.Done() })

@@ -39,6 +39,15 @@ type Watcher interface {
 	Watch(ctx context.Context, changed func(what string)) error
 }
 
+// TableSharer is a Datapath whose kernel state other tables of its namespace share a version
+// with (nftables' ruleset generation): a transaction of the daemon's own on one of them would
+// make the datapath read its tables back, as after a stranger's change.
+type TableSharer interface {
+	// Beside runs commit, which makes at most one transaction, on a table of the caller's own
+	// (committed: it made one), and keeps what the datapath last committed trusted across it.
+	Beside(commit func() (committed bool, err error)) error
+}
+
 // StaleFlowDropper is a Datapath whose flow table hands a flow that carries no connection (a
 // handshake, a closing or closed connection, an unanswered datagram flow) to a new connection
 // reusing its tuple, with its backend: conntrack does.

@@ -78,7 +78,11 @@ func needsOf(cfg *config.Config) needs {
 // the datapath whose flows it replicates, stateDir where conntrackd's files go, and notify (which
 // must not block) is told of peers and resyncs.
 func New(ctx context.Context, dp datapath.Datapath, stateDir string, log *slog.Logger, notify func(Event)) (*Runner, error) {
-	ctd, err := conntrackd.New(ctx, log)
+	var beside func(func() (bool, error)) error
+	if sharer, ok := dp.(datapath.TableSharer); ok {
+		beside = sharer.Beside // the guard table's transactions do not make the datapath read back
+	}
+	ctd, err := conntrackd.New(ctx, log, beside)
 	if err != nil {
 		return nil, err
 	}

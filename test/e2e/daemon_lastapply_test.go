@@ -12,16 +12,23 @@ import (
 
 // TestDaemonRestartStartsFromItsLastApply: a daemon keeps what it applied on its way out
 // (last-apply.gob), and the next one starts from it instead of reading the datapath back, on both
-// datapaths. A change it then applies leaves the kernel as a read-back finds it: a one-shot plan of
-// the same services, with the last apply removed so that it reads the kernel, has no change.
+// datapaths, and on nft with a sync section too (conntrackd's guard table, an nftables table of
+// the daemon's own, comes and goes with it). A change it then applies leaves the kernel as a
+// read-back finds it: a one-shot plan of the same services, with the last apply removed so that
+// it reads the kernel, has no change.
 func TestDaemonRestartStartsFromItsLastApply(t *testing.T) {
 	requireLab(t)
 	b1, b2, b3 := theLab.BackendAddr(1, false), theLab.BackendAddr(2, false), theLab.BackendAddr(3, false)
-	for _, dp := range []string{"nft", "ebpf"} {
-		t.Run(dp, func(t *testing.T) {
+	secret := writeConfig(t, "sync.secret", "a secret of the sync link, 32 by\n")
+	for _, c := range []struct{ name, dp, sync string }{
+		{"nft", "nft", ""},
+		{"ebpf", "ebpf", ""},
+		{"nft-sync", "nft", fmt.Sprintf("sync: {interface: eth1, peers: [10.91.2.200], secret_file: %s, initial_sync_timeout: 1s}\n", secret)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
 			freshBalancer(t)
 			services := func(backends ...fmt.Stringer) string {
-				y := fmt.Sprintf("datapath: %s\nservices:\n  - name: web\n    vip: %s\n    port: 80\n    backends:\n", dp, lab.VIP4)
+				y := fmt.Sprintf("datapath: %s\n%sservices:\n  - name: web\n    vip: %s\n    port: 80\n    backends:\n", c.dp, c.sync, lab.VIP4)
 				for _, b := range backends {
 					y += fmt.Sprintf("      - {address: %s}\n", b)
 				}
@@ -44,6 +51,7 @@ func TestDaemonRestartStartsFromItsLastApply(t *testing.T) {
 			if err := os.Remove(kept); err != nil {
 				t.Fatal(err)
 			}
+			c.sync = "" // the one-shot plan programs services only
 			file := writeConfig(t, "same.yaml", services(b1, b2, b3))
 			r := run(t, sluiceBin, "--netns", theLab.BalancerNS(), "plan", "-f", file)
 			if r.Err != nil || !strings.Contains(r.Stdout, "no changes") {

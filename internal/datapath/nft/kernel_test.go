@@ -667,3 +667,44 @@ func TestKernelDSRFlows(t *testing.T) {
 		resetFlows(t, d, &unprogrammed, backend12, 0)
 	})
 }
+
+// TestKernelBesideKeepsTheCommitTrusted: a transaction run through Beside on a table of the
+// caller's own (the sync guard's) leaves what was committed trusted, one generation later: a
+// Resync then renders nothing again and reads no table. A stranger's transaction in between, or
+// the same one run outside Beside, does not.
+func TestKernelBesideKeepsTheCommitTrusted(t *testing.T) {
+	inFreshNetns(t, func() {
+		d := newTestDatapath(t)
+		both := loadPlan(t, "testdata/transitions/add-service/after.yaml")
+		apply(t, d, both)
+		web := d.committed.service("web")
+		own := func(command string) func() (bool, error) {
+			return func() (bool, error) { runNFT(t, command); return true, nil }
+		}
+		if err := d.Beside(own("add table inet sluice-sync")); err != nil {
+			t.Fatal(err)
+		}
+		if gen := rulesetGeneration(); d.generation != gen {
+			t.Fatalf("after Beside the state is trusted at generation %d, the ruleset is at %d", d.generation, gen)
+		}
+		d.Resync()
+		apply(t, d, both)
+		if d.committed.service("web") != web {
+			t.Fatal("a Resync after a transaction run through Beside rendered web again")
+		}
+		if err := d.Beside(func() (bool, error) {
+			runNFT(t, "add table inet someone-else") // a stranger's, while Beside runs
+			runNFT(t, "delete table inet sluice-sync")
+			return true, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if d.generation != 0 && d.generation == rulesetGeneration() {
+			t.Error("Beside kept the state trusted across a stranger's transaction too")
+		}
+		runNFT(t, "add table inet sluice-sync") // outside Beside
+		if d.generation == rulesetGeneration() {
+			t.Error("a transaction outside Beside left the state trusted")
+		}
+	})
+}

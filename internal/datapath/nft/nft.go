@@ -261,6 +261,25 @@ func (d *Datapath) recordOwn(gen uint32) {
 	d.own = append(d.own, gen)
 }
 
+var _ datapath.TableSharer = (*Datapath)(nil)
+
+// Beside runs commit (one transaction on a table of the caller's own, not Sluice's) and keeps
+// the committed state exact across it, when its transaction was the only one since the state's
+// generation: the tables are as committed, one generation later. Anything else in between
+// leaves the state to the next resync's read-back, as without Beside.
+func (d *Datapath) Beside(commit func() (bool, error)) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	before := d.host.generation()
+	committed, err := commit()
+	if committed && d.generation != 0 && d.generation == before {
+		if after := d.host.generation(); after == before+1 {
+			d.generation = after
+		}
+	}
+	return err
+}
+
 // commit records next as what the kernel holds, exactly so at ruleset generation gen when exact.
 func (d *Datapath) commit(next *desired, exact bool, gen uint32) {
 	d.committed, d.generation = next, 0
