@@ -93,6 +93,9 @@ type ScaleResult struct {
 	// DaemonApply is the median time the daemon's datapath apply itself took.
 	AddOneDaemon float64 `json:"add_one_daemon_s"`
 	DaemonApply  float64 `json:"daemon_apply_s"`
+	// DaemonStart is the time from starting `sluice serve` over the applied config until its
+	// first apply is done (it starts from the last apply when the tables still hold it).
+	DaemonStart float64 `json:"daemon_start_s"`
 	// ApplyPeakMemory is the peak resident memory of `sluice apply` and the nft it runs, summed,
 	// during ApplyAll, in bytes.
 	ApplyPeakMemory int64 `json:"apply_peak_memory_bytes"`
@@ -367,11 +370,12 @@ func (s *scaleSize) load(ctx context.Context) (float64, error) {
 // `sluice backend add` and records how long each took to reach the kernel, and the daemon's memory.
 func (s *scaleSize) daemon(ctx context.Context, r *ScaleResult) error {
 	s.step("starting sluice serve")
-	d, err := s.startDaemon(ctx)
+	d, started, err := s.startDaemon(ctx)
 	if err != nil {
 		return err
 	}
 	defer d.stop()
+	r.DaemonStart = started.Seconds()
 	var total, applied []float64
 	for k := 1; k <= s.opts.Reps; k++ {
 		s.step("adding one backend with sluice backend add (%d/%d)", k, s.opts.Reps)
@@ -428,21 +432,22 @@ type scaleDaemon struct {
 	client *api.Client
 }
 
-// startDaemon starts `sluice serve` on the base config in the balancer namespace and waits for
-// its first apply.
-func (s *scaleSize) startDaemon(ctx context.Context) (*scaleDaemon, error) {
+// startDaemon starts `sluice serve` on the base config in the balancer namespace, waits for its
+// first apply and returns how long that took from the start.
+func (s *scaleSize) startDaemon(ctx context.Context) (*scaleDaemon, time.Duration, error) {
 	dir := s.env.Dir()
 	file := filepath.Join(dir, "serve.yaml")
 	// The benchmark's daemon keeps no state file: nothing is left on the host, nor carried from
 	// one size to the next.
 	if err := os.WriteFile(file, []byte("state: {persist: \"off\"}\n"+s.cfg.yaml(0)), 0o644); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	d := &scaleDaemon{env: s.env, socket: filepath.Join(dir, "sluice.sock")}
 	d.client = api.NewUnixClient(d.socket)
 	var err error
+	start := time.Now()
 	if d.serveProcess, err = s.env.startServe(s.env.Lab.BalancerNS(), file, d.socket, filepath.Join(dir, "serve.log"), "--metrics-listen", metricsAddr); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	_, err = s.bounded(ctx, "sluice serve's first apply", func(ctx context.Context) error {
 		_, err := d.waitApplied(ctx, time.Time{}, 0)
@@ -450,9 +455,9 @@ func (s *scaleSize) startDaemon(ctx context.Context) (*scaleDaemon, error) {
 	})
 	if err != nil {
 		d.stop()
-		return nil, err
+		return nil, 0, err
 	}
-	return d, nil
+	return d, time.Since(start), nil
 }
 
 // pollInterval is how often the daemon's apply statistics are read while waiting.
@@ -667,11 +672,11 @@ func writeBackend(b *strings.Builder, ap netip.AddrPort, more string) {
 func (r ScaleReport) Table() string {
 	var b strings.Builder
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "datapath\tservices\tbackends\tapply all\tapply peak mem\tadd 1 (apply)\tadd 1 (plan)\tadd 1 (daemon)\tdaemon apply\tdaemon RSS\tscrape\tseries\tkernel mem~\treq/s\tratio\t")
+	fmt.Fprintln(w, "datapath\tservices\tbackends\tapply all\tapply peak mem\tadd 1 (apply)\tadd 1 (plan)\tadd 1 (daemon)\tdaemon apply\tdaemon start\tdaemon RSS\tscrape\tseries\tkernel mem~\treq/s\tratio\t")
 	for _, x := range r.Results {
-		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", x.Datapath, x.Services, x.Backends,
+		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", x.Datapath, x.Services, x.Backends,
 			seconds(x.ApplyAll), mebibytes(x.ApplyPeakMemory), seconds(x.AddOneApply), seconds(x.AddOnePlan), seconds(x.AddOneDaemon), seconds(x.DaemonApply),
-			mebibytes(x.DaemonRSS), seconds(x.ScrapeSeconds), figure(float64(x.ScrapeSeries), "%.0f"), mebibytes(x.KernelMemory),
+			seconds(x.DaemonStart), mebibytes(x.DaemonRSS), seconds(x.ScrapeSeconds), figure(float64(x.ScrapeSeries), "%.0f"), mebibytes(x.KernelMemory),
 			figure(x.RequestsPerSecond, "%.0f"), figure(x.Ratio, "%.2f"))
 	}
 	w.Flush()
