@@ -11,7 +11,9 @@
  * The outer header is of the backend's family (its struct backend), which may differ from the
  * VIP's, the inner packet's. It copies the inner DSCP and ECN (the TOS byte, or the traffic
  * class) and, IPv4 in IPv4, the DF bit (IPv6 inside IPv4 leaves DF clear, as Katran does); its
- * TTL/hop limit is TUNNEL_TTL and IPv6's flow label carries the flow hash too. The outer source
+ * TTL/hop limit is TUNNEL_TTL and IPv6's flow label carries the flow hash too. An outer IPv4
+ * header's identification is 0 when DF is set (an atomic datagram, RFC 6864, as the kernel's ipip
+ * sets it) and random otherwise, so that fragments of two packets never share one. The outer source
  * is the service's tunnel_source, or the route's preferred source (BPF_FIB_LOOKUP_SRC). The
  * inner packet is not touched: not even its TTL.
  *
@@ -178,25 +180,29 @@ static __always_inline __u32 tunnel_headers(struct tunnel_work *w, const struct 
 	bool           in4 = p->key.family == AF_INET;
 	bool           gue = w->tn.kind == TUNNEL_GUE;
 	__u32          len = tunnel_overhead(&w->tn, out4);
-	__u32          hash = flow_hash(&p->key, TUNNEL_HASH_SALT);
+	__u32          hash = gue || !out4 ? flow_hash(&p->key, TUNNEL_HASH_SALT) : 0;
 	__u8           tos = inner_tos(w, in4);
 	struct udphdr *udp = out4 ? &w->e4.udp : &w->e6.udp;
 
-	__builtin_memset(&w->e6, 0, sizeof(w->e6));
 	if (out4) {
+		__builtin_memset(&w->e4, 0, sizeof(w->e4));
 		w->e4.ip.version = 4;
 		w->e4.ip.ihl = 5;
 		w->e4.ip.tos = tos;
 		w->e4.ip.tot_len = bpf_htons(p->l3_len + len);
-		w->e4.ip.id = (__be16)hash;
 		if (in4)
 			w->e4.ip.frag_off = *(__be16 *)&w->inner[6] & bpf_htons(IPV4_DF);
+		/* the identification of an atomic datagram (DF) is 0, as the kernel's ipip sets it;
+		 * one the network may fragment gets a random one, a new one per packet */
+		if (!w->e4.ip.frag_off)
+			w->e4.ip.id = (__be16)bpf_get_prandom_u32();
 		w->e4.ip.ttl = TUNNEL_TTL;
 		w->e4.ip.protocol = tunnel_proto(&w->tn, p);
 		w->e4.ip.saddr = w->fib.ipv4_src;
 		__builtin_memcpy(&w->e4.ip.daddr, pl->nexthop, 4);
 		w->e4.ip.check = ipv4_csum(&w->e4.ip);
 	} else {
+		__builtin_memset(&w->e6, 0, sizeof(w->e6));
 		/* version, traffic class and flow label: the inner's class, the flow hash's label */
 		*(__be32 *)&w->e6.ip = bpf_htonl(6 << 28 | (__u32)tos << 20 | (hash & 0xfffff));
 		w->e6.ip.payload_len = bpf_htons(p->l3_len + (gue ? sizeof(*udp) : 0));

@@ -197,6 +197,8 @@ func encapsulated(t *testing.T, out, in []byte, src, dst netip.Addr, gue bool) u
 			t.Errorf("outer TOS %#x, want the inner's %#x", ip4.TOS, want.tos)
 		case ip4.Flags&layers.IPv4DontFragment != want.df, ip4.FragOffset != 0:
 			t.Errorf("outer flags %v offset %d, want DF %v", ip4.Flags, ip4.FragOffset, want.df)
+		case want.df != 0 && ip4.Id != 0:
+			t.Errorf("outer identification %#x of an atomic datagram (DF), want 0", ip4.Id)
 		case check != ipv4Checksum(h):
 			t.Errorf("outer checksum %#x, want %#x", check, ipv4Checksum(h))
 		case int(ip4.Length) != len(out)-14:
