@@ -5,7 +5,8 @@
  *
  * A packet is decapsulated when its outer destination is one of this host's addresses
  * (decap_local: the prefixes of the local routing table's local routes, so addresses and AnyIP
- * ranges alike) and it is IP in IP: protocol (IPv4) or next header (IPv6) 4 for IPv4 inside, 41
+ * ranges alike; decap_memo remembers the last two found, as a lookup in the trie costs about 60 ns
+ * and a backend's tunnel packets come to few addresses) and it is IP in IP: protocol (IPv4) or next header (IPv6) 4 for IPv4 inside, 41
  * for IPv6 inside, whatever the outer family (IPv6 in IPv4, "6in4", and IPv4 in IPv6 too), or UDP
  * to the GUE port (decap_config) holding GUE variant 1 (the IP packet directly, its version
  * nibble telling its family) or variant 0 with no options (a 4-byte header whose proto field is
@@ -60,6 +61,17 @@ struct decap_settings {
 	__u16  pad;
 };
 
+/* An address found local (in decap_local) while decap_epoch was epoch. */
+struct memo_entry {
+	__u64            epoch;
+	struct local_key key;
+};
+
+/* What decap_memo holds: the last outer and the last inner destination found local. */
+struct decap_memo {
+	struct memo_entry slot[2];
+};
+
 /* Tunnel packets by fate (decap_stats, per CPU, one entry). */
 struct decap_counts {
 	__u64 ipip;      /* decapsulated IPIP */
@@ -93,6 +105,25 @@ struct {
 	__uint(max_entries, 1);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } decap_stats SEC(".maps");
+
+/* The version of decap_local's contents: `sluice decap attach` adds one after each change, which
+ * voids every decap_memo entry found before it (a 64-bit count never wraps). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 1);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} decap_epoch SEC(".maps");
+
+/* Per CPU, the destinations last found local, valid while their epoch is decap_epoch's (not
+ * pinned: a cache, each program its own). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct decap_memo);
+	__uint(max_entries, 1);
+} decap_memo SEC(".maps");
 
 /* What a packet turned out to be. */
 enum fate {
@@ -136,16 +167,49 @@ static __always_inline void count(enum fate f)
 		s->foreign++;
 }
 
-/* True when addr (4 or 16 bytes by family) is one of this host's. */
-static __always_inline bool is_local(const void *addr, __u8 family)
+/* The memo's slots: the outer destination's and the inner one's. */
+enum memo_slot {
+	MEMO_OUTER,
+	MEMO_INNER,
+};
+
+/* True when a and b, local_key's, are the same key. */
+static __always_inline bool same_key(const struct local_key *a, const struct local_key *b)
 {
-	struct local_key k = {.prefixlen = 32 + 128, .family = family};
+	const __u32 *x = (const __u32 *)a, *y = (const __u32 *)b;
+	__u32        diff = 0;
+
+	_Static_assert(sizeof(*a) == 24, "local_key is compared as 6 words");
+#pragma unroll
+	for (int i = 0; i < 6; i++)
+		diff |= x[i] ^ y[i];
+	return !diff;
+}
+
+/* True when addr (4 or 16 bytes by family) is one of this host's: found in slot's memo entry of
+ * this epoch, else in decap_local (and then remembered there). */
+static __always_inline bool is_local(const void *addr, __u8 family, enum memo_slot slot)
+{
+	struct local_key   k = {.prefixlen = 32 + 128, .family = family};
+	__u32              zero = 0;
+	__u64             *epoch = bpf_map_lookup_elem(&decap_epoch, &zero);
+	struct decap_memo *memo = bpf_map_lookup_elem(&decap_memo, &zero);
+	struct memo_entry *m;
 
 	if (family == AF_INET)
 		__builtin_memcpy(k.addr, addr, 4);
 	else
 		__builtin_memcpy(k.addr, addr, 16);
-	return bpf_map_lookup_elem(&decap_local, &k) != NULL;
+	if (!epoch || !memo)
+		return bpf_map_lookup_elem(&decap_local, &k) != NULL;
+	m = &memo->slot[slot == MEMO_INNER];
+	if (m->epoch == *epoch && same_key(&m->key, &k))
+		return true;
+	if (!bpf_map_lookup_elem(&decap_local, &k))
+		return false;
+	m->epoch = *epoch;
+	m->key = k;
+	return true;
 }
 
 /* Reads the GUE header at off, after a UDP header of udp_len bytes: o->len grows by the GUE
@@ -208,7 +272,7 @@ static __always_inline int outer4(struct __sk_buff *skb, struct outer *o)
 		return FATE_PASS;
 	if (!ipip_family(ip.protocol) && ip.protocol != IPPROTO_UDP)
 		return FATE_PASS;
-	if (!is_local(&ip.daddr, AF_INET))
+	if (!is_local(&ip.daddr, AF_INET, MEMO_OUTER))
 		return FATE_PASS;
 	tot = bpf_ntohs(ip.tot_len);
 	if (tot < sizeof(ip) || ETH_HLEN + tot > skb->len)
@@ -232,7 +296,7 @@ static __always_inline int outer6(struct __sk_buff *skb, struct outer *o)
 		return FATE_PASS;
 	if (!ipip_family(ip6.nexthdr) && ip6.nexthdr != IPPROTO_UDP)
 		return FATE_PASS;
-	if (!is_local(&ip6.daddr, AF_INET6))
+	if (!is_local(&ip6.daddr, AF_INET6, MEMO_OUTER))
 		return FATE_PASS;
 	plen = bpf_ntohs(ip6.payload_len);
 	if (ETH_HLEN + sizeof(ip6) + plen > skb->len)
@@ -259,14 +323,14 @@ static __always_inline int inner_check(struct __sk_buff *skb, const struct outer
 		    ip.version != 4 || ip.ihl < 5 || bpf_ntohs(ip.tot_len) < ip.ihl * 4 ||
 		    bpf_ntohs(ip.tot_len) > o->remain)
 			return FATE_MALFORMED;
-		return is_local(&ip.daddr, AF_INET) ? o->fate : FATE_FOREIGN;
+		return is_local(&ip.daddr, AF_INET, MEMO_INNER) ? o->fate : FATE_FOREIGN;
 	}
 	struct ipv6hdr ip6;
 
 	if (o->remain < sizeof(ip6) || bpf_skb_load_bytes(skb, off, &ip6, sizeof(ip6)) ||
 	    ip6.version != 6 || sizeof(ip6) + bpf_ntohs(ip6.payload_len) > o->remain)
 		return FATE_MALFORMED;
-	return is_local(&ip6.daddr, AF_INET6) ? o->fate : FATE_FOREIGN;
+	return is_local(&ip6.daddr, AF_INET6, MEMO_INNER) ? o->fate : FATE_FOREIGN;
 }
 
 /* Removes the outer headers of o, leaving the inner packet after the Ethernet header, whose

@@ -95,6 +95,9 @@ func Attach(o Options) error {
 	if err := syncLocal(objs.DecapLocal); err != nil {
 		return err
 	}
+	if err := nextEpoch(objs.DecapEpoch); err != nil {
+		return err
+	}
 	return ensureLink(filepath.Join(pin, linkPrefix+o.Interface), iface.Index, objs.SluiceDecap)
 }
 
@@ -226,6 +229,16 @@ func syncLocal(m *ebpf.Map) error {
 	return nil
 }
 
+// nextEpoch adds one to decap_epoch once decap_local has changed, so that no program answers from
+// what its memo found in the table before.
+func nextEpoch(m *ebpf.Map) error {
+	var epoch uint64
+	if err := m.Lookup(uint32(0), &epoch); err != nil {
+		return err
+	}
+	return m.Put(uint32(0), epoch+1)
+}
+
 // localKeyOf is decap_local's key of a prefix.
 func localKeyOf(p netip.Prefix) decapLocalKey {
 	a := p.Masked().Addr()
@@ -267,7 +280,7 @@ func Detach(o Options) error {
 	if err != nil || len(left) > 0 {
 		return err
 	}
-	for _, name := range []string{decapMapDecapLocal, decapMapDecapConfig, decapMapDecapStats} {
+	for _, name := range []string{decapMapDecapLocal, decapMapDecapEpoch, decapMapDecapConfig, decapMapDecapStats} {
 		if err := os.Remove(filepath.Join(pin, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}

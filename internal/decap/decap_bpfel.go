@@ -21,6 +21,15 @@ type decapDecapCounts struct {
 	Foreign   uint64
 }
 
+type decapDecapMemo struct {
+	_    structs.HostLayout
+	Slot [2]struct {
+		_     structs.HostLayout
+		Epoch uint64
+		Key   decapLocalKey
+	}
+}
+
 type decapDecapSettings struct {
 	_       structs.HostLayout
 	GuePort uint16
@@ -40,7 +49,9 @@ type decapLocalKey struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	decapMapDecapConfig  = "decap_config"
+	decapMapDecapEpoch   = "decap_epoch"
 	decapMapDecapLocal   = "decap_local"
+	decapMapDecapMemo    = "decap_memo"
 	decapMapDecapStats   = "decap_stats"
 	decapProgSluiceDecap = "sluice_decap"
 )
@@ -95,7 +106,9 @@ type decapProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type decapMapSpecs struct {
 	DecapConfig *ebpf.MapSpec `ebpf:"decap_config"`
+	DecapEpoch  *ebpf.MapSpec `ebpf:"decap_epoch"`
 	DecapLocal  *ebpf.MapSpec `ebpf:"decap_local"`
+	DecapMemo   *ebpf.MapSpec `ebpf:"decap_memo"`
 	DecapStats  *ebpf.MapSpec `ebpf:"decap_stats"`
 }
 
@@ -126,14 +139,18 @@ func (o *decapObjects) Close() error {
 // It can be passed to loadDecapObjects or ebpf.CollectionSpec.LoadAndAssign.
 type decapMaps struct {
 	DecapConfig *ebpf.Map `ebpf:"decap_config"`
+	DecapEpoch  *ebpf.Map `ebpf:"decap_epoch"`
 	DecapLocal  *ebpf.Map `ebpf:"decap_local"`
+	DecapMemo   *ebpf.Map `ebpf:"decap_memo"`
 	DecapStats  *ebpf.Map `ebpf:"decap_stats"`
 }
 
 func (m *decapMaps) Close() error {
 	return _DecapClose(
 		m.DecapConfig,
+		m.DecapEpoch,
 		m.DecapLocal,
+		m.DecapMemo,
 		m.DecapStats,
 	)
 }

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -228,6 +229,44 @@ func TestDecapFixtures(t *testing.T) {
 		{"GUE too short for its header is dropped", tunnel(lb4, host4, testGUEPort, nil), tcShot, nil, Counts{Malformed: 1}},
 		{"a lone outer IPIP header is dropped", tunnel(lb4, host4, 0, nil), tcShot, nil, Counts{Malformed: 1}},
 	})
+}
+
+// TestDecapMemoFollowsTheEpoch: the program remembers per CPU the destinations it last found
+// local, and forgets them when decap_epoch moves (as Attach moves it after changing decap_local),
+// so a range removed from the host stops taking tunnel packets at once.
+func TestDecapMemoFollowsTheEpoch(t *testing.T) {
+	objs := loadTest(t)
+	runtime.LockOSThread() // the memo is per CPU: every run on one
+	defer runtime.UnlockOSThread()
+	var was, one unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &was); err != nil {
+		t.Fatal(err)
+	}
+	one.Set(0)
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := unix.SchedSetaffinity(0, &was); err != nil {
+			t.Error(err)
+		}
+	}()
+	in := tunnel(lb4, host4, 0, inner(cli4, vip4))
+	if ret, out := run(t, objs, in); ret != tcOK || !bytes.Equal(out, ether(cli4, inner(cli4, vip4))) {
+		t.Fatalf("a packet to the VIP range: %d, want it decapsulated", ret)
+	}
+	if err := objs.DecapLocal.Delete(localKeyOf(netip.MustParsePrefix("10.0.9.0/24"))); err != nil {
+		t.Fatal(err)
+	}
+	if ret, _ := run(t, objs, in); ret != tcOK {
+		t.Fatalf("before the epoch moves: %d, want the memo's answer (decapsulated)", ret)
+	}
+	if err := nextEpoch(objs.DecapEpoch); err != nil {
+		t.Fatal(err)
+	}
+	if ret, _ := run(t, objs, in); ret != tcShot {
+		t.Errorf("after the epoch moved: %d, want it dropped (the VIP range is no longer the host's)", ret)
+	}
 }
 
 // enterWithVeth enters a new network namespace holding the veth pair dc0-dc1 and returns both
