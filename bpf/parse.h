@@ -28,6 +28,7 @@
 #define ICMPV6_PKT_TOOBIG   2
 #define ICMPV6_TIME_EXCEED  3
 
+#define IP_DF      0x4000 /* do not fragment */
 #define IP_MF      0x2000 /* more fragments */
 #define IP_OFFSET  0x1fff /* fragment offset mask */
 #define TCP_FIN    0x01   /* in the TCP flags byte */
@@ -52,7 +53,9 @@ struct packet {
 	__u8            ttl;       /* TTL or hop limit */
 	__u8            tcp_flags; /* TCP flags byte */
 	__u8            icmp_type; /* ICMP or ICMPv6 type */
-	__u8            pad;
+	__u8            tos;       /* DSCP and ECN: the TOS byte or the traffic class */
+	__u8            df;        /* IPv4 with DF set */
+	__u8            pad[3];
 };
 
 /* Parses the ports (TCP, UDP) or type (ICMP) of an L4 header of l4_len bytes at l4. */
@@ -111,6 +114,8 @@ static __always_inline int parse_ipv4(void *data, void *data_end, __u32 len, str
 	p->l4_off = ETH_HLEN + hlen;
 	p->l3_len = tot;
 	p->ttl = ip->ttl;
+	p->tos = ip->tos;
+	p->df = !!(ip->frag_off & bpf_htons(IP_DF));
 	return parse_l4((void *)ip + hlen, data_end, tot - hlen, ip->protocol, p);
 }
 
@@ -132,6 +137,7 @@ static __always_inline int parse_ipv6(void *data, void *data_end, __u32 len, str
 	p->l4_off = ETH_HLEN + sizeof(*ip6);
 	p->l3_len = sizeof(*ip6) + plen;
 	p->ttl = ip6->hop_limit;
+	p->tos = ip6->priority << 4 | ip6->flow_lbl[0] >> 4;
 	return parse_l4(ip6 + 1, data_end, plen, ip6->nexthdr, p);
 }
 

@@ -30,7 +30,6 @@
 #define TUNNEL_HASH_SALT 0x7e11 /* flow_hash salt of the GUE source port and flow label */
 #define GUE_SPORT_BASE   0x8000 /* GUE source ports are 32768-65535 */
 #define ICMP_FRAG_NEEDED 4      /* the code of destination unreachable */
-#define IPV4_DF          0x4000
 #define TOOBIG_QUOTE4    64  /* bytes of the client's packet an ICMP fragmentation needed quotes */
 #define TOOBIG_QUOTE6    128 /* and an ICMPv6 packet too big */
 
@@ -70,7 +69,6 @@ struct tunnel_work {
 	};
 	struct bpf_fib_lookup fib;
 	struct tunnel         tn;
-	__u8                  inner[8]; /* the first bytes of the inner IP header */
 };
 
 /* Per-CPU working space of the tunnel path (no state survives a packet; not pinned). */
@@ -165,15 +163,8 @@ static __always_inline int tunnel_route(void *ctx, bool xdp, const struct packet
 	return egress;
 }
 
-/* The inner packet's DSCP and ECN: its TOS byte or its traffic class (w->inner holds the inner
- * header's first bytes). */
-static __always_inline __u8 inner_tos(const struct tunnel_work *w, bool in4)
-{
-	return in4 ? w->inner[1] : (__u8)(w->inner[0] << 4 | w->inner[1] >> 4);
-}
-
-/* Writes the outer headers of a tunnel packet into w (w->inner holds the inner header's first
- * bytes), an outer IPv4 header for out4, else IPv6; returns their length. */
+/* Writes the outer headers of a tunnel packet into w, an outer IPv4 header for out4, else IPv6;
+ * returns their length. */
 static __always_inline __u32 tunnel_headers(struct tunnel_work *w, const struct packet *p,
 					    const struct plan *pl, bool out4)
 {
@@ -181,7 +172,7 @@ static __always_inline __u32 tunnel_headers(struct tunnel_work *w, const struct 
 	bool           gue = w->tn.kind == TUNNEL_GUE;
 	__u32          len = tunnel_overhead(&w->tn, out4);
 	__u32          hash = gue || !out4 ? flow_hash(&p->key, TUNNEL_HASH_SALT) : 0;
-	__u8           tos = inner_tos(w, in4);
+	__u8           tos = p->tos;
 	struct udphdr *udp = out4 ? &w->e4.udp : &w->e6.udp;
 
 	if (out4) {
@@ -191,7 +182,7 @@ static __always_inline __u32 tunnel_headers(struct tunnel_work *w, const struct 
 		w->e4.ip.tos = tos;
 		w->e4.ip.tot_len = bpf_htons(p->l3_len + len);
 		if (in4)
-			w->e4.ip.frag_off = *(__be16 *)&w->inner[6] & bpf_htons(IPV4_DF);
+			w->e4.ip.frag_off = p->df ? bpf_htons(IP_DF) : 0;
 		/* the identification of an atomic datagram (DF) is 0, as the kernel's ipip sets it;
 		 * one the network may fragment gets a random one, a new one per packet */
 		if (!w->e4.ip.frag_off)
@@ -390,8 +381,6 @@ static __always_inline int tunnel_forward(void *ctx, bool xdp, const struct pack
 		count_outcome(pl, p->l3_len, false, UNFORWARDED_NONE);
 		return toobig_send(ctx, xdp, p, w, mtu > len ? mtu - len : 0);
 	}
-	if (ctx_load(ctx, xdp, ETH_HLEN, w->inner, sizeof(w->inner)))
-		return verdict_drop(xdp);
 	tunnel_headers(w, p, pl, out4);
 	err = xdp ? tunnel_push_xdp(ctx, w, out4, len) : tunnel_push_tc(ctx, w, out4, len);
 	if (!err)
