@@ -39,7 +39,7 @@ const (
 	FeatureNAT       Feature = "nat"       // address translation, masquerade included
 	FeatureConntrack Feature = "conntrack" // connection tracking itself
 	FeatureIPTables  Feature = "iptables"  // the xtables path (iptables candidates)
-	FeatureBPF       Feature = "bpf"       // BPF programs and helpers (the ebpf datapath)
+	FeatureBPF       Feature = "bpf"       // BPF programs, helpers and their maps' lookups (the ebpf datapath)
 	FeatureDecap     Feature = "decap"     // sluice decap's program on the backends (tunnel)
 	FeatureSync      Feature = "sync"      // replication: conntrackd, the sluice daemon, ctnetlink's events
 )
@@ -70,6 +70,9 @@ var featureOf = []struct {
 	{regexp.MustCompile(`^(ipt_do_table|ip6t_do_table|xt_|statistic_mt|ebt_do_table)`), FeatureIPTables},
 	{regexp.MustCompile(`^bpf_prog_[0-9a-f]+_sluice_decap$`), FeatureDecap},
 	{regexp.MustCompile(`^(bpf_prog_|bpf_|tcf_bpf|cls_bpf)`), FeatureBPF},
+	// the maps' own lookup functions, which programs call through helpers or inlined code:
+	// hash tables (and their LRU and per-CPU kinds), LPM tries, arrays
+	{regexp.MustCompile(`^(htab_|__htab_|lookup_nulls_elem_raw|lookup_elem_raw|prealloc_lru_pop|trie_|array_map_|percpu_array_)`), FeatureBPF},
 	{regexp.MustCompile(`^ctnetlink_`), FeatureSync}, // conntrack's events to conntrackd
 	{regexp.MustCompile(`^(nft_do_chain|nft_immediate|nft_cmp|nft_payload|nft_meta|nft_bitwise|nft_range|nft_byteorder|nft_trace|nft_exthdr|nft_rt|nft_fib|nf_hook_slow|nft_nat_do_chain|__nft_)`), FeatureRules},
 }
@@ -305,7 +308,7 @@ func (r *LBResults) profileTable() string {
 	}
 	tw.Flush()
 	fmt.Fprintf(&b, "rules: chain walks, compares, loads; maps: set and map lookups; hash: jhash selectors; counters; ct-set: ct timeout/event/mark set and ct reads;\n")
-	fmt.Fprintf(&b, "dynset: set updates from the packet path; nat; conntrack; iptables: xtables; bpf: BPF programs and helpers; decap: sluice decap's program on\n")
+	fmt.Fprintf(&b, "dynset: set updates from the packet path; nat; conntrack; iptables: xtables; bpf: BPF programs, helpers, map lookups; decap: sluice decap's program on\n")
 	fmt.Fprintf(&b, "the backends; sync: conntrackd, the sluice daemon and ctnetlink's events. The rest of the stack is not charged.\n")
 	fmt.Fprintf(&b, "CPU: the whole machine's CPU time per request (every process, user and kernel; not idle, not perf); CPU RATIO: the workload's\n")
 	fmt.Fprintf(&b, "first candidate's CPU over this one's, the throughput ratio that cost alone gives when the machine is saturated.\n")
