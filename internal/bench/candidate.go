@@ -76,35 +76,51 @@ func (ecmp) targets(e *Env) []netip.AddrPort {
 }
 
 // sluiceCandidate is Sluice with one datapath in one forwarding mode, at one attach point
-// (empty: the datapath's default); uncounted turns nft.packet_counters off.
+// (empty: the datapath's default), with the nft opt-outs of optOuts.
 type sluiceCandidate struct {
 	datapath, mode, attach string
-	uncounted              bool
+	optOuts                nftOptOuts
 }
 
-func (s sluiceCandidate) Name() string { return sluiceName(s.datapath, s.mode, s.attach, s.uncounted) }
+func (s sluiceCandidate) Name() string { return sluiceName(s.datapath, s.mode, s.attach, s.optOuts) }
 
-// sluiceName names a Sluice candidate: datapath-mode, then -xdp at XDP or -uncounted with
-// nft.packet_counters off.
-func sluiceName(datapath, mode, attach string, uncounted bool) string {
+// nftOptOuts are the nft datapath's guarantees a candidate turns off, to show what they cost.
+type nftOptOuts string
+
+const (
+	// defaults turns nothing off.
+	defaults nftOptOuts = ""
+	// uncounted turns nft.packet_counters off.
+	uncounted nftOptOuts = "uncounted"
+	// lean turns off every opt-out: nft.packet_counters and nft.half_open_timeouts.
+	lean nftOptOuts = "lean"
+)
+
+// sluiceName names a Sluice candidate: datapath-mode, then -xdp at XDP, then -uncounted or -lean
+// for its opt-outs.
+func sluiceName(datapath, mode, attach string, optOuts nftOptOuts) string {
 	name := datapath + "-" + mode
 	if attach == "xdp" {
 		name += "-xdp"
 	}
-	if uncounted {
-		name += "-uncounted"
+	if optOuts != defaults {
+		name += "-" + string(optOuts)
 	}
 	return name
 }
 
 // writeSluiceHeader writes what a candidate's config sets before its services.
-func writeSluiceHeader(b *strings.Builder, datapath, attach string, uncounted bool) {
+func writeSluiceHeader(b *strings.Builder, datapath, attach string, optOuts nftOptOuts) {
 	fmt.Fprintf(b, "datapath: %s\n", datapath)
 	if attach != "" {
 		fmt.Fprintf(b, "attach: %s\n", attach)
 	}
-	if uncounted {
+	switch optOuts {
+	case defaults:
+	case uncounted:
 		b.WriteString("nft:\n  packet_counters: false\n")
+	case lean:
+		b.WriteString("nft:\n  packet_counters: false\n  half_open_timeouts: false\n")
 	}
 }
 
@@ -158,7 +174,7 @@ func (sluiceCandidate) pids() []int                     { return nil }
 // config is the benchmark's one service: the VIP over every lab backend, Maglev.
 func (s sluiceCandidate) config(e *Env) string {
 	var b strings.Builder
-	writeSluiceHeader(&b, s.datapath, s.attach, s.uncounted)
+	writeSluiceHeader(&b, s.datapath, s.attach, s.optOuts)
 	fmt.Fprintf(&b, "services:\n  - name: bench\n    vip: %s\n    port: %d\n    protocol: tcp\n    mode: %s\n    backends:\n",
 		lab.VIP4, vipPort, s.mode)
 	for _, t := range backendTargets(e) {

@@ -195,11 +195,13 @@ func (e *Env) runWorkload(ctx context.Context, w Workload, targets []netip.AddrP
 var baselines = []candidate{direct{}, ecmp{}}
 
 // onRequest are candidates measured only when named: nft nat and fullnat with
-// nft.packet_counters off, which show what counting costs, and the nat and fullnat candidates
-// with replication on, which show what replicating costs.
+// nft.packet_counters off, which show what counting costs, and with every opt-out, and the nat
+// and fullnat candidates with replication on, which show what replicating costs.
 var onRequest = append([]candidate{
-	sluiceCandidate{datapath: string(config.DatapathNFT), mode: string(config.ModeNAT), uncounted: true},
-	sluiceCandidate{datapath: string(config.DatapathNFT), mode: string(config.ModeFullNAT), uncounted: true},
+	sluiceCandidate{datapath: string(config.DatapathNFT), mode: string(config.ModeNAT), optOuts: uncounted},
+	sluiceCandidate{datapath: string(config.DatapathNFT), mode: string(config.ModeFullNAT), optOuts: uncounted},
+	sluiceCandidate{datapath: string(config.DatapathNFT), mode: string(config.ModeNAT), optOuts: lean},
+	sluiceCandidate{datapath: string(config.DatapathNFT), mode: string(config.ModeFullNAT), optOuts: lean},
 }, syncedCandidates()...)
 
 // selectCandidates returns the baselines, then every Sluice datapath in every mode, then the

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/lab"
 )
 
@@ -113,8 +114,10 @@ func TestSelect(t *testing.T) {
 		t.Errorf("selected %v, %v: want direct and ecmp added as the baselines", cs, err)
 	}
 	all, _, err := selectCandidates(nil)
-	if err != nil || slices.ContainsFunc(all, func(c candidate) bool { return strings.HasSuffix(c.Name(), "-uncounted") }) {
-		t.Errorf("all candidates %v (%v): the uncounted ones are measured only when named", all, err)
+	if err != nil || slices.ContainsFunc(all, func(c candidate) bool {
+		return strings.HasSuffix(c.Name(), "-uncounted") || strings.HasSuffix(c.Name(), "-lean")
+	}) {
+		t.Errorf("all candidates %v (%v): the uncounted and lean ones are measured only when named", all, err)
 	}
 	cs, _, err = selectCandidates([]string{"nft-nat-uncounted", "nft-nat"})
 	if err != nil || len(cs) != 4 || cs[2].Name() != "nft-nat" || cs[3].Name() != "nft-nat-uncounted" {
@@ -122,6 +125,14 @@ func TestSelect(t *testing.T) {
 	}
 	if config := cs[3].(sluiceCandidate).config(&Env{Lab: &lab.Lab{Backends: 1}}); !strings.Contains(config, "nft:\n  packet_counters: false\n") {
 		t.Errorf("nft-nat-uncounted's config:\n%s", config)
+	}
+	cs, _, err = selectCandidates([]string{"nft-fullnat-lean"})
+	if err != nil || len(cs) != 3 || cs[2].Name() != "nft-fullnat-lean" {
+		t.Fatalf("selected %v, %v: want the baselines and nft-fullnat-lean", cs, err)
+	}
+	text := cs[2].(sluiceCandidate).config(&Env{Lab: &lab.Lab{Backends: 1}})
+	if cfg, err := config.Parse("lean", []byte(text)); err != nil || cfg.NFTPacketCounters() || cfg.NFTHalfOpenTimeouts() {
+		t.Errorf("nft-fullnat-lean's config (%v) does not turn every opt-out off:\n%s", err, text)
 	}
 }
 

@@ -182,10 +182,10 @@ func (ppsDirect) stop(context.Context, *Env) error  { return nil }
 // TCP with the 100 reals.
 type ppsSluice struct {
 	datapath, mode, attach string
-	uncounted              bool
+	optOuts                nftOptOuts
 }
 
-func (s ppsSluice) Name() string { return sluiceName(s.datapath, s.mode, s.attach, s.uncounted) }
+func (s ppsSluice) Name() string { return sluiceName(s.datapath, s.mode, s.attach, s.optOuts) }
 
 func (s ppsSluice) start(ctx context.Context, e *Env) error {
 	if s.attach == "xdp" {
@@ -194,7 +194,7 @@ func (s ppsSluice) start(ctx context.Context, e *Env) error {
 		}
 	}
 	var b strings.Builder
-	writeSluiceHeader(&b, s.datapath, s.attach, s.uncounted)
+	writeSluiceHeader(&b, s.datapath, s.attach, s.optOuts)
 	b.WriteString("services:\n")
 	for _, proto := range []string{"udp", "tcp"} {
 		fmt.Fprintf(&b, "  - name: pps-%s\n    vip: %s\n    port: %d\n    protocol: %s\n    mode: %s\n    backends:\n", proto, lab.VIP4, vipPort, proto, s.mode)
@@ -290,8 +290,9 @@ func ppsCandidates() []ppsCandidate {
 	return out
 }
 
-// ppsOnRequest are candidates measured only when named: nft nat with nft.packet_counters off.
-var ppsOnRequest = []ppsCandidate{ppsSluice{datapath: "nft", mode: "nat", uncounted: true}}
+// ppsOnRequest are candidates measured only when named: nft nat with nft.packet_counters off,
+// and with every opt-out.
+var ppsOnRequest = []ppsCandidate{ppsSluice{datapath: "nft", mode: "nat", optOuts: uncounted}, ppsSluice{datapath: "nft", mode: "nat", optOuts: lean}}
 
 // PPSCandidateNames are the candidates `sluice-lab bench pps` knows, peers and those on request
 // included.

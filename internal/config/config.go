@@ -196,10 +196,8 @@ func (c *Config) Clone() *Config {
 	}
 	if c.NFT != nil {
 		options := *c.NFT
-		if c.NFT.PacketCounters != nil {
-			options.PacketCounters = new(bool)
-			*options.PacketCounters = *c.NFT.PacketCounters
-		}
+		options.PacketCounters = cloneBool(c.NFT.PacketCounters)
+		options.HalfOpenTimeouts = cloneBool(c.NFT.HalfOpenTimeouts)
 		out.NFT = &options
 	}
 	out.BGP = c.BGP.Clone()
@@ -321,4 +319,13 @@ func lineErrors(te *yaml.TypeError) Errors {
 		errs[i] = FieldError{Line: line, Msg: m}
 	}
 	return errs
+}
+
+// cloneBool is a copy of an optional boolean, nil kept.
+func cloneBool(b *bool) *bool {
+	if b == nil {
+		return nil
+	}
+	v := *b
+	return &v
 }

@@ -172,22 +172,27 @@ func TestRedactedPasswordsRoundTrip(t *testing.T) {
 	}
 }
 
-// TestNFTPacketCounters: nft.packet_counters is on unless set false, takes only a boolean, and
-// applies to datapath nft only.
-func TestNFTPacketCounters(t *testing.T) {
+// TestNFTOptOuts: nft.packet_counters and nft.half_open_timeouts are on unless set false, take
+// only a boolean, and apply to datapath nft only.
+func TestNFTOptOuts(t *testing.T) {
 	const services = "services: []\n"
-	for text, want := range map[string]bool{"": true, "nft: {packet_counters: true}\n": true, "nft: {packet_counters: false}\n": false, "nft: {max_elements: 2048}\n": true} {
-		cfg, err := Parse("x", []byte(text+services))
-		if err != nil || cfg.NFTPacketCounters() != want {
-			t.Errorf("%q: counters %v (%v), want %v", text, cfg != nil && cfg.NFTPacketCounters(), err, want)
+	for _, key := range []struct {
+		name string
+		get  func(*Config) bool
+	}{{"packet_counters", (*Config).NFTPacketCounters}, {"half_open_timeouts", (*Config).NFTHalfOpenTimeouts}} {
+		for text, want := range map[string]bool{"": true, "nft: {" + key.name + ": true}\n": true, "nft: {" + key.name + ": false}\n": false, "nft: {max_elements: 2048}\n": true} {
+			cfg, err := Parse("x", []byte(text+services))
+			if err != nil || key.get(cfg) != want {
+				t.Errorf("%q: %s %v (%v), want %v", text, key.name, cfg != nil && key.get(cfg), err, want)
+			}
 		}
-	}
-	for text, want := range map[string]string{
-		"nft:\n  packet_counters: sometimes\n":            `x:2: nft.packet_counters: expected true or false`,
-		"datapath: ebpf\nnft: {packet_counters: false}\n": `x:2: nft: only applies to datapath nft, not ebpf`,
-	} {
-		if _, err := Parse("x", []byte(text+services)); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%q: %v, want %q", text, err, want)
+		for text, want := range map[string]string{
+			"nft:\n  " + key.name + ": sometimes\n":            "x:2: nft." + key.name + ": expected true or false",
+			"datapath: ebpf\nnft: {" + key.name + ": false}\n": "x:2: nft: only applies to datapath nft, not ebpf",
+		} {
+			if _, err := Parse("x", []byte(text+services)); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%q: %v, want %q", text, err, want)
+			}
 		}
 	}
 }

@@ -10,6 +10,10 @@ type NFTOptions struct {
 	// PacketCounters counts the packets and bytes forwarded to each backend of a nat or fullnat
 	// service, a map lookup on every packet; unset is true. DSR services always count them.
 	PacketCounters *bool `yaml:"packet_counters,omitempty" json:"packet_counters,omitempty"`
+	// HalfOpenTimeouts gives the new flows of nat and fullnat services Sluice's conntrack timeout
+	// policy (5 s for a TCP handshake or close, and for unanswered UDP), a conntrack extension
+	// on every new flow; unset is true. False leaves them the namespace's conntrack timeouts.
+	HalfOpenTimeouts *bool `yaml:"half_open_timeouts,omitempty" json:"half_open_timeouts,omitempty"`
 }
 
 // Limits of nft.max_elements. nft 1.0.6 holds about 1 KB per element while it loads a batch and
@@ -32,6 +36,11 @@ func (c *Config) NFTMaxElements() int {
 // NFTPacketCounters is nft.packet_counters, the default filled in.
 func (c *Config) NFTPacketCounters() bool {
 	return c.NFT == nil || c.NFT.PacketCounters == nil || *c.NFT.PacketCounters
+}
+
+// NFTHalfOpenTimeouts is nft.half_open_timeouts, the default filled in.
+func (c *Config) NFTHalfOpenTimeouts() bool {
+	return c.NFT == nil || c.NFT.HalfOpenTimeouts == nil || *c.NFT.HalfOpenTimeouts
 }
 
 // validateNFT checks the nft section.

@@ -23,7 +23,8 @@ baseline: client to backends routed through the balancer namespace, no balancing
 datapath in every mode, and the peers installed (the bare nft-dnat/nft-masq/nft-fwd and
 iptables-dnat/iptables-legacy-dnat, nftlb dnat/snat/dsr, HAProxy TCP, nginx stream).
 Only when named in --candidates: nft-nat-uncounted and nft-fullnat-uncounted, the nft datapath
-with nft.packet_counters false (what per-packet counting costs).
+with nft.packet_counters false (what per-packet counting costs), and nft-nat-lean and
+nft-fullnat-lean, with every nft opt-out (nft.half_open_timeouts false too).
 Workloads: ` + workloadList() + `.
 
 It brings up its own lab (--prefix) and tears it down at the end, also on failure or interrupt.`,

@@ -28,7 +28,8 @@ kernel time (system+irq+softirq: the balancer's, and the generator's, switch's a
 share, the same for every candidate) and forwarded packets per second per core, with ratios to
 direct.
 Candidates: ` + strings.Join(bench.PPSCandidateNames(), ", ") + ` (peers when installed;
-nft-nat-uncounted, nft nat with nft.packet_counters false, only when named).
+nft-nat-uncounted, nft nat with nft.packet_counters false, and nft-nat-lean, with every nft
+opt-out, only when named).
 
 It brings up its own lab (--prefix) and tears it down at the end, also on failure or interrupt.`,
 		Args: cobra.NoArgs,

@@ -32,7 +32,7 @@ func (s *Service) sameSettings(o *Service) bool {
 		s.SHPort == o.SHPort && s.Persistence == o.Persistence && s.PersistencePrefix == o.PersistencePrefix &&
 		s.QuorumLost == o.QuorumLost && s.FullNATSource == o.FullNATSource && s.Tunnel == o.Tunnel &&
 		s.SYNProtection == o.SYNProtection && s.Limits == o.Limits && s.LimitAction == o.LimitAction &&
-		s.Uncounted == o.Uncounted && s.Replicated == o.Replicated
+		s.Uncounted == o.Uncounted && s.KernelTimeouts == o.KernelTimeouts && s.Replicated == o.Replicated
 }
 
 // sameList compares lists as reflect.DeepEqual does: both nil, or both not nil and equal.

@@ -61,6 +61,10 @@ type Service struct {
 	// Uncounted tells the nft datapath not to count the packets and bytes forwarded to the
 	// backends of a nat or fullnat service (nft.packet_counters: false).
 	Uncounted bool
+	// KernelTimeouts tells the nft datapath to leave the new flows of a nat or fullnat service
+	// the namespace's conntrack timeouts rather than Sluice's half-open policy
+	// (nft.half_open_timeouts: false).
+	KernelTimeouts bool
 	// Replicated tells that the node replicates its flows to peers (the sync section): on nft,
 	// conntrackd reads conntrack's events, and the service's TCP connections raise only those it
 	// replicates.
@@ -172,7 +176,7 @@ func (b *Builder) Build(cfg *config.Config, available Availability) (*Plan, erro
 		if err != nil {
 			return nil, fmt.Errorf("service %s: %w", cs.Name, err)
 		}
-		s.Uncounted, s.Replicated = !cfg.NFTPacketCounters(), cfg.Sync != nil
+		s.Uncounted, s.KernelTimeouts, s.Replicated = !cfg.NFTPacketCounters(), !cfg.NFTHalfOpenTimeouts(), cfg.Sync != nil
 		p.Services = append(p.Services, s)
 	}
 	b.tables = kept // forget the services that are gone

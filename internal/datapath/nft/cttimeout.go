@@ -47,14 +47,23 @@ var ctTimeouts = map[string]ctTimeout{
 }
 
 // newFlowRules are the rules of a nat or fullnat service chain that set up the conntrack entry of
-// a new flow: its protocol's timeout policy and, when the node replicates its flows, the events
-// its TCP connection raises (replicatedEvents).
+// a new flow: its protocol's timeout policy (unless nft.half_open_timeouts is false) and, when
+// the node replicates its flows, the events its TCP connection raises (replicatedEvents).
 func newFlowRules(s *plan.Service) []string {
-	rules := []string{ctTimeoutRule(string(s.Protocol))}
+	var rules []string
+	if !keepsKernelTimeouts(s) {
+		rules = append(rules, ctTimeoutRule(string(s.Protocol)))
+	}
 	if limitsEvents(s) {
 		rules = append(rules, "ct event set "+replicatedEvents)
 	}
 	return rules
+}
+
+// keepsKernelTimeouts tells whether a service's new flows go without the timeout policy: those
+// of a nat or fullnat service under nft.half_open_timeouts false.
+func keepsKernelTimeouts(s *plan.Service) bool {
+	return s.KernelTimeouts && s.Mode != config.ModeDSR
 }
 
 // limitsEvents tells whether a service's new flows raise only replicatedEvents: the TCP ones

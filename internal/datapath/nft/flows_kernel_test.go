@@ -147,7 +147,8 @@ func listenTCP(t *testing.T, addr string) net.Listener {
 
 // TestKernelUnansweredFlowsGetTheTimeoutPolicy: a nat service's new flows carry Sluice's
 // conntrack timeout policy, so an unanswered datagram flow lives 5 s instead of the kernel's 30 s.
-// An Apply after someone deleted the table creates the policies again.
+// An Apply after someone deleted the table creates the policies again. Under
+// nft.half_open_timeouts false they keep the kernel's.
 func TestKernelUnansweredFlowsGetTheTimeoutPolicy(t *testing.T) {
 	if _, err := exec.LookPath("conntrack"); err != nil {
 		testutil.Missing(t, "needs conntrack: %v", err)
@@ -159,24 +160,34 @@ func TestKernelUnansweredFlowsGetTheTimeoutPolicy(t *testing.T) {
 		apply(t, d, p)
 		runNFT(t, "delete table inet sluice")
 		d.Resync()
-		apply(t, d, p)
-		c, err := dialFrom(t, client, "udp4", 0, "10.91.9.100:54")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.Write([]byte("q")); err != nil { // nobody answers on 10.91.2.11:54
-			t.Fatal(err)
-		}
-		out, err := exec.Command("conntrack", "-L", "-p", "udp", "--orig-dst", "10.91.9.100").Output()
-		if err != nil {
-			t.Fatalf("conntrack -L: %v", err)
-		}
-		fields := strings.Fields(string(out))
-		if len(fields) < 3 || !strings.Contains(string(out), "[UNREPLIED]") {
-			t.Fatalf("conntrack -L: no unanswered flow:\n%s", out)
-		}
-		if timeout, err := strconv.Atoi(fields[2]); err != nil || timeout > ctTimeouts["udp"].policy[0].seconds {
-			t.Fatalf("the unanswered flow expires in %s s, want at most %d:\n%s", fields[2], ctTimeouts["udp"].policy[0].seconds, out)
+		policy := ctTimeouts["udp"].policy[0].seconds
+		for i, kernel := range []bool{false, true} {
+			p.Services[0].KernelTimeouts = kernel
+			apply(t, d, p)
+			c, err := dialFrom(t, client, "udp4", 42000+i, "10.91.9.100:54")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Write([]byte("q")); err != nil { // nobody answers on 10.91.2.11:54
+				t.Fatal(err)
+			}
+			out, err := exec.Command("conntrack", "-L", "-p", "udp", "--orig-dst", "10.91.9.100", "--sport", strconv.Itoa(42000+i)).Output()
+			if err != nil {
+				t.Fatalf("conntrack -L: %v", err)
+			}
+			fields := strings.Fields(string(out))
+			if len(fields) < 3 || !strings.Contains(string(out), "[UNREPLIED]") {
+				t.Fatalf("conntrack -L: no unanswered flow:\n%s", out)
+			}
+			timeout, err := strconv.Atoi(fields[2])
+			switch {
+			case err != nil:
+				t.Fatalf("conntrack -L: %v:\n%s", err, out)
+			case !kernel && timeout > policy:
+				t.Errorf("the unanswered flow expires in %d s, want at most %d:\n%s", timeout, policy, out)
+			case kernel && timeout <= policy:
+				t.Errorf("under half_open_timeouts false the unanswered flow expires in %d s, want the kernel's 30:\n%s", timeout, out)
+			}
 		}
 	})
 }

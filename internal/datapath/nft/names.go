@@ -225,6 +225,9 @@ func namesOf(s *plan.Service) serviceNames {
 	if limitsEvents(s) { // only then, as persistence below
 		parts = append(parts, "replicated")
 	}
+	if keepsKernelTimeouts(s) { // only then, as persistence below
+		parts = append(parts, "kernel-timeouts")
+	}
 	if s.Persistence > 0 { // only then: the names of services without persistence stay as they were
 		parts = append(parts, s.Persistence.String(), strconv.Itoa(s.PersistencePrefix))
 	}
