@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/internal/datapath/ebpf"
+	"github.com/sluicelb/sluice/internal/state"
 	"github.com/sluicelb/sluice/internal/testutil"
 )
 
@@ -166,6 +167,7 @@ func TestUnitCapabilitiesSuffice(t *testing.T) {
 	t.Cleanup(func() {
 		exec.Command("ip", "netns", "del", ns).Run()
 		os.RemoveAll(ebpf.NetnsPinPath(ns))
+		os.RemoveAll(filepath.Dir(state.NetnsPath(ns))) // sluice --netns keeps its files there
 	})
 	for _, args := range [][]string{
 		{"link", "set", "lo", "up"},

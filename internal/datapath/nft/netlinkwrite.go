@@ -155,22 +155,32 @@ func (w *netlinkWriter) encode(op operation) error {
 	case *knftables.Rule:
 		return w.rule(op.verb, o)
 	case *knftables.Map:
-		return w.flushSet(op.verb, o.Family, o.Table, o.Name)
+		return w.setOp(op.verb, o.Family, o.Table, o.Name)
 	case *knftables.Set:
-		return w.flushSet(op.verb, o.Family, o.Table, o.Name)
+		return w.setOp(op.verb, o.Family, o.Table, o.Name)
 	}
 	return errNotEncodable
 }
 
-// flushSet encodes the flush of a set or map: a DELSETELEM naming no element.
-func (w *netlinkWriter) flushSet(v verb, f knftables.Family, table, name string) error {
-	if v != verbFlush || !ours(f, table) {
+// setOp encodes the flush of a set or map (a DELSETELEM naming no element) or its deletion by
+// name (a DELSET: a removed service's maps). Adding one takes nft, which knows its types.
+func (w *netlinkWriter) setOp(v verb, f knftables.Family, table, name string) error {
+	if !ours(f, table) {
 		return errNotEncodable
 	}
 	var a nlAttrs
-	a.str(unix.NFTA_SET_ELEM_LIST_TABLE, TableName)
-	a.str(unix.NFTA_SET_ELEM_LIST_SET, name)
-	w.add(nlMessage{unix.NFT_MSG_DELSETELEM, 0, f, a, "flush " + name})
+	switch v {
+	case verbFlush:
+		a.str(unix.NFTA_SET_ELEM_LIST_TABLE, TableName)
+		a.str(unix.NFTA_SET_ELEM_LIST_SET, name)
+		w.add(nlMessage{unix.NFT_MSG_DELSETELEM, 0, f, a, "flush " + name})
+	case verbDelete:
+		a.str(unix.NFTA_SET_TABLE, TableName)
+		a.str(unix.NFTA_SET_NAME, name)
+		w.add(nlMessage{unix.NFT_MSG_DELSET, 0, f, a, "delete " + name})
+	default:
+		return errNotEncodable
+	}
 	return nil
 }
 

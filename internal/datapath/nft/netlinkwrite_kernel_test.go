@@ -34,8 +34,8 @@ func (h *countingHost) write(cs *changeSet) (bool, string, error) {
 }
 
 // netlinkTransitions are the transitions whose change the netlink writer must encode: the
-// changes of backends, on every kind of backend chain.
-var netlinkTransitions = []string{"add-backend", "remove-backend", "weight-zero", "dsr-add-backend", "fullnat-v6-persistence-add-backend"}
+// changes of backends, on every kind of backend chain, and a service removed by name.
+var netlinkTransitions = []string{"add-backend", "remove-backend", "weight-zero", "dsr-add-backend", "fullnat-v6-persistence-add-backend", "remove-nat-service"}
 
 // TestKernelNetlinkWritesWhatNFTWrites applies every transition twice from the same tables, once
 // through nft and once as the datapath chooses: the tables must end up byte for byte the same,
