@@ -89,6 +89,10 @@ type ScaleResult struct {
 	// AddOnePlan the median `sluice plan -f` of one more backend than applied.
 	AddOneApply float64 `json:"add_one_apply_s"`
 	AddOnePlan  float64 `json:"add_one_plan_s"`
+	// AddServiceApply is the median `sluice apply -f` of the config with one more service (of
+	// as many backends as the others), RemoveServiceApply of the config without it again.
+	AddServiceApply    float64 `json:"add_service_apply_s"`
+	RemoveServiceApply float64 `json:"remove_service_apply_s"`
 	// AddOneDaemon is the median time from `sluice backend add` until the daemon has applied it;
 	// DaemonApply is the median time the daemon's datapath apply itself took.
 	AddOneDaemon float64 `json:"add_one_daemon_s"`
@@ -205,7 +209,7 @@ func (s *scaleSize) run(ctx context.Context, r *ScaleResult) error {
 		return err
 	}
 	s.step("applying the whole config")
-	took, err := s.apply(ctx, "apply all", 0, &r.ApplyPeakMemory)
+	took, err := s.apply(ctx, "apply all", s.cfg.yaml(0), &r.ApplyPeakMemory)
 	if err != nil {
 		return err
 	}
@@ -219,6 +223,9 @@ func (s *scaleSize) run(ctx context.Context, r *ScaleResult) error {
 		return err
 	}
 	if r.AddOneApply, err = s.addOneApply(ctx); err != nil {
+		return err
+	}
+	if r.AddServiceApply, r.RemoveServiceApply, err = s.oneService(ctx); err != nil {
 		return err
 	}
 	if r.AddOnePlan, err = s.addOnePlan(ctx); err != nil {
@@ -276,11 +283,11 @@ func watchMemory(ctx context.Context, stop context.CancelCauseFunc) {
 	}
 }
 
-// apply programs the config with extra more backends on the target service through `sluice apply`;
-// with peak, it records there the peak memory of sluice and nft.
-func (s *scaleSize) apply(ctx context.Context, name string, extra int, peak *int64) (time.Duration, error) {
+// apply programs text, a config, through `sluice apply`; with peak, it records there the peak
+// memory of sluice and nft.
+func (s *scaleSize) apply(ctx context.Context, name, text string, peak *int64) (time.Duration, error) {
 	path := filepath.Join(s.env.Dir(), "scale.yaml")
-	if err := os.WriteFile(path, []byte(s.cfg.yaml(extra)), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		return 0, err
 	}
 	return s.bounded(ctx, name, func(ctx context.Context) error {
@@ -297,13 +304,34 @@ func (s *scaleSize) addOneApply(ctx context.Context) (float64, error) {
 	var took []float64
 	for k := 1; k <= s.opts.Reps; k++ {
 		s.step("adding one backend with sluice apply (%d/%d)", k, s.opts.Reps)
-		d, err := s.apply(ctx, "add one backend (apply)", k, nil)
+		d, err := s.apply(ctx, "add one backend (apply)", s.cfg.yaml(k), nil)
 		if err != nil {
 			return 0, err
 		}
 		took = append(took, d.Seconds())
 	}
 	return Median(took), nil
+}
+
+// oneService adds one service through `sluice apply` and removes it again, Reps times, after
+// addOneApply (whose last config it starts from and ends on), and returns the median times.
+func (s *scaleSize) oneService(ctx context.Context) (add, remove float64, err error) {
+	without := s.cfg.yaml(s.opts.Reps)
+	with := without + s.cfg.extraService()
+	var added, removed []float64
+	for k := 1; k <= s.opts.Reps; k++ {
+		s.step("adding and removing one service with sluice apply (%d/%d)", k, s.opts.Reps)
+		d, err := s.apply(ctx, "add one service (apply)", with, nil)
+		if err != nil {
+			return 0, 0, err
+		}
+		added = append(added, d.Seconds())
+		if d, err = s.apply(ctx, "remove one service (apply)", without, nil); err != nil {
+			return 0, 0, err
+		}
+		removed = append(removed, d.Seconds())
+	}
+	return Median(added), Median(removed), nil
 }
 
 // addOnePlan asks `sluice plan -f` about one more backend than the applies added, Reps times, and
@@ -664,6 +692,17 @@ func (c scaleConfig) nftElements() int {
 	return c.services * (20 + 8*b + 2*maglev.CompactSize(b))
 }
 
+// extraService is one service more than the config has, of as many backends, to append to its
+// services.
+func (c scaleConfig) extraService() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "  - name: %s\n    vip: %s\n    port: 80\n    backends:\n", serviceName(c.services), c.vip(c.services))
+	for j := range c.perService {
+		writeBackend(&b, fakeBackend(j), "")
+	}
+	return b.String()
+}
+
 func writeBackend(b *strings.Builder, ap netip.AddrPort, more string) {
 	fmt.Fprintf(b, "      - {address: %s, port: %d%s}\n", ap.Addr(), ap.Port(), more)
 }
@@ -672,10 +711,11 @@ func writeBackend(b *strings.Builder, ap netip.AddrPort, more string) {
 func (r ScaleReport) Table() string {
 	var b strings.Builder
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "datapath\tservices\tbackends\tapply all\tapply peak mem\tadd 1 (apply)\tadd 1 (plan)\tadd 1 (daemon)\tdaemon apply\tdaemon start\tdaemon RSS\tscrape\tseries\tkernel mem~\treq/s\tratio\t")
+	fmt.Fprintln(w, "datapath\tservices\tbackends\tapply all\tapply peak mem\tadd 1 (apply)\tadd 1 (plan)\tadd 1 (daemon)\tadd svc\tremove svc\tdaemon apply\tdaemon start\tdaemon RSS\tscrape\tseries\tkernel mem~\treq/s\tratio\t")
 	for _, x := range r.Results {
-		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", x.Datapath, x.Services, x.Backends,
-			seconds(x.ApplyAll), mebibytes(x.ApplyPeakMemory), seconds(x.AddOneApply), seconds(x.AddOnePlan), seconds(x.AddOneDaemon), seconds(x.DaemonApply),
+		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", x.Datapath, x.Services, x.Backends,
+			seconds(x.ApplyAll), mebibytes(x.ApplyPeakMemory), seconds(x.AddOneApply), seconds(x.AddOnePlan), seconds(x.AddOneDaemon),
+			seconds(x.AddServiceApply), seconds(x.RemoveServiceApply), seconds(x.DaemonApply),
 			seconds(x.DaemonStart), mebibytes(x.DaemonRSS), seconds(x.ScrapeSeconds), figure(float64(x.ScrapeSeries), "%.0f"), mebibytes(x.KernelMemory),
 			figure(x.RequestsPerSecond, "%.0f"), figure(x.Ratio, "%.2f"))
 	}
@@ -685,7 +725,7 @@ func (r ScaleReport) Table() string {
 			fmt.Fprintf(&b, "%s, %d services: not reached: %s\n", x.Datapath, x.Services, x.NotReached)
 		}
 	}
-	fmt.Fprintf(&b, "apply peak mem: sluice apply and nft together; add 1: median of %d; kernel mem~: growth of %s while applying, approximate (shared machine); req/s: median of %d wrk runs; ratio: over the smallest size's\n",
+	fmt.Fprintf(&b, "apply peak mem: sluice apply and nft together; add 1: median of %d, one backend; add svc, remove svc: sluice apply of one service more, then less, median of as many; kernel mem~: growth of %s while applying, approximate (shared machine); req/s: median of %d wrk runs; ratio: over the smallest size's\n",
 		r.Options.Reps, kernelMemoryNames(), r.Options.Rounds)
 	return b.String()
 }

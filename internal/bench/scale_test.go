@@ -16,6 +16,29 @@ import (
 	"github.com/sluicelb/sluice/internal/plan"
 )
 
+// TestScaleExtraServiceIsOneMore: the config with extraService appended has one service more, of
+// as many backends as the others, on a VIP of its own.
+func TestScaleExtraServiceIsOneMore(t *testing.T) {
+	real := []netip.Addr{netip.MustParseAddr("10.91.2.11")}
+	c := scaleConfig{datapath: "nft", services: 300, perService: 2, real: real}
+	cfg, err := config.Parse("scale.yaml", []byte(c.yaml(2)+c.extraService()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Services) != c.services+1 {
+		t.Fatalf("%d services, want %d", len(cfg.Services), c.services+1)
+	}
+	extra := cfg.Services[c.services]
+	if extra.Name != serviceName(c.services) || len(extra.Backends) != c.perService {
+		t.Errorf("the extra service: %s of %d backends", extra.Name, len(extra.Backends))
+	}
+	for _, s := range cfg.Services[:c.services] {
+		if s.VIP == extra.VIP {
+			t.Errorf("the extra service shares %s's VIP %s", s.Name, s.VIP)
+		}
+	}
+}
+
 func TestScaleConfigIsValidAndSized(t *testing.T) {
 	real := []netip.Addr{netip.MustParseAddr("10.91.2.11"), netip.MustParseAddr("10.91.2.12"), netip.MustParseAddr("10.91.2.13")}
 	for _, c := range []scaleConfig{

@@ -19,7 +19,8 @@ func benchScaleCmd(f *benchFlags) *cobra.Command {
 		Long: `For every datapath and every size (--services, each with --backends-per-service backends) it
 measures, from an empty balancer: the time to apply the whole config with sluice apply; the time
 to add one backend to one service, with sluice apply -f and through a running daemon (sluice
-backend add, until the daemon has applied it), medians of --reps; the daemon's start (until its
+backend add, until the daemon has applied it), medians of --reps; to add one service of as many
+backends with sluice apply -f and to remove it again, medians of --reps; the daemon's start (until its
 first apply is done); the daemon's resident memory and
 the kernel's memory growth (approximate); and requests/s of wrk keep-alive runs through the one
 service that has real backends (median of --rounds), as a ratio to the smallest size. The cost of one change should not
