@@ -51,9 +51,11 @@ const (
 
 // Kernel constants golang.org/x/sys/unix lacks (include/uapi/linux/netfilter/nf_tables.h).
 const (
-	nftaFwdSregAddr = 2    // NFTA_FWD_SREG_ADDR
-	nftaFwdNFProto  = 3    // NFTA_FWD_NFPROTO
-	nftSetConcat    = 0x80 // NFT_SET_CONCAT
+	nftaFwdSregAddr    = 2    // NFTA_FWD_SREG_ADDR
+	nftaFwdNFProto     = 3    // NFTA_FWD_NFPROTO
+	nftSetConcat       = 0x80 // NFT_SET_CONCAT
+	nftaSetExpr        = 17   // NFTA_SET_EXPR
+	nftaSetExpressions = 18   // NFTA_SET_EXPRESSIONS
 )
 
 // nlMessage is one nf_tables message of a batch.
@@ -110,14 +112,19 @@ type setInfo struct {
 // netlinkWriter encodes a change into nf_tables messages for the calling thread's network
 // namespace.
 type netlinkWriter struct {
-	sets map[objKey]*setInfo // asked of the kernel once per set
-	msgs []nlMessage
+	sets     map[objKey]*setInfo // asked of the kernel once per set
+	compiled *compiled           // the change's new sets and chains' rules, as nft compiled them
+	msgs     []nlMessage
 }
 
 // encodeChange encodes cs as nf_tables messages; errNotEncodable when an operation is not one
 // the writer knows.
 func encodeChange(cs *changeSet) ([]nlMessage, error) {
-	w := &netlinkWriter{sets: map[objKey]*setInfo{}}
+	c, err := compileNew(cs)
+	if err != nil {
+		return nil, err
+	}
+	w := &netlinkWriter{sets: map[objKey]*setInfo{}, compiled: c}
 	for i := 0; i < len(cs.ops); {
 		op := cs.ops[i]
 		if e, ok := op.obj.(*knftables.Element); ok {
@@ -162,14 +169,33 @@ func (w *netlinkWriter) encode(op operation) error {
 	return errNotEncodable
 }
 
-// setOp encodes the flush of a set or map (a DELSETELEM naming no element) or its deletion by
-// name (a DELSET: a removed service's maps). Adding one takes nft, which knows its types.
+// newSet copies a set or map the change adds from its compiled definition; the writer encodes
+// its elements from that definition too (the kernel has none yet).
+func (w *netlinkWriter) newSet(f knftables.Family, name string) error {
+	k := objKey{f, name}
+	msg := w.compiled.sets[k]
+	if msg == nil {
+		return errNotEncodable
+	}
+	a := copied(msg, setAttrs...)
+	a.u32(unix.NFTA_SET_ID, uint32(len(w.msgs)+1)) // required, unique in the batch
+	w.add(nlMessage{unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, f, a, "add " + name})
+	if s := setInfoOf(msg); s.flags&(unix.NFT_SET_INTERVAL|unix.NFT_SET_EVAL|nftSetConcat) == 0 {
+		w.sets[k] = s
+	}
+	return nil
+}
+
+// setOp encodes the addition of a set or map (as nft compiled it: newSet), its flush (a
+// DELSETELEM naming no element) or its deletion by name (a DELSET: a removed service's maps).
 func (w *netlinkWriter) setOp(v verb, f knftables.Family, table, name string) error {
 	if !ours(f, table) {
 		return errNotEncodable
 	}
 	var a nlAttrs
 	switch v {
+	case verbAdd:
+		return w.newSet(f, name)
 	case verbFlush:
 		a.str(unix.NFTA_SET_ELEM_LIST_TABLE, TableName)
 		a.str(unix.NFTA_SET_ELEM_LIST_SET, name)
@@ -250,6 +276,11 @@ func (w *netlinkWriter) chain(v verb, c *knftables.Chain) error {
 func (w *netlinkWriter) rule(v verb, r *knftables.Rule) error {
 	if v != verbAdd || !ours(r.Family, r.Table) || r.Index != nil || r.Handle != nil || r.Comment != nil {
 		return errNotEncodable
+	}
+	if msg, ok := w.compiled.nextRule(objKey{r.Family, r.Chain}); ok {
+		w.add(nlMessage{unix.NFT_MSG_NEWRULE, unix.NLM_F_CREATE | unix.NLM_F_APPEND, r.Family,
+			copied(msg, ruleAttrs...), fmt.Sprintf("add rule %s: %s", r.Chain, r.Rule)})
+		return nil
 	}
 	exprs, err := backendRule(r.Rule)
 	if err != nil {
@@ -429,20 +460,33 @@ func (w *netlinkWriter) set(f knftables.Family, name string) (*setInfo, error) {
 	if s := w.sets[k]; s != nil {
 		return s, nil
 	}
-	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETSET, 0)
-	req.AddData(&nl.Nfgenmsg{NfgenFamily: nfproto[f], Version: unix.NFNETLINK_V0})
-	req.AddData(nl.NewRtAttr(unix.NFTA_SET_TABLE, nl.ZeroTerminated(TableName)))
-	req.AddData(nl.NewRtAttr(unix.NFTA_SET_NAME, nl.ZeroTerminated(name)))
-	msgs, err := req.Execute(unix.NETLINK_NETFILTER, unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWSET)
-	if err != nil || len(msgs) != 1 {
+	msg, err := getSet(f, name)
+	if err != nil {
 		return nil, errNotEncodable // a set made by this same change, or gone: nft says which
 	}
-	s := setInfoOf(msgs[0])
+	s := setInfoOf(msg)
 	if s.flags&(unix.NFT_SET_INTERVAL|unix.NFT_SET_EVAL|nftSetConcat) != 0 {
 		return nil, errNotEncodable
 	}
 	w.sets[k] = s
 	return s, nil
+}
+
+// getSet asks the kernel for one set of Sluice's table of family f by name (one message, not a
+// dump) and returns its answer, an NFT_MSG_NEWSET message.
+func getSet(f knftables.Family, name string) ([]byte, error) {
+	req := nl.NewNetlinkRequest(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETSET, 0)
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: nfproto[f], Version: unix.NFNETLINK_V0})
+	req.AddData(nl.NewRtAttr(unix.NFTA_SET_TABLE, nl.ZeroTerminated(TableName)))
+	req.AddData(nl.NewRtAttr(unix.NFTA_SET_NAME, nl.ZeroTerminated(name)))
+	msgs, err := req.Execute(unix.NETLINK_NETFILTER, unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWSET)
+	if err == nil && len(msgs) != 1 {
+		err = fmt.Errorf("%d answers", len(msgs))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return msgs[0], nil
 }
 
 // setInfoOf decodes an NFT_MSG_NEWSET message.

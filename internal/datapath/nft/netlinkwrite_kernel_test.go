@@ -34,8 +34,10 @@ func (h *countingHost) write(cs *changeSet) (bool, string, error) {
 }
 
 // netlinkTransitions are the transitions whose change the netlink writer must encode: the
-// changes of backends, on every kind of backend chain, and a service removed by name.
-var netlinkTransitions = []string{"add-backend", "remove-backend", "weight-zero", "dsr-add-backend", "fullnat-v6-persistence-add-backend", "remove-nat-service"}
+// changes of backends, on every kind of backend chain, a service removed by name, and new
+// services and service chains, compiled by nft in a scratch namespace.
+var netlinkTransitions = []string{"add-backend", "remove-backend", "weight-zero", "dsr-add-backend", "fullnat-v6-persistence-add-backend",
+	"remove-nat-service", "add-nat-service", "change-scheduler", "half-open-timeouts-off"}
 
 // TestKernelNetlinkWritesWhatNFTWrites applies every transition twice from the same tables, once
 // through nft and once as the datapath chooses: the tables must end up byte for byte the same,
