@@ -88,24 +88,25 @@ test: deps lint build
 	$(MAKE) fuzz
 
 # Each fuzz target for FUZZTIME (go test -fuzz runs one at a time); FUZZTIME=10m make fuzz for a
-# longer run. FuzzProgram and FuzzRender need root and skip themselves without.
+# longer run. FuzzProgram and FuzzRender need root and skip themselves without. A new input is
+# minimized for at most FUZZMINIMIZETIME (go's default is 60s, most of a short run).
 FUZZTIME ?= 10s
-# A new input is minimized for at most FUZZMINIMIZETIME (go's default is 60s): a minimization
-# still running when FUZZTIME ends made go report "context deadline exceeded" as a failure.
 FUZZMINIMIZETIME ?= 1s
+FUZZ_TARGETS = \
+	./internal/maglev/:FuzzBuild \
+	./internal/api/:FuzzPutConfig \
+	./internal/api/:FuzzDecodeJSON \
+	./internal/importer/:FuzzKeepalived \
+	./internal/importer/:FuzzNftlb \
+	./internal/importer/:FuzzIpvsadm \
+	./internal/importer/:FuzzFwmarkRules \
+	./internal/flowsync/:FuzzDecode \
+	./internal/conntrackd/:FuzzParseStats \
+	./internal/datapath/ebpf/:FuzzProgram \
+	./internal/datapath/nft/:FuzzRender \
+	./internal/config/:FuzzValidServiceName
 fuzz:
-	$(GO) test -count=1 -run '^$$' -fuzz FuzzBuild -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) ./internal/maglev/
-	$(GO) test -count=1 -run '^$$' -fuzz FuzzPutConfig -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) ./internal/api/
-	$(GO) test -count=1 -run '^$$' -fuzz FuzzDecodeJSON -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) ./internal/api/
-	$(GO) test -count=1 -run '^$$' -fuzz FuzzKeepalived -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) ./internal/importer/
-	$(GO) test -count=1 -run '^$$' -fuzz FuzzNftlb -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) ./internal/importer/
-	$(GO) test -count=1 -run '^$$' -fuzz FuzzIpvsadm -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) ./internal/importer/
-	$(GO) test -count=1 -run '^$$' -fuzz FuzzFwmarkRules -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) ./internal/importer/
-	$(GO) test -count=1 -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) ./internal/flowsync/
-	$(GO) test -count=1 -run '^$$' -fuzz FuzzParseStats -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) ./internal/conntrackd/
-	$(GO) test -count=1 -run '^$$' -fuzz FuzzProgram -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) ./internal/datapath/ebpf/
-	$(GO) test -count=1 -run '^$$' -fuzz FuzzRender -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) ./internal/datapath/nft/
-	$(GO) test -count=1 -run '^$$' -fuzz FuzzValidServiceName -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) ./internal/config/
+	GO=$(GO) FUZZTIME=$(FUZZTIME) FUZZMINIMIZETIME=$(FUZZMINIMIZETIME) ./scripts/fuzz.sh $(FUZZ_TARGETS)
 
 # Every package, no root needed: what needs root or a tool skips itself (-short skips the slow ones).
 unit:
