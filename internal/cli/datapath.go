@@ -34,7 +34,7 @@ func newDatapath(name config.Datapath, cfg *config.Config, log *slog.Logger) (da
 			opts.Attach = ebpf.AttachMode(cfg.Attach)
 			opts.Sizes = ebpf.MapSizes{Flows: uint32(sizes.MaxFlows), MaglevSlots: uint32(sizes.MaglevSlots)}
 		}
-		if err := mountBPFFS(); err != nil {
+		if err := ebpf.MountBPFFS(); err != nil {
 			return nil, err
 		}
 		dp, err := ebpf.New(log, opts)
@@ -115,29 +115,6 @@ func statePath() string {
 		return state.NetnsPath(ns)
 	}
 	return state.DefaultPath
-}
-
-// bpffsMount is the BPF filesystem's usual mount point.
-const bpffsMount = "/sys/fs/bpf"
-
-// mountBPFFS mounts the BPF filesystem where systemd would, when nothing is mounted there and the
-// process shares the host's mount namespace (so that the mount, and the pins, outlive it).
-func mountBPFFS() error {
-	var st unix.Statfs_t
-	if err := unix.Statfs(bpffsMount, &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
-		return nil
-	}
-	// A mount made in a mount namespace of our own (ip netns exec makes one) would vanish with
-	// the process, and the pins with it: leave that case to the datapath's error. Where pid 1's
-	// namespace cannot be read (a sandbox hiding it), this is the only one we can see.
-	self, err := os.Readlink("/proc/self/ns/mnt")
-	if host, herr := os.Readlink("/proc/1/ns/mnt"); err != nil || (herr == nil && self != host) {
-		return nil
-	}
-	if err := unix.Mount("bpf", bpffsMount, "bpf", 0, "mode=0700"); err != nil {
-		return fmt.Errorf("mounting the BPF filesystem on %s: %w", bpffsMount, err)
-	}
-	return nil
 }
 
 // lockNetns takes the lock of the network namespace this process writes (the one --netns

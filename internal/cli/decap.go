@@ -32,6 +32,9 @@ func decapCmd() *cobra.Command {
 		Short: "Decapsulate the tunnel packets arriving on an interface (again: refresh the host's addresses)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := ebpf.MountBPFFS(); err != nil {
+				return err
+			}
 			if err := decap.Attach(pinned(o)); err != nil {
 				return err
 			}

@@ -110,7 +110,7 @@ func whichDatapath(g *globals, name string) (flowChooser, error) {
 		dp, err := nft.New(g.logger())
 		return nftChooser{dp}, err
 	case "ebpf":
-		if err := mountBPFFS(); err != nil {
+		if err := ebpf.MountBPFFS(); err != nil {
 			return nil, err
 		}
 		return ebpf.New(g.logger(), ebpf.Options{PinPath: pinPath()})

@@ -147,6 +147,9 @@ func (l *Lab) decapPinPath(i int) string {
 
 // startDecap attaches sluice decap to routed backend i's eth0 (again: its addresses refreshed).
 func (l *Lab) startDecap(i int) error {
+	if err := ebpf.MountBPFFS(); err != nil {
+		return fmt.Errorf("lab: sluice decap on %s: %w", BackendName(i), err)
+	}
 	return inNS(l.BackendNS(i), func() error {
 		o := decap.Options{PinPath: l.decapPinPath(i), Interface: "eth0", GUEPort: decap.DefaultGUEPort}
 		if err := decap.Attach(o); err != nil {

@@ -33,6 +33,25 @@ func preparePinPath(dir string) error {
 	return os.MkdirAll(filepath.Join(dir, linksDir), 0o700)
 }
 
+// MountBPFFS mounts the BPF filesystem on /sys/fs/bpf, where systemd would, when nothing is
+// mounted there and the process shares the host's mount namespace, so that the mount, and the
+// pins under it, outlive the process. In a mount namespace of the process's own it mounts nothing
+// and leaves the case to preparePinPath's error.
+func MountBPFFS() error {
+	if onBPFFS(bpffsRoot) {
+		return nil
+	}
+	// Where pid 1's namespace cannot be read (a sandbox hiding it), this is the only one we can see.
+	self, err := os.Readlink("/proc/self/ns/mnt")
+	if host, herr := os.Readlink("/proc/1/ns/mnt"); err != nil || (herr == nil && self != host) {
+		return nil
+	}
+	if err := unix.Mount("bpf", bpffsRoot, "bpf", 0, "mode=0700"); err != nil {
+		return fmt.Errorf("mounting the BPF filesystem on %s: %w", bpffsRoot, err)
+	}
+	return nil
+}
+
 func pathExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
