@@ -30,6 +30,9 @@ type LBOptions struct {
 	// Profile samples the CPUs with perf during each load run and reports where the packet
 	// path's kernel time went, in ns per request.
 	Profile bool
+	// Against names a candidate measured in the run: every other candidate's requests/s is also
+	// given over its own, round by round (PairedRatio).
+	Against string
 }
 
 // LBResults are what `sluice-lab bench lb` measured.
@@ -44,6 +47,8 @@ type LBResults struct {
 	Candidates []string   `json:"candidates"`
 	// Missing are the peers that were not installed, so not measured.
 	Missing []string `json:"missing_peers,omitempty"`
+	// Against is the candidate the cells' paired ratios are to (--against), if any.
+	Against string   `json:"against,omitempty"`
 	Cells   []LBCell `json:"cells"`
 }
 
@@ -64,8 +69,10 @@ type LBCell struct {
 	// Profile is the median, feature by feature, of the rounds' profiles (--profile).
 	Profile Profile `json:"profile_ns_per_request,omitempty"`
 	// CPUNS is the median of the rounds' CPUNS (--profile).
-	CPUNS  float64    `json:"cpu_ns_per_request,omitempty"`
-	Rounds []LBSample `json:"rounds"`
+	CPUNS float64 `json:"cpu_ns_per_request,omitempty"`
+	// Paired is the requests/s over the --against candidate's, round by round.
+	Paired *PairedRatio `json:"paired_ratio,omitempty"`
+	Rounds []LBSample   `json:"rounds"`
 }
 
 // LBSample is one run of one candidate under one workload.
@@ -103,7 +110,7 @@ func (o LBOptions) Check() error {
 }
 
 // RunLB brings up the lab and gives every candidate every workload, candidates interleaved
-// within each round (the order rotates per round), then reports medians. o must pass Check.
+// within each round (in balanced orders: interleave), then reports medians. o must pass Check.
 func RunLB(ctx context.Context, e *Env, o LBOptions) (res *LBResults, err error) {
 	if err := wrkPath(); err != nil {
 		return nil, fmt.Errorf("wrk not found (Debian package wrk): %w", err)
@@ -115,6 +122,9 @@ func RunLB(ctx context.Context, e *Env, o LBOptions) (res *LBResults, err error)
 	candidates, missing, err := selectCandidates(o.Candidates)
 	if err != nil {
 		return nil, err
+	}
+	if o.Against != "" && !slices.ContainsFunc(candidates, func(c candidate) bool { return c.Name() == o.Against }) {
+		return nil, fmt.Errorf("--against: %q is not among the candidates measured (name it in --candidates)", o.Against)
 	}
 	samples := map[[2]string][]LBSample{}
 	ports := portRanges{}
@@ -255,7 +265,7 @@ func selectCandidates(names []string) (out []candidate, missing []string, err er
 // summarize turns the samples into cells: medians, and ratios to direct.
 func summarize(o LBOptions, backends int, workloads []Workload, candidates []candidate, missing []string, samples map[[2]string][]LBSample) *LBResults {
 	res := &LBResults{Duration: o.Duration.String(), Rounds: o.Rounds, Rate: o.Rate, Backends: backends, Switch: o.Switch.orStack(),
-		Workloads: workloads, Missing: missing}
+		Workloads: workloads, Missing: missing, Against: o.Against}
 	for _, c := range candidates {
 		res.Candidates = append(res.Candidates, c.Name())
 	}
@@ -277,9 +287,13 @@ func summarize(o LBOptions, backends int, workloads []Workload, candidates []can
 		cells := res.Cells[first:]
 		direct, _ := res.Cell(direct{}.Name(), w.Name)
 		spread, _ := res.Cell(ecmp{}.Name(), w.Name)
+		against, paired := res.Cell(o.Against, w.Name)
 		for i := range cells {
 			cells[i].Ratio = ratio(cells[i].RPS, direct.RPS)
 			cells[i].RatioECMP = ratio(cells[i].RPS, spread.RPS)
+			if paired && cells[i].Candidate != o.Against {
+				cells[i].Paired = pairedRatio(cells[i], against)
+			}
 		}
 	}
 	return res

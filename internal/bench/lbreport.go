@@ -37,6 +37,7 @@ func (r *LBResults) Table() string {
 	if len(r.Missing) > 0 {
 		fmt.Fprintf(&b, "not installed, not measured: %s (sluice-lab bench lb --install-peers)\n", strings.Join(r.Missing, ", "))
 	}
+	b.WriteString(r.pairedTable())
 	b.WriteString(r.profileTable())
 	return b.String()
 }

@@ -57,6 +57,8 @@ It brings up its own lab (--prefix) and tears it down at the end, also on failur
 	cmd.Flags().BoolVar(&o.KeepLab, "keep-lab", false, "leave the lab up afterwards")
 	cmd.Flags().BoolVar(&o.Profile, "profile", false,
 		"sample every CPU with perf during each run and report the packet path's kernel time in ns per request, by feature (rules, maps, hash, counters, ct-set, dynset, nat, conntrack, bpf, decap, sync), with the whole machine's CPU per request and its ratio to the workload's first candidate")
+	cmd.Flags().StringVar(&o.Against, "against", "",
+		"a candidate of the run: also give every other candidate's requests/s over its own round by round, with the median of those ratios and the range that holds it with 95% confidence")
 	cmd.Flags().StringVar(&svgPath, "svg", "", "also draw the results as an SVG chart to this file")
 	cmd.Flags().BoolVar(&installPeers, "install-peers", false, "install the peers (nftlb, haproxy, nginx stream) from Debian packages first")
 	return cmd
