@@ -157,7 +157,7 @@ func fleetNote(cores int) string {
 
 // RunFleet brings up a fleet lab of o.Nodes nodes and, for each datapath, runs Sluice on every
 // node, measures every workload through 1..Nodes active nodes and the direct baseline
-// (interleaved, the order rotating per round), then cuts a node under load. o must pass Check.
+// (interleaved, in balanced orders), then cuts a node under load. o must pass Check.
 func RunFleet(ctx context.Context, e *Env, o FleetOptions) (res *FleetResults, err error) {
 	if err := wrkPath(); err != nil {
 		return nil, fmt.Errorf("wrk not found (Debian package wrk): %w", err)

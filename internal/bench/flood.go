@@ -206,7 +206,7 @@ const floodWarmup = time.Second
 var floodCmd = []string{"hping3", "-S", "-p", strconv.Itoa(vipPort), "--flood", "--rand-source", "-q", lab.VIP4}
 
 // RunFlood brings up the lab with an attacker and gives every candidate, each round, the
-// per-conn load without the flood and then with it (candidates interleaved, the order rotated
+// per-conn load without the flood and then with it (candidates interleaved, in balanced orders
 // per round), then reports medians. o must pass Check.
 func RunFlood(ctx context.Context, e *Env, o FloodOptions) (*FloodResults, error) {
 	for _, bin := range []string{"wrk", "hping3", "nstat", "nft"} {

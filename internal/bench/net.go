@@ -127,7 +127,7 @@ func (o NetOptions) Check() error {
 
 // RunNet measures TCP bandwidth and latency from the lab's client to backend b1 over each path
 // (direct, through Sluice, over VXLAN): in each of Rounds rounds every path once, in an order
-// rotated per round, bandwidth then latency for Duration each. It brings the lab up and, unless
+// balanced over the rounds, bandwidth then latency for Duration each. It brings the lab up and, unless
 // KeepLab, down again, also when it fails or ctx ends. opt must pass Check.
 func RunNet(ctx context.Context, e *Env, opt NetOptions) (res *NetResults, err error) {
 	err = e.InLab(ctx, opt.KeepLab, func() (err error) {

@@ -339,7 +339,7 @@ func ppsRealAddrs() []netip.Addr {
 func realNS(k, backends int) int { return k%backends + 1 }
 
 // RunPPS brings up the lab, makes the reals, and sends every workload through every candidate,
-// candidates interleaved within each round (the order rotates per round), then reports medians.
+// candidates interleaved within each round (in balanced orders: interleave), then reports medians.
 // o must pass Check.
 func RunPPS(ctx context.Context, e *Env, o PPSOptions) (*PPSResults, error) {
 	if !o.Steer && !installed("trafgen") {

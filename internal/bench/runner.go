@@ -1,8 +1,8 @@
 package bench
 
 // The shape every benchmark shares: options checked before anything runs, each error naming its
-// flag; the lab brought up and torn down whatever happens; interleaved rounds in an order rotated
-// per round; medians and ratios; a result that is both a table and JSON. A new benchmark is its
+// flag; the lab brought up and torn down whatever happens; interleaved rounds in orders balanced
+// for place and predecessor (a Williams design); medians and ratios; a result that is both a table and JSON. A new benchmark is its
 // options with a Check, a Run function that measures inside Env.InLab (interleave for rounds),
 // and a result with a Table; its command in internal/cli declares the flags and calls
 // benchFlags.run, which checks, prints progress, and writes the table and the JSON report.
@@ -60,17 +60,53 @@ func cleanup(ctx context.Context, err *error, what string, fn func(context.Conte
 	}
 }
 
-// interleave runs fn for each of n items once per round, for rounds rounds, the order rotated by
-// one every round (round r starts at item r mod n) so that no item is always measured first.
+// interleave runs fn for each of n items once per round, for rounds rounds, in the orders of
+// williamsOrders: so that neither an item's place in a round nor what ran just before it (the
+// TIME_WAIT sockets and timers a faster item leaves behind, for one) favours an item.
 func interleave(rounds, n int, fn func(round, item int) error) error {
+	orders := williamsOrders(n)
 	for r := range rounds {
-		for k := range n {
-			if err := fn(r, (k+r)%n); err != nil {
+		for _, item := range orders[r%len(orders)] {
+			if err := fn(r, item); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// williamsOrders are the rows of a Williams design of n items: row i is 0, 1, n-1, 2, n-2, ...
+// shifted by i (mod n), and for an odd n the same rows reversed follow. Over all rows each item
+// takes each place in a round equally often and follows each other item equally often, where a
+// plain rotation has every item always follow the same one.
+func williamsOrders(n int) [][]int {
+	first := make([]int, n)
+	for k := 1; k < n; k++ {
+		if k%2 == 1 {
+			first[k] = (k + 1) / 2
+		} else {
+			first[k] = n - k/2
+		}
+	}
+	rows := make([][]int, 0, 2*n+1)
+	for shift := range n {
+		row := make([]int, n)
+		for k, item := range first {
+			row[k] = (item + shift) % n
+		}
+		rows = append(rows, row)
+	}
+	if n%2 == 1 {
+		for _, row := range rows[:n] {
+			reversed := slices.Clone(row)
+			slices.Reverse(reversed)
+			rows = append(rows, reversed)
+		}
+	}
+	if len(rows) == 0 {
+		rows = append(rows, nil)
+	}
+	return rows
 }
 
 // roundLabel names round r (0-based) of rounds for progress: "round 1/3".

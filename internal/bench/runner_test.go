@@ -7,17 +7,51 @@ import (
 	"time"
 )
 
-func TestInterleaveRotatesEveryRound(t *testing.T) {
+func TestInterleaveFollowsWilliamsOrders(t *testing.T) {
 	var got []string
-	err := interleave(4, 3, func(round, item int) error {
+	err := interleave(7, 3, func(round, item int) error {
 		if len(got) <= round {
 			got = append(got, "")
 		}
 		got[round] += string(rune('a' + item))
 		return nil
 	})
-	if err != nil || strings.Join(got, " ") != "abc bca cab abc" {
-		t.Errorf("order %v, %v; want abc bca cab abc", got, err)
+	if want := "abc bca cab cba acb bac abc"; err != nil || strings.Join(got, " ") != want {
+		t.Errorf("order %v, %v; want %s", got, err, want)
+	}
+}
+
+func TestWilliamsOrdersBalancePlaceAndPredecessor(t *testing.T) {
+	for n := 1; n <= 8; n++ {
+		rows := williamsOrders(n)
+		if want := map[bool]int{true: n, false: 2 * n}[n%2 == 0]; len(rows) != want {
+			t.Fatalf("n=%d: %d rows, want %d", n, len(rows), want)
+		}
+		places, follows := map[[2]int]int{}, map[[2]int]int{}
+		for _, row := range rows {
+			seen := map[int]bool{}
+			for k, item := range row {
+				if item < 0 || item >= n || seen[item] {
+					t.Fatalf("n=%d: row %v is not a permutation", n, row)
+				}
+				seen[item] = true
+				places[[2]int{k, item}]++
+				if k > 0 {
+					follows[[2]int{row[k-1], item}]++
+				}
+			}
+		}
+		perPlace, perPair := len(rows)/n, len(rows)/n // each item once (even n) or twice (odd n) in every place and after every other item
+		for k := range n {
+			for item := range n {
+				if places[[2]int{k, item}] != perPlace {
+					t.Errorf("n=%d: item %d takes place %d %d times, want %d", n, item, k, places[[2]int{k, item}], perPlace)
+				}
+				if item != k && n > 1 && follows[[2]int{k, item}] != perPair {
+					t.Errorf("n=%d: item %d follows %d %d times, want %d", n, item, k, follows[[2]int{k, item}], perPair)
+				}
+			}
+		}
 	}
 }
 

@@ -19,7 +19,7 @@ func benchNetCmd(f *benchFlags) *cobra.Command {
 		Long: `Measures one TCP stream's bandwidth and 1-byte ping-pong latency from the lab's client to
 backend b1 over three paths: direct (routed through the balancer namespace, no rules), through
 Sluice (nft nat mode, the VIP with b1 as the only backend) and over a VXLAN overlay. Each round
-measures every path once, in a rotated order. The results are medians over the rounds, each
+measures every path once, in balanced orders. The results are medians over the rounds, each
 path's median over direct's (ratio), and the lowest and highest of path / direct within one round
 (per round), so you can tell whether the network or the balancer limits, and how steadily.
 
