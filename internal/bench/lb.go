@@ -89,6 +89,8 @@ type LBSample struct {
 	CPUNS float64 `json:"cpu_ns_per_request,omitempty"`
 }
 
+func (s LBSample) rps() float64 { return s.RPS }
+
 // Cell returns the cell of candidate under workload, if measured.
 func (r *LBResults) Cell(candidate, workload string) (LBCell, bool) {
 	for _, c := range r.Cells {
@@ -123,8 +125,8 @@ func RunLB(ctx context.Context, e *Env, o LBOptions) (res *LBResults, err error)
 	if err != nil {
 		return nil, err
 	}
-	if o.Against != "" && !slices.ContainsFunc(candidates, func(c candidate) bool { return c.Name() == o.Against }) {
-		return nil, fmt.Errorf("--against: %q is not among the candidates measured (name it in --candidates)", o.Against)
+	if err := checkAgainst(o.Against, candidates); err != nil {
+		return nil, err
 	}
 	samples := map[[2]string][]LBSample{}
 	ports := portRanges{}
@@ -292,7 +294,7 @@ func summarize(o LBOptions, backends int, workloads []Workload, candidates []can
 			cells[i].Ratio = ratio(cells[i].RPS, direct.RPS)
 			cells[i].RatioECMP = ratio(cells[i].RPS, spread.RPS)
 			if paired && cells[i].Candidate != o.Against {
-				cells[i].Paired = pairedRatio(cells[i], against)
+				cells[i].Paired = pairedRatio(o.Against, pluck(cells[i].Rounds, LBSample.rps), pluck(against.Rounds, LBSample.rps))
 			}
 		}
 	}

@@ -37,7 +37,11 @@ func (r *LBResults) Table() string {
 	if len(r.Missing) > 0 {
 		fmt.Fprintf(&b, "not installed, not measured: %s (sluice-lab bench lb --install-peers)\n", strings.Join(r.Missing, ", "))
 	}
-	b.WriteString(r.pairedTable())
+	rows := make([]pairedRow, len(r.Cells))
+	for i, c := range r.Cells {
+		rows[i] = pairedRow{c.Workload, c.Candidate, c.Paired}
+	}
+	writePairedTable(&b, r.Against, "requests/s", rows)
 	b.WriteString(r.profileTable())
 	return b.String()
 }

@@ -8,9 +8,9 @@ import (
 	"text/tabwriter"
 )
 
-// PairedRatio is a candidate's requests/s over another candidate's, round by round: within a
-// round the two ran seconds apart, so each round's ratio cancels the drift of the machine that
-// the ratio of the two medians keeps.
+// PairedRatio is a candidate's figure (requests/s, forwarded packets/s per core) over another
+// candidate's, round by round: within a round the two ran seconds apart, so each round's ratio
+// cancels the drift of the machine that the ratio of the two medians keeps.
 type PairedRatio struct {
 	Against string `json:"against"`
 	// Rounds are the rounds' ratios, in round order.
@@ -27,19 +27,26 @@ type PairedRatio struct {
 // minConfidence is the least confidence a median's interval is given with.
 const minConfidence = 0.95
 
-// pairedRatio is a's requests/s over against's round by round; nil when against has a round
-// without requests or the two have different rounds.
-func pairedRatio(a, against LBCell) *PairedRatio {
-	if len(a.Rounds) == 0 || len(a.Rounds) != len(against.Rounds) {
+// checkAgainst refuses an --against that names no candidate of the run.
+func checkAgainst[C interface{ Name() string }](against string, candidates []C) error {
+	if against != "" && !slices.ContainsFunc(candidates, func(c C) bool { return c.Name() == against }) {
+		return fmt.Errorf("--against: %q is not among the candidates measured (name it in --candidates)", against)
+	}
+	return nil
+}
+
+// pairedRatio is values over base round by round, base being the figures of the candidate
+// against; nil when the two have different rounds or base has a round of zero.
+func pairedRatio(against string, values, base []float64) *PairedRatio {
+	if len(values) == 0 || len(values) != len(base) {
 		return nil
 	}
-	p := &PairedRatio{Against: against.Candidate}
-	for i, s := range a.Rounds {
-		base := against.Rounds[i].RPS
-		if base <= 0 {
+	p := &PairedRatio{Against: against}
+	for i, v := range values {
+		if base[i] <= 0 {
 			return nil
 		}
-		p.Rounds = append(p.Rounds, s.RPS/base)
+		p.Rounds = append(p.Rounds, v/base[i])
 	}
 	p.Median = Median(p.Rounds)
 	if low, high, confidence, ok := medianInterval(p.Rounds); ok {
@@ -80,38 +87,44 @@ func logChoose(n, k int) float64 {
 	return a - b - c
 }
 
-// pairedTable renders the per-round ratios to the --against candidate, when asked for.
-func (r *LBResults) pairedTable() string {
-	if r.Against == "" {
-		return ""
+// pairedRow is one line of a table of paired ratios.
+type pairedRow struct {
+	workload, candidate string
+	paired              *PairedRatio
+}
+
+// writePairedTable renders the per-round ratios to the --against candidate of the rows that have
+// them; measure names the figure the ratios are of. Nothing without --against.
+func writePairedTable(b *strings.Builder, against, measure string, rows []pairedRow) {
+	if against == "" {
+		return
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "\nper-round ratios to %s (each round's requests/s over %s's in the same round):\n\n", r.Against, r.Against)
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(b, "\nper-round ratios to %s (each round's %s over %s's in the same round):\n\n", against, measure, against)
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "WORKLOAD\tCANDIDATE\tMEDIAN\tLOW\tHIGH\tCONFIDENCE\tROUNDS\t")
-	for _, w := range r.Workloads {
-		label := w.Name
-		for _, name := range r.Candidates {
-			c, _ := r.Cell(name, w.Name)
-			p := c.Paired
-			if p == nil {
-				continue
-			}
-			low, high, confidence := "-", "-", "-"
-			if p.Low != nil {
-				low, high, confidence = percent(*p.Low), percent(*p.High), percent(p.Confidence)
-			}
-			rounds := make([]string, len(p.Rounds))
-			for i, x := range p.Rounds {
-				rounds[i] = fmt.Sprintf("%.0f", 100*x)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", label, name, percent(p.Median), low, high, confidence, strings.Join(rounds, " "))
+	last := ""
+	for _, r := range rows {
+		p := r.paired
+		if p == nil {
+			continue
+		}
+		label := r.workload
+		if label == last {
 			label = ""
 		}
+		last = r.workload
+		low, high, confidence := "-", "-", "-"
+		if p.Low != nil {
+			low, high, confidence = percent(*p.Low), percent(*p.High), percent(p.Confidence)
+		}
+		rounds := make([]string, len(p.Rounds))
+		for i, x := range p.Rounds {
+			rounds[i] = fmt.Sprintf("%.0f", 100*x)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", label, r.candidate, percent(p.Median), low, high, confidence, strings.Join(rounds, " "))
 	}
-	tw.Flush()
+	_ = tw.Flush()
 	b.WriteString("LOW-HIGH: the range that holds the true median of the ratio with CONFIDENCE (sign test; needs 6 rounds or more).\n")
-	return b.String()
 }
 
 // percent formats a ratio as a percentage with one decimal: 0.9712 is 97.1%.

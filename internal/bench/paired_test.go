@@ -34,24 +34,17 @@ func TestMedianIntervalOrderStatistics(t *testing.T) {
 }
 
 func TestPairedRatioRoundByRound(t *testing.T) {
-	rounds := func(rps ...float64) []LBSample {
-		var ss []LBSample
-		for _, r := range rps {
-			ss = append(ss, LBSample{RPS: r})
-		}
-		return ss
-	}
-	base := LBCell{Candidate: "nft-dnat", Rounds: rounds(100, 200, 100, 200, 100, 200)}
+	base := []float64{100, 200, 100, 200, 100, 200}
 	// the medians' ratio is 1.5/1.5 = 1; every round says 0.9
-	p := pairedRatio(LBCell{Rounds: rounds(90, 180, 90, 180, 90, 180)}, base)
+	p := pairedRatio("nft-dnat", []float64{90, 180, 90, 180, 90, 180}, base)
 	if p == nil || p.Against != "nft-dnat" || math.Abs(p.Median-0.9) > 1e-9 || p.Low == nil || math.Abs(*p.Low-0.9) > 1e-9 || len(p.Rounds) != 6 {
 		t.Fatalf("paired ratio %+v, want every round 0.9 with an interval", p)
 	}
-	if p := pairedRatio(LBCell{Rounds: rounds(1, 2)}, base); p != nil {
+	if p := pairedRatio("nft-dnat", []float64{1, 2}, base); p != nil {
 		t.Errorf("rounds of different counts paired: %+v", p)
 	}
-	if p := pairedRatio(LBCell{Rounds: rounds(1)}, LBCell{Rounds: rounds(0)}); p != nil {
-		t.Errorf("a round without requests as the denominator paired: %+v", p)
+	if p := pairedRatio("nft-dnat", []float64{1}, []float64{0}); p != nil {
+		t.Errorf("a round of zero as the denominator paired: %+v", p)
 	}
 }
 

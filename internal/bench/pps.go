@@ -46,6 +46,9 @@ type PPSOptions struct {
 	// Steer gives the balancer CPU 1 to itself (threaded NAPI) and drives it with Sluice's own sender on
 	// CPU 0, so that CPU 1's busy time is the balancer's alone (see pps_steer.go).
 	Steer bool
+	// Against names a candidate measured in the run: every other candidate's forwarded packets/s
+	// per core is also given over its own, round by round (PairedRatio).
+	Against string
 	// KeepLab leaves the lab up afterwards.
 	KeepLab bool
 }
@@ -86,7 +89,9 @@ type PPSResults struct {
 	Workloads  []string `json:"workloads"`
 	Candidates []string `json:"candidates"`
 	// Missing are the peers that were not installed, so not measured.
-	Missing []string  `json:"missing_peers,omitempty"`
+	Missing []string `json:"missing_peers,omitempty"`
+	// Against is the candidate the cells' paired ratios are to (--against), if any.
+	Against string    `json:"against,omitempty"`
 	Cells   []PPSCell `json:"cells"`
 }
 
@@ -108,8 +113,10 @@ type PPSCell struct {
 	RatioPerCore float64 `json:"per_core_ratio_to_direct"`
 	// AddedNS is the CPU time a packet costs over direct's, in ns: 1/PPSPerCore less direct's.
 	// The path's shared part (generator, switch, backends) cancels out.
-	AddedNS float64     `json:"added_ns_per_packet"`
-	Rounds  []PPSSample `json:"rounds"`
+	AddedNS float64 `json:"added_ns_per_packet"`
+	// Paired is the forwarded packets/s per core over the --against candidate's, round by round.
+	Paired *PairedRatio `json:"paired_ratio,omitempty"`
+	Rounds []PPSSample  `json:"rounds"`
 }
 
 // generatorRestarts is how often trafgen was started again over the cell's rounds.
@@ -133,6 +140,7 @@ type PPSSample struct {
 func (s PPSSample) sentPPS() float64      { return ratio(float64(s.Sent), s.Seconds) }
 func (s PPSSample) forwardedPPS() float64 { return ratio(float64(s.Arrived), s.Seconds) }
 func (s PPSSample) dropShare() float64    { return max(0, 1-ratio(float64(s.Arrived), float64(s.Sent))) }
+func (s PPSSample) perCore() float64      { return ratio(s.forwardedPPS(), s.KernelCores) }
 
 // ppsWorkload is what the generator sends: the layer-4 part of its trafgen packet.
 type ppsWorkload struct {
@@ -350,6 +358,9 @@ func RunPPS(ctx context.Context, e *Env, o PPSOptions) (*PPSResults, error) {
 	})
 	candidates, missing, err := selectPPS(o.Candidates)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkAgainst(o.Against, candidates); err != nil {
 		return nil, err
 	}
 	samples := map[[2]string][]PPSSample{}
@@ -618,7 +629,7 @@ func kernelTicks(cpu int) int64 {
 func summarizePPS(backends int, o PPSOptions, workloads []ppsWorkload, candidates []ppsCandidate, missing []string, samples map[[2]string][]PPSSample) *PPSResults {
 	res := &PPSResults{Duration: o.Duration.String(), Rounds: o.Rounds, Reals: ppsReals, BackendNamespaces: backends,
 		FrameBytes: ppsFrameLen, Generator: "trafgen (netsniff-ng), one thread on CPU 0, in the client namespace",
-		CPU: ppsCPU, Switch: o.Switch.orStack(), Missing: missing}
+		CPU: ppsCPU, Switch: o.Switch.orStack(), Missing: missing, Against: o.Against}
 	if o.Steer {
 		res.Generator = "sluice-lab pps-sender (AF_PACKET, sendmmsg of 64), one thread on CPU 0, in the client namespace"
 		res.CPU, res.Steered = steerBalancerCPU, true
@@ -644,7 +655,11 @@ func summarizePPS(backends int, o PPSOptions, workloads []ppsWorkload, candidate
 		}
 		cells := res.Cells[first:]
 		base := cells[slices.IndexFunc(cells, func(c PPSCell) bool { return c.Candidate == (ppsDirect{}).Name() })]
+		against := slices.IndexFunc(cells, func(c PPSCell) bool { return c.Candidate == o.Against })
 		for i := range cells {
+			if against >= 0 && i != against {
+				cells[i].Paired = pairedRatio(o.Against, pluck(cells[i].Rounds, PPSSample.perCore), pluck(cells[against].Rounds, PPSSample.perCore))
+			}
 			cells[i].Ratio = ratio(cells[i].ForwardedPPS, base.ForwardedPPS)
 			cells[i].RatioPerCore = ratio(cells[i].PPSPerCore, base.PPSPerCore)
 			if cells[i].PPSPerCore > 0 && base.PPSPerCore > 0 {
@@ -691,5 +706,10 @@ func (r *PPSResults) Table() string {
 	if len(r.Missing) > 0 {
 		fmt.Fprintf(&b, "not installed, not measured: %s\n", strings.Join(r.Missing, ", "))
 	}
+	rows := make([]pairedRow, len(r.Cells))
+	for i, c := range r.Cells {
+		rows[i] = pairedRow{c.Workload, c.Candidate, c.Paired}
+	}
+	writePairedTable(&b, r.Against, "forwarded packets/s per core", rows)
 	return b.String()
 }

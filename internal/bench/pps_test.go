@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -71,6 +72,25 @@ func TestSummarizePPSRatiosToDirect(t *testing.T) {
 	}
 	if !strings.Contains(res.Table(), "nft-nat") {
 		t.Errorf("table:\n%s", res.Table())
+	}
+}
+
+// TestSummarizePPSAgainst: with --against, every other cell gets its packets/s per core over the
+// named candidate's, round by round, and the table shows them.
+func TestSummarizePPSAgainst(t *testing.T) {
+	o := PPSOptions{Duration: time.Second, Rounds: 2, Against: "nft-nat"}
+	samples := map[[2]string][]PPSSample{
+		// per core: direct 500 and 700, nft-nat 1000 and 700
+		{"direct", "udp"}:  {{Seconds: 1, Sent: 1000, Arrived: 1000, KernelCores: 2}, {Seconds: 1, Sent: 1400, Arrived: 1400, KernelCores: 2}},
+		{"nft-nat", "udp"}: {{Seconds: 1, Sent: 1000, Arrived: 500, KernelCores: 0.5}, {Seconds: 1, Sent: 1000, Arrived: 700, KernelCores: 1}},
+	}
+	res := summarizePPS(3, o, ppsWorkloads[:1], []ppsCandidate{ppsDirect{}, ppsSluice{datapath: "nft", mode: "nat"}}, nil, samples)
+	d, n := res.Cells[0].Paired, res.Cells[1].Paired
+	if n != nil || d == nil || d.Against != "nft-nat" || len(d.Rounds) != 2 || math.Abs(d.Rounds[0]-0.5) > 1e-9 || math.Abs(d.Rounds[1]-1) > 1e-9 {
+		t.Fatalf("paired: direct %+v, nft-nat %+v; want direct's rounds 50%% and 100%% of nft-nat's per core, nft-nat none", d, n)
+	}
+	if table := res.Table(); !strings.Contains(table, "per-round ratios to nft-nat (each round's forwarded packets/s per core") || !strings.Contains(table, "50 100") {
+		t.Errorf("table:\n%s", table)
 	}
 }
 

@@ -2,10 +2,11 @@ package bench
 
 // The shape every benchmark shares: options checked before anything runs, each error naming its
 // flag; the lab brought up and torn down whatever happens; interleaved rounds in orders balanced
-// for place and predecessor (a Williams design); medians and ratios; a result that is both a table and JSON. A new benchmark is its
-// options with a Check, a Run function that measures inside Env.InLab (interleave for rounds),
-// and a result with a Table; its command in internal/cli declares the flags and calls
-// benchFlags.run, which checks, prints progress, and writes the table and the JSON report.
+// for place and predecessor (a Williams design); medians, ratios and, with --against, per-round
+// ratios; a result that is both a table and JSON. A new benchmark is its options with a Check, a
+// Run function that measures inside Env.InLab (interleave for rounds), and a result with a Table;
+// its command in internal/cli declares the flags and calls benchFlags.run, which checks, prints
+// progress, and writes the table and the JSON report.
 
 import (
 	"context"

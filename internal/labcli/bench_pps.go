@@ -50,6 +50,8 @@ It brings up its own lab (--prefix) and tears it down at the end, also on failur
 		"how the lab's switch and hosts take frames, for every candidate: stack (bridge) or xdp (forward by MAC at XDP)")
 	cmd.Flags().BoolVar(&o.Steer, "steer", false,
 		"give the balancer CPU 1 alone (a threaded NAPI poller) and send with Sluice's own sender on CPU 0: Mpps per core of the balancer itself")
+	cmd.Flags().StringVar(&o.Against, "against", "",
+		"a candidate of the run: also give every other candidate's forwarded packets/s per core over its own round by round, with the median of those ratios and the range that holds it with 95% confidence")
 	cmd.Flags().BoolVar(&o.KeepLab, "keep-lab", false, "leave the lab up afterwards (its backends still drop port 80)")
 	cmd.Flags().BoolVar(&installPeers, "install-peers", false, "install the peers (nftlb) from Debian packages first")
 	return cmd
