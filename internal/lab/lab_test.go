@@ -182,6 +182,15 @@ func TestLab(t *testing.T) {
 		}
 	})
 
+	t.Run("the client reuses TIME_WAIT ports and stamps on one clock", func(t *testing.T) {
+		for _, s := range loadGeneratorTCP {
+			out, err := l.Exec(ctx, l.ClientNS(), "cat", "/proc/sys/"+strings.ReplaceAll(s.key, ".", "/")).CombinedOutput()
+			if got := strings.TrimSpace(string(out)); err != nil || got != s.value {
+				t.Errorf("%s in the client: %q (%v), want %s", s.key, got, err, s.value)
+			}
+		}
+	})
+
 	t.Run("static files and status", func(t *testing.T) {
 		if out := curl(t, l, "-o", "/dev/null", "-w", "%{size_download}", "http://10.91.2.12/640k"); out != "655360" {
 			t.Errorf("/640k size %s", out)

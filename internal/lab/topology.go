@@ -198,6 +198,17 @@ func (l *Lab) plainSwitch() error {
 	})
 }
 
+// loadGeneratorTCP are the client's TCP settings: it opens tens of thousands of connections a
+// second from one address, to several destinations (the backends, the anycast address, VIPs).
+// It takes back its ports in TIME_WAIT (tcp_tw_reuse 1): without, connect()'s search of a port
+// range crowded with them (__inet_hash_connect) took both CPUs for seconds at a time, and a
+// benchmark's round fell to a fifth of its rate with no error. It stamps every connection on one
+// clock (tcp_timestamps 2, no offset per destination): with an offset per destination, a SYN
+// reusing a port that a backend still holds in TIME_WAIT from a connection to another
+// destination could carry an older timestamp, which the backend drops (PAWS), and the client
+// retried a second later.
+var loadGeneratorTCP = []sysctl{{"net.ipv4.tcp_tw_reuse", "1"}, {"net.ipv4.tcp_timestamps", "2"}}
+
 // build creates namespaces, links, addresses, routes and sysctls from scratch.
 func (l *Lab) build() error {
 	for _, ns := range l.Namespaces() {
@@ -213,6 +224,9 @@ func (l *Lab) build() error {
 		); err != nil {
 			return err
 		}
+	}
+	if err := setSysctls(l.ClientNS(), loadGeneratorTCP...); err != nil {
+		return err
 	}
 	for _, br := range l.bridges() {
 		if err := WithHandle(l.SwitchNS(), func(h *netlink.Handle) error {
