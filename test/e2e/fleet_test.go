@@ -66,8 +66,7 @@ var (
 )
 
 // fleetConfig is the one config every node runs: BGP to the router over IPv4 and IPv6, the DSR
-// web service (and its IPv6 twin where the datapath has IPv6 DSR) and a fullnat one, each with a
-// health check. DSR flows are idle after 3 s, so that a drained node's flows run out quickly.
+// web service and its IPv6 twin, and a fullnat one, each with a health check. DSR flows are idle after 3 s, so that a drained node's flows run out quickly.
 func fleetConfig(datapath string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `datapath: %s
@@ -92,9 +91,7 @@ services:
 		}
 	}
 	service("web", fleetVIP4, "dsr", false)
-	if datapath == "ebpf" {
-		service("web6", fleetVIP6, "dsr", true)
-	}
+	service("web6", fleetVIP6, "dsr", true)
 	service("api", fleetFullNATVIP, "fullnat", false)
 	return b.String()
 }
@@ -163,11 +160,9 @@ func testFleet(t *testing.T, datapath string) {
 	nodes := fleetDaemons(t, datapath)
 	took := waitNextHops(t, fleetVIP4, 30*time.Second, all...)
 	t.Logf("%s: the router routes %s over %d nodes %v after the daemons started", datapath, fleetVIP4, len(all), took.Round(time.Millisecond))
-	if datapath == "ebpf" {
-		waitNextHops(t, fleetVIP6, 30*time.Second, frontAddrs(true, 1, 2, 3)...)
-	}
+	waitNextHops(t, fleetVIP6, 30*time.Second, frontAddrs(true, 1, 2, 3)...)
 	waitNextHops(t, fleetFullNATVIP, 30*time.Second, all...)
-	requireBGPView(t, nodes[0], datapath == "ebpf")
+	requireBGPView(t, nodes[0])
 	t.Run("reload-keeps-sessions", func(t *testing.T) { testFleetReload(t, nodes[0]) })
 
 	t.Run("same-backend-on-every-node", func(t *testing.T) { testFleetConsistency(t, datapath) })
@@ -176,13 +171,11 @@ func testFleet(t *testing.T, datapath string) {
 		t.Logf("fullnat through %d nodes: %v", fleetNodes, res)
 		res.requireNoFailures(t)
 	})
-	if datapath == "ebpf" {
-		t.Run("ipv6", func(t *testing.T) {
-			res := fleetHammer(t, 4, 200, func() (string, error) { return httpOnce(netip.AddrPortFrom(fleetVIP6, 80)) })
-			t.Logf("ipv6 dsr through %d nodes: %v", fleetNodes, res)
-			res.requireNoFailures(t)
-		})
-	}
+	t.Run("ipv6", func(t *testing.T) {
+		res := fleetHammer(t, 4, 200, func() (string, error) { return httpOnce(netip.AddrPortFrom(fleetVIP6, 80)) })
+		t.Logf("ipv6 dsr through %d nodes: %v", fleetNodes, res)
+		res.requireNoFailures(t)
+	})
 	t.Run("node-failure", func(t *testing.T) { testNodeFailure(t, nodes) })
 	t.Run("node-drain", func(t *testing.T) { testNodeDrain(t, nodes) })
 	t.Run("health-withdraws", func(t *testing.T) { testHealthWithdraws(t, nodes) })
@@ -198,7 +191,7 @@ func testFleet(t *testing.T, datapath string) {
 }
 
 // requireBGPView checks what `sluice bgp` shows: two established sessions and the VIPs announced.
-func requireBGPView(t *testing.T, d *daemon, ipv6DSR bool) {
+func requireBGPView(t *testing.T, d *daemon) {
 	t.Helper()
 	var view struct {
 		Peers []struct {
@@ -229,7 +222,7 @@ func requireBGPView(t *testing.T, d *daemon, ipv6DSR bool) {
 		if p.State != "established" {
 			t.Errorf("peer %s: %s", p.Address, p.State)
 		}
-		if v4 := !strings.Contains(p.Address, ":"); (v4 || ipv6DSR) && p.PrefixesSent == 0 {
+		if p.PrefixesSent == 0 {
 			t.Errorf("peer %s: no prefix sent", p.Address)
 		}
 	}

@@ -19,9 +19,9 @@ const whichFlowsPerService = 60
 const whichPortFirst = 26000
 
 // TestWhichNFT: on the nft datapath, in nat and dsr, `sluice which` names the backend a real
-// flow from the same source port then reaches, for TCP (HTTP) and UDP services over IPv4 and, in
-// nat, IPv6 (dsr has no IPv6 on nft): the kernel's jhash, slot table and backend as Which reads
-// them. Every fifth flow is asked about again once it ran, and must be tracked on that backend.
+// flow from the same source port then reaches, for TCP (HTTP) and UDP services over IPv4 and IPv6:
+// the kernel's jhash, slot table and backend as Which reads them. Every fifth flow is asked about
+// again once it ran, and must be tracked on that backend.
 func TestWhichNFT(t *testing.T) {
 	requireLab(t)
 	t.Cleanup(func() { flush(t) })
