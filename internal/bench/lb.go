@@ -70,6 +70,9 @@ type LBCell struct {
 	Profile Profile `json:"profile_ns_per_request,omitempty"`
 	// CPUNS is the median of the rounds' CPUNS (--profile).
 	CPUNS float64 `json:"cpu_ns_per_request,omitempty"`
+	// Symbols are the costliest symbols by their median over the rounds, with the feature each is
+	// charged to: what Profile's features are made of (--profile).
+	Symbols []SymbolCost `json:"profile_symbols,omitempty"`
 	// Paired is the requests/s over the --against candidate's, round by round.
 	Paired *PairedRatio `json:"paired_ratio,omitempty"`
 	Rounds []LBSample   `json:"rounds"`
@@ -87,6 +90,8 @@ type LBSample struct {
 	// CPUNS is the whole machine's CPU time per request during the run, every process but the
 	// idle task and perf (--profile).
 	CPUNS float64 `json:"cpu_ns_per_request,omitempty"`
+	// Symbols are the run's costliest symbols and the features they are charged to (--profile).
+	Symbols []SymbolCost `json:"profile_symbols,omitempty"`
 }
 
 func (s LBSample) rps() float64 { return s.RPS }
@@ -174,8 +179,8 @@ func (e *Env) measure(ctx context.Context, c candidate, workloads []Workload, o 
 		}
 		s, err := e.runWorkload(ctx, w, c.targets(e), o, ports)
 		if prof != nil {
-			var perr error
-			s.Profile, s.CPUNS, perr = prof.stop(ctx, s.RPS*o.Duration.Seconds())
+			run, perr := prof.stop(ctx, s.RPS*o.Duration.Seconds())
+			s.Profile, s.CPUNS, s.Symbols = run.features, run.cpu, run.symbols
 			err = errors.Join(err, perr)
 		}
 		if err != nil {
@@ -277,7 +282,7 @@ func summarize(o LBOptions, backends int, workloads []Workload, candidates []can
 			ss := samples[[2]string{name, w.Name}]
 			m := medians(ss)
 			cell := LBCell{Candidate: name, Workload: w.Name, Rounds: ss, RPS: m.RPS, P50US: m.P50US, P99US: m.P99US, Errors: m.Errors,
-				Profile: medianProfile(ss), CPUNS: medianCPU(ss)}
+				Profile: medianProfile(ss), CPUNS: medianCPU(ss), Symbols: medianSymbols(ss)}
 			for _, s := range ss {
 				if s.CPU != nil && cell.CPU == nil {
 					cpu := Median(pluck(ss, func(s LBSample) float64 { return *s.CPU }))

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -131,29 +133,39 @@ func startProfile(ctx context.Context, dir string) (*profiler, error) {
 	return p, nil
 }
 
-// stop ends the sampling and charges the kernel samples to features, per request of requests;
-// cpu is the machine's CPU time per request, every process (ns).
-func (p *profiler) stop(ctx context.Context, requests float64) (prof Profile, cpu float64, err error) {
+// runProfile is what one profiled load run's samples say, per request.
+type runProfile struct {
+	features Profile
+	cpu      float64 // the machine's CPU time, every process (ns)
+	symbols  []SymbolCost
+}
+
+// stop ends the sampling and charges the samples, per request of requests.
+func (p *profiler) stop(ctx context.Context, requests float64) (runProfile, error) {
 	defer os.Remove(p.data)
 	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
-		return nil, 0, err
+		return runProfile{}, err
 	}
 	if err := p.cmd.Wait(); err != nil && !isInterrupted(err) {
-		return nil, 0, fmt.Errorf("perf record: %w", err)
+		return runProfile{}, fmt.Errorf("perf record: %w", err)
 	}
 	perf, err := perfPath()
 	if err != nil {
-		return nil, 0, err
+		return runProfile{}, err
 	}
 	out, err := exec.CommandContext(ctx, perf, "report", "-i", p.data, "--stdio", "-q", "-n", "--sort", "comm,sym", "--percent-limit", "0").Output()
 	if err != nil {
-		return nil, 0, fmt.Errorf("perf report: %w", err)
+		return runProfile{}, fmt.Errorf("perf report: %w", err)
 	}
 	samples, err := parsePerfReport(string(out))
 	if err != nil {
-		return nil, 0, err
+		return runProfile{}, err
 	}
-	return profileOf(samples, requests), perRequest(samples.all, requests), nil
+	return runProfile{
+		features: profileOf(samples, requests),
+		cpu:      perRequest(samples.all, requests),
+		symbols:  costliest(symbolsOf(samples, requests), roundSymbols),
+	}, nil
 }
 
 // isInterrupted tells whether perf ended on the SIGINT that stops it.
@@ -210,6 +222,103 @@ func profileOf(samples perfSamples, requests float64) Profile {
 		p[f] += perRequest(n, requests)
 	}
 	return p
+}
+
+// SymbolCost is one symbol's CPU time per request in profiled runs, and the feature it is charged
+// to: the evidence behind a profile's features.
+type SymbolCost struct {
+	Symbol string `json:"symbol"`
+	// Daemon marks a replication daemon's own samples (user or kernel), charged to sync unless
+	// the symbol is the packet path's; the others are kernel symbols of every other process.
+	Daemon bool `json:"daemon,omitempty"`
+	// Feature is "" for the rest of the stack (TCP, routing, the veths, scheduling).
+	Feature Feature `json:"feature,omitempty"`
+	NS      float64 `json:"ns_per_request"`
+}
+
+// The symbols kept: a round keeps more than a cell lists, so that a symbol near the cut in one
+// round is not taken as 0 there.
+const (
+	roundSymbols = 80
+	cellSymbols  = 40
+)
+
+// symbolsOf is every kernel and daemon symbol of samples with the feature it is charged to, in ns
+// per request of requests.
+func symbolsOf(samples perfSamples, requests float64) []SymbolCost {
+	if requests <= 0 {
+		return nil
+	}
+	out := make([]SymbolCost, 0, len(samples.kernel)+len(samples.daemons))
+	for symbol, n := range samples.kernel {
+		out = append(out, SymbolCost{Symbol: symbol, Feature: chargeSymbol(symbol), NS: perRequest(n, requests)})
+	}
+	for symbol, n := range samples.daemons {
+		f := chargeSymbol(symbol)
+		if f == "" {
+			f = FeatureSync
+		}
+		out = append(out, SymbolCost{Symbol: symbol, Daemon: true, Feature: f, NS: perRequest(n, requests)})
+	}
+	return out
+}
+
+// costliest is the n costliest of symbols, costliest first (ties by name, the kernel's before a
+// daemon's, so that a report reads the same each time).
+func costliest(symbols []SymbolCost, n int) []SymbolCost {
+	slices.SortFunc(symbols, func(a, b SymbolCost) int {
+		if c := cmp.Compare(b.NS, a.NS); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.Symbol, b.Symbol); c != 0 {
+			return c
+		}
+		switch {
+		case a.Daemon == b.Daemon:
+			return 0
+		case a.Daemon:
+			return 1
+		}
+		return -1
+	})
+	return symbols[:min(n, len(symbols))]
+}
+
+// medianSymbols is, symbol by symbol, the median of the profiled samples' costs (a round that did
+// not keep a symbol counts it as 0), the cell's costliest; nil when none was profiled.
+func medianSymbols(ss []LBSample) []SymbolCost {
+	type key struct {
+		symbol string
+		daemon bool
+	}
+	var profiled []LBSample
+	for _, s := range ss {
+		if s.Profile != nil {
+			profiled = append(profiled, s)
+		}
+	}
+	if len(profiled) == 0 {
+		return nil
+	}
+	values := map[key][]float64{}
+	charged := map[key]Feature{}
+	for i, s := range profiled {
+		for _, c := range s.Symbols {
+			k := key{c.Symbol, c.Daemon}
+			if values[k] == nil {
+				values[k] = make([]float64, len(profiled))
+			}
+			values[k][i] = c.NS
+			charged[k] = c.Feature
+		}
+	}
+	out := make([]SymbolCost, 0, len(values))
+	for k, v := range values {
+		if m := Median(v); m > 0 {
+			out = append(out, SymbolCost{Symbol: k.symbol, Daemon: k.daemon, Feature: charged[k], NS: m})
+		}
+	}
+	return costliest(out, cellSymbols)
 }
 
 // perRequest is n samples' CPU time in ns per request of requests; 0 without requests.

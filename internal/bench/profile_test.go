@@ -2,6 +2,7 @@ package bench
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -81,4 +82,51 @@ func TestProfileTableShowsMediansPerFeature(t *testing.T) {
 	if (&LBResults{}).profileTable() != "" {
 		t.Error("results without profiles print a profile table")
 	}
+}
+
+// TestProfileSymbolsShowWhatFeaturesAreMadeOf: every symbol of a run keeps the feature it is
+// charged to (the rest of the stack none, a daemon's own code sync), costliest first, and a cell
+// lists the medians over its rounds, a round that did not keep a symbol counting it as 0.
+func TestProfileSymbolsShowWhatFeaturesAreMadeOf(t *testing.T) {
+	samples, err := parsePerfReport(perfReport)
+	if err != nil {
+		t.Fatal(err)
+	}
+	symbols := costliest(symbolsOf(samples, 1e9/profileHz), 4)
+	want := []SymbolCost{{Symbol: "tcp_v4_rcv", NS: 3000}, {Symbol: "nft_do_chain", Feature: FeatureRules, NS: 2000},
+		{Symbol: "nft_lookup_eval", Feature: FeatureMaps, NS: 1000}, {Symbol: "nft_jhash_eval", Feature: FeatureHash, NS: 500}}
+	if !slices.EqualFunc(symbols, want, sameCost) {
+		t.Errorf("costliest 4:\n got %+v\nwant %+v", symbols, want)
+	}
+	all := symbolsOf(samples, 1e9/profileHz)
+	if i := slices.IndexFunc(all, func(c SymbolCost) bool { return c.Daemon && c.Symbol == "nft_do_chain" }); i < 0 || !sameCost(all[i], SymbolCost{Symbol: "nft_do_chain", Daemon: true, Feature: FeatureRules, NS: 10}) {
+		t.Errorf("conntrackd's nft_do_chain: %+v, want a daemon's, charged to rules, 10 ns", all)
+	}
+	if i := slices.IndexFunc(all, func(c SymbolCost) bool { return c.Symbol == "0x000000000001a2b3" }); i < 0 || !all[i].Daemon || all[i].Feature != FeatureSync {
+		t.Errorf("conntrackd's own code not charged to sync: %+v", all)
+	}
+	if slices.ContainsFunc(all, func(c SymbolCost) bool { return c.Symbol == "wrk_main" || c.Symbol == "default_idle" }) {
+		t.Errorf("user space of the load or the idle task listed: %+v", all)
+	}
+
+	round := func(chain, lookup float64) LBSample {
+		s := LBSample{Profile: Profile{FeatureRules: chain}, Symbols: []SymbolCost{{Symbol: "nft_do_chain", Feature: FeatureRules, NS: chain}}}
+		if lookup > 0 {
+			s.Symbols = append(s.Symbols, SymbolCost{Symbol: "nft_lookup_eval", Feature: FeatureMaps, NS: lookup})
+		}
+		return s
+	}
+	cell := medianSymbols([]LBSample{round(100, 50), round(300, 0), round(200, 70), {RPS: 1}})
+	want = []SymbolCost{{Symbol: "nft_do_chain", Feature: FeatureRules, NS: 200}, {Symbol: "nft_lookup_eval", Feature: FeatureMaps, NS: 50}}
+	if !slices.EqualFunc(cell, want, sameCost) {
+		t.Errorf("cell's medians (the unprofiled run left out, the missing lookup 0):\n got %+v\nwant %+v", cell, want)
+	}
+	if medianSymbols([]LBSample{{RPS: 1}}) != nil {
+		t.Error("symbols for a cell never profiled")
+	}
+}
+
+// sameCost compares symbol costs to a ns per request's rounding.
+func sameCost(a, b SymbolCost) bool {
+	return a.Symbol == b.Symbol && a.Daemon == b.Daemon && a.Feature == b.Feature && math.Abs(a.NS-b.NS) < 1e-6
 }

@@ -56,7 +56,7 @@ It brings up its own lab (--prefix) and tears it down at the end, also on failur
 		"how the lab's switch and hosts take frames, for every candidate: stack (bridge) or xdp (forward by MAC at XDP)")
 	cmd.Flags().BoolVar(&o.KeepLab, "keep-lab", false, "leave the lab up afterwards")
 	cmd.Flags().BoolVar(&o.Profile, "profile", false,
-		"sample every CPU with perf during each run and report the packet path's kernel time in ns per request, by feature (rules, maps, hash, counters, ct-set, dynset, nat, conntrack, bpf, decap, sync), with the whole machine's CPU per request and its ratio to the workload's first candidate")
+		"sample every CPU with perf during each run and report the packet path's kernel time in ns per request, by feature (rules, maps, hash, counters, ct-set, dynset, nat, conntrack, bpf, decap, sync), with the whole machine's CPU per request and its ratio to the workload's first candidate; --json also lists the costliest symbols and the feature each is charged to")
 	cmd.Flags().StringVar(&o.Against, "against", "",
 		"a candidate of the run: also give every other candidate's requests/s over its own round by round, with the median of those ratios and the range that holds it with 95% confidence")
 	cmd.Flags().StringVar(&svgPath, "svg", "", "also draw the results as an SVG chart to this file")
