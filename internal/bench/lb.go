@@ -70,8 +70,8 @@ type LBCell struct {
 	Profile Profile `json:"profile_ns_per_request,omitempty"`
 	// CPUNS is the median of the rounds' CPUNS (--profile).
 	CPUNS float64 `json:"cpu_ns_per_request,omitempty"`
-	// Symbols are the costliest symbols by their median over the rounds, with the feature each is
-	// charged to: what Profile's features are made of (--profile).
+	// Symbols are the symbols charged to a feature and the costliest others, by their median over
+	// the rounds: what Profile's features are made of (--profile).
 	Symbols []SymbolCost `json:"profile_symbols,omitempty"`
 	// Paired is the requests/s over the --against candidate's, round by round.
 	Paired *PairedRatio `json:"paired_ratio,omitempty"`
@@ -90,7 +90,7 @@ type LBSample struct {
 	// CPUNS is the whole machine's CPU time per request during the run, every process but the
 	// idle task and perf (--profile).
 	CPUNS float64 `json:"cpu_ns_per_request,omitempty"`
-	// Symbols are the run's costliest symbols and the features they are charged to (--profile).
+	// Symbols are the run's symbols charged to a feature and the costliest others (--profile).
 	Symbols []SymbolCost `json:"profile_symbols,omitempty"`
 }
 

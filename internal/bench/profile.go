@@ -164,7 +164,7 @@ func (p *profiler) stop(ctx context.Context, requests float64) (runProfile, erro
 	return runProfile{
 		features: profileOf(samples, requests),
 		cpu:      perRequest(samples.all, requests),
-		symbols:  costliest(symbolsOf(samples, requests), roundSymbols),
+		symbols:  kept(symbolsOf(samples, requests), roundSymbols),
 	}, nil
 }
 
@@ -236,8 +236,9 @@ type SymbolCost struct {
 	NS      float64 `json:"ns_per_request"`
 }
 
-// The symbols kept: a round keeps more than a cell lists, so that a symbol near the cut in one
-// round is not taken as 0 there.
+// The symbols of the rest (not charged to a feature by name) that a report keeps beside the charged
+// ones: a round keeps more than a cell lists, so that a symbol near the cut in one round is not
+// taken as 0 there.
 const (
 	roundSymbols = 80
 	cellSymbols  = 40
@@ -263,9 +264,10 @@ func symbolsOf(samples perfSamples, requests float64) []SymbolCost {
 	return out
 }
 
-// costliest is the n costliest of symbols, costliest first (ties by name, the kernel's before a
-// daemon's, so that a report reads the same each time).
-func costliest(symbols []SymbolCost, n int) []SymbolCost {
+// kept are the symbols a report keeps, costliest first (ties by name, the kernel's before a
+// daemon's, so that a report reads the same each time): every symbol charged to a feature by its
+// name, and the n costliest of the others (the rest of the stack, the daemons' own code).
+func kept(symbols []SymbolCost, n int) []SymbolCost {
 	slices.SortFunc(symbols, func(a, b SymbolCost) int {
 		if c := cmp.Compare(b.NS, a.NS); c != 0 {
 			return c
@@ -281,11 +283,22 @@ func costliest(symbols []SymbolCost, n int) []SymbolCost {
 		}
 		return -1
 	})
-	return symbols[:min(n, len(symbols))]
+	var out []SymbolCost
+	others := 0
+	for _, c := range symbols {
+		if chargeSymbol(c.Symbol) == "" {
+			if others == n {
+				continue
+			}
+			others++
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // medianSymbols is, symbol by symbol, the median of the profiled samples' costs (a round that did
-// not keep a symbol counts it as 0), the cell's costliest; nil when none was profiled.
+// not keep a symbol counts it as 0), those a cell keeps; nil when none was profiled.
 func medianSymbols(ss []LBSample) []SymbolCost {
 	type key struct {
 		symbol string
@@ -318,7 +331,7 @@ func medianSymbols(ss []LBSample) []SymbolCost {
 			out = append(out, SymbolCost{Symbol: k.symbol, Daemon: k.daemon, Feature: charged[k], NS: m})
 		}
 	}
-	return costliest(out, cellSymbols)
+	return kept(out, cellSymbols)
 }
 
 // perRequest is n samples' CPU time in ns per request of requests; 0 without requests.
