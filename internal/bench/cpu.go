@@ -73,6 +73,58 @@ func sumTreeTicks(stats []procfs.ProcStat, pids []int) int64 {
 	return sum(pids)
 }
 
+// stealClock measures the share of the machine's CPU time that its hypervisor took for other
+// guests (steal) over an interval: a run that lost some ran on less machine than the others.
+type stealClock struct{ start procfs.CPUStat }
+
+// startStealClock starts measuring; nil where /proc/stat cannot be read.
+func startStealClock() *stealClock {
+	c, err := machineCPU()
+	if err != nil {
+		return nil
+	}
+	return &stealClock{start: c}
+}
+
+// share is the steal since the start over all the machine's CPU time; nil when not measured.
+func (c *stealClock) share() *float64 {
+	if c == nil {
+		return nil
+	}
+	now, err := machineCPU()
+	if err != nil {
+		return nil
+	}
+	return stealShare(c.start, now)
+}
+
+// stealShare is steal's share of the CPU time between two readings of /proc/stat; nil when no
+// time passed between them.
+func stealShare(before, after procfs.CPUStat) *float64 {
+	all := func(c procfs.CPUStat) int64 {
+		return ticks(c.User, c.Nice, c.System, c.Idle, c.Iowait, c.IRQ, c.SoftIRQ, c.Steal)
+	}
+	total := all(after) - all(before)
+	if total <= 0 {
+		return nil
+	}
+	share := float64(ticks(after.Steal)-ticks(before.Steal)) / float64(total)
+	return &share
+}
+
+// machineCPU is the machine's line of /proc/stat, every CPU summed.
+func machineCPU() (procfs.CPUStat, error) {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return procfs.CPUStat{}, err
+	}
+	st, err := fs.Stat()
+	if err != nil {
+		return procfs.CPUStat{}, err
+	}
+	return st.CPUTotal, nil
+}
+
 // hostCPU is CPU cpu's line of the machine's /proc/stat.
 func hostCPU(cpu int) (procfs.CPUStat, error) {
 	fs, err := procfs.NewDefaultFS()

@@ -90,6 +90,9 @@ type LBSample struct {
 	// CPUNS is the whole machine's CPU time per request during the run, every process but the
 	// idle task and perf (--profile).
 	CPUNS float64 `json:"cpu_ns_per_request,omitempty"`
+	// Steal is the share of the machine's CPU time its hypervisor took during the run; absent
+	// where /proc/stat cannot be read.
+	Steal *float64 `json:"cpu_steal_share,omitempty"`
 	// Symbols are the run's symbols charged to a feature and the costliest others (--profile).
 	Symbols []SymbolCost `json:"profile_symbols,omitempty"`
 }
@@ -170,7 +173,7 @@ func (e *Env) measure(ctx context.Context, c candidate, workloads []Workload, o 
 	}()
 	for _, w := range workloads {
 		e.Progress.Step("%s: %s, %s (%s)", round, c.Name(), w.Name, o.Duration)
-		cpu := startCPUClock(c.pids())
+		cpu, steal := startCPUClock(c.pids()), startStealClock()
 		var prof *profiler
 		if o.Profile {
 			if prof, err = startProfile(ctx, os.TempDir()); err != nil {
@@ -186,7 +189,7 @@ func (e *Env) measure(ctx context.Context, c candidate, workloads []Workload, o 
 		if err != nil {
 			return fmt.Errorf("%s, %s: %w", c.Name(), w.Name, err)
 		}
-		s.CPU = cpu.cores()
+		s.CPU, s.Steal = cpu.cores(), steal.share()
 		record(w.Name, s)
 	}
 	return nil

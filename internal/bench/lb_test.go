@@ -229,3 +229,24 @@ func TestNoNFTTunnelCandidate(t *testing.T) {
 		t.Error("nft-tunnel named: no error")
 	}
 }
+
+// TestStealLine: the report names the run that lost most to the hypervisor, and counts the runs
+// that lost a point or more; nothing when steal was not measured.
+func TestStealLine(t *testing.T) {
+	share := func(v float64) *float64 { return &v }
+	r := &LBResults{Cells: []LBCell{
+		{Candidate: "nft-nat", Workload: "per-conn", Rounds: []LBSample{{Steal: share(0.001)}, {Steal: share(0.004)}}},
+		{Candidate: "nft-dnat", Workload: "per-conn", Rounds: []LBSample{{Steal: share(0)}, {}}},
+	}}
+	if got, want := r.stealLine(), "hypervisor steal: at most 0.4% of the machine's CPU in any run (nft-nat, per-conn, round 2)\n"; got != want {
+		t.Errorf("got %q\nwant %q", got, want)
+	}
+	r.Cells[1].Rounds[1].Steal = share(0.031)
+	r.Cells[0].Rounds[0].Steal = share(0.01)
+	if got := r.stealLine(); !strings.Contains(got, "2 of 4 runs lost 1% or more") || !strings.Contains(got, "at most 3.1% (nft-dnat, per-conn, round 2)") {
+		t.Errorf("got %q", got)
+	}
+	if got := (&LBResults{Cells: []LBCell{{Rounds: []LBSample{{}}}}}).stealLine(); got != "" {
+		t.Errorf("unmeasured steal reported: %q", got)
+	}
+}

@@ -37,6 +37,7 @@ func (r *LBResults) Table() string {
 	if len(r.Missing) > 0 {
 		fmt.Fprintf(&b, "not installed, not measured: %s (sluice-lab bench lb --install-peers)\n", strings.Join(r.Missing, ", "))
 	}
+	b.WriteString(r.stealLine())
 	rows := make([]pairedRow, len(r.Cells))
 	for i, c := range r.Cells {
 		rows[i] = pairedRow{c.Workload, c.Candidate, c.Paired}
@@ -44,6 +45,41 @@ func (r *LBResults) Table() string {
 	writePairedTable(&b, r.Against, "requests/s", rows)
 	b.WriteString(r.profileTable())
 	return b.String()
+}
+
+// stealWorth is the share of the machine's CPU a run may lose to the hypervisor before the report
+// names it: a point of a 2-core machine is about what separates the candidates compared.
+const stealWorth = 0.01
+
+// stealLine tells what the hypervisor took from the runs: the most any run lost, and how many lost
+// stealWorth or more, whose figures are then low for a reason outside the lab; "" when not
+// measured.
+func (r *LBResults) stealLine() string {
+	measured, over := 0, 0
+	var worst float64
+	var worstAt string
+	for _, c := range r.Cells {
+		for i, s := range c.Rounds {
+			if s.Steal == nil {
+				continue
+			}
+			measured++
+			if *s.Steal >= stealWorth {
+				over++
+			}
+			if worstAt == "" || *s.Steal > worst {
+				worst, worstAt = *s.Steal, fmt.Sprintf("%s, %s, round %d", c.Candidate, c.Workload, i+1)
+			}
+		}
+	}
+	switch {
+	case measured == 0:
+		return ""
+	case over == 0:
+		return fmt.Sprintf("hypervisor steal: at most %.1f%% of the machine's CPU in any run (%s)\n", 100*worst, worstAt)
+	}
+	return fmt.Sprintf("hypervisor steal: %d of %d runs lost %.0f%% or more of the machine's CPU to the hypervisor, at most %.1f%% (%s): their figures are low for a reason outside the lab\n",
+		over, measured, 100*stealWorth, 100*worst, worstAt)
 }
 
 // thousands formats n rounded, with thin separators: 61,234.

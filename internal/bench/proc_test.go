@@ -83,3 +83,16 @@ func TestCPUModel(t *testing.T) {
 		t.Errorf("model %q without a cpuinfo", got)
 	}
 }
+
+// TestStealShare: steal's share of every CPU time between two readings, in /proc/stat's own
+// ticks; nothing when no time passed.
+func TestStealShare(t *testing.T) {
+	before := procfs.CPUStat{User: 100, System: 50, Idle: 840, Steal: 10}
+	after := procfs.CPUStat{User: 150, System: 80, Idle: 850, Steal: 20}
+	if s := stealShare(before, after); s == nil || *s != 0.1 {
+		t.Errorf("share %v, want 0.1 (10 of 100 ticks)", s)
+	}
+	if s := stealShare(after, after); s != nil {
+		t.Errorf("share %v of no time, want none", *s)
+	}
+}
