@@ -35,7 +35,7 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 		{"unknown field", http.MethodPost, services, mediaJSON, strings.Replace(validService, `"name"`, `"colour": "red", "name"`, 1), 400, "colour", 0},
 		{"unknown nested field", http.MethodPost, services, mediaJSON, strings.Replace(validService, `"address"`, `"mac": "x", "address"`, 1), 400, "mac", 0},
 		{"wrong type", http.MethodPost, services, mediaJSON, strings.Replace(validService, `"port": 443`, `"port": 443, "table_size": "big"`, 1), 400, "table_size", 0},
-		{"wrong nested type", http.MethodPost, services, mediaJSON, strings.Replace(validService, `"address": "10.0.2.1"`, `"address": "10.0.2.1", "weight": "5"`, 1), 400, "backends.weight", 0},
+		{"wrong nested type", http.MethodPost, services, mediaJSON, strings.Replace(validService, `"address": "10.0.2.1"`, `"address": "10.0.2.1", "weight": "5"`, 1), 400, "backends[0].weight", 0},
 		{"port as a name", http.MethodPost, services, mediaJSON, strings.Replace(validService, `443`, `"https"`, 1), 400, "port", 0},
 		{"port as a boolean", http.MethodPost, services, mediaJSON, strings.Replace(validService, `443`, `true`, 1), 400, "port", 0},
 		{"invalid nested weight", http.MethodPost, services, mediaJSON, strings.Replace(validService, `"10.0.2.1"`, `"10.0.2.1", "weight": 5000`, 1), 400, "backends[0].weight", 0},

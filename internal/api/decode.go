@@ -81,7 +81,7 @@ func decodeJSON(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return jsonError(err)
+		return jsonError(err, data, reflect.TypeOf(v))
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return invalid("", "the request body holds more than one JSON value")
@@ -205,17 +205,18 @@ func scopePath(stack []jsonScope) string {
 	return b.String()
 }
 
-// jsonError explains why a body did not decode.
-func jsonError(err error) error {
+// jsonError explains why data, a body for a value of type t, did not decode.
+func jsonError(err error, data []byte, t reflect.Type) error {
 	var syntax *json.SyntaxError
 	var wrongType *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &syntax):
 		return invalid("", "invalid JSON at byte %d: %v", syntax.Offset, syntax)
-	case errors.As(err, &wrongType) && wrongType.Field == "":
-		return invalid("", "the request body must be %s, not %s", jsonKind(wrongType.Type), wrongType.Value)
 	case errors.As(err, &wrongType):
-		return invalid(wrongType.Field, "must be %s, not %s", jsonKind(wrongType.Type), wrongType.Value)
+		if path, ok := wrongTypePath(data, t); ok && path != "" {
+			return invalid(path, "must be %s, not %s", jsonKind(wrongType.Type), wrongType.Value)
+		}
+		return invalid("", "the request body must be %s, not %s", jsonKind(wrongType.Type), wrongType.Value)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return invalid("", "the JSON body ends too early")
 	}
