@@ -47,8 +47,13 @@ func (ip IP) Canonical() IP {
 // IsZero tells an unset address (omitempty, omitzero).
 func (ip IP) IsZero() bool { return ip == IP{} }
 
+// AppendText appends the address as String does. It must be IP's own: encoding/json from Go 1.27
+// writes with an AppendText before a MarshalText, and netip.Addr's, promoted, would write an
+// invalid IP as "" instead of its text.
+func (ip IP) AppendText(b []byte) ([]byte, error) { return append(b, ip.String()...), nil }
+
 // MarshalText writes the address as String does (YAML and JSON write it as a string).
-func (ip IP) MarshalText() ([]byte, error) { return []byte(ip.String()), nil }
+func (ip IP) MarshalText() ([]byte, error) { return ip.AppendText(nil) }
 
 // UnmarshalText decodes text as IPOf does: text that is not an address is Validate's to report.
 func (ip *IP) UnmarshalText(text []byte) error {
@@ -114,8 +119,13 @@ func (p Prefix) String() string {
 	return p.Prefix.String()
 }
 
+// AppendText appends the entry as String does. It must be Prefix's own: encoding/json from Go
+// 1.27 writes with an AppendText before a MarshalText, and netip.Prefix's, promoted, would write
+// an address given alone as a /32 or /128.
+func (p Prefix) AppendText(b []byte) ([]byte, error) { return append(b, p.String()...), nil }
+
 // MarshalText writes the entry as String does.
-func (p Prefix) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+func (p Prefix) MarshalText() ([]byte, error) { return p.AppendText(nil) }
 
 // UnmarshalText decodes text as PrefixOf does.
 func (p *Prefix) UnmarshalText(text []byte) error {
