@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -126,9 +127,25 @@ func TestRefusals(t *testing.T) {
 					t.Errorf("%q does not start with FILE:LINE:", line)
 				}
 			}
-			golden(t, strings.TrimSuffix(src, filepath.Ext(src))+".err", []byte(err.Error()+"\n"))
+			golden(t, strings.TrimSuffix(src, filepath.Ext(src))+".err", []byte(goWordingOmitted(err.Error())+"\n"))
 		})
 	}
+}
+
+// goWordingOmitted leaves out what encoding/json says of a syntax error after "not JSON: ", which
+// differs between Go releases (the same text is "invalid character '}' looking for beginning of
+// object key string" in 1.26 and "invalid character ',' looking for beginning of value" in 1.27):
+// the file, the line and Sluice's own words are what the refusals' golden files hold.
+func goWordingOmitted(refusal string) string {
+	const marker = "not JSON: "
+	lines := strings.Split(refusal, "\n")
+	for i, line := range lines {
+		before, after, found := strings.Cut(line, marker)
+		if found && !slices.Contains([]string{"the file ends inside a value", "more after the end of the top value"}, after) {
+			lines[i] = before + marker + "(encoding/json's words)"
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 func TestNames(t *testing.T) {

@@ -99,17 +99,42 @@ func (r *jsonReader) at() int {
 	return r.line
 }
 
-// syntax turns a decoding error into one at its line of the file, speaking of JSON.
+// syntax turns a decoding error into one at its line of the file, speaking of JSON. A file cut
+// short is told apart by Sluice, not by the error's text: encoding/json says so with io's
+// unexpected EOF before Go 1.27, and with a syntax error at the end of the text from 1.27.
 func (r *jsonReader) syntax(err error) error {
 	var syn *json.SyntaxError
+	isSyntax := errors.As(err, &syn)
 	line := r.at()
 	switch {
-	case errors.As(err, &syn) && int(syn.Offset) >= r.offset && int(syn.Offset) <= len(r.data):
-		line += bytes.Count(r.data[r.offset:syn.Offset], []byte("\n"))
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		isSyntax && int(syn.Offset) >= len(bytes.TrimRight(r.data, " \t\r\n")) && endsInsideValue(r.data):
 		return &Error{r.file, line + bytes.Count(r.data[r.offset:], []byte("\n")), "not JSON: the file ends inside a value"}
+	case isSyntax && int(syn.Offset) >= r.offset && int(syn.Offset) <= len(r.data):
+		line += bytes.Count(r.data[r.offset:syn.Offset], []byte("\n"))
 	}
 	return &Error{r.file, line, "not JSON: " + err.Error()}
+}
+
+// endsInsideValue tells whether a JSON text ends inside a string or with an object or array
+// still open.
+func endsInsideValue(data []byte) bool {
+	depth, inString, escaped := 0, false, false
+	for _, c := range data {
+		switch {
+		case escaped:
+			escaped = false
+		case inString:
+			escaped, inString = c == '\\', c != '"'
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			depth++
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return inString || depth > 0
 }
 
 // value reads the next value, depth objects and arrays deep.

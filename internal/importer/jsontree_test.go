@@ -45,7 +45,9 @@ func TestParseJSON(t *testing.T) {
 		"{\n\"a\": [1,\n":             "f.json:3: not JSON: the file ends inside a value",
 		"{}\n{}":                      "f.json:2: not JSON: more after the end of the top value",
 		strings.Repeat("[", 100):      "f.json:1: objects and arrays nested more than 64 deep",
-		"{\"a\": 1, \"a\": {\"b\":}}": "f.json:1: not JSON: invalid character '}'",
+		"{\"a\": 1, \"a\": {\"b\":}}": "f.json:1: not JSON: ", // the rest is Go's wording, which differs between releases
+		"{\"a\": \"x":                 "f.json:1: not JSON: the file ends inside a value",
+		"{\"a\": 1}}":                 "f.json:1: not JSON: ",
 	} {
 		_, _, err := parseJSON("f.json", []byte(input))
 		if err == nil || !strings.HasPrefix(err.Error(), want) {
