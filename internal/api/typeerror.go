@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"encoding"
 	"encoding/json"
 	"reflect"
 	"strconv"
@@ -26,7 +27,7 @@ func findWrongType(data []byte, t reflect.Type, path string) (string, bool) {
 	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
 		return "", false // null leaves any place as it is
 	}
-	if reflect.PointerTo(t).Implements(unmarshalerType) {
+	if pt := reflect.PointerTo(t); pt.Implements(unmarshalerType) || pt.Implements(textUnmarshalerType) {
 		return path, json.Unmarshal(data, reflect.New(t).Interface()) != nil
 	}
 	switch t.Kind() {
@@ -71,7 +72,12 @@ func findWrongType(data []byte, t reflect.Type, path string) (string, bool) {
 	return path, json.Unmarshal(data, reflect.New(t).Interface()) != nil
 }
 
-var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+// The types that decode themselves: from any JSON (json.Unmarshaler), or from a string
+// (encoding.TextUnmarshaler: netip.Addr, time.Time).
+var (
+	unmarshalerType     = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
 
 // member is one key of a JSON object and its value, undecoded.
 type member struct {

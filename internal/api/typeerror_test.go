@@ -1,6 +1,7 @@
 package api
 
 import (
+	"net/netip"
 	"reflect"
 	"testing"
 
@@ -9,7 +10,8 @@ import (
 
 // TestWrongTypePath: the path of the first value, in document order, that does not decode into
 // its place, through struct fields (by tag, case folded, embedded ones included), slices, maps,
-// pointers and types with their own UnmarshalJSON; none when every value decodes.
+// pointers and types that decode themselves (UnmarshalJSON, UnmarshalText); none when every value
+// decodes.
 func TestWrongTypePath(t *testing.T) {
 	type attrs struct {
 		MED *uint32 `json:"med"`
@@ -28,6 +30,7 @@ func TestWrongTypePath(t *testing.T) {
 		Backends []backend         `json:"backends"`
 		Labels   map[string]string `json:"labels"`
 		Peer     *peer             `json:"peer"`
+		Gateway  netip.Addr        `json:"gateway"`
 		Hidden   int               `json:"-"`
 		Plain    bool
 	}
@@ -42,6 +45,7 @@ func TestWrongTypePath(t *testing.T) {
 		{"key as given, case folded", `{"PORT": false}`, "PORT"},
 		{"Go name", `{"Plain": 1}`, "Plain"},
 		{"not an array", `{"backends": {}}`, "backends"},
+		{"a struct that decodes from text", `{"gateway": "10.0.0.1", "port": {}}`, "port"},
 		{"every value decodes", `{"vip": "192.0.2.1", "port": 80, "backends": [{"weight": 2}], "peer": null, "labels": null}`, ""},
 		{"unknown and ignored fields are not type errors", `{"colour": 1, "Hidden": "x"}`, ""},
 	} {
