@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sluicelb/sluice/internal/jsonscan"
 )
 
 // Media types of bodies.
@@ -93,30 +95,21 @@ func decodeJSON(data []byte, v any) error {
 // holds more than MaxJSONObjects objects, naming the byte; brackets inside strings do not count.
 // It reads each byte once and allocates nothing, whether the text is JSON or not.
 func checkShape(data []byte) error {
-	depth, objects, inString, escaped := 0, 0, false, false
-	for i, c := range data {
-		switch {
-		case escaped:
-			escaped = false
-		case inString:
-			escaped, inString = c == '\\', c != '"'
-		case c == '"':
-			inString = true
-		case c == '{' || c == '[':
-			if depth++; depth > MaxJSONDepth {
-				return invalid("", "the JSON nests objects and arrays more than %d deep (at byte %d): %d is the limit", MaxJSONDepth, i, MaxJSONDepth)
-			}
-			if c == '{' {
-				objects++
-			}
-			if objects > MaxJSONObjects {
-				return invalid("", "the JSON holds more than %d objects (at byte %d): send the change in parts", MaxJSONObjects, i)
-			}
-		case c == '}' || c == ']':
-			depth--
+	var err error
+	objects := 0
+	jsonscan.Brackets(data, func(i int, bracket byte, depth int) bool {
+		if bracket == '{' {
+			objects++
 		}
-	}
-	return nil
+		switch {
+		case depth > MaxJSONDepth:
+			err = invalid("", "the JSON nests objects and arrays more than %d deep (at byte %d): %d is the limit", MaxJSONDepth, i, MaxJSONDepth)
+		case objects > MaxJSONObjects:
+			err = invalid("", "the JSON holds more than %d objects (at byte %d): send the change in parts", MaxJSONObjects, i)
+		}
+		return err == nil
+	})
+	return err
 }
 
 // duplicateKey finds a key given twice in one object of a JSON text, which encoding/json would

@@ -8,6 +8,8 @@ import (
 	"io"
 	"reflect"
 	"strconv"
+
+	"github.com/sluicelb/sluice/internal/jsonscan"
 )
 
 // MaxJSONValues bounds the values (objects, arrays, strings, numbers…) of one nftlb file:
@@ -119,21 +121,7 @@ func (r *jsonReader) syntax(err error) error {
 // endsInsideValue tells whether a JSON text ends inside a string or with an object or array
 // still open.
 func endsInsideValue(data []byte) bool {
-	depth, inString, escaped := 0, false, false
-	for _, c := range data {
-		switch {
-		case escaped:
-			escaped = false
-		case inString:
-			escaped, inString = c == '\\', c != '"'
-		case c == '"':
-			inString = true
-		case c == '{' || c == '[':
-			depth++
-		case c == '}' || c == ']':
-			depth--
-		}
-	}
+	inString, depth := jsonscan.Brackets(data, nil)
 	return inString || depth > 0
 }
 
