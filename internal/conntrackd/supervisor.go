@@ -30,6 +30,8 @@ const (
 	pollEvery = 2 * time.Second
 	// clientTimeout bounds a conntrackd client command.
 	clientTimeout = 5 * time.Second
+	// guardTimeout bounds a transaction of the guard table.
+	guardTimeout = 10 * time.Second
 )
 
 // Lines of conntrackd's log the Supervisor acts on: a peer asked for this node's table; the
@@ -119,9 +121,17 @@ func New(ctx context.Context, log *slog.Logger, beside func(commit func() (bool,
 
 // guardTable installs g (nil removes the table) in the Supervisor's namespace: one nftables
 // transaction, run through beside, so that the datapath's tables are not read back for it.
+// A transaction begun runs to its end (up to guardTimeout) even when ctx ends meanwhile: an nft
+// process killed mid-transaction leaves a table that may or may not be in the kernel, which
+// neither the stop that follows nor the datapath's generation (beside) could account for.
 func (s *Supervisor) guardTable(ctx context.Context, g *guard) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("guarding conntrackd's port with table inet %s: %w", RulesTable, err)
+	}
+	run, cancel := context.WithTimeout(context.WithoutCancel(ctx), guardTimeout)
+	defer cancel()
 	commit := func() (bool, error) {
-		err := inNamespace(s.ns, func() error { return applyGuard(ctx, g) })
+		err := inNamespace(s.ns, func() error { return applyGuard(run, g) })
 		return err == nil, err
 	}
 	if s.beside == nil {
