@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -10,9 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 func TestUnixSocket(t *testing.T) {
@@ -84,30 +84,12 @@ func TestListenUnixReplacesOnlyStaleSockets(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the logger's writes and the test's reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func TestLimitListener(t *testing.T) {
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logged syncBuffer
+	var logged testutil.LogBuffer
 	l := LimitListener(inner, 2, slog.New(slog.NewTextHandler(&logged, nil)))
 	accepted := make(chan net.Conn)
 	acceptDone := make(chan error, 1)

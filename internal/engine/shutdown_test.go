@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -49,29 +48,11 @@ func (d *slowDatapath) hold() {
 	d.held = true
 }
 
-// syncBuffer is a log the test reads while the engine writes it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // stopping is an engine over a slowDatapath whose Run the test stops.
 type stopping struct {
 	*Engine
 	dp   *slowDatapath
-	log  *syncBuffer
+	log  *testutil.LogBuffer
 	stop context.CancelFunc
 	done chan struct{} // closed when Run returned
 }
@@ -83,7 +64,7 @@ func startStopping(t *testing.T, grace time.Duration) *stopping {
 		t.Fatal(err)
 	}
 	s := &stopping{dp: &slowDatapath{Datapath: fake.New(), entered: make(chan context.Context, 1), release: make(chan struct{})},
-		log: &syncBuffer{}, done: make(chan struct{})}
+		log: &testutil.LogBuffer{}, done: make(chan struct{})}
 	s.Engine = New(cfg, Options{Datapath: s.dp, Prober: &fakeProber{states: map[string]health.Status{}}, MinApplyInterval: time.Millisecond,
 		ApplyGrace: grace, Log: slog.New(slog.NewTextHandler(s.log, nil))})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -25,6 +24,7 @@ import (
 	"github.com/sluicelb/sluice/internal/datapath/fake"
 	"github.com/sluicelb/sluice/internal/engine"
 	"github.com/sluicelb/sluice/internal/health"
+	sluicetest "github.com/sluicelb/sluice/internal/testutil"
 )
 
 const testConfig = `
@@ -301,7 +301,7 @@ func TestBackendSeriesLimit(t *testing.T) {
 		warning     bool
 	}{{"above the limit", 2, true}, {"turned off", 0, false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			var logged syncBuffer
+			var logged sluicetest.LogBuffer
 			m, _, _ := startWith(t, WatchOptions{MaxBackends: tc.maxBackends}, slog.New(slog.NewTextHandler(&logged, nil)))
 			scrape(t, m)
 			got := scrape(t, m)
@@ -333,24 +333,6 @@ func boolCount(b bool) int {
 	return 0
 }
 
-// syncBuffer is a bytes.Buffer safe for the logger's writes and the test's reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // conntrack is a datapath.ConntrackReader with set values.
 type conntrack struct {
 	count, max uint64
@@ -366,7 +348,7 @@ func TestConntrack(t *testing.T) {
 		t.Errorf("lint: %v %v", problems, err)
 	}
 
-	var logged syncBuffer
+	var logged sluicetest.LogBuffer
 	m, _, _ = startWith(t, WatchOptions{MaxBackends: DefaultMaxBackends, Conntrack: conntrack{err: errors.New("netlink: permission denied")}}, slog.New(slog.NewTextHandler(&logged, nil)))
 	got := scrape(t, m)
 	if slices.ContainsFunc(got, func(line string) bool { return strings.HasPrefix(line, "sluice_conntrack_") }) {

@@ -1,5 +1,6 @@
 // Package testutil holds small helpers shared by the tests of several packages: waiting for a
-// condition, building a plan from YAML, and generating large configs. Tests only.
+// condition, building a plan from YAML, generating large configs, and a log buffer to read while
+// a logger writes it. Tests only.
 package testutil
 
 import (

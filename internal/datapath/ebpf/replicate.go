@@ -122,27 +122,21 @@ func (n *flowNamer) nat(id uint32) sluiceGlobals {
 }
 
 // backend is the record of backend id, or nil.
-func (n *flowNamer) backend(id uint32) *backendRecord {
-	rec, seen := n.backends[id]
-	if !seen {
-		var r backendRecord
-		if n.m.backends.Lookup(id, &r) == nil {
-			rec = &r
-		}
-		n.backends[id] = rec
-	}
-	return rec
-}
+func (n *flowNamer) backend(id uint32) *backendRecord { return readOnce(n.backends, n.m.backends, id) }
 
 // service is the record of service id, or nil.
-func (n *flowNamer) service(id uint32) *serviceRecord {
-	rec, seen := n.services[id]
+func (n *flowNamer) service(id uint32) *serviceRecord { return readOnce(n.services, n.m.services, id) }
+
+// readOnce is the record of id in m, looked up the first time only and kept in read (nil: m has
+// none).
+func readOnce[R any](read map[uint32]*R, m *ebpf.Map, id uint32) *R {
+	rec, seen := read[id]
 	if !seen {
-		var r serviceRecord
-		if n.m.services.Lookup(id, &r) == nil {
+		var r R
+		if m.Lookup(id, &r) == nil {
 			rec = &r
 		}
-		n.services[id] = rec
+		read[id] = rec
 	}
 	return rec
 }
