@@ -266,3 +266,45 @@ func TestSupervisorRefuses(t *testing.T) {
 		t.Errorf("a refusal installed table inet %s:\n%s", RulesTable, out)
 	}
 }
+
+// TestSupervisorGuardOutlivesItsCaller: a guard transaction begun runs to its end though the
+// caller's context ends meanwhile (a daemon stopping as its replication starts): the table is in,
+// beside hears it committed, and the stop that follows removes it (committed too). Cut, nft was
+// killed halfway: the table in the kernel or not, known to no one, and left behind when it was.
+func TestSupervisorGuardOutlivesItsCaller(t *testing.T) {
+	a, _ := syncPair(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var committed []bool
+	beside := func(commit func() (bool, error)) error {
+		cancel() // the caller's context ends once the transaction has begun
+		ok, err := commit()
+		committed = append(committed, ok)
+		return err
+	}
+	supCtx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var sup *Supervisor
+	netnstest.In(t, a.ns, func() {
+		var err error
+		sup, err = New(supCtx, slog.New(slog.NewTextHandler(testLog{t}, nil)), beside)
+		must(t, err)
+	})
+	if err := sup.Set(ctx, a.opts); err != nil {
+		t.Fatalf("Set, its context ended while the guard was written: %v", err)
+	}
+	if out, err := run(t, a.ns, "nft", "list", "table", "inet", RulesTable); err != nil {
+		t.Errorf("table inet %s is not in: %v\n%s", RulesTable, err, out)
+	}
+	stop()
+	waitClosed(t, "the supervisor's stop", sup.Done())
+	if out, err := run(t, a.ns, "nft", "list", "table", "inet", RulesTable); err == nil {
+		t.Errorf("the stop left table inet %s behind:\n%s", RulesTable, out)
+	}
+	if len(committed) != 2 || !committed[0] || !committed[1] {
+		t.Errorf("beside heard %v, want both transactions committed", committed)
+	}
+	if err := sup.guardTable(ctx, nil); err == nil || len(committed) != 2 {
+		t.Errorf("a guard transaction asked for after its caller's context ended: %v, beside heard %v", err, committed)
+	}
+}
