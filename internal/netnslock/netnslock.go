@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicelb/sluice/internal/boundedread"
 )
 
 // DefaultDir is where the lock files are: /run is a tmpfs, emptied at boot like the namespaces.
@@ -128,10 +130,14 @@ func (l *Lock) write(h Holder) error {
 	return err
 }
 
-// readHolder reads who holds the lock at path; a holder caught before writing reads as zero.
+// holderBytes bounds a lock file: one Holder in JSON, its command line included.
+const holderBytes = 64 << 10
+
+// readHolder reads who holds the lock at path; a holder caught before writing, or a file that is
+// not a lock's, reads as zero.
 func readHolder(path string) Holder {
 	var h Holder
-	if data, err := os.ReadFile(path); err == nil {
+	if data, err := boundedread.File(path, holderBytes); err == nil {
 		_ = json.Unmarshal(data, &h)
 	}
 	return h
