@@ -85,6 +85,7 @@ type Status struct {
 type instance struct {
 	want   *Options // as given to Set
 	opts   *Options // settled
+	guard  guard    // the rules guarding its port
 	cancel context.CancelFunc
 	exited chan struct{}
 	// resync is signalled when a peer asked for this node's table; initialized when the
@@ -186,16 +187,31 @@ func (s *Supervisor) Set(ctx context.Context, o *Options) error {
 		s.unlockDir(dir)
 		return err
 	}
-	s.stopInstance()
 	if err := os.Rename(tmp, st.opts.ConfigPath()); err != nil {
+		os.Remove(tmp)
+		s.unlockDir(dir)
+		s.restoreGuard()
 		return fmt.Errorf("sync: writing conntrackd's configuration: %w", err)
 	}
+	s.stopInstance()
 	if dir != s.dir {
 		s.unlockDir(s.dir)
 		s.dir = dir
 	}
-	s.start(o, st.opts)
+	s.start(o, st)
 	return nil
+}
+
+// restoreGuard puts the running instance's guard back (none running: removes the table), after a
+// Set wrote its own and then failed: a refused Set changes nothing.
+func (s *Supervisor) restoreGuard() {
+	var g *guard
+	if s.cur != nil {
+		g = &s.cur.guard
+	}
+	if err := s.guardTable(context.Background(), g); err != nil {
+		s.log.Error("conntrackd: putting the guard of its port back", "err", err)
+	}
 }
 
 // shutdown stops conntrackd for good.
@@ -250,12 +266,12 @@ func (s *Supervisor) unlockDir(f *os.File) {
 }
 
 // start runs a new instance for the settled options.
-func (s *Supervisor) start(want, opts *Options) {
+func (s *Supervisor) start(want *Options, st *settled) {
 	ctx, cancel := context.WithCancel(context.Background())
-	in := &instance{want: want.Clone(), opts: opts, cancel: cancel, exited: make(chan struct{}), resync: make(chan struct{}, 1),
-		initialized: make(chan struct{}, 1)}
+	in := &instance{want: want.Clone(), opts: st.opts, guard: st.guard, cancel: cancel, exited: make(chan struct{}),
+		resync: make(chan struct{}, 1), initialized: make(chan struct{}, 1)}
 	s.cur = in
-	s.setStatus(func(st *Status) { st.Options = opts.Clone() })
+	s.setStatus(func(status *Status) { status.Options = st.opts.Clone() })
 	go s.run(ctx, in)
 }
 

@@ -3,10 +3,13 @@ package conntrackd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -306,5 +309,28 @@ func TestSupervisorGuardOutlivesItsCaller(t *testing.T) {
 	}
 	if err := sup.guardTable(ctx, nil); err == nil || len(committed) != 2 {
 		t.Errorf("a guard transaction asked for after its caller's context ended: %v, beside heard %v", err, committed)
+	}
+}
+
+// TestSupervisorFailedSetChangesNothing: a Set that cannot write conntrackd's configuration (its
+// path is a directory) leaves the running conntrackd and the guard of its port as they were.
+func TestSupervisorFailedSetChangesNothing(t *testing.T) {
+	a, _ := syncPair(t)
+	ctx := context.Background()
+	must(t, a.sup.Set(ctx, a.opts))
+	testutil.Eventually(t, "conntrackd running", func() bool { return a.sup.Status().PID != 0 })
+	pid := a.sup.Status().PID
+	o := a.opts.Clone()
+	o.Port, o.StateDir = testPort+10, t.TempDir()
+	must(t, os.MkdirAll(filepath.Join(o.ConfigPath(), "in-the-way"), 0o700))
+	if err := a.sup.Set(ctx, o); err == nil {
+		t.Fatal("a Set whose configuration cannot be written succeeded")
+	}
+	if st := a.sup.Status(); !st.Running || st.PID != pid {
+		t.Errorf("the failed Set changed the running conntrackd: %+v, want pid %d still running", st, pid)
+	}
+	out, err := run(t, a.ns, "nft", "list", "table", "inet", RulesTable)
+	if err != nil || !strings.Contains(out, fmt.Sprintf("udp dport %d accept", testPort)) || strings.Contains(out, fmt.Sprint(testPort+10)) {
+		t.Errorf("the failed Set changed the guard of port %d: %v\n%s", testPort, err, out)
 	}
 }
