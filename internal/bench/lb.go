@@ -93,6 +93,9 @@ type LBSample struct {
 	// Steal is the share of the machine's CPU time its hypervisor took during the run; absent
 	// where /proc/stat cannot be read.
 	Steal *float64 `json:"cpu_steal_share,omitempty"`
+	// SwitchDrops is the share of the frames the lab's switch dropped at its ports during the run
+	// (a full ring at the other end); absent where its ports cannot be read.
+	SwitchDrops *float64 `json:"switch_drop_share,omitempty"`
 	// Symbols are the run's symbols charged to a feature and the costliest others (--profile).
 	Symbols []SymbolCost `json:"profile_symbols,omitempty"`
 }
@@ -173,7 +176,7 @@ func (e *Env) measure(ctx context.Context, c candidate, workloads []Workload, o 
 	}()
 	for _, w := range workloads {
 		e.Progress.Step("%s: %s, %s (%s)", round, c.Name(), w.Name, o.Duration)
-		cpu, steal := startCPUClock(c.pids()), startStealClock()
+		cpu, steal, drops := startCPUClock(c.pids()), startStealClock(), startSwitchDropClock(e)
 		var prof *profiler
 		if o.Profile {
 			if prof, err = startProfile(ctx, os.TempDir()); err != nil {
@@ -189,7 +192,7 @@ func (e *Env) measure(ctx context.Context, c candidate, workloads []Workload, o 
 		if err != nil {
 			return fmt.Errorf("%s, %s: %w", c.Name(), w.Name, err)
 		}
-		s.CPU, s.Steal = cpu.cores(), steal.share()
+		s.CPU, s.Steal, s.SwitchDrops = cpu.cores(), steal.share(), drops.share()
 		record(w.Name, s)
 	}
 	return nil

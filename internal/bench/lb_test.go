@@ -250,3 +250,47 @@ func TestStealLine(t *testing.T) {
 		t.Errorf("unmeasured steal reported: %q", got)
 	}
 }
+
+func TestSwitchDropsLine(t *testing.T) {
+	share := func(v float64) *float64 { return &v }
+	r := &LBResults{Switch: SwitchStack, Cells: []LBCell{
+		{Candidate: "nft-dsr", Workload: "640k", Rounds: []LBSample{{SwitchDrops: share(0)}, {}}},
+		{Candidate: "direct", Workload: "640k", Rounds: []LBSample{{SwitchDrops: share(0)}}},
+	}}
+	if got, want := r.switchDropsLine(), "switch: no frame dropped at its ports in any run\n"; got != want {
+		t.Errorf("got %q\nwant %q", got, want)
+	}
+	r.Cells[1].Rounds[0].SwitchDrops = share(0.00002)
+	if got, want := r.switchDropsLine(), "switch: at most 0.002% of the frames dropped at its ports in any run (direct, 640k, round 1)\n"; got != want {
+		t.Errorf("got %q\nwant %q", got, want)
+	}
+	r.Cells[0].Rounds[1].SwitchDrops = share(0.105)
+	got := r.switchDropsLine()
+	if !strings.Contains(got, "1 of 3 runs lost 0.1% or more of their frames") || !strings.Contains(got, "at most 10.5% (nft-dsr, 640k, round 2)") || strings.Contains(got, "XDP") {
+		t.Errorf("got %q", got)
+	}
+	r.Switch = SwitchXDP
+	if got := r.switchDropsLine(); !strings.Contains(got, "compare large responses on --switch stack") {
+		t.Errorf("the xdp switch's losses without their reason: %q", got)
+	}
+	if got := (&LBResults{Cells: []LBCell{{Rounds: []LBSample{{}}}}}).switchDropsLine(); got != "" {
+		t.Errorf("unmeasured drops reported: %q", got)
+	}
+}
+
+func TestDropShare(t *testing.T) {
+	if got := dropShare(portFrames{sent: 100, dropped: 5}, portFrames{sent: 1000, dropped: 105}); got == nil || *got != 0.1 {
+		t.Errorf("900 sent and 100 dropped: %v, want 0.1", got)
+	}
+	for _, c := range []struct {
+		name          string
+		before, after portFrames
+	}{
+		{"counters went back", portFrames{sent: 100}, portFrames{sent: 50}},
+		{"no frame", portFrames{sent: 7, dropped: 1}, portFrames{sent: 7, dropped: 1}},
+	} {
+		if got := dropShare(c.before, c.after); got != nil {
+			t.Errorf("%s: %v, want none", c.name, *got)
+		}
+	}
+}

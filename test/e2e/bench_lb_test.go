@@ -36,7 +36,8 @@ type benchLBReport struct {
 			P50US     float64 `json:"p50_us"`
 			P99US     float64 `json:"p99_us"`
 			Rounds    []struct {
-				RPS float64 `json:"requests_per_second"`
+				RPS         float64  `json:"requests_per_second"`
+				SwitchDrops *float64 `json:"switch_drop_share"`
 			} `json:"rounds"`
 		} `json:"cells"`
 	} `json:"results"`
@@ -71,12 +72,21 @@ func TestBenchLB(t *testing.T) {
 		if c.RPS <= 0 || c.Ratio <= 0 || c.RatioECMP <= 0 || c.P50US <= 0 || c.P99US < c.P50US || len(c.Rounds) != 1 {
 			t.Errorf("%s under %s lacks a figure: %+v", c.Candidate, c.Workload, c)
 		}
+		for i, round := range c.Rounds {
+			if round.SwitchDrops == nil {
+				t.Errorf("%s under %s, round %d: the frames the switch dropped were not measured", c.Candidate, c.Workload, i+1)
+			}
+		}
 		if c.Candidate == "direct" && c.Ratio != 1 || c.Candidate == "ecmp" && c.RatioECMP != 1 {
 			t.Errorf("%s's ratio to itself is not 1 under %s: %+v", c.Candidate, c.Workload, c)
 		}
 		if !strings.Contains(stdout, c.Candidate) || !strings.Contains(stdout, c.Workload) {
 			t.Errorf("table lacks %s or %s:\n%s", c.Candidate, c.Workload, stdout)
 		}
+	}
+
+	if !strings.Contains(stdout, "\nswitch: ") {
+		t.Errorf("the report does not say what the switch dropped:\n%s", stdout)
 	}
 
 	svg, err := os.ReadFile(svgPath)
