@@ -219,13 +219,14 @@ var baselines = []candidate{direct{}, ecmp{}}
 
 // onRequest are candidates measured only when named: nft nat and fullnat with
 // nft.packet_counters off, which show what counting costs, and with every opt-out, and the nat
-// and fullnat candidates with replication on, which show what replicating costs.
+// and fullnat candidates run by a daemon with replication on and off, which show what
+// replicating costs.
 var onRequest = append([]candidate{
 	sluiceCandidate{datapath: string(config.DatapathNFT), mode: string(config.ModeNAT), optOuts: uncounted},
 	sluiceCandidate{datapath: string(config.DatapathNFT), mode: string(config.ModeFullNAT), optOuts: uncounted},
 	sluiceCandidate{datapath: string(config.DatapathNFT), mode: string(config.ModeNAT), optOuts: lean},
 	sluiceCandidate{datapath: string(config.DatapathNFT), mode: string(config.ModeFullNAT), optOuts: lean},
-}, syncedCandidates()...)
+}, servedCandidates()...)
 
 // selectCandidates returns the baselines, then every Sluice datapath in every mode, then the
 // ebpf datapath at XDP in every mode, then the installed peers, filtered by names, then the

@@ -24,7 +24,10 @@ datapath in every mode, and the peers installed (the bare nft-dnat/nft-masq/nft-
 iptables-dnat/iptables-legacy-dnat, nftlb dnat/snat/dsr, HAProxy TCP, nginx stream).
 Only when named in --candidates: nft-nat-uncounted and nft-fullnat-uncounted, the nft datapath
 with nft.packet_counters false (what per-packet counting costs), and nft-nat-lean and
-nft-fullnat-lean, with every nft opt-out (nft.half_open_timeouts false too).
+nft-fullnat-lean, with every nft opt-out (nft.half_open_timeouts false too); and the nat and
+fullnat candidates run by a daemon (sluice serve), with replication on (nft-nat-sync, ...: a
+sync section to a backend's address, where nothing listens) and off (nft-nat-served, ...): what
+replicating costs.
 Workloads: ` + workloadList() + `.
 
 It brings up its own lab (--prefix) and tears it down at the end, also on failure or interrupt.`,

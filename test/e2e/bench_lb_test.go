@@ -28,13 +28,14 @@ type benchLBReport struct {
 			Name string `json:"name"`
 		} `json:"workloads"`
 		Cells []struct {
-			Candidate string  `json:"candidate"`
-			Workload  string  `json:"workload"`
-			RPS       float64 `json:"requests_per_second"`
-			Ratio     float64 `json:"ratio_to_direct"`
-			RatioECMP float64 `json:"ratio_to_ecmp"`
-			P50US     float64 `json:"p50_us"`
-			P99US     float64 `json:"p99_us"`
+			Candidate string   `json:"candidate"`
+			Workload  string   `json:"workload"`
+			RPS       float64  `json:"requests_per_second"`
+			Ratio     float64  `json:"ratio_to_direct"`
+			RatioECMP float64  `json:"ratio_to_ecmp"`
+			P50US     float64  `json:"p50_us"`
+			P99US     float64  `json:"p99_us"`
+			CPU       *float64 `json:"balancer_cpu_cores"`
 			Rounds    []struct {
 				RPS         float64  `json:"requests_per_second"`
 				SwitchDrops *float64 `json:"switch_drop_share"`
@@ -98,6 +99,32 @@ func TestBenchLB(t *testing.T) {
 		t.Errorf("SVG: %v, %d bars for %d cells", err, bars, len(r.Cells))
 	}
 	t.Logf("sluice-lab bench lb (not asserted):\n%s", stdout)
+}
+
+// TestBenchLBServedCandidates runs nft nat by a daemon with replication on and off: both give a
+// figure, the daemon's CPU (conntrackd's included) is measured for both, and the replicating one
+// spends some on new connections (conntrackd reads two events of each); never how much.
+func TestBenchLBServedCandidates(t *testing.T) {
+	requireLab(t)
+	jsonPath := filepath.Join(t.TempDir(), "lb.json")
+	benchSmoke(t, benchLBKind, "lb", "--candidates", "nft-nat-served,nft-nat-sync", "--workloads", "per-conn",
+		"--duration", "1s", "--rounds", "1", "--json", jsonPath)
+	var rep benchLBReport
+	readReport(t, jsonPath, &rep)
+	cpu := map[string]float64{}
+	for _, c := range rep.Results.Cells {
+		if c.Candidate == "direct" || c.Candidate == "ecmp" {
+			continue
+		}
+		if c.RPS <= 0 || c.CPU == nil {
+			t.Errorf("%s lacks a figure or its daemon's CPU: %+v", c.Candidate, c)
+			continue
+		}
+		cpu[c.Candidate] = *c.CPU
+	}
+	if len(cpu) != 2 || cpu["nft-nat-sync"] <= 0 {
+		t.Errorf("daemons' CPU in cores %v: want both candidates, and conntrackd's work in nft-nat-sync's", cpu)
+	}
 }
 
 // countSVGBars parses the SVG as XML and counts its rect elements.
