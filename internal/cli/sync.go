@@ -31,9 +31,9 @@ func printSync(w io.Writer, s replication.Status, now time.Time) error {
 		if !c.Running {
 			state = "NOT RUNNING: " + c.Reason
 		}
-		fmt.Fprintf(w, "conntrackd: %s; %d restarts; sent %d, received %d packets; %d entries written; %d errors; %d foreign packets dropped\n",
+		fmt.Fprintf(w, "conntrackd: %s; %d restarts; sent %d, received %d packets; %d entries written; %d errors; %d foreign packets dropped; %.1fs of CPU\n",
 			state, c.Restarts, c.Stats.PacketsSent, c.Stats.PacketsReceived, c.Stats.Injected(),
-			c.Stats.SendErrors+c.Stats.ReceiveErrors+c.Stats.MalformedMessages+c.Stats.LostMessages, c.ForeignDrops)
+			c.Stats.SendErrors+c.Stats.ReceiveErrors+c.Stats.MalformedMessages+c.Stats.LostMessages, c.ForeignDrops, c.CPUSeconds)
 	}
 	f := s.Flows
 	if f == nil {

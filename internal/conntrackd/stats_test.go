@@ -3,6 +3,7 @@ package conntrackd
 import (
 	"os"
 	"testing"
+	"time"
 )
 
 func TestParseStats(t *testing.T) {
@@ -32,4 +33,19 @@ func FuzzParseStats(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		_, _ = ParseStats(s)
 	})
+}
+
+// TestProcessCPU: a process's CPU time is read from /proc, and a process that is gone is an
+// error, not 0.
+func TestProcessCPU(t *testing.T) {
+	deadline := time.Now().Add(50 * time.Millisecond)
+	for n := 0; time.Now().Before(deadline); n++ {
+		_ = n * n
+	}
+	if cpu, err := processCPU(os.Getpid()); err != nil || cpu <= 0 {
+		t.Errorf("this process's CPU time: %s, %v", cpu, err)
+	}
+	if _, err := processCPU(1 << 30); err == nil {
+		t.Error("a process that does not exist has a CPU time")
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -53,8 +54,9 @@ type Supervisor struct {
 	cur    *instance
 	dir    *os.File // flock of the current state directory
 
-	mu       sync.Mutex // guards status
+	mu       sync.Mutex // guards status and cpuEnded
 	status   Status
+	cpuEnded time.Duration // CPU time of the conntrackd processes that have exited
 	synced   chan struct{}
 	syncOnce sync.Once
 }
@@ -75,6 +77,9 @@ type Status struct {
 	StatsError string `json:"stats_error,omitempty"`
 	// ForeignDrops counts the packets to conntrackd's port the nftables rules dropped.
 	ForeignDrops uint64 `json:"foreign_drops"`
+	// CPUSeconds is the CPU time (user and system) of the conntrackd processes this Supervisor
+	// ran: those that exited, and the running one's when its statistics were last read.
+	CPUSeconds float64 `json:"cpu_seconds"`
 	// InitialSync is when this node first had the peers' table (zero: not yet). See InitialSync.
 	InitialSync time.Time `json:"initial_sync,omitzero"`
 	// Options are the settled options conntrackd runs with (nil: sync off).
@@ -230,7 +235,7 @@ func (s *Supervisor) stop(ctx context.Context) error {
 	path := s.cur.opts.ConfigPath()
 	s.stopInstance()
 	s.setStatus(func(st *Status) {
-		*st = Status{Reason: "sync is off", InitialSync: st.InitialSync, Restarts: st.Restarts}
+		*st = Status{Reason: "sync is off", InitialSync: st.InitialSync, Restarts: st.Restarts, CPUSeconds: s.cpuEnded.Seconds()}
 	})
 	err := s.guardTable(ctx, nil)
 	os.Remove(path)
@@ -361,16 +366,18 @@ func (s *Supervisor) runOnce(ctx context.Context, in *instance, first bool) stri
 	for {
 		select {
 		case err := <-waited:
+			s.ended(cmd.ProcessState)
 			return fmt.Sprintf("exited (%v): %s", err, logs.lastLine())
 		case <-ctx.Done():
 			terminate(pid, waited)
+			s.ended(cmd.ProcessState)
 			return "stopped"
 		case <-in.resync:
 			s.offerTable(ctx, in)
 		case <-in.initialized:
 			s.timeShared(pid)
 		case <-tick.C:
-			s.poll(ctx, in)
+			s.poll(ctx, in, pid)
 			tick.Reset(s.pollInterval(in))
 		}
 	}
@@ -438,8 +445,20 @@ func (s *Supervisor) pollInterval(in *instance) time.Duration {
 	return syncPollEvery
 }
 
-// poll reads conntrackd's statistics and the rules' counter, and follows the initial sync.
-func (s *Supervisor) poll(ctx context.Context, in *instance) {
+// ended adds the CPU time of an exited conntrackd process (nil: it never ran) to cpuEnded.
+func (s *Supervisor) ended(ps *os.ProcessState) {
+	if ps == nil {
+		return
+	}
+	s.setStatus(func(st *Status) {
+		s.cpuEnded += ps.UserTime() + ps.SystemTime()
+		st.CPUSeconds = s.cpuEnded.Seconds()
+	})
+}
+
+// poll reads conntrackd's statistics, its CPU time (process pid) and the rules' counter, and
+// follows the initial sync.
+func (s *Supervisor) poll(ctx context.Context, in *instance, pid int) {
 	out, err := client(ctx, in.opts, "-s")
 	at := time.Now()
 	var stats Stats
@@ -447,6 +466,7 @@ func (s *Supervisor) poll(ctx context.Context, in *instance) {
 		stats, err = ParseStats(out)
 	}
 	drops, derr := foreignDrops(ctx)
+	cpu, cerr := processCPU(pid)
 	s.setStatus(func(st *Status) {
 		st.Stats, st.StatsError = stats, ""
 		if err != nil {
@@ -454,6 +474,9 @@ func (s *Supervisor) poll(ctx context.Context, in *instance) {
 		}
 		if derr == nil {
 			st.ForeignDrops = drops
+		}
+		if cerr == nil {
+			st.CPUSeconds = (s.cpuEnded + cpu).Seconds()
 		}
 	})
 	if err == nil {
@@ -507,6 +530,19 @@ func (s *Supervisor) Status() Status {
 		st.Reason = fmt.Sprintf("%s; restarting in %s", st.Reason, time.Until(st.RestartAt).Round(time.Second))
 	}
 	return st
+}
+
+// processCPU is the CPU time (user and system) process pid has used.
+func processCPU(pid int) (time.Duration, error) {
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return 0, err
+	}
+	st, err := p.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(st.CPUTime() * float64(time.Second)), nil
 }
 
 func (s *Supervisor) setStatus(f func(*Status)) {

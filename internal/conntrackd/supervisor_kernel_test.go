@@ -222,6 +222,9 @@ func TestSupervisorReplicates(t *testing.T) {
 			st := a.sup.Status()
 			return st.Running && st.PID != old.PID && st.Restarts > old.Restarts
 		})
+		if st := a.sup.Status(); st.CPUSeconds < old.CPUSeconds {
+			t.Errorf("conntrackd's CPU time went back from %gs to %gs when it restarted", old.CPUSeconds, st.CPUSeconds)
+		}
 	})
 
 	t.Run("Set(nil) stops it and removes the rules", func(t *testing.T) {

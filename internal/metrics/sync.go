@@ -20,6 +20,8 @@ var (
 		"conntrackd's errors on the sync link: send, receive, malformed, lost.", []string{"kind"}, nil)
 	conntrackdInjected = prometheus.NewDesc("sluice_sync_conntrackd_injected_total",
 		"Entries conntrackd wrote into the kernel's conntrack table from its peers.", nil, nil)
+	conntrackdCPU = prometheus.NewDesc("sluice_sync_conntrackd_cpu_seconds_total",
+		"CPU time (user and system) of the conntrackd processes the daemon ran: what replication costs the node in user space.", nil, nil)
 	conntrackdForeign = prometheus.NewDesc("sluice_sync_conntrackd_foreign_dropped_total",
 		"Packets to conntrackd's port from an address that is not a peer, dropped.", nil, nil)
 	syncQueue      = prometheus.NewDesc("sluice_sync_queue_flows", "Flows waiting to be sent to the peers.", nil, nil)
@@ -46,7 +48,7 @@ type syncCollector struct {
 // Describe sends every metric the collector can emit.
 func (c syncCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{syncEnabled, syncReady, conntrackdUp, conntrackdRestarts, conntrackdPackets,
-		conntrackdErrors, conntrackdInjected, conntrackdForeign, syncQueue, syncQueueDrops, syncLostEvents, syncSendErrors, syncDrops,
+		conntrackdErrors, conntrackdInjected, conntrackdForeign, conntrackdCPU, syncQueue, syncQueueDrops, syncLostEvents, syncSendErrors, syncDrops,
 		syncPeerUp, syncPeerEntries, syncPeerSkipped, syncPeerLag, syncPeerResync} {
 		ch <- d
 	}
@@ -71,6 +73,7 @@ func (c syncCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- counter(conntrackdInjected, float64(ct.Stats.Injected()))
 		ch <- counter(conntrackdForeign, float64(ct.ForeignDrops))
+		ch <- counter(conntrackdCPU, ct.CPUSeconds)
 	}
 	f := s.Flows
 	if f == nil {
