@@ -96,6 +96,8 @@ func (s *servedCandidate) settle(ctx context.Context, e *Env) error {
 	last := treeTicks(pids)
 	for time.Since(start) < settleLimit {
 		select {
+		case <-s.daemon.exited:
+			return fmt.Errorf("%s: sluice serve exited once ready; its log is %s", s.Name(), s.daemon.log)
 		case <-ctx.Done():
 			return errors.Join(ctx.Err(), s.stop(context.WithoutCancel(ctx), e))
 		case <-time.After(settleWindow):
