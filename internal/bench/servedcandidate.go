@@ -65,7 +65,7 @@ func (s *servedCandidate) start(ctx context.Context, e *Env) error {
 		}
 		select {
 		case <-d.exited:
-			return fmt.Errorf("%s: sluice serve exited; its log is %s", s.Name(), d.log)
+			return errors.Join(fmt.Errorf("%s: sluice serve exited; its log is %s", s.Name(), d.log), s.stop(context.WithoutCancel(ctx), e))
 		case <-ctx.Done():
 			return errors.Join(ctx.Err(), s.stop(context.WithoutCancel(ctx), e))
 		case <-time.After(200 * time.Millisecond):
@@ -97,7 +97,7 @@ func (s *servedCandidate) settle(ctx context.Context, e *Env) error {
 	for time.Since(start) < settleLimit {
 		select {
 		case <-s.daemon.exited:
-			return fmt.Errorf("%s: sluice serve exited once ready; its log is %s", s.Name(), s.daemon.log)
+			return errors.Join(fmt.Errorf("%s: sluice serve exited once ready; its log is %s", s.Name(), s.daemon.log), s.stop(context.WithoutCancel(ctx), e))
 		case <-ctx.Done():
 			return errors.Join(ctx.Err(), s.stop(context.WithoutCancel(ctx), e))
 		case <-time.After(settleWindow):
