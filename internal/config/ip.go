@@ -148,15 +148,6 @@ func (p *Prefix) UnmarshalJSON(data []byte) error {
 	return p.UnmarshalText([]byte(*text))
 }
 
-// Prefixes are the netip prefixes of a source list.
-func Prefixes(list []Prefix) []netip.Prefix {
-	out := make([]netip.Prefix, len(list))
-	for i, p := range list {
-		out[i] = p.Prefix
-	}
-	return out
-}
-
 // jsonText reads a JSON string, nil for null; anything else is the *json.UnmarshalTypeError a
 // string field gives, which the decoder completes with the field's path.
 func jsonText(data []byte) (*string, error) {
