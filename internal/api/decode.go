@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/jsonscan"
 )
 
@@ -88,6 +89,7 @@ func decodeJSON(data []byte, v any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return invalid("", "the request body holds more than one JSON value")
 	}
+	config.DropEmptyLists(v)
 	return nil
 }
 

@@ -161,3 +161,32 @@ func TestBGPPasswordsOverTCP(t *testing.T) {
 		t.Fatalf("a changed password: %v, want 403", err)
 	}
 }
+
+// TestConfigPutBackAsReadWithEmptyLists: a config file may write an empty list where the API's
+// answers leave it out ("communities: []"); the config read over TCP, as YAML or as JSON, is
+// still put back unchanged, bgp section included.
+func TestConfigPutBackAsReadWithEmptyLists(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	bgp := "bgp: {asn: 65100, router_id: 10.9.0.11, peers: [{address: 10.9.0.1, asn: 65000, communities: []}]}\n"
+	if err := os.WriteFile(f.configFile, []byte(bgp+baseConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	yamlText, err := f.client.Config(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client.PutConfig(ctx, yamlText, false); err != nil {
+		t.Fatalf("the running config put back as read in YAML: %v", err)
+	}
+	status, jsonText := f.do(t, http.MethodGet, "/v1/config?format=json", "", nil)
+	if status != http.StatusOK {
+		t.Fatalf("GET /v1/config?format=json: %d %s", status, jsonText)
+	}
+	if status, body := f.do(t, http.MethodPut, "/v1/config", mediaJSON, jsonText); status != http.StatusOK {
+		t.Fatalf("the running config put back as read in JSON: %d %s", status, body)
+	}
+}

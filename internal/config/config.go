@@ -260,6 +260,7 @@ func Parse(name string, data []byte) (*Config, error) {
 	}
 	var cfg Config
 	decodeErr := root.Decode(&cfg)
+	DropEmptyLists(&cfg)
 	var typeErr *yaml.TypeError
 	if decodeErr != nil && !errors.As(decodeErr, &typeErr) {
 		return nil, prefixYAMLError(name, decodeErr)

@@ -115,6 +115,9 @@ func (s *Service) validate(at string, vips vipOwners, datapath Datapath, fail fu
 		s.VIP.Addr = vip
 	}
 	s.validatePorts(at, fail)
+	if s.Backends == nil { // one value for none, which the config written back holds: []
+		s.Backends = []Backend{}
+	}
 	s.Protocol = oneOf(s.Protocol, Protocols, DefaultProtocol, at+".protocol", fail)
 	s.Mode = oneOf(s.Mode, Modes, DefaultMode, at+".mode", fail)
 	s.Scheduler = oneOf(s.Scheduler, Schedulers, DefaultScheduler, at+".scheduler", fail)
