@@ -115,6 +115,9 @@ func (c *shapeChecker) check(n *yaml.Node, t reflect.Type, path string) {
 	case isScalar(t):
 		if n.Kind != yaml.ScalarNode || isInteger(t) && n.ShortTag() != "!!int" || !c.decoded && n.Decode(reflect.New(t).Interface()) != nil {
 			c.fail(path, n.Line, true, "expected %s, found %s", describeType(t), describeNode(n))
+		} else if isInteger(t) && impliedOctal(n.Value) {
+			c.fail(path, n.Line, true, "%q is octal to YAML (a leading 0): write it without the 0, or as 0o%s if octal is meant",
+				n.Value, strings.TrimLeft(strings.TrimLeft(n.Value, "+-"), "0_"))
 		}
 	case t.Kind() == reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
@@ -221,6 +224,13 @@ func editDistance(a, b string) int {
 		prev = cur
 	}
 	return prev[len(b)]
+}
+
+// impliedOctal tells whether a YAML integer is written with a leading 0 (0443), which YAML
+// reads as octal (291): a port or a weight written so is not what its writer meant.
+func impliedOctal(text string) bool {
+	digits := strings.TrimLeft(text, "+-")
+	return len(digits) > 1 && digits[0] == '0' && digits[1] >= '0' && digits[1] <= '9'
 }
 
 func isInteger(t reflect.Type) bool {
