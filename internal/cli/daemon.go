@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -19,6 +21,9 @@ import (
 // socket (see noDaemon).
 func (g *globals) daemon(ctx context.Context) (*api.Client, error) {
 	if g.apiURL != "" {
+		if err := checkAPIURL(g.apiURL); err != nil {
+			return nil, err
+		}
 		return api.NewTCPClient(g.apiURL, g.apiToken), nil
 	}
 	if _, err := os.Stat(g.socket); errors.Is(err, os.ErrNotExist) {
@@ -32,6 +37,20 @@ func (g *globals) daemon(ctx context.Context) (*api.Client, error) {
 		return nil, fmt.Errorf("the daemon at %s: %w", g.socket, err)
 	}
 	return c, nil
+}
+
+// checkAPIURL refuses an --api value that is not the http(s) URL of a daemon's TCP API.
+func checkAPIURL(text string) error {
+	u, err := url.Parse(text)
+	switch {
+	case err != nil && strings.Contains(text, "://"):
+		return fmt.Errorf("--api %q: %w", text, errors.Unwrap(err))
+	case err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
+		return fmt.Errorf("--api %q is not an http:// or https:// URL (like http://10.0.0.5:9090)", text)
+	case u.RawQuery != "" || u.Fragment != "" || u.User != nil:
+		return fmt.Errorf("--api %q: give the daemon's URL without a query, a fragment or a user (the token goes in --token)", text)
+	}
+	return nil
 }
 
 // requireDaemon is daemon for commands that only the daemon can carry out.

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/sluicelb/sluice/internal/api"
@@ -39,5 +40,28 @@ func TestNamespaceFromEnvironment(t *testing.T) {
 				t.Errorf("netns %q socket %q, want %q and %q", g.netns, g.socket, tc.netns, tc.socket)
 			}
 		})
+	}
+}
+
+// TestAPIURL checks that --api takes the http(s) URL of a daemon and refuses anything else,
+// naming the flag, before a request is sent.
+func TestAPIURL(t *testing.T) {
+	for text, want := range map[string]string{
+		"http://127.0.0.1:9090":       "",
+		"https://lb1.example:9090/":   "",
+		"127.0.0.1:9090":              `--api "127.0.0.1:9090" is not an http:// or https:// URL`,
+		"ftp://127.0.0.1":             `--api "ftp://127.0.0.1" is not an http:// or https:// URL`,
+		"http://":                     `--api "http://" is not an http:// or https:// URL`,
+		"http://[::1":                 `--api "http://[::1": missing ']' in host`,
+		"http://127.0.0.1:9090/?a=1":  "without a query, a fragment or a user",
+		"http://me:pw@127.0.0.1:9090": "without a query, a fragment or a user",
+	} {
+		err := checkAPIURL(text)
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%s: %v", text, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("%s: %v, want an error with %q", text, err, want)
+		}
 	}
 }
