@@ -108,7 +108,8 @@ FUZZ_TARGETS = \
 	./internal/conntrackd/:FuzzParseStats \
 	./internal/datapath/ebpf/:FuzzProgram \
 	./internal/datapath/nft/:FuzzRender \
-	./internal/config/:FuzzValidServiceName
+	./internal/config/:FuzzValidServiceName \
+	./internal/config/:FuzzParse
 fuzz:
 	GO=$(GO) FUZZTIME=$(FUZZTIME) FUZZMINIMIZETIME=$(FUZZMINIMIZETIME) ./scripts/fuzz.sh $(FUZZ_TARGETS)
 
