@@ -133,13 +133,12 @@ func serviceOf(t *testing.T, f *fixture, name string) config.Service {
 	return config.Service{}
 }
 
-// TestBGPPasswordsOverTCP checks that a token holder reads no BGP password, may put the config
-// back as read, and may not change the bgp section.
-func TestBGPPasswordsOverTCP(t *testing.T) {
-	f := newFixture(t)
+// reloadWithBGP makes the fixture's config file bgp (one line) plus baseConfig, reloads it and
+// returns the running config as the TCP API shows it, in YAML.
+func reloadWithBGP(t *testing.T, f *fixture, bgp string) []byte {
+	t.Helper()
 	ctx := context.Background()
-	bgp := "bgp: {asn: 65100, router_id: 10.9.0.11, peers: [{address: 10.9.0.1, asn: 65000, password: s3cret}]}\n"
-	if err := os.WriteFile(f.configFile, []byte(bgp+baseConfig), 0o644); err != nil {
+	if err := os.WriteFile(f.configFile, []byte(bgp+"\n"+baseConfig), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.client.Reload(ctx); err != nil {
@@ -149,6 +148,15 @@ func TestBGPPasswordsOverTCP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return yamlText
+}
+
+// TestBGPPasswordsOverTCP checks that a token holder reads no BGP password, may put the config
+// back as read, and may not change the bgp section.
+func TestBGPPasswordsOverTCP(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	yamlText := reloadWithBGP(t, f, "bgp: {asn: 65100, router_id: 10.9.0.11, peers: [{address: 10.9.0.1, asn: 65000, password: s3cret}]}")
 	if strings.Contains(string(yamlText), "s3cret") || !strings.Contains(string(yamlText), config.RedactedPassword) {
 		t.Fatalf("the TCP API shows the password:\n%s", yamlText)
 	}
@@ -167,19 +175,8 @@ func TestBGPPasswordsOverTCP(t *testing.T) {
 // still put back unchanged, bgp section included.
 func TestConfigPutBackAsReadWithEmptyLists(t *testing.T) {
 	f := newFixture(t)
-	ctx := context.Background()
-	bgp := "bgp: {asn: 65100, router_id: 10.9.0.11, peers: [{address: 10.9.0.1, asn: 65000, communities: []}]}\n"
-	if err := os.WriteFile(f.configFile, []byte(bgp+baseConfig), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.client.Reload(ctx); err != nil {
-		t.Fatal(err)
-	}
-	yamlText, err := f.client.Config(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.client.PutConfig(ctx, yamlText, false); err != nil {
+	yamlText := reloadWithBGP(t, f, "bgp: {asn: 65100, router_id: 10.9.0.11, peers: [{address: 10.9.0.1, asn: 65000, communities: []}]}")
+	if _, err := f.client.PutConfig(context.Background(), yamlText, false); err != nil {
 		t.Fatalf("the running config put back as read in YAML: %v", err)
 	}
 	status, jsonText := f.do(t, http.MethodGet, "/v1/config?format=json", "", nil)
