@@ -18,8 +18,9 @@ type seed struct{ contentType, body string }
 
 // fuzzRoute fuzzes the body and Content-Type of one route: whatever they are, the handler does
 // not panic, answers JSON, and an answer other than 2xx leaves the running config as it was.
-// After a 2xx the base config is put back, so that every input meets the same state.
-func fuzzRoute(f *testing.F, method, path string, seeds []seed) {
+// After a 2xx each of accepted runs, then the base config is put back, so that every input meets
+// the same state.
+func fuzzRoute(f *testing.F, method, path string, seeds []seed, accepted ...func(*testing.T, *fixture)) {
 	fx := newFixture(f)
 	base := fx.engine.Config()
 	for _, s := range seeds {
@@ -39,6 +40,9 @@ func fuzzRoute(f *testing.F, method, path string, seeds []seed) {
 				t.Fatalf("%s %s answered %d but changed the running config", method, path, rec.Code)
 			}
 			return
+		}
+		for _, check := range accepted {
+			check(t, fx)
 		}
 		if _, err := fx.engine.Replace(false, "fuzz: back to the base config", base); err != nil {
 			t.Fatal(err)
@@ -113,7 +117,32 @@ func FuzzPutConfig(f *testing.F) {
 		{mediaJSON, `{"services": [{"name": "x", "vip": "192.0.2.1", "port": 0, "fallback": "drop"}]}`},
 		{mediaJSON, `{"services": null}`},
 		{mediaJSON, ``},
-	})
+		{"application/yaml", baseConfig + "  - {name: empty-lists, vip: 192.0.2.99, port: 80, source_allow: [], sorry_servers: [], backends: [{address: 10.0.9.1}]}\n"},
+	}, putsBackAsRead)
+}
+
+// putsBackAsRead checks that the running config, read from the API as JSON and as YAML, is
+// taken back as it is and changes nothing: what a client that edits the config it got relies on.
+func putsBackAsRead(t *testing.T, fx *fixture) {
+	running := fx.engine.Config()
+	for _, format := range []struct{ query, media string }{{"json", mediaJSON}, {"yaml", "application/yaml"}} {
+		rec := httptest.NewRecorder()
+		fx.handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/config?format="+format.query, nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("GET /v1/config?format=%s: %d %s", format.query, rec.Code, rec.Body)
+		}
+		read := rec.Body.Bytes()
+		req := httptest.NewRequest(http.MethodPut, "/v1/config", bytes.NewReader(read))
+		req.Header.Set("Content-Type", format.media)
+		rec = httptest.NewRecorder()
+		fx.handler.ServeHTTP(rec, req)
+		if rec.Code >= 300 {
+			t.Fatalf("the running config put back as read in %s: %d %s\n%s", format.query, rec.Code, rec.Body, read)
+		}
+		if !reflect.DeepEqual(running, fx.engine.Config()) {
+			t.Fatalf("the running config put back as read in %s changed it\n%s", format.query, read)
+		}
+	}
 }
 
 // decodeAllocBound is the most heap decodeJSON may allocate for a body of n bytes: a decoded
