@@ -22,6 +22,10 @@ import (
 // maxBodyScan is how much of a response body ExpectBody is searched in and ExpectDigest hashes.
 const maxBodyScan = 64 << 10
 
+// maxHeaderBytes bounds a probe's response headers (a health endpoint's are a few hundred bytes):
+// a backend that sends more fails the probe instead of holding Go's default 10 MiB per probe.
+const maxHeaderBytes = 64 << 10
+
 // defaultExpectStatus is what an http check accepts when it lists no status.
 var defaultExpectStatus = []config.Range{{First: 200, Last: 399}}
 
@@ -60,8 +64,9 @@ func newHTTPChecker(hc *config.HealthCheck) (*httpChecker, error) {
 		}
 	}
 	transport := &http.Transport{
-		Proxy:             nil, // probe the backend itself, whatever the environment says
-		DisableKeepAlives: true,
+		Proxy:                  nil, // probe the backend itself, whatever the environment says
+		DisableKeepAlives:      true,
+		MaxResponseHeaderBytes: maxHeaderBytes,
 		TLSClientConfig: &tls.Config{
 			ServerName:         serverName(hc.Host),
 			InsecureSkipVerify: hc.InsecureSkipVerify,

@@ -72,6 +72,11 @@ func healthHandler() http.Handler {
 		}
 	})
 	mux.HandleFunc("POST /post", func(w http.ResponseWriter, r *http.Request) {})
+	mux.HandleFunc("/headers", func(w http.ResponseWriter, r *http.Request) {
+		for i := range 4 {
+			w.Header().Set(fmt.Sprintf("X-Pad-%d", i), strings.Repeat("x", maxHeaderBytes/2))
+		}
+	})
 	return mux
 }
 
@@ -122,6 +127,7 @@ func TestHTTP(t *testing.T) {
 			{"method", config.HealthCheck{Path: "/post", Method: "POST"}, true, "status 200"},
 			{"wrong method", config.HealthCheck{Path: "/post", Method: "GET"}, false, "status 405"},
 			{"head", config.HealthCheck{Path: "/ok", Method: "HEAD"}, true, "status 200"},
+			{"headers beyond 64 KiB", config.HealthCheck{Path: "/headers"}, false, "headers exceeded 65536 bytes"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				tc.hc.Type = "http"
