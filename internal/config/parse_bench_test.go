@@ -28,3 +28,15 @@ func BenchmarkParse10kServices(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDropEmptyLists is DropEmptyLists' share of BenchmarkParse10kServices.
+func BenchmarkDropEmptyLists(b *testing.B) {
+	cfg, err := Parse("big.yaml", bigConfig(10000))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		DropEmptyLists(cfg)
+	}
+}

@@ -76,3 +76,17 @@ func FuzzParse(f *testing.F) {
 		checkPersists(t, cfg)
 	})
 }
+
+// TestDropEmptyListsOfARecursiveType: a type that holds itself is listed once and walked as deep
+// as its value goes.
+func TestDropEmptyListsOfARecursiveType(t *testing.T) {
+	type node struct {
+		Tags     []string `json:"tags,omitempty"`
+		Children []*node  `json:"children,omitempty"`
+	}
+	n := &node{Tags: []string{}, Children: []*node{{Tags: []string{}, Children: []*node{}}}}
+	DropEmptyLists(n)
+	if n.Tags != nil || n.Children[0].Tags != nil || n.Children[0].Children != nil {
+		t.Fatalf("empty lists left: %+v %+v", n, n.Children[0])
+	}
+}
