@@ -21,11 +21,9 @@ func dropEmptyLists(v reflect.Value) {
 		if !v.IsNil() {
 			dropEmptyLists(v.Elem())
 		}
-	case reflect.Slice:
-		if holdsOmittable(v.Type().Elem()) {
-			for i := range v.Len() {
-				dropEmptyLists(v.Index(i))
-			}
+	case reflect.Slice: // a field's slice is visited only when its elements hold some (listOmittable)
+		for i := range v.Len() {
+			dropEmptyLists(v.Index(i))
 		}
 	case reflect.Struct:
 		fields := omittableFields(v.Type())
@@ -74,10 +72,10 @@ func listOmittable(t reflect.Type, visiting map[reflect.Type]bool) omittable {
 		case !f.IsExported():
 		case omitsEmpty(f) && (f.Type.Kind() == reflect.Slice || f.Type.Kind() == reflect.Map):
 			o.lists = append(o.lists, i)
-			if f.Type.Kind() == reflect.Slice && holds(f.Type.Elem(), visiting) {
+			if f.Type.Kind() == reflect.Slice && holdsOmittable(f.Type.Elem(), visiting) {
 				o.nested = append(o.nested, i)
 			}
-		case holds(f.Type, visiting):
+		case holdsOmittable(f.Type, visiting):
 			o.nested = append(o.nested, i)
 		}
 	}
@@ -85,25 +83,12 @@ func listOmittable(t reflect.Type, visiting map[reflect.Type]bool) omittable {
 	return o
 }
 
-// holdsOmittable tells whether a value of t can hold an omitempty list or map.
-func holdsOmittable(t reflect.Type) bool {
+// holdsOmittable tells whether a value of t can hold an omitempty list or map; a type being
+// listed (in visiting) is taken to hold some.
+func holdsOmittable(t reflect.Type, visiting map[reflect.Type]bool) bool {
 	switch t.Kind() {
 	case reflect.Pointer, reflect.Slice:
-		return holdsOmittable(t.Elem())
-	case reflect.Interface:
-		return true
-	case reflect.Struct:
-		o := omittableFields(t)
-		return len(o.lists) > 0 || len(o.nested) > 0
-	}
-	return false
-}
-
-// holds is holdsOmittable while listing: a type being listed may hold some (it is visited).
-func holds(t reflect.Type, visiting map[reflect.Type]bool) bool {
-	switch t.Kind() {
-	case reflect.Pointer, reflect.Slice:
-		return holds(t.Elem(), visiting)
+		return holdsOmittable(t.Elem(), visiting)
 	case reflect.Interface:
 		return true
 	case reflect.Struct:
