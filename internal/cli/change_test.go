@@ -31,11 +31,15 @@ const changeConfig = `services:
       - {address: 10.0.0.2, port: 8080}
 `
 
-// changeDaemon runs an engine over the fake datapath behind the API, its config file at path.
-func changeDaemon(t *testing.T) (url, path string) {
+// changeDaemon runs an engine over the fake datapath behind the API, its config file
+// (changeConfig) at path.
+func changeDaemon(t *testing.T) (url, path string) { return fakeDaemon(t, changeConfig) }
+
+// fakeDaemon runs an engine over the fake datapath behind the API, its config file (text) at path.
+func fakeDaemon(t *testing.T, text string) (url, path string) {
 	t.Helper()
 	path = filepath.Join(t.TempDir(), "sluice.yaml")
-	if err := os.WriteFile(path, []byte(changeConfig), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := config.Load(path)
