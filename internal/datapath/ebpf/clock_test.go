@@ -1,9 +1,6 @@
 package ebpf
 
 import (
-	"bufio"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,41 +10,24 @@ import (
 // the program hands the port to another flow.
 const fullNATIdle = 120 * time.Second
 
-// bpfClockNow reads the clock the BPF program stamps flows with: CLOCK_MONOTONIC of the host.
-// A time namespace shifts the test's CLOCK_MONOTONIC but not bpf_ktime_get_ns, so the namespace's
-// offset (/proc/self/timens_offsets) is taken back out.
-func bpfClockNow(t *testing.T) uint64 {
-	t.Helper()
-	offset, err := monotonicOffset()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return uint64(int64(monotonicNow()) - offset)
-}
-
-// monotonicOffset is this process's time namespace's CLOCK_MONOTONIC offset in nanoseconds (0
-// outside a time namespace or on a kernel without them).
-func monotonicOffset() (int64, error) {
-	f, err := os.Open("/proc/self/timens_offsets")
-	if os.IsNotExist(err) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) != 3 || fields[0] != "monotonic" {
-			continue
+// TestParseMonotonicOffset reads timens_offsets as the kernel writes it, a negative offset (a
+// namespace that makes the machine look younger) included, and refuses a malformed line.
+func TestParseMonotonicOffset(t *testing.T) {
+	for _, c := range []struct {
+		text string
+		want int64
+		err  bool
+	}{
+		{"monotonic           0         0\nboottime            0         0\n", 0, false},
+		{"monotonic       -3600         0\nboottime        -3600         0\n", -3600 * int64(time.Second), false},
+		{"boottime 5 0\nmonotonic 2 500\n", 2*int64(time.Second) + 500, false},
+		{"", 0, false},
+		{"monotonic 2\n", 0, true},
+		{"monotonic x 0\n", 0, true},
+	} {
+		got, err := parseMonotonicOffset(strings.NewReader(c.text))
+		if (err != nil) != c.err || got != c.want {
+			t.Errorf("parseMonotonicOffset(%q) = %d, %v; want %d (error %v)", c.text, got, err, c.want, c.err)
 		}
-		sec, err1 := strconv.ParseInt(fields[1], 10, 64)
-		nsec, err2 := strconv.ParseInt(fields[2], 10, 64)
-		if err1 != nil || err2 != nil {
-			return 0, &strconv.NumError{Func: "timens_offsets", Num: sc.Text(), Err: strconv.ErrSyntax}
-		}
-		return sec*int64(time.Second) + nsec, nil
 	}
-	return 0, sc.Err()
 }

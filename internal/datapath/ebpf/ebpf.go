@@ -67,6 +67,9 @@ func New(log *slog.Logger, opts Options) (*Datapath, error) {
 	if opts.PinPath == "" {
 		opts.PinPath = DefaultPinPath
 	}
+	if _, err := clockOffset(); err != nil {
+		return nil, err
+	}
 	return &Datapath{log: log, opts: opts, links: map[string]*attachment{}}, nil
 }
 

@@ -488,7 +488,7 @@ func stateFixtures() []fixture {
 	// fullNATIdle can tell apart.
 	portHeld := func(idle bool) func(e *fxEnv) {
 		return func(e *fxEnv) {
-			lastSeen := bpfClockNow(e.t)
+			lastSeen := monotonicNow()
 			if idle {
 				if lastSeen < uint64(fullNATIdle+time.Second) {
 					e.t.Skipf("the BPF clock reads %v: no flow can have been idle for %v yet", time.Duration(lastSeen), fullNATIdle)

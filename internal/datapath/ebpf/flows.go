@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/sluicelb/sluice/internal/plan"
 )
 
@@ -19,13 +17,6 @@ import (
 // within its service's flow timeout before now.
 func flowIsActive(f sluiceFlow, now uint64, rec *serviceRecord) bool {
 	return f.Flags&sluiceFlowFlagsFLOW_CLOSING == 0 && f.LastSeen+uint64(rec.FlowTimeout)*uint64(time.Second) > now
-}
-
-// monotonicNow is the clock of bpf_ktime_get_ns, in nanoseconds.
-func monotonicNow() uint64 {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // cannot fail for this clock
-	return uint64(ts.Nano())
 }
 
 // activeFlows counts the active flows of every backend of st, by backend id.
