@@ -6,11 +6,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 // deepBodies are bodies of MaxBodyBytes that nest far deeper than MaxJSONDepth.
@@ -23,15 +23,6 @@ func deepBodies() map[string]string {
 	}
 }
 
-// allocated is how many bytes of heap fn allocates.
-func allocated(fn func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	fn()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
-}
-
 // TestDeepJSONIsRefusedCheaply checks that a body nesting deeper than MaxJSONDepth is a 400 naming
 // the limit, found without tokenizing it: the heap hardly grows, however deep it goes.
 func TestDeepJSONIsRefusedCheaply(t *testing.T) {
@@ -40,7 +31,7 @@ func TestDeepJSONIsRefusedCheaply(t *testing.T) {
 		data := []byte(body)
 		var err error
 		var cfg config.Config
-		if n := allocated(func() { err = decodeJSON(data, &cfg) }); n > bound {
+		if n := testutil.Allocated(func() { err = decodeJSON(data, &cfg) }); n > bound {
 			t.Errorf("%s: decoding %d bytes allocated %d bytes, want at most %d", name, len(data), n, bound)
 		}
 		var answer *Error
@@ -57,7 +48,7 @@ func TestManyObjectsAreRefusedCheaply(t *testing.T) {
 	body := []byte(`{"services":[` + strings.TrimSuffix(strings.Repeat("{},", (MaxBodyBytes-20)/3), ",") + `]}`)
 	var err error
 	var cfg config.Config
-	if n := allocated(func() { err = decodeJSON(body, &cfg) }); n > 1<<20 {
+	if n := testutil.Allocated(func() { err = decodeJSON(body, &cfg) }); n > 1<<20 {
 		t.Errorf("decoding %d bytes of empty objects allocated %d bytes, want at most 1 MiB", len(body), n)
 	}
 	var answer *Error

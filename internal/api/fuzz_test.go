@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 // seed is one input of a fuzz seed corpus.
@@ -173,7 +174,7 @@ func FuzzDecodeJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var cfg config.Config
 		var err error
-		if n := allocated(func() { err = decodeJSON(body, &cfg) }); n > decodeAllocBound(len(body)) {
+		if n := testutil.Allocated(func() { err = decodeJSON(body, &cfg) }); n > decodeAllocBound(len(body)) {
 			t.Fatalf("decoding %d bytes allocated %d bytes, more than %d", len(body), n, decodeAllocBound(len(body)))
 		}
 		var answer *Error

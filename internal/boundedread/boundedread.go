@@ -4,6 +4,7 @@
 package boundedread
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -79,16 +80,31 @@ func Open(path string) (*os.File, error) {
 	return f, nil
 }
 
-// Reader reads r to its end, at most limit bytes; name is what the error calls it.
+// Reader reads r to its end, at most limit bytes; name is what the error calls it. A regular
+// file is read into one buffer of its size (a file that grows meanwhile is read on, to the limit).
 func Reader(r io.Reader, name string, limit int64) ([]byte, error) {
-	data, err := io.ReadAll(io.LimitReader(r, limit+1))
-	if err != nil {
+	// ReadFrom reads on while MinRead bytes are free: so many more keep it from growing the buffer.
+	buf := bytes.NewBuffer(make([]byte, 0, min(regularSize(r), limit)+bytes.MinRead))
+	if _, err := buf.ReadFrom(io.LimitReader(r, limit+1)); err != nil {
 		return nil, err
 	}
-	if int64(len(data)) > limit {
+	if int64(buf.Len()) > limit {
 		return nil, &TooLargeError{Path: name, Limit: limit}
 	}
-	return data, nil
+	return buf.Bytes(), nil
+}
+
+// regularSize is the size of r when it is a regular file, else 0.
+func regularSize(r io.Reader) int64 {
+	f, ok := r.(interface{ Stat() (fs.FileInfo, error) })
+	if !ok {
+		return 0
+	}
+	info, err := f.Stat()
+	if err != nil || !info.Mode().IsRegular() {
+		return 0
+	}
+	return info.Size()
 }
 
 // IsLimit tells whether err is a refusal of this package (not a regular file, or too large).

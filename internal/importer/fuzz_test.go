@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 // maxFuzzAlloc bounds what one conversion of a fuzz input may allocate: the inputs are small,
@@ -35,7 +36,7 @@ func convertsSafely(t *testing.T, n int, opts Options, convert func(Options) (*R
 	t.Helper()
 	var res *Result
 	var err error
-	if a := allocated(func() { res, err = convert(opts) }); a > maxFuzzAlloc {
+	if a := testutil.Allocated(func() { res, err = convert(opts) }); a > maxFuzzAlloc {
 		t.Fatalf("allocated %d bytes for an input of %d (%+v)", a, n, opts)
 	}
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 // markOf reads rules and lists what mark stands for, "proto vip ports" joined by "; ", or the
@@ -108,7 +110,7 @@ func TestFwmarkRulesLimits(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			path := write(t, "rules", tc.rules)
 			var err error
-			if n := allocated(func() { _, err = readMarkRules(path) }); n > 64<<20 {
+			if n := testutil.Allocated(func() { _, err = readMarkRules(path) }); n > 64<<20 {
 				t.Errorf("allocated %d bytes", n)
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -5,11 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/sluicelb/sluice/internal/testutil"
 )
 
 // write writes files (name: content) into a new directory and returns the path of the first
@@ -25,23 +26,13 @@ func write(t *testing.T, files ...string) string {
 	return filepath.Join(dir, files[0])
 }
 
-// allocated is what f allocates, in bytes (runtime.MemStats.TotalAlloc).
-func allocated(f func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	f()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
-}
-
 // refused converts path with convert, expecting an error that matches want, within maxAlloc
 // bytes allocated; it returns the error's text.
 func refused(t *testing.T, convert converter, path, want string, maxAlloc uint64) string {
 	t.Helper()
 	var res *Result
 	var err error
-	n := allocated(func() { res, err = convert(path, Options{}) })
+	n := testutil.Allocated(func() { res, err = convert(path, Options{}) })
 	if err == nil {
 		out, _ := res.YAML()
 		t.Fatalf("converted:\n%.2000s", out)
@@ -91,7 +82,7 @@ func TestKeepalivedIncludeNotFollowedPastTheLimits(t *testing.T) {
 	t.Run("bytes", func(t *testing.T) {
 		big := strings.Repeat("# a comment of a line that is long enough to fill the file in few lines\n", (boundedread16MiB-1)/72)
 		path := write(t, "k.conf", vs+strings.Repeat("include big.conf\n", 5), "big.conf", big)
-		refused(t, Keepalived, path, `k\.conf:10: include .*big\.conf: the config and its includes take more than 64 MiB`, 160<<20)
+		refused(t, Keepalived, path, `k\.conf:10: include .*big\.conf: the config and its includes take more than 64 MiB`, 96<<20)
 	})
 }
 
