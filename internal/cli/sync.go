@@ -39,8 +39,9 @@ func printSync(w io.Writer, s replication.Status, now time.Time) error {
 	if f == nil {
 		return nil
 	}
-	fmt.Fprintf(w, "flows: node %s; queue %d of %d, %d dropped; %d events lost; %d send errors; dropped datagrams: %s; %d refreshes, %d skipped, %d failed\n",
-		f.NodeID, f.QueueLength, f.QueueLimit, f.QueueDrops, f.LostEvents, f.SendErrors, counts(f.Drops), f.Refreshes, f.RefreshesSkipped, f.RefreshErrors)
+	fmt.Fprintf(w, "flows: node %s; queue %d of %d, %d dropped; %d events lost; %d send errors; dropped datagrams: %s; %d refreshes, %d skipped, %d failed; peers' flows all here until %s\n",
+		f.NodeID, f.QueueLength, f.QueueLimit, f.QueueDrops, f.LostEvents, f.SendErrors, counts(f.Drops), f.Refreshes, f.RefreshesSkipped, f.RefreshErrors,
+		agoPrecise(now, f.ReplicatedUntil))
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "PEER\tCONNECTED\tLAST SEEN\tSENT\tRECEIVED\tLAG\tLAST RESYNC\tSKIPPED\tDROPPED")
@@ -69,6 +70,14 @@ func ago(now, t time.Time) string {
 		return "-"
 	}
 	return now.Sub(t).Round(time.Second).String()
+}
+
+// agoPrecise is "<how long> ago" to the millisecond, "-" when never.
+func agoPrecise(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return now.Sub(t).Round(time.Millisecond).String() + " ago"
 }
 
 // counts writes counters by reason, the reasons sorted, "-" when there are none.

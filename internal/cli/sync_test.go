@@ -19,6 +19,7 @@ func TestPrintSync(t *testing.T) {
 	st := replication.Status{Enabled: true, Ready: false, Why: "waiting for the initial sync of the flow tables from a peer (at most 10s)",
 		Conntrackd: &conntrackd.Status{Running: false, Reason: "exited with status 1; restarting in 2s", Restarts: 3, ForeignDrops: 7, CPUSeconds: 12.34},
 		Flows: &replication.FlowStatus{NodeID: "00000000000000ab", QueueLimit: 65536, QueueDrops: 2, Drops: map[string]uint64{"bad_mac": 4, "replay": 0},
+			ReplicatedUntil: now.Add(-270 * time.Millisecond),
 			Peers: []replication.PeerStatus{{Address: "10.91.4.12", Connected: true, LastSeen: now.Add(-time.Second), SentEntries: 10, ReceivedEntries: 20,
 				LastResync: replication.Resync{At: now.Add(-time.Minute), Entries: 1800, DurationNS: 250 * time.Millisecond}, Skipped: map[string]uint64{"no such backend": 1}}}}}
 	out.Reset()
@@ -30,7 +31,7 @@ func TestPrintSync(t *testing.T) {
 		"conntrackd: NOT RUNNING: exited with status 1; restarting in 2s; 3 restarts",
 		"7 foreign packets dropped; 12.3s of CPU\n",
 		"queue 0 of 65536, 2 dropped; 0 events lost",
-		"dropped datagrams: bad_mac 4; 0 refreshes, 0 skipped, 0 failed\n",
+		"dropped datagrams: bad_mac 4; 0 refreshes, 0 skipped, 0 failed; peers' flows all here until 270ms ago\n",
 		"10.91.4.12  yes",
 		"1m0s ago, 1800 entries in 250ms",
 		"no such backend 1",

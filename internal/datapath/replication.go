@@ -44,6 +44,10 @@ type FlowReplicator interface {
 	// LostFlows counts the flows created or closed that WatchFlows could not report (its buffer
 	// was full) since the datapath's tables were made; the peers learn them at the next refresh.
 	LostFlows(ctx context.Context) (uint64, error)
+	// ReplicatedUntil tells that every flow the peers created before t has been imported here,
+	// so that a flow without state here began after t: second chance need no longer cover the
+	// table changes made before t (a mid-flow packet of such a flow belongs to the current table).
+	ReplicatedUntil(ctx context.Context, t time.Time) error
 }
 
 // ImportResult counts what ImportFlows did with a batch.

@@ -91,6 +91,13 @@
 // cannot keep an idle flow alive (each round trip ages it by no less than the real time, less
 // the datagrams' transit).
 //
+// # Horizon
+//
+// Once a peer's full resync completed, its flows made until horizonMargin before its latest
+// datagram are all here; the earliest such time over the peers is handed to the datapath every
+// horizonEvery (datapath.FlowReplicator.ReplicatedUntil, Status.ReplicatedUntil), which ends
+// second chance for the table changes before it (horizon.go). Nothing on the wire carries it.
+//
 // Type 6 was added to version 1 without changing the version, since nothing else changed: a
 // receiver built before it drops refresh datagrams as decode_error (counted and logged, nothing
 // else changes: updates, resyncs and heartbeats still pass) and its copies age as before until

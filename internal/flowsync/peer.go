@@ -69,8 +69,11 @@ type peer struct {
 	lastClock int64 // the latest sender clock seen from the address, whatever its node id
 	lastSeen  time.Time
 	connected bool
-	status    PeerStatus
-	asked     *request
+	// whole: a full resync from it completed since it came up, so that its flows up to shortly
+	// before lastSeen are all here (see horizon).
+	whole  bool
+	status PeerStatus
+	asked  *request
 	// serving cancels the resync this node sends the peer, if any; serial tells which one.
 	serving context.CancelFunc
 	serial  uint64

@@ -102,6 +102,7 @@ func (r *Replicator) admit(from netip.Addr, m *message, now time.Time) (p *peer,
 	up = newNode || !p.connected
 	if up {
 		p.asked = nil // a fresh resync, with fresh attempts
+		p.whole = false
 		back = r.noteBack(p, now)
 	}
 	p.connected, p.lastSeen = true, now
@@ -157,6 +158,7 @@ func (r *Replicator) resyncEnded(p *peer, m *message, now time.Time) {
 		"full resync from %s: %d of %d entries in %s", p.addr, res.Entries, res.Total, res.Duration.Round(time.Millisecond))}}
 	if complete {
 		p.asked = nil
+		p.whole = a.received >= m.total
 		if !r.initial.Done {
 			r.initial = InitialSync{Done: true, Peer: p.addr, At: now}
 			close(r.synced)

@@ -47,6 +47,8 @@ type Replicator struct {
 	refreshes, refreshesSkipped, refreshErrors uint64
 	// alone is a time cut off from every peer, and the rejoin that follows it (rejoin.go).
 	alone isolation
+	// told is the latest horizon the datapath was told of (horizon.go).
+	told time.Time
 
 	running   atomic.Bool
 	closeOnce sync.Once
@@ -110,6 +112,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 	wg.Go(func() { r.sendUpdates(ctx) })
 	wg.Go(func() { r.tick(ctx) })
 	wg.Go(func() { r.refreshLoop(ctx) })
+	wg.Go(func() { r.advanceHorizon(ctx) })
 	<-ctx.Done()
 	r.Close() // ends receive
 	wg.Wait()
@@ -138,6 +141,7 @@ func (r *Replicator) Status() Status {
 		QueueLength: q.length, QueueLimit: r.opts.QueueLimit, QueueDrops: q.drops, OldestQueued: q.oldest,
 		Unencodable: r.unencodable.Load(), SendErrors: r.sendErrors, Drops: maps.Clone(r.drops),
 		Refreshes: r.refreshes, RefreshesSkipped: r.refreshesSkipped, RefreshErrors: r.refreshErrors,
+		ReplicatedUntil: r.told,
 	}
 	for _, p := range r.peers {
 		s.Peers = append(s.Peers, p.snapshot())

@@ -26,6 +26,8 @@ type fakeDatapath struct {
 	pause func(ctx context.Context) error
 	// walks counts the SnapshotFlows calls, walking those running, maxWalking the most at once.
 	walks, walking, maxWalking int
+	// horizons are the times ReplicatedUntil was told, in order.
+	horizons []time.Time
 }
 
 func (d *fakeDatapath) WatchFlows(_ context.Context, emit func([]datapath.ReplicatedFlow)) error {
@@ -68,6 +70,23 @@ func (d *fakeDatapath) ImportFlows(_ context.Context, flows []datapath.Replicate
 }
 
 func (d *fakeDatapath) LostFlows(context.Context) (uint64, error) { return 0, nil }
+
+func (d *fakeDatapath) ReplicatedUntil(_ context.Context, t time.Time) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.horizons = append(d.horizons, t)
+	return nil
+}
+
+// horizon is the latest time ReplicatedUntil was told, zero if none.
+func (d *fakeDatapath) horizon() time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.horizons) == 0 {
+		return time.Time{}
+	}
+	return d.horizons[len(d.horizons)-1]
+}
 
 // emit hands flows to the Replicator as the datapath would.
 func (d *fakeDatapath) emit(flows []datapath.ReplicatedFlow) {

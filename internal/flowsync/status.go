@@ -33,7 +33,10 @@ type Status struct {
 	Refreshes        uint64
 	RefreshesSkipped uint64
 	RefreshErrors    uint64
-	Peers            []PeerStatus
+	// ReplicatedUntil is the latest horizon the datapath was told of: every flow the peers made
+	// before it is here (zero: none yet, or a peer has not sent a full resync since it came up).
+	ReplicatedUntil time.Time
+	Peers           []PeerStatus
 }
 
 // PeerStatus is what a node knows of a peer.

@@ -31,11 +31,15 @@ type FlowStatus struct {
 	// before still ran; RefreshErrors those the datapath could not list.
 	// LostEvents counts the flows created or closed that the datapath could not report to the
 	// replication (its buffer was full); the peers learn them at the next refresh.
-	LostEvents       uint64       `json:"lost_events"`
-	Refreshes        uint64       `json:"refreshes"`
-	RefreshesSkipped uint64       `json:"refreshes_skipped"`
-	RefreshErrors    uint64       `json:"refresh_errors"`
-	Peers            []PeerStatus `json:"peers"`
+	LostEvents       uint64 `json:"lost_events"`
+	Refreshes        uint64 `json:"refreshes"`
+	RefreshesSkipped uint64 `json:"refreshes_skipped"`
+	RefreshErrors    uint64 `json:"refresh_errors"`
+	// ReplicatedUntil: every flow the peers made before it is here, so second chance covers only
+	// the table changes since (zero: not known yet, or a peer has not resent its table since it
+	// came up).
+	ReplicatedUntil time.Time    `json:"replicated_until,omitzero"`
+	Peers           []PeerStatus `json:"peers"`
 }
 
 // PeerStatus is what this node knows of a peer (flowsync.PeerStatus).
@@ -69,7 +73,7 @@ func flowStatus(s flowsync.Status) FlowStatus {
 		NodeID: nodeID(s.NodeID), QueueLength: s.QueueLength, QueueLimit: s.QueueLimit, QueueDrops: s.QueueDrops,
 		OldestQueuedNS: s.OldestQueued, Unencodable: s.Unencodable, SendErrors: s.SendErrors, Drops: dropMap(s.Drops),
 		Refreshes: s.Refreshes, RefreshesSkipped: s.RefreshesSkipped, RefreshErrors: s.RefreshErrors,
-		Peers: make([]PeerStatus, 0, len(s.Peers)),
+		ReplicatedUntil: s.ReplicatedUntil, Peers: make([]PeerStatus, 0, len(s.Peers)),
 	}
 	out.InitialSync.Done, out.InitialSync.WithoutPeer, out.InitialSync.At = s.InitialSync.Done, s.InitialSync.WithoutPeer, s.InitialSync.At
 	if s.InitialSync.Peer.IsValid() {

@@ -1,6 +1,7 @@
 package ebpf
 
 import (
+	"context"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -32,7 +33,8 @@ func (s *syncer) rememberPrev(cur *serviceState, offset uint32, was, want []uint
 	for _, b := range cur.backends {
 		own[b.id] = true
 	}
-	until := monotonicNow() + uint64(flowTimeout)
+	now := monotonicNow()
+	until := now + uint64(flowTimeout)
 	var keys []uint32
 	var values []sluicePrevSlot
 	for i, b := range want {
@@ -46,8 +48,12 @@ func (s *syncer) rememberPrev(cur *serviceState, offset uint32, was, want []uint
 		n := min(len(keys), batchSize)
 		done, err := s.m.MaglevPrev.BatchUpdate(keys[:n], values[:n], nil)
 		s.w.entries += done
+		if s.st.prevChanged == nil {
+			s.st.prevChanged = map[uint32]uint64{}
+		}
 		for i := range done {
 			s.st.prev[keys[i]] = values[i]
+			s.st.prevChanged[keys[i]] = now
 		}
 		if err != nil {
 			s.prevSkipped += len(keys) - done
@@ -79,8 +85,54 @@ func forgetPrev(w *writer, m *kernelMaps, st *state, gone func(slot uint32, e sl
 	}
 	for _, k := range keys {
 		delete(st.prev, k)
+		delete(st.prevChanged, k)
 	}
 	return nil
+}
+
+// ReplicatedUntil deletes the second chances of the slots that changed before t: every flow the
+// peers created before then is in the flow table, so a mid-flow packet without a flow here
+// belongs to a flow begun after the change, which the current table placed (on the node it
+// began on, too), and the previous backend would reset it. Slots read back from the maps (this
+// process did not see them change) keep their second chance for the service's flow_timeout. See
+// datapath.FlowReplicator.
+func (d *Datapath) ReplicatedUntil(_ context.Context, t time.Time) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st := d.state
+	if st == nil || len(st.prevChanged) == 0 || d.maps == nil {
+		return nil
+	}
+	cut, ok := monotonicAt(t)
+	if !ok {
+		return nil
+	}
+	var covered []uint32
+	for slot, at := range st.prevChanged {
+		if at < cut {
+			covered = append(covered, slot)
+		}
+	}
+	var w writer
+	if err := deleteAll(&w, d.maps.MaglevPrev, covered); err != nil {
+		return err
+	}
+	for _, slot := range covered {
+		delete(st.prev, slot)
+		delete(st.prevChanged, slot)
+	}
+	return nil
+}
+
+// monotonicAt is time t on the programs' clock (see monotonicNow); false when t is before that
+// clock's start. A t in the future is now.
+func monotonicAt(t time.Time) (uint64, bool) {
+	now := monotonicNow()
+	ago := max(time.Since(t), 0)
+	if uint64(ago) >= now {
+		return 0, false
+	}
+	return now - uint64(ago), true
 }
 
 // forgetPrevExpired deletes the entries past their time.

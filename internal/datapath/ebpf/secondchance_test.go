@@ -186,3 +186,58 @@ func TestResetFlowsForgetsSecondChance(t *testing.T) {
 		t.Errorf("client %s: after its backend's flows were reset, a mid-flow segment went back to %s", c, got)
 	}
 }
+
+// TestSecondChanceEndsAtTheReplicationHorizon: once replication tells that every flow the peers
+// made after a change is here, a mid-flow segment without a flow began after the change, and the
+// current table placed it: its slot's second chance goes. A horizon before the change keeps it;
+// slots read back from the maps (their change not seen by this process) keep theirs.
+func TestSecondChanceEndsAtTheReplicationHorizon(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t)
+	d := r.datapath(Options{})
+	r.apply(d, planFromYAML(t, threeBackends("")))
+	leaving := netip.MustParseAddr("10.91.2.13")
+	c := clientOn(t, d, leaving)
+	forgetFlows(t, d)
+	weightZero := planFromYAML(t, strings.Replace(threeBackends(""), "weight: 3", "weight: 0", 1))
+	before := time.Now()
+	r.apply(d, weightZero)
+	changed := prevEntries(t, d)
+	if changed == 0 {
+		t.Fatal("the table changed and maglev_prev is empty")
+	}
+	if err := d.ReplicatedUntil(ctx, before.Add(-time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if n := prevEntries(t, d); n != changed {
+		t.Errorf("a horizon before the change left %d of %d entries", n, changed)
+	}
+	if got := midFlow(t, d, c); got != leaving {
+		t.Errorf("before the horizon passed the change, a mid-flow segment went to %s, want %s (second chance)", got, leaving)
+	}
+	forgetFlows(t, d)
+	if err := d.ReplicatedUntil(ctx, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if n := prevEntries(t, d); n != 0 {
+		t.Errorf("a horizon past the change left %d entries", n)
+	}
+	if got := midFlow(t, d, c); got == leaving {
+		t.Errorf("past the horizon, a mid-flow segment still went to %s, the slot's previous backend", got)
+	}
+
+	// Read back: no change time, the entries stay for flow_timeout.
+	forgetFlows(t, d)
+	r.apply(d, planFromYAML(t, threeBackends("")))
+	if prevEntries(t, d) == 0 {
+		t.Fatal("the table changed back and maglev_prev is empty")
+	}
+	d.Resync()
+	r.apply(d, planFromYAML(t, threeBackends("")))
+	if err := d.ReplicatedUntil(ctx, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if prevEntries(t, d) == 0 {
+		t.Error("a horizon removed second chances read back from the maps, whose change it cannot place")
+	}
+}

@@ -23,6 +23,9 @@ type state struct {
 	strays   strays
 	limits   limits
 	prev     prevSlots // the content of maglev_prev
+	// prevChanged is when the slots of prev this process remembered changed (CLOCK_MONOTONIC),
+	// until replication covers the change (ReplicatedUntil); a slot read back has no time.
+	prevChanged map[uint32]uint64
 }
 
 // strays are what a read back found that no record explains, by id: removed by the next sync

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/plan"
@@ -333,6 +334,15 @@ func (d *Datapath) LostFlows(ctx context.Context) (uint64, error) {
 		total += n
 	}
 	return total, nil
+}
+
+// ReplicatedUntil tells every datapath that replicates flows.
+func (d *Datapath) ReplicatedUntil(ctx context.Context, t time.Time) error {
+	var errs []error
+	for _, r := range d.replicators() {
+		errs = append(errs, r.ReplicatedUntil(ctx, t))
+	}
+	return errors.Join(errs...)
 }
 
 // skipNoService is the reason a datapath gives for a flow of a service it does not hold.

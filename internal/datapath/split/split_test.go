@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/datapath/fake"
@@ -82,6 +83,7 @@ type replicator struct {
 	*fake.Datapath
 	port  uint16
 	flows []datapath.ReplicatedFlow
+	told  int // ReplicatedUntil calls
 }
 
 func (r *replicator) WatchFlows(_ context.Context, emit func([]datapath.ReplicatedFlow)) error {
@@ -116,6 +118,12 @@ func (r *replicator) ImportFlows(_ context.Context, flows []datapath.ReplicatedF
 // LostFlows answers its listener port, so that a sum shows which datapaths were asked.
 func (r *replicator) LostFlows(context.Context) (uint64, error) { return uint64(r.port), nil }
 
+// ReplicatedUntil records that it was told.
+func (r *replicator) ReplicatedUntil(context.Context, time.Time) error {
+	r.told++
+	return nil
+}
+
 // TestFlowsReplicateWhereTheirServiceIs: each replicating datapath takes the flows of its own
 // services, and a flow is of no service only when neither holds it; a datapath that does not
 // replicate is left out; snapshots and watches cover both.
@@ -133,9 +141,10 @@ func TestFlowsReplicateWhereTheirServiceIs(t *testing.T) {
 		imported, got int
 		skipped       map[string]int
 		lost          uint64
+		told          int
 	}{
-		{"both", New(a, b, nil), 2, 3, map[string]int{"no such service": 1, "no such backend": 1}, 80 + 81},
-		{"the first", New(a, fake.New(), nil), 1, 1, map[string]int{"no such service": 3}, 80},
+		{"both", New(a, b, nil), 2, 3, map[string]int{"no such service": 1, "no such backend": 1}, 80 + 81, 2},
+		{"the first", New(a, fake.New(), nil), 1, 1, map[string]int{"no such service": 3}, 80, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			res, err := c.d.ImportFlows(ctx, batch)
@@ -156,6 +165,10 @@ func TestFlowsReplicateWhereTheirServiceIs(t *testing.T) {
 			}
 			if lost, err := c.d.LostFlows(ctx); err != nil || lost != c.lost {
 				t.Errorf("LostFlows = %d, %v; want %d", lost, err, c.lost)
+			}
+			before := a.told + b.told
+			if err := c.d.ReplicatedUntil(ctx, time.Now()); err != nil || a.told+b.told-before != c.told {
+				t.Errorf("ReplicatedUntil told %d datapaths (%v), want %d", a.told+b.told-before, err, c.told)
 			}
 		})
 	}
