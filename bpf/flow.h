@@ -243,7 +243,10 @@ static __always_inline void reply_ensure(const struct flow_key *k, const struct 
 }
 
 /* Hands flow k, just created or closing at now, to the replicator reading flow_events, if one
- * does (and not for `sluice which`); a full ring counts a drop in flow_event_drops. */
+ * does (and not for `sluice which`); a full ring counts a drop in flow_event_drops. The ring's
+ * own wake-up policy applies: the reader is woken only by a record it is waiting for (it has read
+ * everything before), and it pauses between reads, so that a lone flow leaves for the peers at
+ * once and a burst costs one wake-up per pause. */
 static __always_inline void flow_announce(const struct flow_key *k, const struct flow *f, __u64 now)
 {
 	__u32              zero = 0;
@@ -266,7 +269,7 @@ static __always_inline void flow_announce(const struct flow_key *k, const struct
 	e->key = *k;
 	e->flow = *f;
 	e->flow.last_seen = now; /* f's is refreshed at most once a second */
-	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+	bpf_ringbuf_submit(e, 0);
 }
 
 /* flow_select's errors. */

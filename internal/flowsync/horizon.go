@@ -6,8 +6,8 @@ import (
 )
 
 // The horizon: the time before which every flow the peers made is in this node's flow tables.
-// A peer's flows reach this node in order, each within the datapath's report interval (20 ms on
-// ebpf) and the queue's and the link's delay of its making; so once a full resync from a peer
+// A peer's flows reach this node in order, each within the datapath's report delay (at most 2 ms
+// on ebpf) and the queue's and the link's delay of its making; so once a full resync from a peer
 // completed, its flows made until horizonMargin before its latest datagram are all here. The
 // datapath takes the horizon to end second chance for the table changes before it
 // (datapath.FlowReplicator.ReplicatedUntil): a flow without state here then began after the

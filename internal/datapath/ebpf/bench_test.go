@@ -327,8 +327,8 @@ func BenchmarkNewFlowEvents(b *testing.B) {
 	}
 }
 
-// drainInBackground turns the flow events on and reads them, every flowEventsEvery, until the
-// benchmark ends.
+// drainInBackground turns the flow events on and reads them as they come, until the benchmark
+// ends.
 func drainInBackground(b *testing.B, objs *sluiceObjects) {
 	if _, err := putFlowEvents(objs.Config, true); err != nil {
 		b.Fatal(err)
@@ -342,7 +342,7 @@ func drainInBackground(b *testing.B, objs *sluiceObjects) {
 		defer close(done)
 		var rec ringbuf.Record
 		for {
-			rd.SetDeadline(time.Now().Add(flowEventsEvery))
+			rd.SetDeadline(time.Now().Add(flowEventsWait))
 			err := rd.ReadInto(&rec)
 			if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 				return

@@ -19,14 +19,23 @@ import (
 // Flow replication, the datapath's side (see datapath.FlowReplicator). While WatchFlows runs, the
 // program hands each flow it creates, and each flow whose client sends a FIN or RST, to the
 // flow_events ring (config's flow_events set; nothing per established packet, and a full ring
-// counts a drop instead of waiting), and a goroutine drains it every flowEventsEvery, naming ids by
-// the records. SnapshotFlows walks the flow table; ImportFlows (import.go) writes peers' flows.
+// counts a drop instead of waiting), and a goroutine drains it as soon as a record arrives, at
+// most once every flowEventsPause, naming ids by the records. SnapshotFlows walks the flow table; ImportFlows (import.go) writes peers' flows.
 
 var _ datapath.FlowReplicator = (*Datapath)(nil)
 
-// flowEventsEvery is how often WatchFlows drains flow_events: the program asks for no wakeup, so
-// that a burst of new flows costs no notification each.
-const flowEventsEvery = 20 * time.Millisecond
+// How WatchFlows reads flow_events. The ring wakes its reader only for the first record after
+// the reader has read everything (the kernel's adaptive wake-up), so a lone new flow is read at
+// once: it leaves for the peers within tens of microseconds of its first packet, and a node that
+// dies a moment after a connection began has handed it over all the same. After each drain the
+// reader pauses flowEventsPause, which bounds the wake-ups under a flood of new flows (their
+// records wait in the ring meanwhile, with no wake-up each) and makes a replicated flow at most
+// that much late. flowEventsWait bounds a wait for a first record, so that the watcher notices
+// its context's end and maps made anew.
+const (
+	flowEventsPause = 2 * time.Millisecond
+	flowEventsWait  = 100 * time.Millisecond
+)
 
 // flowEventsBatch is the most flows one emit of WatchFlows carries.
 const flowEventsBatch = 1024
@@ -203,7 +212,8 @@ func snatOf(g sluiceGlobals, family uint8) (netip.Addr, bool) {
 }
 
 // WatchFlows has the program hand its new and closing flows to flow_events and calls emit with
-// them, named by addresses, every flowEventsEvery until ctx ends; see datapath.FlowReplicator.
+// them, named by addresses, as they come (see flowEventsPause) until ctx ends; see
+// datapath.FlowReplicator.
 // It loads the program if no Apply did yet. One watcher at a time: the ring has one reader.
 // Events the full ring lost are counted (LostFlows); a peer learns those flows from its
 // next full resync (SnapshotFlows).
@@ -293,19 +303,35 @@ func (d *Datapath) watchFlows(ctx context.Context, rm *replicaMaps, rd *ringbuf.
 	}
 }
 
-// drainFlowEvents waits flowEventsEvery, then reads every event in flow_events and emits them in
-// batches.
+// drainFlowEvents waits up to flowEventsWait for a record in flow_events, then reads every
+// record there and emits them in batches, and pauses flowEventsPause.
 func drainFlowEvents(rm *replicaMaps, rd *ringbuf.Reader, emit func([]datapath.ReplicatedFlow)) error {
+	var rec ringbuf.Record
+	rd.SetDeadline(time.Now().Add(flowEventsWait))
+	if err := rd.ReadInto(&rec); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil
+		}
+		return err
+	}
 	namer, err := newFlowNamer(rm)
 	if err != nil {
 		return err
 	}
 	now := monotonicNow()
 	var batch []datapath.ReplicatedFlow
-	var rec ringbuf.Record
 	var ev flowEvent
-	rd.SetDeadline(time.Now().Add(flowEventsEvery))
+	rd.SetDeadline(time.Now()) // from here on, what is there already, without waiting
 	for {
+		if decodeFlowEvent(rec.RawSample, &ev) {
+			if rf, ok := namer.name(ev.Key, ev.Flow, now); ok {
+				batch = append(batch, rf)
+			}
+		}
+		if len(batch) == flowEventsBatch {
+			emit(batch)
+			batch = nil
+		}
 		err := rd.ReadInto(&rec)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			break
@@ -313,20 +339,11 @@ func drainFlowEvents(rm *replicaMaps, rd *ringbuf.Reader, emit func([]datapath.R
 		if err != nil {
 			return err
 		}
-		if !decodeFlowEvent(rec.RawSample, &ev) {
-			continue
-		}
-		if rf, ok := namer.name(ev.Key, ev.Flow, now); ok {
-			batch = append(batch, rf)
-		}
-		if len(batch) == flowEventsBatch {
-			emit(batch)
-			batch = nil
-		}
 	}
 	if len(batch) > 0 {
 		emit(batch)
 	}
+	time.Sleep(flowEventsPause)
 	return nil
 }
 
