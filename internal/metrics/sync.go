@@ -38,6 +38,8 @@ var (
 	syncPeerLag    = prometheus.NewDesc("sluice_sync_peer_lag_seconds", "Arrival time of the peer's latest datagram minus its clock.", []string{"peer"}, nil)
 	syncPeerResync = prometheus.NewDesc("sluice_sync_peer_last_resync_timestamp_seconds",
 		"When the last full resync from the peer ended (0: none yet).", []string{"peer"}, nil)
+	syncReplicatedUntil = prometheus.NewDesc("sluice_sync_replicated_until_timestamp_seconds",
+		"Every flow the peers made before this time is here, so second chance covers only the table changes since (0: not known yet).", nil, nil)
 )
 
 // syncCollector reads the replication's state at scrape time.
@@ -49,7 +51,7 @@ type syncCollector struct {
 func (c syncCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{syncEnabled, syncReady, conntrackdUp, conntrackdRestarts, conntrackdPackets,
 		conntrackdErrors, conntrackdInjected, conntrackdForeign, conntrackdCPU, syncQueue, syncQueueDrops, syncLostEvents, syncSendErrors, syncDrops,
-		syncPeerUp, syncPeerEntries, syncPeerSkipped, syncPeerLag, syncPeerResync} {
+		syncPeerUp, syncPeerEntries, syncPeerSkipped, syncPeerLag, syncPeerResync, syncReplicatedUntil} {
 		ch <- d
 	}
 }
@@ -83,6 +85,7 @@ func (c syncCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- counter(syncQueueDrops, float64(f.QueueDrops))
 	ch <- counter(syncLostEvents, float64(f.LostEvents))
 	ch <- counter(syncSendErrors, float64(f.SendErrors))
+	ch <- gauge(syncReplicatedUntil, unixSeconds(f.ReplicatedUntil))
 	for reason, n := range f.Drops {
 		ch <- counter(syncDrops, float64(n), reason)
 	}

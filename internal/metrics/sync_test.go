@@ -1,0 +1,61 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sluicelb/sluice/internal/replication"
+)
+
+// syncSource answers a fixed replication status.
+type syncSource replication.Status
+
+func (s syncSource) Sync() replication.Status { return replication.Status(s) }
+
+// TestSyncMetrics: the flow replication's queue, drops, horizon and peers are exported, and only
+// the enabled gauge without a sync section.
+func TestSyncMetrics(t *testing.T) {
+	st := syncSource{Enabled: true, Ready: true, Flows: &replication.FlowStatus{
+		QueueLength: 3, QueueDrops: 2, Drops: map[string]uint64{"bad_mac": 4},
+		ReplicatedUntil: time.Unix(1700000000, 0),
+		Peers: []replication.PeerStatus{{Address: "10.91.4.12", Connected: true, SentEntries: 10, ReceivedEntries: 20,
+			LastResync: replication.Resync{At: time.Unix(1690000000, 0)}}},
+	}}
+	want := `
+# HELP sluice_sync_dropped_datagrams_total Datagrams received and dropped, by reason.
+# TYPE sluice_sync_dropped_datagrams_total counter
+sluice_sync_dropped_datagrams_total{reason="bad_mac"} 4
+# HELP sluice_sync_peer_entries_total Flow records sent to or received from the peer, in updates and resyncs.
+# TYPE sluice_sync_peer_entries_total counter
+sluice_sync_peer_entries_total{direction="received",peer="10.91.4.12"} 20
+sluice_sync_peer_entries_total{direction="sent",peer="10.91.4.12"} 10
+# HELP sluice_sync_peer_last_resync_timestamp_seconds When the last full resync from the peer ended (0: none yet).
+# TYPE sluice_sync_peer_last_resync_timestamp_seconds gauge
+sluice_sync_peer_last_resync_timestamp_seconds{peer="10.91.4.12"} 1.69e+09
+# HELP sluice_sync_queue_flows Flows waiting to be sent to the peers.
+# TYPE sluice_sync_queue_flows gauge
+sluice_sync_queue_flows 3
+# HELP sluice_sync_replicated_until_timestamp_seconds Every flow the peers made before this time is here, so second chance covers only the table changes since (0: not known yet).
+# TYPE sluice_sync_replicated_until_timestamp_seconds gauge
+sluice_sync_replicated_until_timestamp_seconds 1.7e+09
+`
+	if err := testutil.CollectAndCompare(syncCollector{src: st}, strings.NewReader(want),
+		"sluice_sync_dropped_datagrams_total", "sluice_sync_peer_entries_total", "sluice_sync_peer_last_resync_timestamp_seconds",
+		"sluice_sync_queue_flows", "sluice_sync_replicated_until_timestamp_seconds"); err != nil {
+		t.Error(err)
+	}
+	off := `
+# HELP sluice_sync_enabled Whether the config has a sync section (1) or not (0).
+# TYPE sluice_sync_enabled gauge
+sluice_sync_enabled 0
+`
+	if n := testutil.CollectAndCount(syncCollector{src: syncSource{}}); n != 1 {
+		t.Errorf("without a sync section the collector sent %d metrics, want 1", n)
+	}
+	if err := testutil.CollectAndCompare(syncCollector{src: syncSource{}}, strings.NewReader(off)); err != nil {
+		t.Error(err)
+	}
+}
