@@ -45,6 +45,21 @@ func clientOn(t *testing.T, d *Datapath, b netip.Addr) netip.AddrPort {
 	}
 }
 
+// leaving is the backend of threeBackends whose weight the second chance tests set to 0.
+var leaving = netip.MustParseAddr("10.91.2.13")
+
+// clientOfLeaving programs threeBackends on a rig and returns a client whose connection leaving
+// holds, its flow forgotten (as on a node that never saw it).
+func clientOfLeaving(t *testing.T) (*rig, *Datapath, netip.AddrPort) {
+	t.Helper()
+	r := newRig(t)
+	d := r.datapath(Options{})
+	r.apply(d, planFromYAML(t, threeBackends("")))
+	c := clientOn(t, d, leaving)
+	forgetFlows(t, d)
+	return r, d, c
+}
+
 // prevEntries counts maglev_prev's entries.
 func prevEntries(t *testing.T, d *Datapath) int {
 	t.Helper()
@@ -64,7 +79,6 @@ func TestSecondChance(t *testing.T) {
 	r := newRig(t)
 	d := r.datapath(Options{})
 	r.apply(d, planFromYAML(t, threeBackends("")))
-	leaving := netip.MustParseAddr("10.91.2.13")
 	var held []netip.AddrPort
 	for i := 0; len(held) < 20; i++ {
 		if c := client(i, 40000, false); midFlow(t, d, c) == leaving {
@@ -131,12 +145,7 @@ func TestSecondChance(t *testing.T) {
 
 // TestSecondChanceKeepsAccessLists: a client the access lists refuse gets no second chance.
 func TestSecondChanceKeepsAccessLists(t *testing.T) {
-	r := newRig(t)
-	d := r.datapath(Options{})
-	r.apply(d, planFromYAML(t, threeBackends("")))
-	leaving := netip.MustParseAddr("10.91.2.13")
-	c := clientOn(t, d, leaving)
-	forgetFlows(t, d)
+	r, d, c := clientOfLeaving(t)
 	denied := strings.Replace(threeBackends("    source_deny: ["+c.Addr().String()+"]"), "weight: 3", "weight: 0", 1)
 	r.apply(d, planFromYAML(t, denied))
 	if v := runVerdict(t, d, segmentWith(t, c, vipOf(c), layers.TCP{ACK: true})); v != tcShot {
@@ -173,7 +182,6 @@ func TestResetFlowsForgetsSecondChance(t *testing.T) {
 	r := newRig(t)
 	d := r.datapath(Options{})
 	r.apply(d, planFromYAML(t, threeBackends("")))
-	leaving := netip.MustParseAddr("10.91.2.13")
 	c := clientOn(t, d, leaving)
 	weightZero := planFromYAML(t, strings.Replace(threeBackends(""), "weight: 3", "weight: 0", 1))
 	r.apply(d, weightZero)
@@ -193,12 +201,7 @@ func TestResetFlowsForgetsSecondChance(t *testing.T) {
 // slots read back from the maps (their change not seen by this process) keep theirs.
 func TestSecondChanceEndsAtTheReplicationHorizon(t *testing.T) {
 	ctx := context.Background()
-	r := newRig(t)
-	d := r.datapath(Options{})
-	r.apply(d, planFromYAML(t, threeBackends("")))
-	leaving := netip.MustParseAddr("10.91.2.13")
-	c := clientOn(t, d, leaving)
-	forgetFlows(t, d)
+	r, d, c := clientOfLeaving(t)
 	weightZero := planFromYAML(t, strings.Replace(threeBackends(""), "weight: 3", "weight: 0", 1))
 	before := time.Now()
 	r.apply(d, weightZero)
