@@ -100,6 +100,9 @@ type instance struct {
 	// bulk follows the peers' answer once their table was asked for (nil: not yet); touched
 	// by the instance's goroutine only.
 	bulk *bulkTracker
+	// closing are this node's closing connections when the peers' table was asked for, to put
+	// back once it is in (closing.go); nil once put back.
+	closing closingConnections
 	// started is when the current process started.
 	started time.Time
 }
@@ -358,7 +361,7 @@ func (s *Supervisor) runOnce(ctx context.Context, in *instance, first bool) stri
 			st.Restarts++
 		}
 	})
-	in.bulk, in.started = nil, time.Now()
+	in.bulk, in.closing, in.started = nil, nil, time.Now()
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
 	tick := time.NewTicker(s.pollInterval(in))
@@ -490,12 +493,17 @@ func (s *Supervisor) poll(ctx context.Context, in *instance, pid int) {
 func (s *Supervisor) followInitialSync(ctx context.Context, in *instance, at time.Time, st Stats) {
 	switch {
 	case in.bulk == nil && st.PacketsReceived > 0:
+		closing, err := readClosing(time.Now())
+		if err != nil {
+			s.log.Warn("conntrackd: reading this node's closing connections before the peers' table comes", "err", err)
+		}
 		if _, err := client(ctx, in.opts, "-n"); err != nil {
 			s.log.Warn("conntrackd: asking the peers for their table", "err", err)
 			return
 		}
-		in.bulk = newBulkTracker(at, st)
+		in.bulk, in.closing = newBulkTracker(at, st), closing
 	case in.bulk != nil && in.bulk.observe(at, st):
+		s.restoreClosing(in)
 		s.syncOnce.Do(func() {
 			s.setStatus(func(status *Status) { status.InitialSync = time.Now() })
 			close(s.synced)
@@ -505,19 +513,20 @@ func (s *Supervisor) followInitialSync(ctx context.Context, in *instance, at tim
 	}
 }
 
-// ResyncFromPeer asks the peers for a full resync: each sends its table, written into this
-// node's kernel table.
-func (s *Supervisor) ResyncFromPeer(ctx context.Context) error {
-	s.setMu.Lock()
-	in := s.cur
-	s.setMu.Unlock()
-	if in == nil {
-		return errors.New("conntrackd is not running: sync is off")
+// restoreClosing puts back the closing connections the peers' table turned established.
+func (s *Supervisor) restoreClosing(in *instance) {
+	if in.closing == nil {
+		return
 	}
-	return inNamespace(s.ns, func() error {
-		_, err := client(ctx, in.opts, "-n")
-		return err
-	})
+	n, err := in.closing.restore(time.Now())
+	in.closing = nil
+	if err != nil {
+		s.log.Warn("conntrackd: putting back this node's closing connections after the peers' table", "restored", n, "err", err)
+		return
+	}
+	if n > 0 {
+		s.log.Info("conntrackd: put back this node's closing connections that the peers' table made established", "restored", n)
+	}
 }
 
 // Status is conntrackd's health now.

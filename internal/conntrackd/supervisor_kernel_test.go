@@ -65,19 +65,24 @@ func syncPair(t *testing.T) (a, b *node) {
 		linkUp(t, "sync-a", addrA)
 	})
 	netnstest.In(t, b.ns, func() { linkUp(t, "sync-b", addrB, addrForeign) })
-	log := slog.New(slog.NewTextHandler(testLog{t}, nil))
-	for _, n := range []*node{a, b} {
-		ctx, cancel := context.WithCancel(context.Background())
-		netnstest.In(t, n.ns, func() {
-			var err error
-			n.sup, err = New(ctx, log, nil)
-			must(t, err)
-		})
-		t.Cleanup(func() { cancel(); <-n.sup.Done() })
-	}
+	a.sup, b.sup = supervisorIn(t, a.ns), supervisorIn(t, b.ns)
 	a.opts = &Options{Interface: "sync-a", Peers: []netip.Addr{addrB}, Port: testPort, StateDir: t.TempDir()}
 	b.opts = &Options{Interface: "sync-b", Address: addrB, Peers: []netip.Addr{addrA}, Port: testPort, StateDir: t.TempDir()}
 	return a, b
+}
+
+// supervisorIn is a Supervisor acting in ns, stopped when the test ends.
+func supervisorIn(t *testing.T, ns netns.NsHandle) *Supervisor {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var sup *Supervisor
+	netnstest.In(t, ns, func() {
+		var err error
+		sup, err = New(ctx, slog.New(slog.NewTextHandler(testLog{t}, nil)), nil)
+		must(t, err)
+	})
+	t.Cleanup(func() { cancel(); <-sup.Done() })
+	return sup
 }
 
 func linkUp(t *testing.T, name string, addrs ...netip.Addr) {
