@@ -20,6 +20,8 @@ var (
 		"conntrackd's errors on the sync link: send, receive, malformed, lost.", []string{"kind"}, nil)
 	conntrackdInjected = prometheus.NewDesc("sluice_sync_conntrackd_injected_total",
 		"Entries conntrackd wrote into the kernel's conntrack table from its peers.", nil, nil)
+	conntrackdCached = prometheus.NewDesc("sluice_sync_conntrackd_cached_entries",
+		"Flows in conntrackd's cache, which it answers a peer's resync request from: above the kernel's table, it holds flows that ended.", nil, nil)
 	conntrackdCPU = prometheus.NewDesc("sluice_sync_conntrackd_cpu_seconds_total",
 		"CPU time (user and system) of the conntrackd processes the daemon ran: what replication costs the node in user space.", nil, nil)
 	conntrackdForeign = prometheus.NewDesc("sluice_sync_conntrackd_foreign_dropped_total",
@@ -50,7 +52,7 @@ type syncCollector struct {
 // Describe sends every metric the collector can emit.
 func (c syncCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{syncEnabled, syncReady, conntrackdUp, conntrackdRestarts, conntrackdPackets,
-		conntrackdErrors, conntrackdInjected, conntrackdForeign, conntrackdCPU, syncQueue, syncQueueDrops, syncLostEvents, syncSendErrors, syncDrops,
+		conntrackdErrors, conntrackdInjected, conntrackdCached, conntrackdForeign, conntrackdCPU, syncQueue, syncQueueDrops, syncLostEvents, syncSendErrors, syncDrops,
 		syncPeerUp, syncPeerEntries, syncPeerSkipped, syncPeerLag, syncPeerResync, syncReplicatedUntil} {
 		ch <- d
 	}
@@ -74,6 +76,7 @@ func (c syncCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- counter(conntrackdErrors, float64(n), kind)
 		}
 		ch <- counter(conntrackdInjected, float64(ct.Stats.Injected()))
+		ch <- gauge(conntrackdCached, float64(ct.Stats.Entries))
 		ch <- counter(conntrackdForeign, float64(ct.ForeignDrops))
 		ch <- counter(conntrackdCPU, ct.CPUSeconds)
 	}

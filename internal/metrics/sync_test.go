@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sluicelb/sluice/internal/conntrackd"
 	"github.com/sluicelb/sluice/internal/replication"
 )
 
@@ -15,8 +16,8 @@ type syncSource replication.Status
 
 func (s syncSource) Sync() replication.Status { return replication.Status(s) }
 
-// TestSyncMetrics: the flow replication's queue, drops, horizon and peers are exported, and only
-// the enabled gauge without a sync section.
+// TestSyncMetrics: the flow replication's queue, drops, horizon and peers are exported,
+// conntrackd's cache and injections, and only the enabled gauge without a sync section.
 func TestSyncMetrics(t *testing.T) {
 	st := syncSource{Enabled: true, Ready: true, Flows: &replication.FlowStatus{
 		QueueLength: 3, QueueDrops: 2, Drops: map[string]uint64{"bad_mac": 4},
@@ -52,6 +53,19 @@ sluice_sync_replicated_until_timestamp_seconds 1.7e+09
 # TYPE sluice_sync_enabled gauge
 sluice_sync_enabled 0
 `
+	ct := syncSource{Enabled: true, Conntrackd: &conntrackd.Status{Running: true, Stats: conntrackd.Stats{Entries: 1200, InjectCreated: 7}}}
+	conntrackdWant := `
+# HELP sluice_sync_conntrackd_cached_entries Flows in conntrackd's cache, which it answers a peer's resync request from: above the kernel's table, it holds flows that ended.
+# TYPE sluice_sync_conntrackd_cached_entries gauge
+sluice_sync_conntrackd_cached_entries 1200
+# HELP sluice_sync_conntrackd_injected_total Entries conntrackd wrote into the kernel's conntrack table from its peers.
+# TYPE sluice_sync_conntrackd_injected_total counter
+sluice_sync_conntrackd_injected_total 7
+`
+	if err := testutil.CollectAndCompare(syncCollector{src: ct}, strings.NewReader(conntrackdWant),
+		"sluice_sync_conntrackd_cached_entries", "sluice_sync_conntrackd_injected_total"); err != nil {
+		t.Error(err)
+	}
 	if n := testutil.CollectAndCount(syncCollector{src: syncSource{}}); n != 1 {
 		t.Errorf("without a sync section the collector sent %d metrics, want 1", n)
 	}
