@@ -229,3 +229,13 @@ func TestCorpusSize(t *testing.T) {
 		t.Logf("%s: %d configs", format, n)
 	}
 }
+
+// TestCommentEscapesWhatYAMLCannotWrite: a note citing input with bytes that are not UTF-8 or
+// control characters is written escaped (the YAML emitter panics on the bytes), the rest as is.
+func TestCommentEscapesWhatYAMLCannotWrite(t *testing.T) {
+	got := comment([]string{"-b Uh\x80port: dropped", "a\tb\nc", `"quoted" ünïcode`})
+	want := "# -b Uh\\x80port: dropped\n# a\\tb\\nc\n# \"quoted\" ünïcode"
+	if got != want {
+		t.Errorf("comment:\n%s\nwant:\n%s", got, want)
+	}
+}

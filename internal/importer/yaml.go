@@ -3,7 +3,9 @@ package importer
 import (
 	"bytes"
 	"fmt"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
@@ -123,10 +125,25 @@ func flowPorts(service *yaml.Node) {
 
 func scalar(v string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Value: v} }
 
-// comment is lines as a YAML comment ("# " before each), "" for none.
+// comment is lines as a YAML comment ("# " before each), "" for none. Lines quote the input they
+// cite, so what is not printable UTF-8 (a control character, a byte that is not UTF-8, which the
+// YAML emitter cannot write) is escaped as Go escapes it in a string.
 func comment(lines []string) string {
 	if len(lines) == 0 {
 		return ""
 	}
-	return "# " + strings.Join(lines, "\n# ")
+	printable := make([]string, len(lines))
+	for i, l := range lines {
+		printable[i] = escapeUnprintable(l)
+	}
+	return "# " + strings.Join(printable, "\n# ")
+}
+
+// escapeUnprintable is s with its non-printable runes and invalid bytes escaped (\x80, \n).
+func escapeUnprintable(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return !strconv.IsPrint(r) }) {
+		return s
+	}
+	q := strconv.Quote(s)
+	return strings.ReplaceAll(q[1:len(q)-1], `\"`, `"`)
 }
