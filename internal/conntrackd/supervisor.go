@@ -29,6 +29,9 @@ const (
 	stopGrace = 5 * time.Second
 	// pollEvery is how often the statistics are read.
 	pollEvery = 2 * time.Second
+	// closingRepairFor is how long after the initial sync the node's closing connections are put
+	// back at each poll (restoreClosing).
+	closingRepairFor = 5 * time.Second
 	// clientTimeout bounds a conntrackd client command.
 	clientTimeout = 5 * time.Second
 	// guardTimeout bounds a transaction of the guard table.
@@ -101,8 +104,9 @@ type instance struct {
 	// by the instance's goroutine only.
 	bulk *bulkTracker
 	// closing are this node's closing connections when the peers' table was asked for, to put
-	// back once it is in (closing.go); nil once put back.
-	closing closingConnections
+	// back once it is in (closing.go), until closingUntil; nil once put back.
+	closing      closingConnections
+	closingUntil time.Time
 	// started is when the current process started.
 	started time.Time
 }
@@ -361,7 +365,7 @@ func (s *Supervisor) runOnce(ctx context.Context, in *instance, first bool) stri
 			st.Restarts++
 		}
 	})
-	in.bulk, in.closing, in.started = nil, nil, time.Now()
+	in.bulk, in.closing, in.closingUntil, in.started = nil, nil, time.Time{}, time.Now()
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
 	tick := time.NewTicker(s.pollInterval(in))
@@ -510,16 +514,26 @@ func (s *Supervisor) followInitialSync(ctx context.Context, in *instance, at tim
 			s.log.Info("conntrackd: initial sync done: this node has the peers' table", "entries_received", st.Injected(),
 				"after", at.Sub(in.bulk.asked).Round(time.Millisecond))
 		})
+	case !in.closingUntil.IsZero(): // the peers' entries still arriving after the end was judged
+		s.restoreClosing(in)
 	}
 }
 
-// restoreClosing puts back the closing connections the peers' table turned established.
+// restoreClosing puts back the closing connections the peers' table turned established: at each
+// poll from the end of the initial sync for closingRepairFor, since the end of a peer's table is
+// a judgement and its last entries can come after it.
 func (s *Supervisor) restoreClosing(in *instance) {
 	if in.closing == nil {
 		return
 	}
-	n, err := in.closing.restore(time.Now())
-	in.closing = nil
+	now := time.Now()
+	if in.closingUntil.IsZero() {
+		in.closingUntil = now.Add(closingRepairFor)
+	}
+	n, err := in.closing.restore(now)
+	if now.After(in.closingUntil) {
+		in.closing, in.closingUntil = nil, time.Time{}
+	}
 	if err != nil {
 		s.log.Warn("conntrackd: putting back this node's closing connections after the peers' table", "restored", n, "err", err)
 		return
