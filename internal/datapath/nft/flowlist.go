@@ -86,39 +86,32 @@ func (c *flowCollector) add(f datapath.Flow) {
 func (c *flowCollector) addConntrack(svc dispatchedService) error {
 	proto := protoNumbers[string(svc.protocol)]
 	family := conntrackFamily(ipvOf(svc.vip))
-	req := ctRequest(nl.IPCTNL_MSG_CT_GET, unix.NLM_F_DUMP, family, nil)
-	err := req.ExecuteIter(unix.NETLINK_NETFILTER, 0, func(msg []byte) bool {
-		e, ok := parseCTEntry(msg)
-		if !ok || e.flow.proto != proto || e.flow.vip != svc.vip || !svc.ports.Contains(int(e.flow.vport)) || !e.flow.translated() {
-			return true
+	return eachCTEntry(family, func(e ctEntry) {
+		if e.flow.proto != proto || e.flow.vip != svc.vip || !svc.ports.Contains(int(e.flow.vport)) || !e.flow.translated() {
+			return
 		}
 		f := datapath.Flow{
-			Protocol: svc.protocol, Client: e.orig.src, VIP: e.orig.dst, Backend: e.reply.src,
-			State: ctState(e), ExpiresIn: e.timeout,
+			Protocol: svc.protocol, Client: e.Orig.Src, VIP: e.Orig.Dst, Backend: e.Reply.Src,
+			State: ctState(e), ExpiresIn: e.Timeout,
 		}
 		if svc.mode == config.ModeFullNAT {
-			f.NATPort = e.reply.dst.Port()
+			f.NATPort = e.Reply.Dst.Port()
 		}
 		c.add(f)
-		return true
 	})
-	if err != nil && !errors.Is(err, nl.ErrDumpInterrupted) {
-		return fmt.Errorf("reading conntrack: %w", err)
-	}
-	return nil
 }
 
 // ctState names an entry's state: its TCP state, or whether a datagram flow was answered.
 func ctState(e ctEntry) string {
 	switch {
-	case e.flow.proto != unix.IPPROTO_TCP && e.seenReply:
+	case e.flow.proto != unix.IPPROTO_TCP && e.SeenReply():
 		return "REPLIED"
 	case e.flow.proto != unix.IPPROTO_TCP:
 		return "UNREPLIED"
-	case int(e.tcpState) < len(tcpStates):
-		return tcpStates[e.tcpState]
+	case int(e.TCPState) < len(tcpStates):
+		return tcpStates[e.TCPState]
 	}
-	return strconv.Itoa(int(e.tcpState))
+	return strconv.Itoa(int(e.TCPState))
 }
 
 // addFlowMap adds the elements of a dsr service's flow map: each keys a flow by the client's

@@ -303,3 +303,9 @@ func attrsOf(msg []byte) []syscall.NetlinkRouteAttr {
 	attrs, _ := nl.ParseRouteAttr(msg[nl.SizeofNfgenmsg:])
 	return attrs
 }
+
+// nestedAttrs decodes the attributes nested in b; none when b is malformed.
+func nestedAttrs(b []byte) []syscall.NetlinkRouteAttr {
+	attrs, _ := nl.ParseRouteAttr(b)
+	return attrs
+}

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/ctnetlink"
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/plan"
 )
@@ -345,50 +346,27 @@ func (s programmedService) conntrackBackend(proto uint8, src, vip netip.AddrPort
 	if err != nil || !found {
 		return netip.AddrPort{}, 0, false, err
 	}
-	if reply.src == vip {
+	if reply.Src == vip {
 		return netip.AddrPort{}, 0, false, fmt.Errorf("conntrack tracks %s -> %s untranslated (it began before service %s could balance it): it reaches no backend until it ends", src, vip, s.name)
 	}
 	if s.mode == config.ModeFullNAT {
-		natPort = reply.dst.Port()
+		natPort = reply.Dst.Port()
 	}
-	return reply.src, natPort, true, nil
+	return reply.Src, natPort, true, nil
 }
 
 // conntrackReply is the reply direction of the conntrack entry whose original direction is
 // src -> dst.
-func conntrackReply(proto uint8, src, dst netip.AddrPort) (reply ctTuple, found bool, err error) {
-	family := conntrackFamily(ipvOf(dst.Addr()))
-	orig := nl.NewRtAttr(unix.NLA_F_NESTED|nl.CTA_TUPLE_ORIG, nil)
-	ips := orig.AddRtAttr(unix.NLA_F_NESTED|nl.CTA_TUPLE_IP, nil)
-	srcType, dstType := nl.CTA_IP_V4_SRC, nl.CTA_IP_V4_DST
-	if dst.Addr().Is6() {
-		srcType, dstType = nl.CTA_IP_V6_SRC, nl.CTA_IP_V6_DST
-	}
-	ips.AddRtAttr(srcType, src.Addr().AsSlice())
-	ips.AddRtAttr(dstType, dst.Addr().AsSlice())
-	ports := orig.AddRtAttr(unix.NLA_F_NESTED|nl.CTA_TUPLE_PROTO, nil)
-	ports.AddRtAttr(nl.CTA_PROTO_NUM, []byte{proto})
-	ports.AddRtAttr(nl.CTA_PROTO_SRC_PORT, binary.BigEndian.AppendUint16(nil, src.Port()))
-	ports.AddRtAttr(nl.CTA_PROTO_DST_PORT, binary.BigEndian.AppendUint16(nil, dst.Port()))
-	// The ACK ends the answer: ctnetlink marks its entry as part of a multipart message.
-	msgs, err := ctRequest(nl.IPCTNL_MSG_CT_GET, unix.NLM_F_ACK, family, orig.Serialize()).Execute(unix.NETLINK_NETFILTER, 0)
-	if errors.Is(err, unix.ENOENT) {
-		return ctTuple{}, false, nil
-	}
+func conntrackReply(proto uint8, src, dst netip.AddrPort) (reply ctnetlink.Tuple, found bool, err error) {
+	var e ctnetlink.Entry
+	err = withConntrack(func(s *ctnetlink.Socket) error {
+		e, found, err = s.Get(ctnetlink.Tuple{Proto: proto, Src: src, Dst: dst})
+		return err
+	})
 	if err != nil {
-		return ctTuple{}, false, fmt.Errorf("looking the flow up in conntrack: %w", err)
+		return ctnetlink.Tuple{}, false, fmt.Errorf("looking the flow up in conntrack: %w", err)
 	}
-	for _, m := range msgs {
-		for _, a := range attrsOf(m) {
-			if a.Attr.Type&nl.NLA_TYPE_MASK == nl.CTA_TUPLE_REPLY {
-				reply = parseCTTuple(a.Value)
-			}
-		}
-	}
-	if !reply.src.IsValid() {
-		return ctTuple{}, false, errors.New("conntrack answered without the flow's reply direction")
-	}
-	return reply, true, nil
+	return e.Reply, found, nil
 }
 
 // rememberedBackend looks the flow up in the dsr service's flow map: tracked when it holds the
