@@ -26,6 +26,9 @@ type ReplicatedFlow struct {
 	Closing bool
 	// Idle is the time since its last packet, when it was read.
 	Idle time.Duration
+	// TCPState is the conntrack TCP state (1 to 10) of a TCP flow of the kernel's conntrack
+	// table (internal/cttable); 0 for the ebpf datapath's flows, which tell only Closing.
+	TCPState uint8
 }
 
 // FlowReplicator is a Datapath whose flows other nodes take in, so that a flow that moves to

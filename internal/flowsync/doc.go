@@ -44,7 +44,8 @@
 //	0  1  family: 4, 6 or 46
 //	1  1  protocol: 6 tcp, 17 udp
 //	2  1  flags: bit 0 closing (FIN or RST seen), bit 1 nat source present; others 0
-//	3  1  reserved, 0
+//	3  1  conntrack TCP state (1 to 10) of a TCP flow of the kernel's conntrack table, whose
+//	      full resyncs travel on a port of their own (internal/cttable); 0 for other records
 //	4  4  idle, milliseconds (saturating)
 //	8  .. client, listener, backend, nat source: each an address (4 or 16) then a port (2);
 //	      the nat source is all zero when flag bit 1 is clear

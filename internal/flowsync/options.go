@@ -65,6 +65,14 @@ type Options struct {
 	// of the services, and with fullnat than the 120 s after which a peer reuses an idle flow's
 	// source port; default DefaultRefreshInterval, at most MaxRefreshInterval.
 	RefreshInterval time.Duration
+	// NoRefresh turns the refresh off: for a table whose copies need none (the kernel's
+	// conntrack table, whose live changes conntrackd sends).
+	NoRefresh bool
+	// ResyncOnlyAtStart makes this node ask for full resyncs only until its initial sync is
+	// done, not when a peer comes back later, nor after a time cut off from every peer (see
+	// Rejoin): for a table whose copies a resync cannot tell from the node's own flows, where a
+	// peer's copy of a flow that ended here would come back as a live one (internal/cttable).
+	ResyncOnlyAtStart bool
 	// MaxSkew is how far a datagram's clock may be from this node's before it is dropped as a
 	// replay: the nodes' clocks must be within it of each other (NTP).
 	MaxSkew time.Duration

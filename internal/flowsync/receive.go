@@ -43,7 +43,9 @@ func (r *Replicator) handle(ctx context.Context, dec *decoder, b []byte, from ne
 	if up {
 		r.notify(Event{Kind: EventPeerUp, Peer: from, Message: fmt.Sprintf("peer %s up (node %016x)", from, m.node)})
 		r.notify(back...)
-		r.askResync(p)
+		if r.wantsResync() {
+			r.askResync(p)
+		}
 	}
 	switch m.kind {
 	case msgUpdates, msgRefresh:
@@ -57,6 +59,14 @@ func (r *Replicator) handle(ctx context.Context, dec *decoder, b []byte, from ne
 		r.serve(ctx, p, resyncRef{m.node, m.seq})
 	case msgHeartbeat:
 	}
+}
+
+// wantsResync tells whether a peer that comes up is asked for a full resync: always, or with
+// Options.ResyncOnlyAtStart until the initial sync is done.
+func (r *Replicator) wantsResync() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.opts.ResyncOnlyAtStart || !r.initial.Done
 }
 
 // dropped counts and logs a datagram from addr dropped for reason.

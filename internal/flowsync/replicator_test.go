@@ -443,3 +443,29 @@ func TestOptionsRefused(t *testing.T) {
 		}
 	}
 }
+
+// With ResyncOnlyAtStart a node asks for full resyncs only until its initial sync is done: b,
+// which starts after a, gets a's table, and a, whose initial sync ended without a peer, does
+// not ask for b's when b comes up. NoRefresh sends no refresh.
+func TestResyncOnlyAtStart(t *testing.T) {
+	port := testPort(t)
+	opts := Options{InitialSyncTimeout: time.Millisecond, ResyncOnlyAtStart: true, NoRefresh: true,
+		RefreshInterval: 10 * time.Millisecond, Heartbeat: 20 * time.Millisecond}
+	opts.Peers = peers("127.0.0.9")
+	aTable, bTable := testFlows(20, false)[:10], testFlows(20, false)[10:]
+	a := start(t, "127.0.0.8", port, opts, aTable)
+	testutil.Eventually(t, "a's initial sync without a peer", func() bool { return synced(a.r) })
+	opts.Peers, opts.InitialSyncTimeout = peers("127.0.0.8"), time.Hour
+	b := start(t, "127.0.0.9", port, opts, bTable)
+	testutil.Eventually(t, "b's initial sync from a", func() bool { return synced(b.r) && b.dp.has(aTable) })
+	testutil.Eventually(t, "a hearing b", func() bool { return peerStatus(a.r, "127.0.0.9").Connected })
+	time.Sleep(20 * opts.Heartbeat) // time for a request a should not make, and its answer
+	if n := a.dp.importedCount(); n != 0 || !peerStatus(b.r, "127.0.0.8").LastServed.At.IsZero() {
+		t.Errorf("a imported %d of b's flows after its initial sync (b served %+v)", n, peerStatus(b.r, "127.0.0.8").LastServed)
+	}
+	for _, n := range []*node{a, b} {
+		if s := n.r.Status(); s.Refreshes != 0 || s.Rejoin.Pending {
+			t.Errorf("status %+v: want no refresh, no rejoin", s)
+		}
+	}
+}

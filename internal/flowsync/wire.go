@@ -54,6 +54,8 @@ const (
 	familyIPv4   = 4
 	familyIPv6   = 6
 	maxIdleMilli = math.MaxUint32
+	// maxTCPState is the highest conntrack TCP state a record carries (TCP_CONNTRACK_SYN_SENT2).
+	maxTCPState = 10
 )
 
 // familyMixed is the family of a record of a tunnel's flow across families (6in4, 4in6):
@@ -219,7 +221,7 @@ func appendRecord(b []byte, f *datapath.ReplicatedFlow, family byte) []byte {
 	if f.NATSource.Addr().IsValid() {
 		flags |= flagNATSrc
 	}
-	b = append(b, family, protoNumber(f.Protocol), flags, 0)
+	b = append(b, family, protoNumber(f.Protocol), flags, f.TCPState)
 	b = binary.BigEndian.AppendUint32(b, idleMilli(f.Idle))
 	for _, ap := range []netip.AddrPort{f.Client, f.Listener, f.Backend, f.NATSource} {
 		b = appendAddrPort(b, ap, family)
@@ -368,9 +370,10 @@ func decodeRecord(b []byte) (datapath.ReplicatedFlow, int, bool) {
 		return f, 0, false
 	}
 	flags := b[2]
-	if len(b) < size || flags&^knownFlags != 0 || b[3] != 0 {
+	if len(b) < size || flags&^knownFlags != 0 || b[3] > maxTCPState || (b[3] != 0 && f.Protocol != config.ProtocolTCP) {
 		return f, 0, false
 	}
+	f.TCPState = b[3]
 	f.Closing = flags&flagClosing != 0
 	f.Idle = time.Duration(binary.BigEndian.Uint32(b[4:])) * time.Millisecond
 	var aps [4]netip.AddrPort

@@ -272,3 +272,26 @@ func BenchmarkEncodeDecode(b *testing.B) {
 		})
 	}
 }
+
+// A record of the kernel's conntrack table carries its TCP state in its fourth byte; a state on a
+// datagram flow, or past the last, does not decode.
+func TestWireTCPState(t *testing.T) {
+	flows := testFlows(2, false)
+	flows[0].TCPState, flows[1].TCPState = 3, maxTCPState
+	dec := newDecoder(testSecret)
+	m, reason := dec.open(seal(t, testSecret, msgResyncData, resyncRef{1, 2}, 42, 1, time.Now(), flows))
+	if reason != "" || !reflect.DeepEqual(m.flows, flows) {
+		t.Fatalf("decoded %+v (%q), want %+v", m.flows, reason, flows)
+	}
+	for name, f := range map[string]func(*datapath.ReplicatedFlow){
+		"a state past the last":      func(f *datapath.ReplicatedFlow) { f.TCPState = maxTCPState + 1 },
+		"a state on a datagram flow": func(f *datapath.ReplicatedFlow) { f.Protocol = config.ProtocolUDP },
+	} {
+		bad := testFlows(1, false)
+		bad[0].TCPState = 3
+		f(&bad[0])
+		if _, reason := dec.open(seal(t, testSecret, msgResyncData, resyncRef{1, 2}, 42, 2, time.Now(), bad)); reason != DropDecodeError {
+			t.Errorf("%s: dropped as %q, want %q", name, reason, DropDecodeError)
+		}
+	}
+}
