@@ -35,6 +35,13 @@ func printSync(w io.Writer, s replication.Status, now time.Time) error {
 			state, c.Restarts, c.Stats.PacketsSent, c.Stats.PacketsReceived, c.Stats.Injected(),
 			c.Stats.SendErrors+c.Stats.ReceiveErrors+c.Stats.MalformedMessages+c.Stats.LostMessages, c.ForeignDrops, c.CPUSeconds)
 	}
+	if c := s.ConntrackResync; c != nil {
+		fmt.Fprintf(w, "conntrack table resync: node %s; initial sync %s; %d send errors; dropped datagrams: %s\n",
+			c.NodeID, initialSync(c, now), c.SendErrors, counts(c.Drops))
+		if err := printPeers(w, c.Peers, now); err != nil {
+			return err
+		}
+	}
 	f := s.Flows
 	if f == nil {
 		return nil
@@ -42,10 +49,15 @@ func printSync(w io.Writer, s replication.Status, now time.Time) error {
 	fmt.Fprintf(w, "flows: node %s; queue %d of %d, %d dropped; %d events lost; %d send errors; dropped datagrams: %s; %d refreshes, %d skipped, %d failed; peers' flows all here until %s\n",
 		f.NodeID, f.QueueLength, f.QueueLimit, f.QueueDrops, f.LostEvents, f.SendErrors, counts(f.Drops), f.Refreshes, f.RefreshesSkipped, f.RefreshErrors,
 		agoPrecise(now, f.ReplicatedUntil))
+	return printPeers(w, f.Peers, now)
+}
+
+// printPeers writes a replication's peers as a table, after an empty line.
+func printPeers(w io.Writer, peers []replication.PeerStatus, now time.Time) error {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "PEER\tCONNECTED\tLAST SEEN\tSENT\tRECEIVED\tLAG\tLAST RESYNC\tSKIPPED\tDROPPED")
-	for _, p := range f.Peers {
+	for _, p := range peers {
 		resync := "-"
 		if r := p.LastResync; !r.At.IsZero() {
 			resync = fmt.Sprintf("%s ago, %d entries in %s", ago(now, r.At), r.Entries, r.DurationNS.Round(time.Millisecond))
@@ -54,6 +66,18 @@ func printSync(w io.Writer, s replication.Status, now time.Time) error {
 			p.SentEntries, p.ReceivedEntries, p.LagNS.Round(time.Millisecond), resync, counts(p.Skipped), counts(p.Drops))
 	}
 	return tw.Flush()
+}
+
+// initialSync tells how a replication's initial sync went.
+func initialSync(f *replication.FlowStatus, now time.Time) string {
+	switch is := f.InitialSync; {
+	case !is.Done:
+		return "not done"
+	case is.WithoutPeer:
+		return "done without a peer " + ago(now, is.At) + " ago"
+	default:
+		return "done from " + is.Peer + " " + ago(now, is.At) + " ago"
+	}
 }
 
 // readiness names a readiness for a listing.

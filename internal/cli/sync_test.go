@@ -22,6 +22,10 @@ func TestPrintSync(t *testing.T) {
 			ReplicatedUntil: now.Add(-270 * time.Millisecond),
 			Peers: []replication.PeerStatus{{Address: "10.91.4.12", Connected: true, LastSeen: now.Add(-time.Second), SentEntries: 10, ReceivedEntries: 20,
 				LastResync: replication.Resync{At: now.Add(-time.Minute), Entries: 1800, DurationNS: 250 * time.Millisecond}, Skipped: map[string]uint64{"no such backend": 1}}}}}
+	st.ConntrackResync = &replication.FlowStatus{NodeID: "00000000000000cd", Drops: map[string]uint64{"unknown_peer": 1},
+		Peers: []replication.PeerStatus{{Address: "10.91.4.12", Connected: true, ReceivedEntries: 420, Skipped: map[string]uint64{"tracked here": 9},
+			LastResync: replication.Resync{At: now.Add(-2 * time.Minute), Entries: 420, DurationNS: 80 * time.Millisecond}}}}
+	st.ConntrackResync.InitialSync.Done, st.ConntrackResync.InitialSync.Peer, st.ConntrackResync.InitialSync.At = true, "10.91.4.12", now.Add(-2*time.Minute)
 	out.Reset()
 	if err := printSync(&out, st, now); err != nil {
 		t.Fatal(err)
@@ -35,6 +39,9 @@ func TestPrintSync(t *testing.T) {
 		"10.91.4.12  yes",
 		"1m0s ago, 1800 entries in 250ms",
 		"no such backend 1",
+		"conntrack table resync: node 00000000000000cd; initial sync done from 10.91.4.12 2m0s ago; 0 send errors; dropped datagrams: unknown_peer 1\n",
+		"2m0s ago, 420 entries in 80ms",
+		"tracked here 9",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("sync listing lacks %q:\n%s", want, out.String())

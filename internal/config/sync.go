@@ -22,7 +22,7 @@ type Sync struct {
 	// Group is a multicast group every node sends to and joins on Interface, instead of Peers.
 	Group IP `yaml:"group,omitempty" json:"group,omitzero"`
 	// Port is the UDP port of Sluice's flow replication (ebpf); conntrackd (nft) uses the next
-	// one. Default 3780.
+	// one, and Sluice's full resync of the conntrack table (nft) the one after. Default 3780.
 	Port int `yaml:"port,omitempty" json:"port,omitempty"`
 	// SecretFile holds the secret the nodes share: updates are authenticated with it (HMAC-SHA256)
 	// and those without it dropped. conntrackd's protocol has none: see docs/ha.md.
@@ -50,8 +50,9 @@ const (
 	MaxSyncPeers = 16
 )
 
-// syncPortBounds are the ports sync.port may take: conntrackd takes the next one.
-var syncPortBounds = bounds{1, 65534}
+// syncPortBounds are the ports sync.port may take: conntrackd takes the next one, the
+// conntrack table's full resync the one after.
+var syncPortBounds = bounds{1, 65533}
 
 // PortOrDefault is the port of Sluice's flow replication.
 func (s *Sync) PortOrDefault() int {
@@ -63,6 +64,10 @@ func (s *Sync) PortOrDefault() int {
 
 // ConntrackdPort is the port conntrackd replicates on: the one after PortOrDefault.
 func (s *Sync) ConntrackdPort() int { return s.PortOrDefault() + 1 }
+
+// ConntrackResyncPort is the port of Sluice's full resync of the conntrack table (beside
+// conntrackd): the one after ConntrackdPort.
+func (s *Sync) ConntrackResyncPort() int { return s.PortOrDefault() + 2 }
 
 // InitialSyncTimeoutOrDefault is how long a starting node waits for its first full resync.
 func (s *Sync) InitialSyncTimeoutOrDefault() time.Duration {
@@ -107,7 +112,7 @@ func (c *Config) validateSync(fail func(path, format string, args ...any)) {
 		}
 	}
 	if s.Port != 0 && !syncPortBounds.has(s.Port) {
-		fail("sync.port", "%d is not a port in %s (conntrackd takes the next one)", s.Port, syncPortBounds)
+		fail("sync.port", "%d is not a port in %s (conntrackd takes the next one, the conntrack table resync the one after)", s.Port, syncPortBounds)
 	}
 	if s.SecretFile == "" || !filepath.IsAbs(s.SecretFile) || filepath.Clean(s.SecretFile) != s.SecretFile {
 		fail("sync.secret_file", "%q is not a clean absolute path: name the file holding the secret the nodes share (at least 16 characters)", s.SecretFile)

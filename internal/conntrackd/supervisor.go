@@ -29,21 +29,15 @@ const (
 	stopGrace = 5 * time.Second
 	// pollEvery is how often the statistics are read.
 	pollEvery = 2 * time.Second
-	// closingRepairFor is how long after the initial sync the node's closing connections are put
-	// back at each poll (restoreClosing).
-	closingRepairFor = 5 * time.Second
 	// clientTimeout bounds a conntrackd client command.
 	clientTimeout = 5 * time.Second
 	// guardTimeout bounds a transaction of the guard table.
 	guardTimeout = 10 * time.Second
 )
 
-// Lines of conntrackd's log the Supervisor acts on: a peer asked for this node's table; the
-// process is set up (its real-time scheduling included).
-const (
-	peerResyncLine  = "resync requested by other node"
-	initializedLine = "initialization completed"
-)
+// initializedLine is the line of conntrackd's log that tells the process is set up (its
+// real-time scheduling included).
+const initializedLine = "initialization completed"
 
 // Supervisor runs conntrackd in the network namespace of the thread that made it.
 type Supervisor struct {
@@ -60,8 +54,6 @@ type Supervisor struct {
 	mu       sync.Mutex // guards status and cpuEnded
 	status   Status
 	cpuEnded time.Duration // CPU time of the conntrackd processes that have exited
-	synced   chan struct{}
-	syncOnce sync.Once
 }
 
 // Status is conntrackd's health, as `sluice sync` and the metrics show it.
@@ -83,8 +75,6 @@ type Status struct {
 	// CPUSeconds is the CPU time (user and system) of the conntrackd processes this Supervisor
 	// ran: those that exited, and the running one's when its statistics were last read.
 	CPUSeconds float64 `json:"cpu_seconds"`
-	// InitialSync is when this node first had the peers' table (zero: not yet). See InitialSync.
-	InitialSync time.Time `json:"initial_sync,omitzero"`
 	// Options are the settled options conntrackd runs with (nil: sync off).
 	Options *Options `json:"-"`
 }
@@ -96,19 +86,8 @@ type instance struct {
 	guard  guard    // the rules guarding its port
 	cancel context.CancelFunc
 	exited chan struct{}
-	// resync is signalled when a peer asked for this node's table; initialized when the
-	// process is set up.
-	resync      chan struct{}
+	// initialized is signalled when the process is set up.
 	initialized chan struct{}
-	// bulk follows the peers' answer once their table was asked for (nil: not yet); touched
-	// by the instance's goroutine only.
-	bulk *bulkTracker
-	// closing are this node's closing connections when the peers' table was asked for, to put
-	// back once it is in (closing.go), until closingUntil; nil once put back.
-	closing      closingConnections
-	closingUntil time.Time
-	// started is when the current process started.
-	started time.Time
 }
 
 // New returns a Supervisor acting in the calling thread's network namespace, stopped when ctx
@@ -119,7 +98,7 @@ func New(ctx context.Context, log *slog.Logger, beside func(commit func() (bool,
 	if err != nil {
 		return nil, fmt.Errorf("reading the network namespace: %w", err)
 	}
-	s := &Supervisor{ns: ns, log: log, beside: beside, done: make(chan struct{}), synced: make(chan struct{})}
+	s := &Supervisor{ns: ns, log: log, beside: beside, done: make(chan struct{})}
 	s.status.Reason = "sync is off"
 	go func() {
 		<-ctx.Done()
@@ -156,10 +135,6 @@ func (s *Supervisor) guardTable(ctx context.Context, g *guard) error {
 
 // Done is closed once the Supervisor has stopped after its context ended.
 func (s *Supervisor) Done() <-chan struct{} { return s.done }
-
-// InitialSync is closed once this node has the peers' table: conntrackd heard from a peer after
-// asking it for a full resync, and the burst of entries it sent is over (bulkTracker).
-func (s *Supervisor) InitialSync() <-chan struct{} { return s.synced }
 
 // Set runs conntrackd with o, the whole desired state: nil stops it and removes its rules; the
 // options it already runs with change nothing. A refusal names its field and changes nothing.
@@ -242,7 +217,7 @@ func (s *Supervisor) stop(ctx context.Context) error {
 	path := s.cur.opts.ConfigPath()
 	s.stopInstance()
 	s.setStatus(func(st *Status) {
-		*st = Status{Reason: "sync is off", InitialSync: st.InitialSync, Restarts: st.Restarts, CPUSeconds: s.cpuEnded.Seconds()}
+		*st = Status{Reason: "sync is off", Restarts: st.Restarts, CPUSeconds: s.cpuEnded.Seconds()}
 	})
 	err := s.guardTable(ctx, nil)
 	os.Remove(path)
@@ -281,7 +256,7 @@ func (s *Supervisor) unlockDir(f *os.File) {
 func (s *Supervisor) start(want *Options, st *settled) {
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{want: want.Clone(), opts: st.opts, guard: st.guard, cancel: cancel, exited: make(chan struct{}),
-		resync: make(chan struct{}, 1), initialized: make(chan struct{}, 1)}
+		initialized: make(chan struct{}, 1)}
 	s.cur = in
 	s.setStatus(func(status *Status) { status.Options = st.opts.Clone() })
 	go s.run(ctx, in)
@@ -342,10 +317,7 @@ func (s *Supervisor) runOnce(ctx context.Context, in *instance, first bool) stri
 	default:
 	}
 	logs := &logLines{log: s.log, onLine: func(line string) {
-		switch {
-		case strings.Contains(line, peerResyncLine):
-			signal(in.resync)
-		case strings.Contains(line, initializedLine):
+		if strings.Contains(line, initializedLine) {
 			signal(in.initialized)
 		}
 	}}
@@ -365,10 +337,9 @@ func (s *Supervisor) runOnce(ctx context.Context, in *instance, first bool) stri
 			st.Restarts++
 		}
 	})
-	in.bulk, in.closing, in.closingUntil, in.started = nil, nil, time.Time{}, time.Now()
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
-	tick := time.NewTicker(s.pollInterval(in))
+	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
 	for {
 		select {
@@ -379,13 +350,10 @@ func (s *Supervisor) runOnce(ctx context.Context, in *instance, first bool) stri
 			terminate(pid, waited)
 			s.ended(cmd.ProcessState)
 			return "stopped"
-		case <-in.resync:
-			s.offerTable(ctx, in)
 		case <-in.initialized:
 			s.timeShared(pid)
 		case <-tick.C:
 			s.poll(ctx, in, pid)
-			tick.Reset(s.pollInterval(in))
 		}
 	}
 }
@@ -423,35 +391,6 @@ func terminate(pid int, waited <-chan error) {
 	<-waited
 }
 
-// offerTable answers a peer's resync request with everything this node's kernel tracks,
-// including the entries replicated from peers and taken over since: conntrackd sends only the
-// entries it saw events for, and a taken-over flow whose state did not change raised none. -R
-// reads the kernel table into conntrackd's cache, -B sends the cache to the peers.
-func (s *Supervisor) offerTable(ctx context.Context, in *instance) {
-	for _, arg := range []string{"-R", "-B"} {
-		if _, err := client(ctx, in.opts, arg); err != nil {
-			s.log.Warn("conntrackd: sending this node's table to a peer that asked for it", "err", err)
-			return
-		}
-	}
-	s.log.Info("conntrackd: a peer asked for a resync: this node's table sent")
-}
-
-// pollInterval is how often the statistics are read: often until the initial sync is done, so
-// that a peer's first message and the end of its burst are seen soon after they come, for
-// syncPollFor at most (a peer that is down or never bursts is not waited for at that pace).
-func (s *Supervisor) pollInterval(in *instance) time.Duration {
-	select {
-	case <-s.synced:
-		return pollEvery
-	default:
-	}
-	if time.Since(in.started) >= syncPollFor {
-		return pollEvery
-	}
-	return syncPollEvery
-}
-
 // ended adds the CPU time of an exited conntrackd process (nil: it never ran) to cpuEnded.
 func (s *Supervisor) ended(ps *os.ProcessState) {
 	if ps == nil {
@@ -463,11 +402,9 @@ func (s *Supervisor) ended(ps *os.ProcessState) {
 	})
 }
 
-// poll reads conntrackd's statistics, its CPU time (process pid) and the rules' counter, and
-// follows the initial sync.
+// poll reads conntrackd's statistics, its CPU time (process pid) and the rules' counter.
 func (s *Supervisor) poll(ctx context.Context, in *instance, pid int) {
 	out, err := client(ctx, in.opts, "-s")
-	at := time.Now()
 	var stats Stats
 	if err == nil {
 		stats, err = ParseStats(out)
@@ -486,61 +423,6 @@ func (s *Supervisor) poll(ctx context.Context, in *instance, pid int) {
 			st.CPUSeconds = (s.cpuEnded + cpu).Seconds()
 		}
 	})
-	if err == nil {
-		s.followInitialSync(ctx, in, at, stats)
-	}
-}
-
-// followInitialSync asks the peers for their table once one is heard from after conntrackd
-// started (so that a peer which starts later is asked too), and marks the initial sync done once
-// their answer is in (bulkTracker).
-func (s *Supervisor) followInitialSync(ctx context.Context, in *instance, at time.Time, st Stats) {
-	switch {
-	case in.bulk == nil && st.PacketsReceived > 0:
-		closing, err := readClosing(time.Now())
-		if err != nil {
-			s.log.Warn("conntrackd: reading this node's closing connections before the peers' table comes", "err", err)
-		}
-		if _, err := client(ctx, in.opts, "-n"); err != nil {
-			s.log.Warn("conntrackd: asking the peers for their table", "err", err)
-			return
-		}
-		in.bulk, in.closing = newBulkTracker(at, st), closing
-	case in.bulk != nil && in.bulk.observe(at, st):
-		s.restoreClosing(in)
-		s.syncOnce.Do(func() {
-			s.setStatus(func(status *Status) { status.InitialSync = time.Now() })
-			close(s.synced)
-			s.log.Info("conntrackd: initial sync done: this node has the peers' table", "entries_received", st.Injected(),
-				"after", at.Sub(in.bulk.asked).Round(time.Millisecond))
-		})
-	case !in.closingUntil.IsZero(): // the peers' entries still arriving after the end was judged
-		s.restoreClosing(in)
-	}
-}
-
-// restoreClosing puts back the closing connections the peers' table turned established: at each
-// poll from the end of the initial sync for closingRepairFor, since the end of a peer's table is
-// a judgement and its last entries can come after it.
-func (s *Supervisor) restoreClosing(in *instance) {
-	if in.closing == nil {
-		return
-	}
-	now := time.Now()
-	if in.closingUntil.IsZero() {
-		in.closingUntil = now.Add(closingRepairFor)
-	}
-	n, err := in.closing.restore(now)
-	if now.After(in.closingUntil) {
-		in.closing, in.closingUntil = nil, time.Time{}
-	}
-	if err != nil {
-		s.log.Warn("conntrackd: putting back this node's closing connections after the peers' table", "restored", n, "err", err)
-		return
-	}
-	if n > 0 {
-		s.log.Info("conntrackd: put back this node's closing connections that the peers' table made established", "restored", n)
-	}
 }
 
 // Status is conntrackd's health now.

@@ -21,7 +21,15 @@ var (
 	conntrackdInjected = prometheus.NewDesc("sluice_sync_conntrackd_injected_total",
 		"Entries conntrackd wrote into the kernel's conntrack table from its peers.", nil, nil)
 	conntrackdCached = prometheus.NewDesc("sluice_sync_conntrackd_cached_entries",
-		"Flows in conntrackd's cache, which it answers a peer's resync request from: above the kernel's table, it holds flows that ended.", nil, nil)
+		"Flows in conntrackd's cache: above the kernel's table, it holds flows that ended (no Sluice node asks for it: the conntrack table resync sends the live table).", nil, nil)
+	tableDrops = prometheus.NewDesc("sluice_sync_conntrack_resync_dropped_datagrams_total",
+		"Datagrams to the conntrack table resync's port received and dropped, by reason.", []string{"reason"}, nil)
+	tablePeerEntries = prometheus.NewDesc("sluice_sync_conntrack_resync_peer_entries_total",
+		"Conntrack entries sent to or received from the peer in full resyncs.", []string{"peer", "direction"}, nil)
+	tablePeerSkipped = prometheus.NewDesc("sluice_sync_conntrack_resync_peer_skipped_total",
+		"Conntrack entries from the peer's full resync not written, by reason.", []string{"peer", "reason"}, nil)
+	tablePeerResync = prometheus.NewDesc("sluice_sync_conntrack_resync_peer_last_resync_timestamp_seconds",
+		"When the last full resync of the conntrack table from the peer ended (0: none).", []string{"peer"}, nil)
 	conntrackdCPU = prometheus.NewDesc("sluice_sync_conntrackd_cpu_seconds_total",
 		"CPU time (user and system) of the conntrackd processes the daemon ran: what replication costs the node in user space.", nil, nil)
 	conntrackdForeign = prometheus.NewDesc("sluice_sync_conntrackd_foreign_dropped_total",
@@ -53,7 +61,8 @@ type syncCollector struct {
 func (c syncCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{syncEnabled, syncReady, conntrackdUp, conntrackdRestarts, conntrackdPackets,
 		conntrackdErrors, conntrackdInjected, conntrackdCached, conntrackdForeign, conntrackdCPU, syncQueue, syncQueueDrops, syncLostEvents, syncSendErrors, syncDrops,
-		syncPeerUp, syncPeerEntries, syncPeerSkipped, syncPeerLag, syncPeerResync, syncReplicatedUntil} {
+		syncPeerUp, syncPeerEntries, syncPeerSkipped, syncPeerLag, syncPeerResync, syncReplicatedUntil,
+		tableDrops, tablePeerEntries, tablePeerSkipped, tablePeerResync} {
 		ch <- d
 	}
 }
@@ -79,6 +88,19 @@ func (c syncCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- gauge(conntrackdCached, float64(ct.Stats.Entries))
 		ch <- counter(conntrackdForeign, float64(ct.ForeignDrops))
 		ch <- counter(conntrackdCPU, ct.CPUSeconds)
+	}
+	if t := s.ConntrackResync; t != nil {
+		for reason, n := range t.Drops {
+			ch <- counter(tableDrops, float64(n), reason)
+		}
+		for _, p := range t.Peers {
+			ch <- counter(tablePeerEntries, float64(p.SentEntries), p.Address, "sent")
+			ch <- counter(tablePeerEntries, float64(p.ReceivedEntries), p.Address, "received")
+			for reason, n := range p.Skipped {
+				ch <- counter(tablePeerSkipped, float64(n), p.Address, reason)
+			}
+			ch <- gauge(tablePeerResync, unixSeconds(p.LastResync.At), p.Address)
+		}
 	}
 	f := s.Flows
 	if f == nil {

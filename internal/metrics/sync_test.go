@@ -53,9 +53,21 @@ sluice_sync_replicated_until_timestamp_seconds 1.7e+09
 # TYPE sluice_sync_enabled gauge
 sluice_sync_enabled 0
 `
-	ct := syncSource{Enabled: true, Conntrackd: &conntrackd.Status{Running: true, Stats: conntrackd.Stats{Entries: 1200, InjectCreated: 7}}}
+	ct := syncSource{Enabled: true, Conntrackd: &conntrackd.Status{Running: true, Stats: conntrackd.Stats{Entries: 1200, InjectCreated: 7}},
+		ConntrackResync: &replication.FlowStatus{Drops: map[string]uint64{"unknown_peer": 2},
+			Peers: []replication.PeerStatus{{Address: "10.91.4.12", ReceivedEntries: 300, Skipped: map[string]uint64{"tracked here": 12}}}}}
 	conntrackdWant := `
-# HELP sluice_sync_conntrackd_cached_entries Flows in conntrackd's cache, which it answers a peer's resync request from: above the kernel's table, it holds flows that ended.
+# HELP sluice_sync_conntrack_resync_dropped_datagrams_total Datagrams to the conntrack table resync's port received and dropped, by reason.
+# TYPE sluice_sync_conntrack_resync_dropped_datagrams_total counter
+sluice_sync_conntrack_resync_dropped_datagrams_total{reason="unknown_peer"} 2
+# HELP sluice_sync_conntrack_resync_peer_entries_total Conntrack entries sent to or received from the peer in full resyncs.
+# TYPE sluice_sync_conntrack_resync_peer_entries_total counter
+sluice_sync_conntrack_resync_peer_entries_total{direction="received",peer="10.91.4.12"} 300
+sluice_sync_conntrack_resync_peer_entries_total{direction="sent",peer="10.91.4.12"} 0
+# HELP sluice_sync_conntrack_resync_peer_skipped_total Conntrack entries from the peer's full resync not written, by reason.
+# TYPE sluice_sync_conntrack_resync_peer_skipped_total counter
+sluice_sync_conntrack_resync_peer_skipped_total{peer="10.91.4.12",reason="tracked here"} 12
+# HELP sluice_sync_conntrackd_cached_entries Flows in conntrackd's cache: above the kernel's table, it holds flows that ended (no Sluice node asks for it: the conntrack table resync sends the live table).
 # TYPE sluice_sync_conntrackd_cached_entries gauge
 sluice_sync_conntrackd_cached_entries 1200
 # HELP sluice_sync_conntrackd_injected_total Entries conntrackd wrote into the kernel's conntrack table from its peers.
@@ -63,7 +75,8 @@ sluice_sync_conntrackd_cached_entries 1200
 sluice_sync_conntrackd_injected_total 7
 `
 	if err := testutil.CollectAndCompare(syncCollector{src: ct}, strings.NewReader(conntrackdWant),
-		"sluice_sync_conntrackd_cached_entries", "sluice_sync_conntrackd_injected_total"); err != nil {
+		"sluice_sync_conntrackd_cached_entries", "sluice_sync_conntrackd_injected_total", "sluice_sync_conntrack_resync_dropped_datagrams_total",
+		"sluice_sync_conntrack_resync_peer_entries_total", "sluice_sync_conntrack_resync_peer_skipped_total"); err != nil {
 		t.Error(err)
 	}
 	if n := testutil.CollectAndCount(syncCollector{src: syncSource{}}); n != 1 {

@@ -1,7 +1,9 @@
 // Package replication runs what a config's sync section asks of this node: conntrackd for the
-// flows the kernel's conntrack table holds (the nft datapath's, and those of the services the
-// ebpf datapath hands to nft), and Sluice's own replication of the ebpf datapath's flow tables
-// (flowsync). The engine hands it the whole config each time (Set), as it does the datapath.
+// live changes of the kernel's conntrack table (the nft datapath's flows, and those of the
+// services the ebpf datapath hands to nft) with Sluice's own full resync of that table when the
+// node starts (flowsync over internal/cttable), and Sluice's own replication of the ebpf
+// datapath's flow tables (flowsync). The engine hands it the whole config each time (Set), as it
+// does the datapath.
 package replication
 
 import (
@@ -20,6 +22,7 @@ import (
 	"github.com/sluicelb/sluice/internal/boundedread"
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/conntrackd"
+	"github.com/sluicelb/sluice/internal/cttable"
 	"github.com/sluicelb/sluice/internal/datapath"
 	"github.com/sluicelb/sluice/internal/flowsync"
 )
@@ -44,7 +47,9 @@ type Runner struct {
 	running *config.Sync // the section Set runs, nil: none
 	needs   needs
 	flows   *flowRun
-	since   time.Time // when the running section was set: its initial sync started
+	// table is the conntrack table's full resync, beside conntrackd (nil: none).
+	table *flowRun
+	since time.Time // when the running section was set: its initial sync started
 }
 
 // flowRun is a running flowsync.Replicator and how to stop it.
@@ -52,6 +57,15 @@ type flowRun struct {
 	r      *flowsync.Replicator
 	cancel context.CancelFunc
 	done   chan struct{}
+}
+
+// stop stops the Replicator and waits for it; nil does nothing.
+func (f *flowRun) stop() {
+	if f == nil {
+		return
+	}
+	f.cancel()
+	<-f.done
 }
 
 // needs says which replication a config needs.
@@ -128,7 +142,7 @@ func (r *Runner) Set(cfg *config.Config) error {
 		return nil
 	}
 	var secret []byte
-	if n.flows {
+	if n != (needs{}) {
 		s, err := readSecret(cfg.Sync.SecretFile)
 		if err != nil {
 			return err
@@ -142,13 +156,23 @@ func (r *Runner) Set(cfg *config.Config) error {
 	if err := r.ctd.Set(r.ctx, o); err != nil {
 		return fieldErrors(err)
 	}
-	r.stopFlows()
+	r.flows.stop()
+	r.table.stop()
+	r.flows, r.table = nil, nil
+	var err error
 	if n.flows {
-		if err := r.startFlows(cfg.Sync, secret); err != nil {
-			_ = r.ctd.Set(r.ctx, nil)
-			r.running, r.needs = nil, needs{}
-			return err
-		}
+		dp, _ := r.dp.(datapath.FlowReplicator)
+		r.flows, err = r.startFlows(r.flowOptions(cfg.Sync, secret, cfg.Sync.PortOrDefault()), dp, nil)
+	}
+	if err == nil && n.conntrackd {
+		err = r.startTable(cfg.Sync, secret)
+	}
+	if err != nil {
+		r.flows.stop()
+		r.flows = nil
+		_ = r.ctd.Set(r.ctx, nil)
+		r.running, r.needs = nil, needs{}
+		return err
 	}
 	r.running, r.needs, r.since = cfg.Sync.Clone(), n, time.Now()
 	return nil
@@ -162,27 +186,59 @@ func (r *Runner) conntrackdOptions(s *config.Sync) *conntrackd.Options {
 	}
 }
 
-// startFlows starts a flowsync.Replicator for s over the datapath's flow tables.
-func (r *Runner) startFlows(s *config.Sync, secret []byte) error {
-	dp, _ := r.dp.(datapath.FlowReplicator)
-	rep, err := flowsync.New(flowsync.Options{
+// flowOptions are flowsync's options for s, on port.
+func (r *Runner) flowOptions(s *config.Sync, secret []byte, port int) flowsync.Options {
+	return flowsync.Options{
 		Interface: s.Interface, Address: s.Address.Addr, Peers: addrs(s.Peers), Group: s.Group.Addr,
-		Port: s.PortOrDefault(), Secret: secret, InitialSyncTimeout: s.InitialSyncTimeoutOrDefault(),
+		Port: port, Secret: secret, InitialSyncTimeout: s.InitialSyncTimeoutOrDefault(),
 		RefreshInterval: s.RefreshIntervalOrDefault(),
 		Notify:          func(ev flowsync.Event) { r.notify(Event{Kind: string(ev.Kind), Message: ev.Message}) },
-	}, dp, r.log)
+	}
+}
+
+// startFlows starts a flowsync.Replicator with o over table; closed, if set, is called once it
+// has stopped.
+func (r *Runner) startFlows(o flowsync.Options, table datapath.FlowReplicator, closed func()) (*flowRun, error) {
+	rep, err := flowsync.New(o, table, r.log)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(r.ctx)
 	run := &flowRun{r: rep, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(run.done)
+		if closed != nil {
+			defer closed()
+		}
 		if err := rep.Run(ctx); err != nil {
-			r.log.Error("sync: flow replication stopped", "err", err)
+			r.log.Error("sync: flow replication stopped", "err", err, "port", o.Port)
 		}
 	}()
-	r.flows = run
+	return run, nil
+}
+
+// startTable starts the conntrack table's full resync for s: a node that starts asks its peers
+// for their tables, and writes in what it does not track (cttable), while conntrackd sends the
+// live changes. It has a port of its own, and no refresh: conntrackd never lets a copy age.
+func (r *Runner) startTable(s *config.Sync, secret []byte) error {
+	o := r.flowOptions(s, secret, s.ConntrackResyncPort())
+	o.NoRefresh, o.ResyncOnlyAtStart = true, true
+	ignore := addrs(s.Peers)
+	if s.Address.IsValid() {
+		ignore = append(ignore, s.Address.Addr)
+	} else if st := r.ctd.Status(); st.Options != nil {
+		ignore = append(ignore, st.Options.Address) // the address conntrackd settled
+	}
+	table, err := cttable.New(ignore)
+	if err != nil {
+		return err
+	}
+	run, err := r.startFlows(o, table, func() { table.Close() })
+	if err != nil {
+		table.Close()
+		return err
+	}
+	r.table = run
 	return nil
 }
 
@@ -190,21 +246,13 @@ func (r *Runner) startFlows(s *config.Sync, secret []byte) error {
 // replication's goroutines, conntrackd (SIGTERM, then SIGKILL after 5 s) and its nft guard table.
 func (r *Runner) Wait() {
 	r.mu.Lock()
-	if r.flows != nil {
-		<-r.flows.done
+	for _, run := range []*flowRun{r.flows, r.table} {
+		if run != nil {
+			<-run.done
+		}
 	}
 	r.mu.Unlock()
 	<-r.ctd.Done()
-}
-
-// stopFlows stops the running flowsync.Replicator, if any, and waits for it.
-func (r *Runner) stopFlows() {
-	if r.flows == nil {
-		return
-	}
-	r.flows.cancel()
-	<-r.flows.done
-	r.flows = nil
 }
 
 // Ready tells whether the node has the state it needs before it takes traffic: no replication is
@@ -219,8 +267,8 @@ func (r *Runner) Ready() (ready bool, why string) {
 	}
 	timeout := r.running.InitialSyncTimeoutOrDefault()
 	var waiting []string
-	if r.needs.conntrackd && !closed(r.ctd.InitialSync()) {
-		waiting = append(waiting, "conntrackd")
+	if r.needs.conntrackd && !closed(r.table.r.InitialSyncDone()) {
+		waiting = append(waiting, "the conntrack table")
 	}
 	if r.needs.flows && !closed(r.flows.r.InitialSyncDone()) {
 		waiting = append(waiting, "the flow tables")
@@ -250,6 +298,9 @@ type Status struct {
 	Conntrackd *conntrackd.Status `json:"conntrackd,omitempty"`
 	// Flows is the ebpf flow tables' replication, when the node runs it.
 	Flows *FlowStatus `json:"flows,omitempty"`
+	// ConntrackResync is the conntrack table's full resync (its peers and resyncs), when the
+	// node runs conntrackd.
+	ConntrackResync *FlowStatus `json:"conntrack_resync,omitempty"`
 }
 
 // Status reads the replication's state now.
@@ -266,6 +317,10 @@ func (r *Runner) Status() Status {
 		f := flowStatus(r.flows.r.Status())
 		f.LostEvents = r.lostFlows()
 		st.Flows = &f
+	}
+	if r.table != nil {
+		f := flowStatus(r.table.r.Status())
+		st.ConntrackResync = &f
 	}
 	return st
 }
