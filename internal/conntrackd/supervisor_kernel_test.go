@@ -55,16 +55,9 @@ func syncPair(t *testing.T) (a, b *node) {
 			testutil.Missing(t, "needs %s (scripts/deps.sh)", tool)
 		}
 	}
-	a, b = &node{ns: netnstest.New(t)}, &node{ns: netnstest.New(t)}
-	netnstest.In(t, a.ns, func() {
-		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "sync-a"}, PeerName: "sync-b"}
-		must(t, netlink.LinkAdd(veth))
-		peer, err := netlink.LinkByName("sync-b")
-		must(t, err)
-		must(t, netlink.LinkSetNsFd(peer, int(b.ns)))
-		linkUp(t, "sync-a", addrA)
-	})
-	netnstest.In(t, b.ns, func() { linkUp(t, "sync-b", addrB, addrForeign) })
+	nsA, nsB := netnstest.Joined(t, netnstest.End{Name: "sync-a", Addrs: []netip.Prefix{netip.PrefixFrom(addrA, 24)}},
+		netnstest.End{Name: "sync-b", Addrs: []netip.Prefix{netip.PrefixFrom(addrB, 24), netip.PrefixFrom(addrForeign, 24)}})
+	a, b = &node{ns: nsA}, &node{ns: nsB}
 	a.sup, b.sup = supervisorIn(t, a.ns), supervisorIn(t, b.ns)
 	a.opts = &Options{Interface: "sync-a", Peers: []netip.Addr{addrB}, Port: testPort, StateDir: t.TempDir()}
 	b.opts = &Options{Interface: "sync-b", Address: addrB, Peers: []netip.Addr{addrA}, Port: testPort, StateDir: t.TempDir()}
@@ -83,20 +76,6 @@ func supervisorIn(t *testing.T, ns netns.NsHandle) *Supervisor {
 	})
 	t.Cleanup(func() { cancel(); <-sup.Done() })
 	return sup
-}
-
-func linkUp(t *testing.T, name string, addrs ...netip.Addr) {
-	t.Helper()
-	for _, l := range []string{"lo", name} {
-		link, err := netlink.LinkByName(l)
-		must(t, err)
-		must(t, netlink.LinkSetUp(link))
-	}
-	link, err := netlink.LinkByName(name)
-	must(t, err)
-	for _, a := range addrs {
-		must(t, netlink.AddrAdd(link, &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(24, 32)}}))
-	}
 }
 
 func must(t *testing.T, err error) {
@@ -144,18 +123,6 @@ func insertFlow(t *testing.T, ns netns.NsHandle, port uint16) {
 		"--dport", "80", "--state", "ESTABLISHED", "-t", "600", "-u", "SEEN_REPLY"); err != nil {
 		t.Fatalf("conntrack -I: %v: %s", err, out)
 	}
-}
-
-func waitClosed(t *testing.T, what string, c <-chan struct{}) {
-	t.Helper()
-	testutil.Eventually(t, what, func() bool {
-		select {
-		case <-c:
-			return true
-		default:
-			return false
-		}
-	})
 }
 
 func TestSupervisorReplicates(t *testing.T) {
@@ -311,7 +278,7 @@ func TestSupervisorGuardOutlivesItsCaller(t *testing.T) {
 		t.Errorf("table inet %s is not in: %v\n%s", RulesTable, err, out)
 	}
 	stop()
-	waitClosed(t, "the supervisor's stop", sup.Done())
+	testutil.EventuallyClosed(t, "the supervisor's stop", sup.Done())
 	if out, err := run(t, a.ns, "nft", "list", "table", "inet", RulesTable); err == nil {
 		t.Errorf("the stop left table inet %s behind:\n%s", RulesTable, out)
 	}

@@ -4,12 +4,10 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -78,15 +76,8 @@ func create(t *testing.T, ns netns.NsHandle, es ...ctnetlink.Entry) {
 // peer's (destination and source), and not the one it tracks itself, which it is closing while
 // the peer's copy is still established; nor a handshake, nor an unanswered datagram flow.
 func TestStartingNodeTakesThePeersTable(t *testing.T) {
-	nsA, nsB := netnstest.New(t), netnstest.New(t)
-	netnstest.In(t, nsA, func() {
-		must(t, netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "sync-a"}, PeerName: "sync-b"}))
-		peer, err := netlink.LinkByName("sync-b")
-		must(t, err)
-		must(t, netlink.LinkSetNsFd(peer, int(nsB)))
-		linkUp(t, "sync-a", addrA)
-	})
-	netnstest.In(t, nsB, func() { linkUp(t, "sync-b", addrB) })
+	nsA, nsB := netnstest.Joined(t, netnstest.End{Name: "sync-a", Addrs: []netip.Prefix{netip.PrefixFrom(addrA, 24)}},
+		netnstest.End{Name: "sync-b", Addrs: []netip.Prefix{netip.PrefixFrom(addrB, 24)}})
 
 	dnat := tcpEntry(netip.MustParseAddrPort("198.51.100.1:1001"), netip.AddrPort{}, nl.TCP_CONNTRACK_ESTABLISHED, 3000)
 	fullnat := tcpEntry(netip.MustParseAddrPort("198.51.100.1:1002"), natSrc, nl.TCP_CONNTRACK_ESTABLISHED, 3000)
@@ -108,7 +99,7 @@ func TestStartingNodeTakesThePeersTable(t *testing.T) {
 
 	replicator(t, nsB, addrB, addrA)
 	a := replicator(t, nsA, addrA, addrB)
-	waitClosed(t, "A's initial sync from B", a.InitialSyncDone())
+	testutil.EventuallyClosed(t, "A's initial sync from B", a.InitialSyncDone())
 	if is := a.Status().InitialSync; is.WithoutPeer {
 		t.Fatalf("A's initial sync done without B: %+v", is)
 	}
@@ -181,30 +172,6 @@ func peerStatus(r *flowsync.Replicator, addr netip.Addr) flowsync.PeerStatus {
 		}
 	}
 	return flowsync.PeerStatus{}
-}
-
-func waitClosed(t *testing.T, what string, c <-chan struct{}) {
-	t.Helper()
-	testutil.Eventually(t, what, func() bool {
-		select {
-		case <-c:
-			return true
-		default:
-			return false
-		}
-	})
-}
-
-func linkUp(t *testing.T, name string, addr netip.Addr) {
-	t.Helper()
-	for _, l := range []string{"lo", name} {
-		link, err := netlink.LinkByName(l)
-		must(t, err)
-		must(t, netlink.LinkSetUp(link))
-	}
-	link, err := netlink.LinkByName(name)
-	must(t, err)
-	must(t, netlink.AddrAdd(link, &netlink.Addr{IPNet: &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(24, 32)}}))
 }
 
 func must(t *testing.T, err error) {

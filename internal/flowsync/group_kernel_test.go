@@ -1,12 +1,9 @@
 package flowsync
 
 import (
-	"net"
 	"net/netip"
 	"testing"
 	"time"
-
-	"github.com/vishvananda/netlink"
 
 	"github.com/sluicelb/sluice/internal/netnstest"
 	"github.com/sluicelb/sluice/internal/testutil"
@@ -16,15 +13,8 @@ import (
 // find each other by their heartbeats, the one that joins gets a full resync, and updates reach
 // it through the group.
 func TestGroup(t *testing.T) {
-	nsA, nsB := netnstest.New(t), netnstest.New(t)
-	netnstest.In(t, nsA, func() {
-		must(t, netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "sync-a"}, PeerName: "sync-b"}))
-		peer, err := netlink.LinkByName("sync-b")
-		must(t, err)
-		must(t, netlink.LinkSetNsFd(peer, int(nsB)))
-		linkUp(t, "sync-a", "10.77.0.1/24")
-	})
-	netnstest.In(t, nsB, func() { linkUp(t, "sync-b", "10.77.0.2/24") })
+	nsA, nsB := netnstest.Joined(t, netnstest.End{Name: "sync-a", Addrs: []netip.Prefix{netip.MustParsePrefix("10.77.0.1/24")}},
+		netnstest.End{Name: "sync-b", Addrs: []netip.Prefix{netip.MustParsePrefix("10.77.0.2/24")}})
 
 	table := testFlows(500, false)
 	group := netip.MustParseAddr("239.77.0.1")
@@ -59,25 +49,6 @@ func TestGroup(t *testing.T) {
 	}
 }
 
-// linkUp sets lo and name up, and gives name the address cidr (if any).
-func linkUp(t *testing.T, name, cidr string) {
-	t.Helper()
-	for _, l := range []string{"lo", name} {
-		link, err := netlink.LinkByName(l)
-		must(t, err)
-		must(t, netlink.LinkSetUp(link))
-	}
-	if cidr == "" {
-		return
-	}
-	link, err := netlink.LinkByName(name)
-	must(t, err)
-	ip, ipnet, err := net.ParseCIDR(cidr)
-	must(t, err)
-	ipnet.IP = ip
-	must(t, netlink.AddrAdd(link, &netlink.Addr{IPNet: ipnet}))
-}
-
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
@@ -90,7 +61,7 @@ func must(t *testing.T, err error) {
 func TestUnreachablePeer(t *testing.T) {
 	var n *node
 	netnstest.In(t, netnstest.New(t), func() {
-		linkUp(t, "lo", "")
+		netnstest.Up(t, netnstest.End{Name: "lo"})
 		dp := &fakeDatapath{}
 		r, err := New(Options{Address: netip.MustParseAddr("127.0.0.1"), Peers: peers("10.99.0.1"), Secret: testSecret}, dp, quietLog())
 		must(t, err)

@@ -23,3 +23,16 @@ func Eventually(t testing.TB, what string, cond func() bool) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// EventuallyClosed waits, as Eventually, until c is closed.
+func EventuallyClosed(t testing.TB, what string, c <-chan struct{}) {
+	t.Helper()
+	Eventually(t, what, func() bool {
+		select {
+		case <-c:
+			return true
+		default:
+			return false
+		}
+	})
+}
