@@ -19,10 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/vishvananda/netlink/nl"
@@ -58,7 +54,7 @@ type Table struct {
 // with an address in ignore (the sync link's: this node's and its peers') or on loopback are
 // neither sent nor written, as conntrackd's filter leaves them out. Close releases it.
 func New(ignore []netip.Addr) (*Table, error) {
-	t, err := readTimeouts(sysctlDir)
+	t, err := readTimeouts()
 	if err != nil {
 		return nil, err
 	}
@@ -217,9 +213,6 @@ func (t *Table) entry(f *datapath.ReplicatedFlow) (ctnetlink.Entry, string) {
 	return e, ""
 }
 
-// sysctlDir holds the namespace's conntrack timeouts (read from a thread in it).
-const sysctlDir = "/proc/sys/net/netfilter"
-
 // timeouts are the namespace's conntrack timeouts: of each TCP state a record carries, and of
 // an assured datagram flow.
 type timeouts struct {
@@ -238,26 +231,22 @@ func (t timeouts) of(f datapath.ReplicatedFlow) time.Duration {
 	return 0
 }
 
-// readTimeouts reads the timeouts from dir's nf_conntrack_* files.
-func readTimeouts(dir string) (timeouts, error) {
+// readTimeouts reads the calling thread's namespace's timeouts from its sysctls.
+func readTimeouts() (timeouts, error) {
 	var t timeouts
-	files := map[*time.Duration]string{
-		&t.tcp[nl.TCP_CONNTRACK_ESTABLISHED]: "nf_conntrack_tcp_timeout_established",
-		&t.tcp[nl.TCP_CONNTRACK_FIN_WAIT]:    "nf_conntrack_tcp_timeout_fin_wait",
-		&t.tcp[nl.TCP_CONNTRACK_CLOSE_WAIT]:  "nf_conntrack_tcp_timeout_close_wait",
-		&t.tcp[nl.TCP_CONNTRACK_LAST_ACK]:    "nf_conntrack_tcp_timeout_last_ack",
-		&t.tcp[nl.TCP_CONNTRACK_TIME_WAIT]:   "nf_conntrack_tcp_timeout_time_wait",
-		&t.tcp[nl.TCP_CONNTRACK_CLOSE]:       "nf_conntrack_tcp_timeout_close",
-		&t.udp:                               "nf_conntrack_udp_timeout_stream",
+	sysctls := map[*time.Duration]string{
+		&t.tcp[nl.TCP_CONNTRACK_ESTABLISHED]: "net.netfilter.nf_conntrack_tcp_timeout_established",
+		&t.tcp[nl.TCP_CONNTRACK_FIN_WAIT]:    "net.netfilter.nf_conntrack_tcp_timeout_fin_wait",
+		&t.tcp[nl.TCP_CONNTRACK_CLOSE_WAIT]:  "net.netfilter.nf_conntrack_tcp_timeout_close_wait",
+		&t.tcp[nl.TCP_CONNTRACK_LAST_ACK]:    "net.netfilter.nf_conntrack_tcp_timeout_last_ack",
+		&t.tcp[nl.TCP_CONNTRACK_TIME_WAIT]:   "net.netfilter.nf_conntrack_tcp_timeout_time_wait",
+		&t.tcp[nl.TCP_CONNTRACK_CLOSE]:       "net.netfilter.nf_conntrack_tcp_timeout_close",
+		&t.udp:                               "net.netfilter.nf_conntrack_udp_timeout_stream",
 	}
-	for d, name := range files {
-		b, err := os.ReadFile(filepath.Join(dir, name))
+	for d, name := range sysctls {
+		secs, err := datapath.ReadSysctl(name)
 		if err != nil {
 			return timeouts{}, fmt.Errorf("reading the conntrack timeouts: %w", err)
-		}
-		secs, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32)
-		if err != nil {
-			return timeouts{}, fmt.Errorf("reading the conntrack timeouts: %s: %w", name, err)
 		}
 		*d = time.Duration(secs) * time.Second
 	}
