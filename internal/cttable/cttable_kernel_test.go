@@ -150,7 +150,7 @@ func replicator(t *testing.T, ns netns.NsHandle, addr, peer netip.Addr) *flowsyn
 		must(t, err)
 		r, err = flowsync.New(flowsync.Options{
 			Address: addr, Peers: []netip.Addr{peer}, Port: 3782, Secret: []byte("0123456789abcdef0123"),
-			InitialSyncTimeout: time.Minute, NoRefresh: true, ResyncOnlyAtStart: true,
+			InitialSyncTimeout: time.Minute, NoRefresh: true, ResyncOnce: true,
 		}, table, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		must(t, err)
 	})

@@ -68,11 +68,12 @@ type Options struct {
 	// NoRefresh turns the refresh off: for a table whose copies need none (the kernel's
 	// conntrack table, whose live changes conntrackd sends).
 	NoRefresh bool
-	// ResyncOnlyAtStart makes this node ask for full resyncs only until its initial sync is
-	// done, not when a peer comes back later, nor after a time cut off from every peer (see
-	// Rejoin): for a table whose copies a resync cannot tell from the node's own flows, where a
-	// peer's copy of a flow that ended here would come back as a live one (internal/cttable).
-	ResyncOnlyAtStart bool
+	// ResyncOnce makes this node ask each peer for a full resync once, the first time it hears
+	// it (whenever that is: before or after the initial sync's timeout), not when it comes back
+	// or restarts, nor after a time cut off from every peer (see Rejoin): for a table whose
+	// copies a resync cannot tell from the node's own flows, where a peer's copy of a flow that
+	// ended here while the peer could not hear would come back as a live one (internal/cttable).
+	ResyncOnce bool
 	// MaxSkew is how far a datagram's clock may be from this node's before it is dropped as a
 	// replay: the nodes' clocks must be within it of each other (NTP).
 	MaxSkew time.Duration

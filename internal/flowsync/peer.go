@@ -74,6 +74,8 @@ type peer struct {
 	whole  bool
 	status PeerStatus
 	asked  *request
+	// everAsked: this node asked it for a full resync since it started (Options.ResyncOnce).
+	everAsked bool
 	// serving cancels the resync this node sends the peer, if any; serial tells which one.
 	serving context.CancelFunc
 	serial  uint64

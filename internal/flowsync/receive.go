@@ -43,7 +43,7 @@ func (r *Replicator) handle(ctx context.Context, dec *decoder, b []byte, from ne
 	if up {
 		r.notify(Event{Kind: EventPeerUp, Peer: from, Message: fmt.Sprintf("peer %s up (node %016x)", from, m.node)})
 		r.notify(back...)
-		if r.wantsResync() {
+		if r.wantsResync(p) {
 			r.askResync(p)
 		}
 	}
@@ -61,12 +61,12 @@ func (r *Replicator) handle(ctx context.Context, dec *decoder, b []byte, from ne
 	}
 }
 
-// wantsResync tells whether a peer that comes up is asked for a full resync: always, or with
-// Options.ResyncOnlyAtStart until the initial sync is done.
-func (r *Replicator) wantsResync() bool {
+// wantsResync tells whether peer p, which comes up, is asked for a full resync: always, or with
+// Options.ResyncOnce if it never was.
+func (r *Replicator) wantsResync(p *peer) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return !r.opts.ResyncOnlyAtStart || !r.initial.Done
+	return !r.opts.ResyncOnce || !p.everAsked
 }
 
 // dropped counts and logs a datagram from addr dropped for reason.

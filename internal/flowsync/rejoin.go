@@ -54,7 +54,7 @@ func (r *Replicator) countServed(flows []datapath.ReplicatedFlow) {
 // noteAlone records, with mu held, that every peer is down now, if it is so and the initial sync
 // is done (a node that starts waits for that instead).
 func (r *Replicator) noteAlone(now time.Time) {
-	if !r.alone.since.IsZero() || !r.initial.Done || len(r.peers) == 0 || r.opts.ResyncOnlyAtStart {
+	if !r.alone.since.IsZero() || !r.initial.Done || len(r.peers) == 0 || r.opts.ResyncOnce {
 		return
 	}
 	for _, p := range r.peers {

@@ -333,6 +333,7 @@ func (r *Replicator) askResync(p *peer) {
 			attempts = p.asked.attempts + 1
 		}
 		p.asked = &request{ref: resyncRef{r.node, seq}, started: now, progress: now, attempts: attempts}
+		p.everAsked = true
 		r.mu.Unlock()
 	})
 }

@@ -444,26 +444,40 @@ func TestOptionsRefused(t *testing.T) {
 	}
 }
 
-// With ResyncOnlyAtStart a node asks for full resyncs only until its initial sync is done: b,
-// which starts after a, gets a's table, and a, whose initial sync ended without a peer, does
-// not ask for b's when b comes up. NoRefresh sends no refresh.
-func TestResyncOnlyAtStart(t *testing.T) {
+// With ResyncOnce a node asks each peer for a full resync once, the first time it hears it: a,
+// whose initial sync ended without a peer, asks b when b comes up later; when b restarts (a new
+// node id), b asks a again, and a does not ask b. NoRefresh sends no refresh.
+func TestResyncOnce(t *testing.T) {
 	port := testPort(t)
-	opts := Options{InitialSyncTimeout: time.Millisecond, ResyncOnlyAtStart: true, NoRefresh: true,
+	opts := Options{InitialSyncTimeout: time.Millisecond, ResyncOnce: true, NoRefresh: true,
 		RefreshInterval: 10 * time.Millisecond, Heartbeat: 20 * time.Millisecond}
 	opts.Peers = peers("127.0.0.9")
-	aTable, bTable := testFlows(20, false)[:10], testFlows(20, false)[10:]
+	flows := testFlows(30, false)
+	aTable, bTable, restartedTable := flows[:10], flows[10:20], flows[20:]
 	a := start(t, "127.0.0.8", port, opts, aTable)
 	testutil.Eventually(t, "a's initial sync without a peer", func() bool { return synced(a.r) })
-	opts.Peers, opts.InitialSyncTimeout = peers("127.0.0.8"), time.Hour
-	b := start(t, "127.0.0.9", port, opts, bTable)
-	testutil.Eventually(t, "b's initial sync from a", func() bool { return synced(b.r) && b.dp.has(aTable) })
-	testutil.Eventually(t, "a hearing b", func() bool { return peerStatus(a.r, "127.0.0.9").Connected })
+
+	bOpts := opts
+	bOpts.Address, bOpts.Port, bOpts.Secret = netip.MustParseAddr("127.0.0.9"), port, testSecret
+	bOpts.Peers, bOpts.InitialSyncTimeout = peers("127.0.0.8"), time.Hour
+	b := &fakeDatapath{table: bTable}
+	r, err := New(bOpts, b, quietLog())
+	must(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	testutil.Eventually(t, "b's initial sync from a", func() bool { return synced(r) && b.has(aTable) })
+	testutil.Eventually(t, "a asking b, heard for the first time", func() bool { return a.dp.has(bTable) })
+	cancel()
+	must(t, <-done)
+
+	restarted := start(t, "127.0.0.9", port, bOpts, restartedTable)
+	testutil.Eventually(t, "the restarted b's initial sync from a", func() bool { return synced(restarted.r) && restarted.dp.has(aTable) })
 	time.Sleep(20 * opts.Heartbeat) // time for a request a should not make, and its answer
-	if n := a.dp.importedCount(); n != 0 || !peerStatus(b.r, "127.0.0.8").LastServed.At.IsZero() {
-		t.Errorf("a imported %d of b's flows after its initial sync (b served %+v)", n, peerStatus(b.r, "127.0.0.8").LastServed)
+	if a.dp.has(restartedTable[:1]) || !peerStatus(restarted.r, "127.0.0.8").LastServed.At.IsZero() {
+		t.Errorf("a asked the restarted b for its table (b served %+v)", peerStatus(restarted.r, "127.0.0.8").LastServed)
 	}
-	for _, n := range []*node{a, b} {
+	for _, n := range []*node{a, restarted} {
 		if s := n.r.Status(); s.Refreshes != 0 || s.Rejoin.Pending {
 			t.Errorf("status %+v: want no refresh, no rejoin", s)
 		}

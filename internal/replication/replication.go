@@ -217,12 +217,13 @@ func (r *Runner) startFlows(o flowsync.Options, table datapath.FlowReplicator, c
 	return run, nil
 }
 
-// startTable starts the conntrack table's full resync for s: a node that starts asks its peers
-// for their tables, and writes in what it does not track (cttable), while conntrackd sends the
-// live changes. It has a port of its own, and no refresh: conntrackd never lets a copy age.
+// startTable starts the conntrack table's full resync for s: a node that starts asks each peer
+// once, when it first hears it, for its table, and writes in what it does not track (cttable),
+// while conntrackd sends the live changes. It has a port of its own, and no refresh: conntrackd
+// never lets a copy age.
 func (r *Runner) startTable(s *config.Sync, secret []byte) error {
 	o := r.flowOptions(s, secret, s.ConntrackResyncPort())
-	o.NoRefresh, o.ResyncOnlyAtStart = true, true
+	o.NoRefresh, o.ResyncOnce = true, true
 	ignore := addrs(s.Peers)
 	if s.Address.IsValid() {
 		ignore = append(ignore, s.Address.Addr)

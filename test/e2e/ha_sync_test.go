@@ -139,6 +139,33 @@ func testNATTakeover(t *testing.T, datapath, mode string) {
 	if r := nodes[0].cli("sync"); r.Err == nil {
 		t.Logf("node 1's sluice sync:\n%s", r.Stdout)
 	}
+	requireInitialSyncFromPeer(t, nodes[0], datapath)
+}
+
+// requireInitialSyncFromPeer fails t unless d's initial sync took a peer's table: its flow tables'
+// on ebpf, its conntrack table's on nft (not a timeout without one).
+func requireInitialSyncFromPeer(t *testing.T, d *daemon, datapath string) {
+	t.Helper()
+	var st struct {
+		Flows           *syncTable `json:"flows"`
+		ConntrackResync *syncTable `json:"conntrack_resync"`
+	}
+	d.mustJSON(&st, "sync")
+	table := st.Flows
+	if datapath == "nft" {
+		table = st.ConntrackResync
+	}
+	if table == nil || !table.InitialSync.Done || table.InitialSync.Peer == "" {
+		t.Errorf("%s: node 1's initial sync did not take a peer's table: %+v", datapath, table)
+	}
+}
+
+// syncTable is what the e2e tests read of a replication's status (replication.FlowStatus).
+type syncTable struct {
+	InitialSync struct {
+		Done bool   `json:"done"`
+		Peer string `json:"peer"`
+	} `json:"initial_sync"`
 }
 
 // flowsOf counts the flows of service that node d holds, those to backend addr ("": every one).
