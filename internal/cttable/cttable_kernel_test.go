@@ -53,10 +53,12 @@ func entries(t *testing.T, ns netns.NsHandle) map[ctnetlink.Tuple]ctnetlink.Entr
 	must(t, err)
 	defer s.Close()
 	out := map[ctnetlink.Tuple]ctnetlink.Entry{}
-	must(t, s.Dump(unix.AF_INET, func(e ctnetlink.Entry) bool {
-		out[e.Orig] = e
-		return true
-	}))
+	for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
+		must(t, s.Dump(family, func(e ctnetlink.Entry) bool {
+			out[e.Orig] = e
+			return true
+		}))
+	}
 	return out
 }
 
@@ -72,9 +74,10 @@ func create(t *testing.T, ns netns.NsHandle, es ...ctnetlink.Entry) {
 	}
 }
 
-// A node that starts takes in its peer's table: the connections it lacks, translated as the
-// peer's (destination and source), and not the one it tracks itself, which it is closing while
-// the peer's copy is still established; nor a handshake, nor an unanswered datagram flow.
+// A node that starts takes in its peer's table: the connections it lacks (IPv4 and IPv6),
+// translated as the peer's (destination and source), and not the one it tracks itself, which it
+// is closing while the peer's copy is still established; nor a handshake, nor an unanswered
+// datagram flow.
 func TestStartingNodeTakesThePeersTable(t *testing.T) {
 	nsA, nsB := netnstest.Joined(t, netnstest.End{Name: "sync-a", Addrs: []netip.Prefix{netip.PrefixFrom(addrA, 24)}},
 		netnstest.End{Name: "sync-b", Addrs: []netip.Prefix{netip.PrefixFrom(addrB, 24)}})
@@ -89,10 +92,15 @@ func TestStartingNodeTakesThePeersTable(t *testing.T) {
 		Reply:  ctnetlink.Tuple{Proto: unix.IPPROTO_UDP, Src: netip.MustParseAddrPort("10.1.0.5:53"), Dst: netip.MustParseAddrPort("198.51.100.2:53000")},
 		Status: ctnetlink.StatusSeenReply | ctnetlink.StatusAssured, Timeout: 100,
 	}
+	v6 := ctnetlink.Entry{
+		Orig:     ctnetlink.Tuple{Proto: unix.IPPROTO_TCP, Src: netip.MustParseAddrPort("[2001:db8:1::1]:1005"), Dst: netip.MustParseAddrPort("[2001:db8::10]:80")},
+		Reply:    ctnetlink.Tuple{Proto: unix.IPPROTO_TCP, Src: netip.MustParseAddrPort("[2001:db8:9::5]:8080"), Dst: netip.MustParseAddrPort("[2001:db8:9::1]:40002")},
+		TCPState: nl.TCP_CONNTRACK_ESTABLISHED, Status: ctnetlink.StatusSeenReply | ctnetlink.StatusAssured, Timeout: 3000,
+	}
 	unanswered := udp
 	unanswered.Orig.Src, unanswered.Reply.Dst = netip.MustParseAddrPort("198.51.100.2:53001"), netip.MustParseAddrPort("198.51.100.2:53001")
 	unanswered.Status = 0
-	create(t, nsB, dnat, fullnat, closingHere, handshake, udp, unanswered)
+	create(t, nsB, dnat, fullnat, closingHere, handshake, udp, v6, unanswered)
 	ownClosing := closingHere
 	ownClosing.TCPState, ownClosing.Timeout = nl.TCP_CONNTRACK_TIME_WAIT, 100
 	create(t, nsA, ownClosing)
@@ -105,7 +113,7 @@ func TestStartingNodeTakesThePeersTable(t *testing.T) {
 	}
 
 	got := entries(t, nsA)
-	for name, want := range map[string]ctnetlink.Entry{"translated": dnat, "fully translated": fullnat, "datagram flow": udp} {
+	for name, want := range map[string]ctnetlink.Entry{"translated": dnat, "fully translated": fullnat, "datagram flow": udp, "IPv6 fully translated": v6} {
 		e, ok := got[want.Orig]
 		switch {
 		case !ok:
