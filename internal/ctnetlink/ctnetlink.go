@@ -14,6 +14,8 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicelb/sluice/internal/nlattr"
 )
 
 // Status bits of an entry (IPS_* of linux/netfilter/nf_conntrack_common.h).
@@ -269,7 +271,7 @@ func Parse(msg []byte) (e Entry, ok bool) {
 		return Entry{}, false
 	}
 	e.Attrs = msg[nl.SizeofNfgenmsg:]
-	attrs, err := nl.ParseRouteAttr(e.Attrs)
+	attrs, err := nlattr.Parse(e.Attrs)
 	if err != nil {
 		return Entry{}, false
 	}
@@ -349,7 +351,7 @@ func parseTCPState(b []byte) uint8 {
 
 // nestedAttrs decodes the attributes nested in b; none when b is malformed.
 func nestedAttrs(b []byte) []syscall.NetlinkRouteAttr {
-	attrs, err := nl.ParseRouteAttr(b)
+	attrs, err := nlattr.Parse(b)
 	if err != nil {
 		return nil
 	}

@@ -10,6 +10,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicelb/sluice/internal/nlattr"
 )
 
 // The netdev family's napi-get command and its attributes (include/uapi/linux/netdev.h).
@@ -51,7 +53,7 @@ func Of(dev string) ([]Instance, error) {
 		if len(m) < nl.SizeofGenlmsg {
 			continue
 		}
-		attrs, err := nl.ParseRouteAttr(m[nl.SizeofGenlmsg:])
+		attrs, err := nlattr.Parse(m[nl.SizeofGenlmsg:])
 		if err != nil {
 			return nil, fmt.Errorf("napi-get of %s: %w", dev, err)
 		}

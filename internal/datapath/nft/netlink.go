@@ -10,6 +10,8 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
+
+	"github.com/sluicelb/sluice/internal/nlattr"
 )
 
 // Two things are read from nf_tables over netlink rather than through nft, because nft 1.0.6 loads
@@ -61,7 +63,7 @@ func generationAttribute(data []byte) uint32 {
 	if len(data) < nl.SizeofNfgenmsg {
 		return 0
 	}
-	attrs, err := nl.ParseRouteAttr(data[nl.SizeofNfgenmsg:])
+	attrs, err := nlattr.Parse(data[nl.SizeofNfgenmsg:])
 	if err != nil {
 		return 0
 	}
@@ -99,7 +101,7 @@ func ofSluiceTable(msg []byte) bool {
 	if len(msg) < nl.SizeofNfgenmsg {
 		return false
 	}
-	attrs, err := nl.ParseRouteAttr(msg[nl.SizeofNfgenmsg:])
+	attrs, err := nlattr.Parse(msg[nl.SizeofNfgenmsg:])
 	if err != nil {
 		return false
 	}
@@ -139,7 +141,7 @@ func counterOf(msg []byte) (string, *knftables.Counter, bool) {
 	if len(msg) < nl.SizeofNfgenmsg {
 		return "", nil, false
 	}
-	attrs, err := nl.ParseRouteAttr(msg[nl.SizeofNfgenmsg:])
+	attrs, err := nlattr.Parse(msg[nl.SizeofNfgenmsg:])
 	if err != nil {
 		return "", nil, false
 	}
@@ -150,7 +152,7 @@ func counterOf(msg []byte) (string, *knftables.Counter, bool) {
 		case unix.NFTA_OBJ_NAME:
 			name = string(bytes.TrimRight(a.Value, "\x00"))
 		case unix.NFTA_OBJ_DATA:
-			data, err := nl.ParseRouteAttr(a.Value)
+			data, err := nlattr.Parse(a.Value)
 			if err != nil {
 				return "", nil, false
 			}

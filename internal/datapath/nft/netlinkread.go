@@ -12,6 +12,8 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
+
+	"github.com/sluicelb/sluice/internal/nlattr"
 )
 
 // Sluice's tables are read back over netlink, one dump per kind of object and one per set, rather
@@ -107,7 +109,7 @@ func readElements(def *setDef, f knftables.Family, set string) error {
 			if list.Attr.Type&nl.NLA_TYPE_MASK != unix.NFTA_SET_ELEM_LIST_ELEMENTS {
 				continue
 			}
-			elems, err := nl.ParseRouteAttr(list.Value)
+			elems, err := nlattr.Parse(list.Value)
 			if err != nil {
 				return err
 			}
@@ -139,7 +141,7 @@ type netlinkElement struct {
 // interval's end, which rendering does not write.
 func elementOf(set string, b []byte) (*knftables.Element, bool, error) {
 	var n netlinkElement
-	attrs, err := nl.ParseRouteAttr(b)
+	attrs, err := nlattr.Parse(b)
 	if err != nil {
 		return nil, false, err
 	}
@@ -222,7 +224,7 @@ func dataValue(b []byte) []byte {
 
 // dataOf decodes an NFTA_DATA_* nest: a value, or a verdict with its chain.
 func dataOf(b []byte) (value []byte, verdict int32, chain string) {
-	attrs, err := nl.ParseRouteAttr(b)
+	attrs, err := nlattr.Parse(b)
 	if err != nil {
 		return nil, 0, ""
 	}
@@ -231,7 +233,7 @@ func dataOf(b []byte) (value []byte, verdict int32, chain string) {
 		case unix.NFTA_DATA_VALUE:
 			value = a.Value
 		case unix.NFTA_DATA_VERDICT:
-			v, err := nl.ParseRouteAttr(a.Value)
+			v, err := nlattr.Parse(a.Value)
 			if err != nil {
 				continue
 			}
@@ -300,12 +302,12 @@ func attrsOf(msg []byte) []syscall.NetlinkRouteAttr {
 	if len(msg) < nl.SizeofNfgenmsg {
 		return nil
 	}
-	attrs, _ := nl.ParseRouteAttr(msg[nl.SizeofNfgenmsg:])
+	attrs, _ := nlattr.Parse(msg[nl.SizeofNfgenmsg:])
 	return attrs
 }
 
 // nestedAttrs decodes the attributes nested in b; none when b is malformed.
 func nestedAttrs(b []byte) []syscall.NetlinkRouteAttr {
-	attrs, _ := nl.ParseRouteAttr(b)
+	attrs, _ := nlattr.Parse(b)
 	return attrs
 }

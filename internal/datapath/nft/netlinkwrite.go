@@ -15,6 +15,8 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
+
+	"github.com/sluicelb/sluice/internal/nlattr"
 )
 
 // nft 1.0.6 reads the whole ruleset into its cache before it runs any command that adds an
@@ -769,7 +771,7 @@ func extackMessage(r syscall.NetlinkMessage) string {
 	if r.Header.Flags&unix.NLM_F_ACK_TLVS == 0 || len(r.Data) < capped {
 		return ""
 	}
-	attrs, err := nl.ParseRouteAttr(r.Data[capped:])
+	attrs, err := nlattr.Parse(r.Data[capped:])
 	if err != nil {
 		return ""
 	}

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/sluicelb/sluice/internal/datapath"
+	"github.com/sluicelb/sluice/internal/nlattr"
 )
 
 // Anyone with CAP_NET_ADMIN in the namespace can change Sluice's tables (`nft delete table inet
@@ -326,7 +327,7 @@ func attributesOf(m syscall.NetlinkMessage) (map[uint16][]byte, bool) {
 	if len(m.Data) < nl.SizeofNfgenmsg {
 		return nil, false
 	}
-	attrs, err := nl.ParseRouteAttr(m.Data[nl.SizeofNfgenmsg:])
+	attrs, err := nlattr.Parse(m.Data[nl.SizeofNfgenmsg:])
 	if err != nil {
 		return nil, false
 	}
