@@ -177,14 +177,17 @@ func TestSupervisorReplicates(t *testing.T) {
 	})
 
 	t.Run("a restarted node gets the live changes", func(t *testing.T) {
-		// conntrackd's FTFW starts anew with a peer that restarted: B's changes reach A's new
-		// process without A asking for a resync (cttable's resync brings the earlier ones).
+		// conntrackd's FTFW starts anew with a peer that restarted, both ways: B's changes reach
+		// A's new process without A asking for a resync (cttable's resync brings the earlier
+		// ones), and A's reach B.
 		must(t, a.sup.Set(ctx, nil))
 		restarted := supervisorIn(t, a.ns)
 		must(t, restarted.Set(ctx, a.opts))
 		testutil.Eventually(t, "A's new conntrackd hearing from B", func() bool { return restarted.Status().Stats.PacketsReceived > 0 })
 		insertFlow(t, b.ns, 1235)
 		testutil.Eventually(t, "B's new flow in A's table", func() bool { return hasFlow(t, a.ns, 1235) })
+		insertFlow(t, a.ns, 1236)
+		testutil.Eventually(t, "the restarted A's new flow in B's table", func() bool { return hasFlow(t, b.ns, 1236) })
 		must(t, restarted.Set(ctx, nil))
 		must(t, a.sup.Set(ctx, a.opts))
 	})
