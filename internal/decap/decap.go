@@ -187,22 +187,39 @@ func placeOf(l link.Link, name string) (linkPlace, error) {
 
 // syncLocal makes decap_local hold exactly the host's local prefixes: those of the local routing
 // table's local routes, which every address of the host has, as do AnyIP ranges (a VIP range
-// routed `local` to lo).
+// routed `local` to lo), and the host's addresses themselves: the kernel adds an IPv6 address's
+// local route from a work queue, after the address (even one without DAD), so an attach right
+// after `ip -6 addr add` can find the address before its route.
 func syncLocal(m *ebpf.Map) error {
 	filter := &netlink.Route{Table: unix.RT_TABLE_LOCAL, Type: unix.RTN_LOCAL}
 	routes, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, filter, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_TYPE)
 	if err != nil {
 		return fmt.Errorf("listing the host's local routes: %w", err)
 	}
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return fmt.Errorf("listing the host's addresses: %w", err)
+	}
 	want := map[decapLocalKey]bool{}
-	for _, r := range routes {
-		if r.Dst == nil {
-			continue
+	add := func(ip net.IP, bits int) { // bits < 0: a host prefix of ip's family
+		addr, ok := netip.AddrFromSlice(ip)
+		addr = addr.Unmap()
+		if bits < 0 {
+			bits = addr.BitLen()
 		}
-		ip, ok := netip.AddrFromSlice(r.Dst.IP)
-		bits, _ := r.Dst.Mask.Size()
-		if p := netip.PrefixFrom(ip.Unmap(), bits); ok && p.IsValid() && !ip.IsLinkLocalUnicast() {
+		if p := netip.PrefixFrom(addr, bits); ok && p.IsValid() && !addr.IsLinkLocalUnicast() {
 			want[localKeyOf(p)] = true
+		}
+	}
+	for _, r := range routes {
+		if r.Dst != nil {
+			bits, _ := r.Dst.Mask.Size()
+			add(r.Dst.IP, bits)
+		}
+	}
+	for _, a := range addrs {
+		if a.IPNet != nil && a.Flags&(unix.IFA_F_TENTATIVE|unix.IFA_F_DADFAILED) == 0 { // usable
+			add(a.IP, -1)
 		}
 	}
 	if len(want) > maxLocal {

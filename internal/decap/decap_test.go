@@ -309,6 +309,11 @@ func TestAttachDetachStatus(t *testing.T) {
 		err = netlink.RouteAdd(&netlink.Route{LinkIndex: lo.Attrs().Index, Dst: &net.IPNet{IP: net.IP{10, 0, 9, 0}, Mask: net.CIDRMask(24, 32)},
 			Type: unix.RTN_LOCAL, Table: unix.RT_TABLE_LOCAL, Scope: netlink.SCOPE_HOST})
 	}
+	if err == nil { // an IPv6 VIP added just before the attach: its local route may come later
+		v6, _ := netlink.ParseAddr("fd00:3::11/128")
+		v6.Flags = unix.IFA_F_NODAD
+		err = netlink.AddrAdd(lo, v6)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,9 +326,10 @@ func TestAttachDetachStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, a := range []string{"10.0.3.11", "10.0.9.5"} {
+	for _, a := range []string{"10.0.3.11", "10.0.9.5", "fd00:3::11"} {
 		var v uint8
-		if err := local.Lookup(localKeyOf(netip.PrefixFrom(netip.MustParseAddr(a), 32)), &v); err != nil {
+		addr := netip.MustParseAddr(a)
+		if err := local.Lookup(localKeyOf(netip.PrefixFrom(addr, addr.BitLen())), &v); err != nil {
 			t.Errorf("%s is not local to the program: %v", a, err)
 		}
 	}
