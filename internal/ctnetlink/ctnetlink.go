@@ -298,10 +298,10 @@ func parseTuple(b []byte) Tuple {
 	var t Tuple
 	var src, dst netip.Addr
 	var sport, dport uint16
-	for _, a := range nestedAttrs(b) {
+	for _, a := range nlattr.Nested(b) {
 		switch a.Attr.Type & nl.NLA_TYPE_MASK {
 		case nl.CTA_TUPLE_IP:
-			for _, ip := range nestedAttrs(a.Value) {
+			for _, ip := range nlattr.Nested(a.Value) {
 				addr, _ := netip.AddrFromSlice(ip.Value)
 				switch ip.Attr.Type & nl.NLA_TYPE_MASK {
 				case nl.CTA_IP_V4_SRC, nl.CTA_IP_V6_SRC:
@@ -311,7 +311,7 @@ func parseTuple(b []byte) Tuple {
 				}
 			}
 		case nl.CTA_TUPLE_PROTO:
-			for _, p := range nestedAttrs(a.Value) {
+			for _, p := range nlattr.Nested(a.Value) {
 				switch p.Attr.Type & nl.NLA_TYPE_MASK {
 				case nl.CTA_PROTO_NUM:
 					if len(p.Value) == 1 {
@@ -336,26 +336,17 @@ func parseTuple(b []byte) Tuple {
 
 // parseTCPState reads the TCP state of an entry's CTA_PROTOINFO; 0 when it holds none.
 func parseTCPState(b []byte) uint8 {
-	for _, a := range nestedAttrs(b) {
+	for _, a := range nlattr.Nested(b) {
 		if a.Attr.Type&nl.NLA_TYPE_MASK != nl.CTA_PROTOINFO_TCP {
 			continue
 		}
-		for _, s := range nestedAttrs(a.Value) {
+		for _, s := range nlattr.Nested(a.Value) {
 			if s.Attr.Type&nl.NLA_TYPE_MASK == nl.CTA_PROTOINFO_TCP_STATE && len(s.Value) == 1 {
 				return s.Value[0]
 			}
 		}
 	}
 	return 0
-}
-
-// nestedAttrs decodes the attributes nested in b; none when b is malformed.
-func nestedAttrs(b []byte) []syscall.NetlinkRouteAttr {
-	attrs, err := nlattr.Parse(b)
-	if err != nil {
-		return nil
-	}
-	return attrs
 }
 
 func be16(b []byte) uint16 {

@@ -10,9 +10,9 @@ import (
 	"github.com/sluicelb/sluice/internal/datapath"
 )
 
-// refreshLoop starts a refresh every RefreshInterval (none with NoRefresh) until ctx ends, and waits for the last one;
-// a refresh due while the one before is still running is skipped and counted, never run
-// alongside it.
+// refreshLoop starts a refresh every RefreshInterval (none with NoRefresh) until ctx ends, and
+// waits for the last one; a refresh due while the one before is still running is skipped and
+// counted, never run alongside it.
 func (r *Replicator) refreshLoop(ctx context.Context) {
 	if r.opts.NoRefresh {
 		return

@@ -32,5 +32,12 @@ func Parse(b []byte) ([]syscall.NetlinkRouteAttr, error) {
 	return attrs, nil
 }
 
+// Nested is the attributes in b, none when one of them overruns b: for nested attributes, whose
+// parent's decoder has nothing better to do with a malformed one than to skip it.
+func Nested(b []byte) []syscall.NetlinkRouteAttr {
+	attrs, _ := Parse(b)
+	return attrs
+}
+
 // align rounds an attribute's length up to the 4 bytes netlink aligns attributes to.
 func align(n int) int { return (n + unix.NLA_ALIGNTO - 1) &^ (unix.NLA_ALIGNTO - 1) }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/datapath"
+	"github.com/sluicelb/sluice/internal/nlattr"
 )
 
 // tcpStates names conntrack's TCP states (enum tcp_conntrack), as ipvsadm -Lnc and conntrack -L do.
@@ -128,7 +129,7 @@ func (c *flowCollector) addFlowMap(st *state, svc dispatchedService) error {
 			if list.Attr.Type&nl.NLA_TYPE_MASK != unix.NFTA_SET_ELEM_LIST_ELEMENTS {
 				continue
 			}
-			for _, raw := range nestedAttrs(list.Value) {
+			for _, raw := range nlattr.Nested(list.Value) {
 				f, ok, err := dsrFlowOf(st, svc, raw.Value)
 				if err != nil {
 					bad = err
@@ -157,7 +158,7 @@ func (c *flowCollector) addFlowMap(st *state, svc dispatchedService) error {
 func dsrFlowOf(st *state, svc dispatchedService, b []byte) (f datapath.Flow, ok bool, err error) {
 	var key, value []byte
 	var expiresMS uint64
-	for _, a := range nestedAttrs(b) {
+	for _, a := range nlattr.Nested(b) {
 		switch a.Attr.Type & nl.NLA_TYPE_MASK {
 		case unix.NFTA_SET_ELEM_KEY:
 			key = dataValue(a.Value)

@@ -302,12 +302,5 @@ func attrsOf(msg []byte) []syscall.NetlinkRouteAttr {
 	if len(msg) < nl.SizeofNfgenmsg {
 		return nil
 	}
-	attrs, _ := nlattr.Parse(msg[nl.SizeofNfgenmsg:])
-	return attrs
-}
-
-// nestedAttrs decodes the attributes nested in b; none when b is malformed.
-func nestedAttrs(b []byte) []syscall.NetlinkRouteAttr {
-	attrs, _ := nlattr.Parse(b)
-	return attrs
+	return nlattr.Nested(msg[nl.SizeofNfgenmsg:])
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicelb/sluice/internal/config"
 	"github.com/sluicelb/sluice/internal/ctnetlink"
 	"github.com/sluicelb/sluice/internal/datapath"
+	"github.com/sluicelb/sluice/internal/nlattr"
 	"github.com/sluicelb/sluice/internal/plan"
 )
 
@@ -419,8 +420,8 @@ func elementMark(f knftables.Family, set string, key []byte) (mark uint32, found
 			if l.Attr.Type&nl.NLA_TYPE_MASK != unix.NFTA_SET_ELEM_LIST_ELEMENTS {
 				continue
 			}
-			for _, e := range nestedAttrs(l.Value) {
-				for _, a := range nestedAttrs(e.Value) {
+			for _, e := range nlattr.Nested(l.Value) {
+				for _, a := range nlattr.Nested(e.Value) {
 					if value := dataValue(a.Value); a.Attr.Type&nl.NLA_TYPE_MASK == unix.NFTA_SET_ELEM_DATA && len(value) == 4 {
 						return binary.NativeEndian.Uint32(value), true, nil
 					}
