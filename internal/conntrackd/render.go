@@ -47,7 +47,7 @@ func Render(o *Options) (string, error) {
 	b.WriteString("\t\t# Replicated entries go straight into the kernel's conntrack table: a takeover\n")
 	b.WriteString("\t\t# needs no commit (conntrackd -c has nothing to commit).\n")
 	b.WriteString("\t\tDisableExternalCache On\n")
-	b.WriteString("\t\t# Sluice asks for the peers' table (conntrackd -n) once it hears from them.\n")
+	b.WriteString("\t\t# A node that starts takes its peers' tables from the daemon (sync.port + 2).\n")
 	b.WriteString("\t\tStartupResync Off\n")
 	b.WriteString("\t}\n")
 	writeTransport(&b, o)
