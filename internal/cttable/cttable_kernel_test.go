@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
@@ -146,11 +147,52 @@ func TestStartingNodeTakesThePeersTable(t *testing.T) {
 
 }
 
+// A node whose daemon restarts goes on forwarding meanwhile, and cannot send the connections it
+// takes then: its peer asks the restarted node for the connections it saw a packet of since it
+// was last heard, and not for those idle since before (copies it holds of connections that may
+// have ended at the peer meanwhile).
+func TestRestartedNodeGivesWhatItServed(t *testing.T) {
+	nsA, nsB := netnstest.Joined(t, netnstest.End{Name: "sync-a", Addrs: []netip.Prefix{netip.PrefixFrom(addrA, 24)}},
+		netnstest.End{Name: "sync-b", Addrs: []netip.Prefix{netip.PrefixFrom(addrB, 24)}})
+	a := replicator(t, nsA, addrA, addrB)
+	_, stopB := startReplicator(t, nsB, addrB, addrA)
+	testutil.EventuallyClosed(t, "A's initial sync", a.InitialSyncDone())
+	testutil.Eventually(t, "A hearing B", func() bool { return peerStatus(a, addrB).Connected })
+	stopB()
+
+	// A fresh namespace's established timeout is the kernel's 5 days: a connection with all of
+	// it left saw a packet just now, one with 3,000 s left has been idle for days.
+	const established = 5 * 24 * 3600
+	served := tcpEntry(netip.MustParseAddrPort("198.51.100.7:2001"), netip.AddrPort{}, nl.TCP_CONNTRACK_ESTABLISHED, established)
+	idle := tcpEntry(netip.MustParseAddrPort("198.51.100.7:2002"), netip.AddrPort{}, nl.TCP_CONNTRACK_ESTABLISHED, 3000)
+	create(t, nsB, served, idle)
+	replicator(t, nsB, addrB, addrA)
+
+	testutil.Eventually(t, "A taking the connection B served while it could not send", func() bool {
+		_, ok := entries(t, nsA)[served.Orig]
+		return ok
+	})
+	testutil.Eventually(t, "A skipping the idle one", func() bool {
+		return peerStatus(a, addrB).Skipped["idle since before the peer restarted"] == 1
+	})
+	if _, ok := entries(t, nsA)[idle.Orig]; ok {
+		t.Errorf("A took in a connection idle on B since before its restart")
+	}
+}
+
 // replicator runs a flowsync.Replicator of ns's conntrack table from addr to peer, stopped when
 // the test ends.
 func replicator(t *testing.T, ns netns.NsHandle, addr, peer netip.Addr) *flowsync.Replicator {
 	t.Helper()
-	var r *flowsync.Replicator
+	r, stop := startReplicator(t, ns, addr, peer)
+	t.Cleanup(stop)
+	return r
+}
+
+// startReplicator runs a flowsync.Replicator of ns's conntrack table from addr to peer until stop
+// is called.
+func startReplicator(t *testing.T, ns netns.NsHandle, addr, peer netip.Addr) (r *flowsync.Replicator, stop func()) {
+	t.Helper()
 	var table *Table
 	netnstest.In(t, ns, func() {
 		var err error
@@ -165,12 +207,11 @@ func replicator(t *testing.T, ns netns.NsHandle, addr, peer netip.Addr) *flowsyn
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
+	return r, sync.OnceFunc(func() {
 		cancel()
 		must(t, <-done)
 		table.Close()
 	})
-	return r
 }
 
 func peerStatus(r *flowsync.Replicator, addr netip.Addr) flowsync.PeerStatus {

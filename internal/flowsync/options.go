@@ -69,10 +69,13 @@ type Options struct {
 	// conntrack table, whose live changes conntrackd sends).
 	NoRefresh bool
 	// ResyncOnce makes this node ask each peer for a full resync once, the first time it hears
-	// it (whenever that is: before or after the initial sync's timeout), not when it comes back
-	// or restarts, nor after a time cut off from every peer (see Rejoin): for a table whose
-	// copies a resync cannot tell from the node's own flows, where a peer's copy of a flow that
-	// ended here while the peer could not hear would come back as a live one (internal/cttable).
+	// it (whenever that is: before or after the initial sync's timeout), not when it comes back,
+	// nor after a time cut off from every peer (see Rejoin): for a table whose copies a resync
+	// cannot tell from the node's own flows, where a peer's copy of a flow that ended here while
+	// the peer could not hear would come back as a live one (internal/cttable). A peer that
+	// restarts (a new node id) is asked again, for the flows it saw a packet of since it was last
+	// heard (and a heartbeat before): those it served while it could not send its changes, and
+	// none of the copies it holds of flows that may have ended here meanwhile.
 	ResyncOnce bool
 	// MaxSkew is how far a datagram's clock may be from this node's before it is dropped as a
 	// replay: the nodes' clocks must be within it of each other (NTP).

@@ -53,6 +53,10 @@ func (w *window) accept(seq uint64) bool {
 	return true
 }
 
+// skipBeforeRestart counts the records of a restarted peer's resync that it saw no packet of
+// since it was last heard before its restart (Options.ResyncOnce).
+const skipBeforeRestart = "idle since before the peer restarted"
+
 // request is a resync this node asked of a peer.
 type request struct {
 	ref      resyncRef
@@ -60,6 +64,9 @@ type request struct {
 	progress time.Time
 	received uint64
 	attempts int
+	// maxIdle, when not zero, is the longest idle time of the records taken in: a resync asked
+	// of a peer that restarted takes only the flows it saw a packet of since (Options.ResyncOnce).
+	maxIdle time.Duration
 }
 
 // peer is what a node knows of another.
@@ -76,6 +83,9 @@ type peer struct {
 	asked  *request
 	// everAsked: this node asked it for a full resync since it started (Options.ResyncOnce).
 	everAsked bool
+	// restarted is when the node id it replaced was last heard, while the flows it served since
+	// are not asked for yet (Options.ResyncOnce); zero otherwise.
+	restarted time.Time
 	// serving cancels the resync this node sends the peer, if any; serial tells which one.
 	serving context.CancelFunc
 	serial  uint64

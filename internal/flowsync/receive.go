@@ -51,8 +51,7 @@ func (r *Replicator) handle(ctx context.Context, dec *decoder, b []byte, from ne
 	case msgUpdates, msgRefresh:
 		r.importFlows(ctx, p, m.flows)
 	case msgResyncData:
-		r.progress(p, m.ref, len(m.flows), now)
-		r.importFlows(ctx, p, m.flows)
+		r.importFlows(ctx, p, r.progress(p, m.ref, m.flows, now))
 	case msgResyncEnd:
 		r.resyncEnded(p, &m, now)
 	case msgResyncRequest:
@@ -62,11 +61,11 @@ func (r *Replicator) handle(ctx context.Context, dec *decoder, b []byte, from ne
 }
 
 // wantsResync tells whether peer p, which comes up, is asked for a full resync: always, or with
-// Options.ResyncOnce if it never was.
+// Options.ResyncOnce if it never was or if it restarted.
 func (r *Replicator) wantsResync(p *peer) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return !r.opts.ResyncOnce || !p.everAsked
+	return !r.opts.ResyncOnce || !p.everAsked || !p.restarted.IsZero()
 }
 
 // dropped counts and logs a datagram from addr dropped for reason.
@@ -105,6 +104,7 @@ func (r *Replicator) admit(from netip.Addr, m *message, now time.Time) (p *peer,
 		p = newPeer(from)
 		r.peers[from] = p
 	}
+	known := p.win.node != 0
 	newNode, ok := p.admit(m)
 	if !ok {
 		return nil, false, nil, DropReplay, fmt.Sprintf("node %016x sequence number %d seen or too old", m.node, m.seq)
@@ -114,6 +114,9 @@ func (r *Replicator) admit(from netip.Addr, m *message, now time.Time) (p *peer,
 		p.asked = nil // a fresh resync, with fresh attempts
 		p.whole = false
 		back = r.noteBack(p, now)
+	}
+	if newNode && known && r.opts.ResyncOnce && p.restarted.IsZero() {
+		p.restarted = p.lastSeen
 	}
 	p.connected, p.lastSeen = true, now
 	p.status.ReceivedEntries += uint64(len(m.flows))
@@ -142,14 +145,31 @@ func (r *Replicator) importFlows(ctx context.Context, p *peer, flows []datapath.
 	}
 }
 
-// progress counts n records of the resync ref, if it is the one asked of p.
-func (r *Replicator) progress(p *peer, ref resyncRef, n int, now time.Time) {
+// progress counts the records of the resync ref, if it is the one asked of p, and returns those
+// to take in: all of them, or, from a peer that restarted, those it saw a packet of since it was
+// last heard before (the others are counted skipped, skipBeforeRestart).
+func (r *Replicator) progress(p *peer, ref resyncRef, flows []datapath.ReplicatedFlow, now time.Time) []datapath.ReplicatedFlow {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if a := p.asked; a != nil && a.ref == ref {
-		a.received += uint64(n)
-		a.progress = now
+	a := p.asked
+	if a == nil || a.ref != ref {
+		return flows
 	}
+	a.received += uint64(len(flows))
+	a.progress = now
+	if a.maxIdle == 0 {
+		return flows
+	}
+	recent := flows[:0:0]
+	for _, f := range flows {
+		if f.Idle <= a.maxIdle {
+			recent = append(recent, f)
+		}
+	}
+	if n := len(flows) - len(recent); n > 0 {
+		p.status.Skipped[skipBeforeRestart] += uint64(n)
+	}
+	return recent
 }
 
 // resyncEnded completes the resync asked of p that m ends, or asks it again when records were
@@ -169,6 +189,7 @@ func (r *Replicator) resyncEnded(p *peer, m *message, now time.Time) {
 	if complete {
 		p.asked = nil
 		p.whole = a.received >= m.total
+		p.restarted = time.Time{}
 		if !r.initial.Done {
 			r.initial = InitialSync{Done: true, Peer: p.addr, At: now}
 			close(r.synced)

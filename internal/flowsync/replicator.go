@@ -333,6 +333,12 @@ func (r *Replicator) askResync(p *peer) {
 			attempts = p.asked.attempts + 1
 		}
 		p.asked = &request{ref: resyncRef{r.node, seq}, started: now, progress: now, attempts: attempts}
+		if !p.restarted.IsZero() {
+			// The flows it served since it went silent, give or take a heartbeat (it may
+			// have stopped sending its changes a little before its last datagram) and a
+			// second (the kernel's conntrack tells the time a flow has left in seconds).
+			p.asked.maxIdle = now.Sub(p.restarted) + r.opts.Heartbeat + time.Second
+		}
 		p.everAsked = true
 		r.mu.Unlock()
 	})

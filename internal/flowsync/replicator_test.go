@@ -97,15 +97,19 @@ func (d *fakeDatapath) emit(flows []datapath.ReplicatedFlow) {
 }
 
 // has tells whether every flow of want was imported (see sameFlow).
-func (d *fakeDatapath) has(want []datapath.ReplicatedFlow) bool {
+func (d *fakeDatapath) has(want []datapath.ReplicatedFlow) bool { return d.count(want) == len(want) }
+
+// count is how many flows of want were imported (see sameFlow).
+func (d *fakeDatapath) count(want []datapath.ReplicatedFlow) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	n := 0
 	for _, f := range want {
-		if !slices.ContainsFunc(d.imported, func(got datapath.ReplicatedFlow) bool { return sameFlow(got, f) }) {
-			return false
+		if slices.ContainsFunc(d.imported, func(got datapath.ReplicatedFlow) bool { return sameFlow(got, f) }) {
+			n++
 		}
 	}
-	return true
+	return n
 }
 
 // sameFlow tells whether got is want as a peer takes it in: its idle time aged on the way (by
@@ -446,7 +450,8 @@ func TestOptionsRefused(t *testing.T) {
 
 // With ResyncOnce a node asks each peer for a full resync once, the first time it hears it: a,
 // whose initial sync ended without a peer, asks b when b comes up later; when b restarts (a new
-// node id), b asks a again, and a does not ask b. NoRefresh sends no refresh.
+// node id), b asks a again, and a asks b once for the flows it saw a packet of since a last heard
+// it, skipping the others. NoRefresh sends no refresh.
 func TestResyncOnce(t *testing.T) {
 	port := testPort(t)
 	opts := Options{InitialSyncTimeout: time.Millisecond, ResyncOnce: true, NoRefresh: true,
@@ -454,6 +459,13 @@ func TestResyncOnce(t *testing.T) {
 	opts.Peers = peers("127.0.0.9")
 	flows := testFlows(30, false)
 	aTable, bTable, restartedTable := flows[:10], flows[10:20], flows[20:]
+	// The restarted b served half of its table while it could not send (a packet in the last
+	// millisecond); the other half are flows (or copies of a's) idle since long before.
+	served, before := restartedTable[:5], restartedTable[5:]
+	for i := range served {
+		served[i].Idle = 0
+		before[i].Idle = time.Hour
+	}
 	a := start(t, "127.0.0.8", port, opts, aTable)
 	testutil.Eventually(t, "a's initial sync without a peer", func() bool { return synced(a.r) })
 
@@ -473,9 +485,15 @@ func TestResyncOnce(t *testing.T) {
 
 	restarted := start(t, "127.0.0.9", port, bOpts, restartedTable)
 	testutil.Eventually(t, "the restarted b's initial sync from a", func() bool { return synced(restarted.r) && restarted.dp.has(aTable) })
-	time.Sleep(20 * opts.Heartbeat) // time for a request a should not make, and its answer
-	if a.dp.has(restartedTable[:1]) || !peerStatus(restarted.r, "127.0.0.8").LastServed.At.IsZero() {
-		t.Errorf("a asked the restarted b for its table (b served %+v)", peerStatus(restarted.r, "127.0.0.8").LastServed)
+	testutil.Eventually(t, "a taking the flows the restarted b served since it was last heard", func() bool {
+		return a.dp.has(served) && peerStatus(a.r, "127.0.0.9").Skipped[skipBeforeRestart] == uint64(len(before))
+	})
+	if got := a.dp.count(before); got != 0 {
+		t.Errorf("a took %d flows the restarted b saw no packet of since before its restart", got)
+	}
+	time.Sleep(20 * opts.Heartbeat) // time for a request a should not make again, and its answer
+	if n := peerStatus(a.r, "127.0.0.9").Skipped[skipBeforeRestart]; n != uint64(len(before)) {
+		t.Errorf("a asked the restarted b more than once: %d skipped, want %d", n, len(before))
 	}
 	for _, n := range []*node{a, restarted} {
 		if s := n.r.Status(); s.Refreshes != 0 || s.Rejoin.Pending {

@@ -218,8 +218,8 @@ func (r *Runner) startFlows(o flowsync.Options, table datapath.FlowReplicator, c
 }
 
 // startTable starts the conntrack table's full resync for s: a node that starts asks each peer
-// once, when it first hears it, for its table, and writes in what it does not track (cttable),
-// while conntrackd sends the live changes. It has a port of its own, and no refresh: conntrackd
+// once, when it first hears it, for its table, and a peer that restarted for what it served
+// since, and writes in what it does not track (cttable), while conntrackd sends the live changes. It has a port of its own, and no refresh: conntrackd
 // never lets a copy age.
 func (r *Runner) startTable(s *config.Sync, secret []byte) error {
 	o := r.flowOptions(s, secret, s.ConntrackResyncPort())
