@@ -36,8 +36,12 @@ func printSync(w io.Writer, s replication.Status, now time.Time) error {
 			c.Stats.SendErrors+c.Stats.ReceiveErrors+c.Stats.MalformedMessages+c.Stats.LostMessages, c.ForeignDrops, c.CPUSeconds)
 	}
 	if c := s.ConntrackResync; c != nil {
-		fmt.Fprintf(w, "conntrack table resync: node %s; initial sync %s; %d send errors; dropped datagrams: %s\n",
-			c.NodeID, initialSync(c, now), c.SendErrors, counts(c.Drops))
+		paused := ""
+		if !c.PausedSince.IsZero() {
+			paused = fmt.Sprintf("; paused %s ago (conntrackd down: its peers do not hear this node)", ago(now, c.PausedSince))
+		}
+		fmt.Fprintf(w, "conntrack table resync: node %s; initial sync %s%s; %d send errors; dropped datagrams: %s\n",
+			c.NodeID, initialSync(c, now), paused, c.SendErrors, counts(c.Drops))
 		if err := printPeers(w, c.Peers, now); err != nil {
 			return err
 		}

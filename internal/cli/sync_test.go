@@ -47,6 +47,14 @@ func TestPrintSync(t *testing.T) {
 			t.Errorf("sync listing lacks %q:\n%s", want, out.String())
 		}
 	}
+	st.ConntrackResync.PausedSince = now.Add(-3 * time.Second)
+	out.Reset()
+	if err := printSync(&out, st, now); err != nil {
+		t.Fatal(err)
+	}
+	if want := "initial sync done from 10.91.4.12 2m0s ago; paused 3s ago (conntrackd down: its peers do not hear this node); 0 send errors"; !strings.Contains(out.String(), want) {
+		t.Errorf("paused sync listing lacks %q:\n%s", want, out.String())
+	}
 }
 
 func TestDaemonSections(t *testing.T) {

@@ -51,9 +51,34 @@ type Supervisor struct {
 	cur    *instance
 	dir    *os.File // flock of the current state directory
 
-	mu       sync.Mutex // guards status and cpuEnded
+	mu       sync.Mutex // guards status, cpuEnded and lapses
 	status   Status
 	cpuEnded time.Duration // CPU time of the conntrackd processes that have exited
+	lapses   Lapses
+}
+
+// Lapses is told of the times conntrackd stops running unasked (it exited, was killed or could
+// not start) while the Supervisor wants it to: the conntrack table's changes are then neither sent
+// to the peers nor taken from them. Stopped is told when it stopped, Restarted when a process
+// started after that is set up. Both are called from the Supervisor's goroutine and must not
+// block (a Set may be waiting for that goroutine).
+type Lapses struct {
+	Stopped   func(at time.Time)
+	Restarted func()
+}
+
+// OnLapse sets what the Supervisor tells of conntrackd's lapses (see Lapses).
+func (s *Supervisor) OnLapse(l Lapses) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lapses = l
+}
+
+// lapse is what the Supervisor tells of conntrackd's lapses.
+func (s *Supervisor) lapse() Lapses {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lapses
 }
 
 // Status is conntrackd's health, as `sluice sync` and the metrics show it.
@@ -289,6 +314,9 @@ func (s *Supervisor) run(ctx context.Context, in *instance) {
 		if ctx.Err() != nil {
 			return
 		}
+		if l := s.lapse(); l.Stopped != nil {
+			l.Stopped(time.Now())
+		}
 		if time.Since(started) > healthyRun {
 			backoff = minBackoff
 		}
@@ -352,6 +380,9 @@ func (s *Supervisor) runOnce(ctx context.Context, in *instance, first bool) stri
 			return "stopped"
 		case <-in.initialized:
 			s.timeShared(pid)
+			if l := s.lapse(); !first && l.Restarted != nil {
+				l.Restarted()
+			}
 		case <-tick.C:
 			s.poll(ctx, in, pid)
 		}

@@ -194,12 +194,25 @@ func TestSupervisorReplicates(t *testing.T) {
 
 	t.Run("killed conntrackd restarted", func(t *testing.T) {
 		testutil.Eventually(t, "A running", func() bool { return a.sup.Status().Running })
+		stopped, restarted := make(chan time.Time, 1), make(chan struct{}, 1)
+		a.sup.OnLapse(Lapses{Stopped: func(at time.Time) { stopped <- at }, Restarted: func() { restarted <- struct{}{} }})
+		defer a.sup.OnLapse(Lapses{})
 		old := a.sup.Status()
+		killed := time.Now()
 		must(t, syscall.Kill(old.PID, syscall.SIGKILL))
 		testutil.Eventually(t, "A restarted", func() bool {
 			st := a.sup.Status()
 			return st.Running && st.PID != old.PID && st.Restarts > old.Restarts
 		})
+		select {
+		case at := <-stopped:
+			if at.Before(killed) {
+				t.Errorf("the lapse told as stopped at %s, before the kill at %s", at, killed)
+			}
+		default:
+			t.Errorf("the lapse not told as stopped")
+		}
+		testutil.Eventually(t, "the lapse told as over once the new process is set up", func() bool { return len(restarted) == 1 })
 		if st := a.sup.Status(); st.CPUSeconds < old.CPUSeconds {
 			t.Errorf("conntrackd's CPU time went back from %gs to %gs when it restarted", old.CPUSeconds, st.CPUSeconds)
 		}

@@ -17,6 +17,9 @@ const (
 	// EventSyncRejoin: a node cut off from every peer got one back: it waits for a resync before
 	// it takes traffic (it served nothing while alone), or goes on (it did); then the resync came.
 	EventSyncRejoin = "sync_rejoin"
+	// EventSyncPause: conntrackd stopped unasked, so the conntrack table's resync went silent;
+	// or it runs again, and the nodes ask each other for what they served meanwhile.
+	EventSyncPause = "sync_pause"
 	// EventSyncFailed: the replication the sync section asks for could not start (retried).
 	EventSyncFailed = "sync_failed"
 )

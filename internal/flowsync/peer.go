@@ -53,8 +53,8 @@ func (w *window) accept(seq uint64) bool {
 	return true
 }
 
-// skipBeforeRestart counts the records of a restarted peer's resync that it saw no packet of
-// since it was last heard before its restart (Options.ResyncOnce).
+// skipBeforeRestart counts the records of a resync asked since a time (a restarted peer, or a
+// pause) that the peer saw no packet of since then (Options.ResyncOnce).
 const skipBeforeRestart = "idle since before the peer restarted"
 
 // request is a resync this node asked of a peer.
@@ -65,7 +65,7 @@ type request struct {
 	received uint64
 	attempts int
 	// maxIdle, when not zero, is the longest idle time of the records taken in: a resync asked
-	// of a peer that restarted takes only the flows it saw a packet of since (Options.ResyncOnce).
+	// since a time (peer.askSince) takes only the flows the peer saw a packet of since.
 	maxIdle time.Duration
 }
 
@@ -83,9 +83,10 @@ type peer struct {
 	asked  *request
 	// everAsked: this node asked it for a full resync since it started (Options.ResyncOnce).
 	everAsked bool
-	// restarted is when the node id it replaced was last heard, while the flows it served since
-	// are not asked for yet (Options.ResyncOnce); zero otherwise.
-	restarted time.Time
+	// askSince, when not zero, is asked for (once) the flows it saw a packet of since then
+	// (Options.ResyncOnce): it restarted (the last time its previous node id was heard), or this
+	// node's table missed its changes since then (Pause).
+	askSince time.Time
 	// serving cancels the resync this node sends the peer, if any; serial tells which one.
 	serving context.CancelFunc
 	serial  uint64

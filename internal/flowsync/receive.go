@@ -61,11 +61,11 @@ func (r *Replicator) handle(ctx context.Context, dec *decoder, b []byte, from ne
 }
 
 // wantsResync tells whether peer p, which comes up, is asked for a full resync: always, or with
-// Options.ResyncOnce if it never was or if it restarted.
+// Options.ResyncOnce if it never was, or for what it served since a time (see peer.askSince).
 func (r *Replicator) wantsResync(p *peer) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return !r.opts.ResyncOnce || !p.everAsked || !p.restarted.IsZero()
+	return !r.opts.ResyncOnce || !p.everAsked || !p.askSince.IsZero()
 }
 
 // dropped counts and logs a datagram from addr dropped for reason.
@@ -93,7 +93,7 @@ func (r *Replicator) admit(from netip.Addr, m *message, now time.Time) (p *peer,
 	switch {
 	case p == nil && (!r.opts.Group.IsValid() || len(r.peers) >= maxGroupPeers):
 		return nil, false, nil, DropUnknownPeer, ""
-	case m.node == r.node:
+	case m.node == r.node.Load():
 		return nil, false, nil, DropFromSelf, ""
 	}
 	if skew := now.Sub(time.Unix(0, m.time)); skew > r.opts.MaxSkew || skew < -r.opts.MaxSkew {
@@ -115,8 +115,8 @@ func (r *Replicator) admit(from netip.Addr, m *message, now time.Time) (p *peer,
 		p.whole = false
 		back = r.noteBack(p, now)
 	}
-	if newNode && known && r.opts.ResyncOnce && p.restarted.IsZero() {
-		p.restarted = p.lastSeen
+	if newNode && known && r.opts.ResyncOnce && p.askSince.IsZero() {
+		p.askSince = p.lastSeen
 	}
 	p.connected, p.lastSeen = true, now
 	p.status.ReceivedEntries += uint64(len(m.flows))
@@ -146,8 +146,8 @@ func (r *Replicator) importFlows(ctx context.Context, p *peer, flows []datapath.
 }
 
 // progress counts the records of the resync ref, if it is the one asked of p, and returns those
-// to take in: all of them, or, from a peer that restarted, those it saw a packet of since it was
-// last heard before (the others are counted skipped, skipBeforeRestart).
+// to take in: all of them, or, of a resync asked since a time (peer.askSince), those the peer saw
+// a packet of since (the others are counted skipped, skipBeforeRestart).
 func (r *Replicator) progress(p *peer, ref resyncRef, flows []datapath.ReplicatedFlow, now time.Time) []datapath.ReplicatedFlow {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -188,9 +188,9 @@ func (r *Replicator) resyncEnded(p *peer, m *message, now time.Time) {
 		"full resync from %s: %d of %d entries in %s", p.addr, res.Entries, res.Total, res.Duration.Round(time.Millisecond))}}
 	if complete {
 		p.asked = nil
-		p.whole = a.received >= m.total
-		p.restarted = time.Time{}
-		if !r.initial.Done {
+		p.whole = a.received >= m.total && a.maxIdle == 0
+		p.askSince = time.Time{}
+		if !r.initial.Done && a.maxIdle == 0 {
 			r.initial = InitialSync{Done: true, Peer: p.addr, At: now}
 			close(r.synced)
 			evs = append(evs, Event{Kind: EventInitialSync, Peer: p.addr, Message: fmt.Sprintf("initial sync done: from %s", p.addr)})

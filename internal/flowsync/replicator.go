@@ -26,7 +26,7 @@ type Replicator struct {
 	log     *slog.Logger
 	warn    *limitedLog
 	conn    *net.UDPConn
-	node    uint64
+	node    atomic.Uint64    // this node's id: random at New, a new one at each Resume
 	targets []netip.AddrPort // where updates and heartbeats go: the peers, or the group
 	queue   *queue
 	pacer   *pacer
@@ -49,6 +49,9 @@ type Replicator struct {
 	alone isolation
 	// told is the latest horizon the datapath was told of (horizon.go).
 	told time.Time
+	// pausedSince is when the table stopped taking in its peers' changes (Pause); zero: it
+	// takes them.
+	pausedSince time.Time
 
 	running   atomic.Bool
 	closeOnce sync.Once
@@ -63,11 +66,9 @@ func New(opts Options, dp datapath.FlowReplicator, log *slog.Logger) (*Replicato
 		return nil, err
 	}
 	o.Secret = slices.Clone(o.Secret)
-	var id [8]byte
-	for binary.BigEndian.Uint64(id[:]) == 0 {
-		if _, err := rand.Read(id[:]); err != nil {
-			return nil, fmt.Errorf("flowsync: node id: %w", err)
-		}
+	id, err := newNodeID(0)
+	if err != nil {
+		return nil, err
 	}
 	conn, err := listen(&o)
 	if err != nil {
@@ -75,7 +76,6 @@ func New(opts Options, dp datapath.FlowReplicator, log *slog.Logger) (*Replicato
 	}
 	r := &Replicator{
 		opts: o, dp: dp, log: log, warn: newLimitedLog(log), conn: conn,
-		node:   binary.BigEndian.Uint64(id[:]),
 		queue:  newQueue(o.QueueLimit),
 		pacer:  newPacer(o.ResyncRate),
 		synced: make(chan struct{}),
@@ -90,7 +90,21 @@ func New(opts Options, dp datapath.FlowReplicator, log *slog.Logger) (*Replicato
 	if o.Group.IsValid() {
 		r.targets = []netip.AddrPort{r.dest(o.Group)}
 	}
+	r.node.Store(id)
 	return r, nil
+}
+
+// newNodeID draws a node id at random: not 0, and not old.
+func newNodeID(old uint64) (uint64, error) {
+	var b [8]byte
+	for id := uint64(0); ; {
+		if _, err := rand.Read(b[:]); err != nil {
+			return 0, fmt.Errorf("flowsync: node id: %w", err)
+		}
+		if id = binary.BigEndian.Uint64(b[:]); id != 0 && id != old {
+			return id, nil
+		}
+	}
 }
 
 // Run replicates until ctx ends, then closes the socket; it runs once.
@@ -137,7 +151,7 @@ func (r *Replicator) Status() Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := Status{
-		NodeID: r.node, InitialSync: r.initial, Rejoin: r.alone.rejoin,
+		NodeID: r.node.Load(), InitialSync: r.initial, PausedSince: r.pausedSince, Rejoin: r.alone.rejoin,
 		QueueLength: q.length, QueueLimit: r.opts.QueueLimit, QueueDrops: q.drops, OldestQueued: q.oldest,
 		Unencodable: r.unencodable.Load(), SendErrors: r.sendErrors, Drops: maps.Clone(r.drops),
 		Refreshes: r.refreshes, RefreshesSkipped: r.refreshesSkipped, RefreshErrors: r.refreshErrors,
@@ -171,7 +185,7 @@ func (r *Replicator) send(enc *encoder, to []netip.AddrPort, before func(seq uin
 	r.sendMu.Lock()
 	defer r.sendMu.Unlock()
 	r.seq++
-	b := enc.seal(r.mac, r.node, r.seq, time.Now())
+	b := enc.seal(r.mac, r.node.Load(), r.seq, time.Now())
 	if before != nil {
 		before(r.seq)
 	}
@@ -244,8 +258,11 @@ func (r *Replicator) pack(enc *encoder, f *datapath.ReplicatedFlow, flush func()
 	return nil
 }
 
-// heartbeat sends a heartbeat to the peers or the group.
+// heartbeat sends a heartbeat to the peers or the group, unless the Replicator is paused.
 func (r *Replicator) heartbeat(enc *encoder) {
+	if r.paused() {
+		return
+	}
 	enc.reset(msgHeartbeat, resyncRef{})
 	r.send(enc, r.targets, nil)
 }
@@ -332,12 +349,12 @@ func (r *Replicator) askResync(p *peer) {
 		if p.asked != nil {
 			attempts = p.asked.attempts + 1
 		}
-		p.asked = &request{ref: resyncRef{r.node, seq}, started: now, progress: now, attempts: attempts}
-		if !p.restarted.IsZero() {
-			// The flows it served since it went silent, give or take a heartbeat (it may
+		p.asked = &request{ref: resyncRef{r.node.Load(), seq}, started: now, progress: now, attempts: attempts}
+		if !p.askSince.IsZero() {
+			// The flows it saw a packet of since then, give or take a heartbeat (a peer may
 			// have stopped sending its changes a little before its last datagram) and a
 			// second (the kernel's conntrack tells the time a flow has left in seconds).
-			p.asked.maxIdle = now.Sub(p.restarted) + r.opts.Heartbeat + time.Second
+			p.asked.maxIdle = now.Sub(p.askSince) + r.opts.Heartbeat + time.Second
 		}
 		p.everAsked = true
 		r.mu.Unlock()

@@ -96,6 +96,13 @@ func (d *fakeDatapath) emit(flows []datapath.ReplicatedFlow) {
 	fn(flows)
 }
 
+// setTable replaces the table the datapath snapshots.
+func (d *fakeDatapath) setTable(table []datapath.ReplicatedFlow) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.table = table
+}
+
 // has tells whether every flow of want was imported (see sameFlow).
 func (d *fakeDatapath) has(want []datapath.ReplicatedFlow) bool { return d.count(want) == len(want) }
 

@@ -8,9 +8,12 @@ import (
 // Status is what a Replicator did, for `sluice sync` and the sluice_sync_* metrics: counters only
 // grow.
 type Status struct {
-	// NodeID is this node's id, chosen at random when the Replicator was made.
+	// NodeID is this node's id, chosen at random when the Replicator was made and at each
+	// Resume.
 	NodeID      uint64
 	InitialSync InitialSync
+	// PausedSince is when a pause began (see Pause); zero: not paused.
+	PausedSince time.Time
 	// Rejoin is pending while the node, back from being cut off from every peer, waits for a
 	// resync (see Rejoining).
 	Rejoin Rejoin

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicelb/sluice/internal/boundedread"
@@ -50,6 +51,9 @@ type Runner struct {
 	// table is the conntrack table's full resync, beside conntrackd (nil: none).
 	table *flowRun
 	since time.Time // when the running section was set: its initial sync started
+	// lapsing is table's Replicator while it runs, paused and resumed through conntrackd's
+	// lapses (see conntrackd.Lapses); apart from mu, which a Set holds while it stops conntrackd.
+	lapsing atomic.Pointer[flowsync.Replicator]
 }
 
 // flowRun is a running flowsync.Replicator and how to stop it.
@@ -100,7 +104,27 @@ func New(ctx context.Context, dp datapath.Datapath, stateDir string, log *slog.L
 	if err != nil {
 		return nil, err
 	}
-	return &Runner{ctx: ctx, log: log, dp: dp, stateDir: stateDir, notify: notify, ctd: ctd}, nil
+	r := &Runner{ctx: ctx, log: log, dp: dp, stateDir: stateDir, notify: notify, ctd: ctd}
+	ctd.OnLapse(conntrackd.Lapses{Stopped: r.conntrackdStopped, Restarted: r.conntrackdRestarted})
+	return r, nil
+}
+
+// conntrackdStopped pauses the conntrack table's resync when conntrackd stopped unasked: its
+// peers stop hearing this node when its changes stopped reaching them.
+func (r *Runner) conntrackdStopped(at time.Time) {
+	if rep := r.lapsing.Load(); rep != nil {
+		rep.Pause(at)
+	}
+}
+
+// conntrackdRestarted resumes the conntrack table's resync once conntrackd runs again: this node
+// and its peers ask each other for the connections they served while it was down.
+func (r *Runner) conntrackdRestarted() {
+	if rep := r.lapsing.Load(); rep != nil {
+		if err := rep.Resume(); err != nil {
+			r.log.Error("sync: resuming the conntrack table's resync after conntrackd restarted", "err", err)
+		}
+	}
 }
 
 // Check tells whether Set could run cfg's sync section on this host, changing nothing; a refusal
@@ -157,6 +181,7 @@ func (r *Runner) Set(cfg *config.Config) error {
 		return fieldErrors(err)
 	}
 	r.flows.stop()
+	r.lapsing.Store(nil)
 	r.table.stop()
 	r.flows, r.table = nil, nil
 	var err error
@@ -218,9 +243,10 @@ func (r *Runner) startFlows(o flowsync.Options, table datapath.FlowReplicator, c
 }
 
 // startTable starts the conntrack table's full resync for s: a node that starts asks each peer
-// once, when it first hears it, for its table, and a peer that restarted for what it served
-// since, and writes in what it does not track (cttable), while conntrackd sends the live changes. It has a port of its own, and no refresh: conntrackd
-// never lets a copy age.
+// once, when it first hears it, for its table, and a peer that restarted (or every peer, after
+// conntrackd restarted here) for what it served since, and writes in what it does not track
+// (cttable), while conntrackd sends the live changes. It has a port of its own, and no refresh:
+// conntrackd never lets a copy age.
 func (r *Runner) startTable(s *config.Sync, secret []byte) error {
 	o := r.flowOptions(s, secret, s.ConntrackResyncPort())
 	o.NoRefresh, o.ResyncOnce = true, true
@@ -240,6 +266,7 @@ func (r *Runner) startTable(s *config.Sync, secret []byte) error {
 		return err
 	}
 	r.table = run
+	r.lapsing.Store(run.r)
 	return nil
 }
 

@@ -19,6 +19,9 @@ type FlowStatus struct {
 		Peer        string    `json:"peer,omitempty"`
 		At          time.Time `json:"at,omitzero"`
 	} `json:"initial_sync"`
+	// PausedSince: the table has taken in and sent no live change since then (conntrackd is
+	// down), and its peers do not hear this node; zero: not paused.
+	PausedSince    time.Time         `json:"paused_since,omitzero"`
 	QueueLength    int               `json:"queue_length"`
 	QueueLimit     int               `json:"queue_limit"`
 	QueueDrops     uint64            `json:"queue_drops"`
@@ -73,7 +76,7 @@ func flowStatus(s flowsync.Status) FlowStatus {
 		NodeID: nodeID(s.NodeID), QueueLength: s.QueueLength, QueueLimit: s.QueueLimit, QueueDrops: s.QueueDrops,
 		OldestQueuedNS: s.OldestQueued, Unencodable: s.Unencodable, SendErrors: s.SendErrors, Drops: dropMap(s.Drops),
 		Refreshes: s.Refreshes, RefreshesSkipped: s.RefreshesSkipped, RefreshErrors: s.RefreshErrors,
-		ReplicatedUntil: s.ReplicatedUntil, Peers: make([]PeerStatus, 0, len(s.Peers)),
+		ReplicatedUntil: s.ReplicatedUntil, PausedSince: s.PausedSince, Peers: make([]PeerStatus, 0, len(s.Peers)),
 	}
 	out.InitialSync.Done, out.InitialSync.WithoutPeer, out.InitialSync.At = s.InitialSync.Done, s.InitialSync.WithoutPeer, s.InitialSync.At
 	if s.InitialSync.Peer.IsValid() {

@@ -1,0 +1,149 @@
+package replication
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/vishvananda/netlink/nl"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicelb/sluice/internal/config"
+	"github.com/sluicelb/sluice/internal/ctnetlink"
+	"github.com/sluicelb/sluice/internal/datapath/fake"
+	"github.com/sluicelb/sluice/internal/netnstest"
+	"github.com/sluicelb/sluice/internal/testutil"
+)
+
+var (
+	lapseA   = netip.MustParseAddr("10.79.0.1")
+	lapseB   = netip.MustParseAddr("10.79.0.2")
+	lapseVIP = netip.MustParseAddrPort("192.0.2.20:80")
+)
+
+// While conntrackd is down on a node (it crashed; the daemon restarts it after a second), the
+// kernel goes on forwarding on both nodes, and the connections either takes then are sent to no
+// one or to a process that is not there. Once it runs again, each node asks the other, over the
+// conntrack table's resync, for the connections it saw a packet of since the lapse began: the one
+// each took meanwhile reaches the other, and one idle for days (a copy that may have ended at its
+// owner meanwhile) does not.
+func TestConntrackdLapse(t *testing.T) {
+	if _, err := exec.LookPath("conntrackd"); err != nil {
+		testutil.Missing(t, "needs conntrackd (scripts/deps.sh)")
+	}
+	nsA, nsB := netnstest.Joined(t, netnstest.End{Name: "sync-a", Addrs: []netip.Prefix{netip.PrefixFrom(lapseA, 24)}},
+		netnstest.End{Name: "sync-b", Addrs: []netip.Prefix{netip.PrefixFrom(lapseB, 24)}})
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte(strings.Repeat("s", 32)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := lapseRunner(t, nsA, &config.Sync{Interface: "sync-a", Peers: []config.IP{{Addr: lapseB}}, SecretFile: secret})
+	b := lapseRunner(t, nsB, &config.Sync{Interface: "sync-b", Peers: []config.IP{{Addr: lapseA}}, SecretFile: secret})
+	for _, r := range []*Runner{a, b} {
+		testutil.Eventually(t, "initial syncs done and conntrackd hearing its peer", func() bool {
+			st := r.Status()
+			return st.Ready && st.Conntrackd.Running && st.Conntrackd.Stats.PacketsReceived > 0 &&
+				len(st.ConntrackResync.Peers) == 1 && st.ConntrackResync.Peers[0].Connected
+		})
+	}
+
+	before := a.Status().Conntrackd
+	if err := syscall.Kill(before.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "A's resync paused", func() bool { return !a.Status().ConntrackResync.PausedSince.IsZero() })
+	// A fresh namespace's established timeout is 5 days: all of it left is a packet just now.
+	const established = 5 * 24 * 3600
+	tookA, tookB := lapseEntry(1, established), lapseEntry(2, established)
+	idleA, idleB := lapseEntry(3, 3000), lapseEntry(4, 3000)
+	lapseCreate(t, nsA, tookA, idleA)
+	lapseCreate(t, nsB, tookB, idleB)
+
+	testutil.Eventually(t, "A's conntrackd restarted and its resync resumed", func() bool {
+		st := a.Status()
+		return st.Conntrackd.Running && st.Conntrackd.PID != before.PID && st.ConntrackResync.PausedSince.IsZero()
+	})
+	testutil.Eventually(t, "each taking the connection the other took during the lapse", func() bool {
+		return lapseHas(t, nsA, tookB) && lapseHas(t, nsB, tookA)
+	})
+	for name, r := range map[string]*Runner{"A": a, "B": b} {
+		testutil.Eventually(t, name+" skipping the connection idle for days", func() bool {
+			return r.Status().ConntrackResync.Peers[0].Skipped["idle since before the peer restarted"] == 1
+		})
+	}
+	if lapseHas(t, nsA, idleB) || lapseHas(t, nsB, idleA) {
+		t.Errorf("a connection idle since before the lapse was taken in")
+	}
+	if st := a.Status(); !st.Ready {
+		t.Errorf("A not ready after conntrackd restarted: %s", st.Why)
+	}
+}
+
+// lapseRunner runs a Runner with s in ns until the test ends.
+func lapseRunner(t *testing.T, ns netns.NsHandle, s *config.Sync) *Runner {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var r *Runner
+	netnstest.In(t, ns, func() {
+		var err error
+		r, err = New(ctx, fake.New(), t.TempDir(), slog.New(slog.DiscardHandler), func(Event) {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cancel(); r.Wait() })
+		if err := r.Set(&config.Config{Datapath: config.DatapathNFT, Sync: s}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	return r
+}
+
+// lapseEntry is an established connection to the VIP from client port 40000+n, translated to a
+// backend, with timeout seconds left.
+func lapseEntry(n uint16, timeout uint32) ctnetlink.Entry {
+	client := netip.AddrPortFrom(netip.MustParseAddr("198.51.100.9"), 40000+n)
+	return ctnetlink.Entry{
+		Orig:     ctnetlink.Tuple{Proto: unix.IPPROTO_TCP, Src: client, Dst: lapseVIP},
+		Reply:    ctnetlink.Tuple{Proto: unix.IPPROTO_TCP, Src: netip.MustParseAddrPort("10.1.0.9:8080"), Dst: client},
+		TCPState: nl.TCP_CONNTRACK_ESTABLISHED, Status: ctnetlink.StatusSeenReply | ctnetlink.StatusAssured, Timeout: timeout,
+	}
+}
+
+func lapseCreate(t *testing.T, ns netns.NsHandle, es ...ctnetlink.Entry) {
+	t.Helper()
+	s, err := ctnetlink.Open(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, e := range es {
+		if err := s.Create(e); err != nil {
+			t.Fatalf("creating %+v: %v", e, err)
+		}
+	}
+}
+
+// lapseHas tells whether ns's conntrack table has e (by its original tuple).
+func lapseHas(t *testing.T, ns netns.NsHandle, e ctnetlink.Entry) bool {
+	t.Helper()
+	s, err := ctnetlink.Open(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	found := false
+	if err := s.Dump(unix.AF_INET, func(got ctnetlink.Entry) bool {
+		found = got.Orig == e.Orig
+		return !found
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
