@@ -29,11 +29,11 @@ var (
 )
 
 // While conntrackd is down on a node (it crashed; the daemon restarts it after a second), the
-// kernel goes on forwarding on both nodes, and the connections either takes then are sent to no
-// one or to a process that is not there. Once it runs again, each node asks the other, over the
-// conntrack table's resync, for the connections it saw a packet of since the lapse began: the one
-// each took meanwhile reaches the other, and one idle for days (a copy that may have ended at its
-// owner meanwhile) does not.
+// kernel goes on forwarding on both nodes, and the changes of either are sent to no one or to a
+// process that is not there. Once it runs again, each node asks the other, over the conntrack
+// table's resync, for the connections it saw a packet of since the lapse began: the one each took
+// meanwhile reaches the other, and the idle ones are not written again: the other's copy of one
+// that ended meanwhile does not come back.
 func TestConntrackdLapse(t *testing.T) {
 	if _, err := exec.LookPath("conntrackd"); err != nil {
 		testutil.Missing(t, "needs conntrackd (scripts/deps.sh)")
@@ -54,17 +54,28 @@ func TestConntrackdLapse(t *testing.T) {
 		})
 	}
 
+	// Before the lapse: a connection each node holds idle for days (a fresh namespace's
+	// established timeout is 5 days: 3,000 s left is idle for days), and one of A's that ends
+	// during the lapse; conntrackd copies them to the other node.
+	const established = 5 * 24 * 3600
+	idleA, idleB, ended := lapseEntry(3, 3000), lapseEntry(4, 3000), lapseEntry(5, 3000)
+	lapseCreate(t, nsA, idleA, ended)
+	lapseCreate(t, nsB, idleB)
+	testutil.Eventually(t, "conntrackd copying them", func() bool {
+		return lapseHas(t, nsB, idleA) && lapseHas(t, nsB, ended) && lapseHas(t, nsA, idleB)
+	})
+
 	before := a.Status().Conntrackd
 	if err := syscall.Kill(before.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, "A's resync paused", func() bool { return !a.Status().ConntrackResync.PausedSince.IsZero() })
-	// A fresh namespace's established timeout is 5 days: all of it left is a packet just now.
-	const established = 5 * 24 * 3600
+	// During the lapse each node takes a connection (all of its timeout left: a packet just
+	// now), and A's connection ends.
 	tookA, tookB := lapseEntry(1, established), lapseEntry(2, established)
-	idleA, idleB := lapseEntry(3, 3000), lapseEntry(4, 3000)
-	lapseCreate(t, nsA, tookA, idleA)
-	lapseCreate(t, nsB, tookB, idleB)
+	lapseCreate(t, nsA, tookA)
+	lapseCreate(t, nsB, tookB)
+	lapseDelete(t, nsA, ended)
 
 	testutil.Eventually(t, "A's conntrackd restarted and its resync resumed", func() bool {
 		st := a.Status()
@@ -73,13 +84,25 @@ func TestConntrackdLapse(t *testing.T) {
 	testutil.Eventually(t, "each taking the connection the other took during the lapse", func() bool {
 		return lapseHas(t, nsA, tookB) && lapseHas(t, nsB, tookA)
 	})
-	for name, r := range map[string]*Runner{"A": a, "B": b} {
-		testutil.Eventually(t, name+" skipping the connection idle for days", func() bool {
-			return r.Status().ConntrackResync.Peers[0].Skipped["idle since before the peer restarted"] == 1
+	// A skips B's idle connection and its copies of A's (the ended one too: it does not come
+	// back); B skips A's idle connection and its copy of B's.
+	for name, c := range map[string]struct {
+		r    *Runner
+		want uint64
+	}{"A": {a, 3}, "B": {b, 2}} {
+		testutil.Eventually(t, name+" skipping the connections idle since before the lapse", func() bool {
+			return c.r.Status().ConntrackResync.Peers[0].Skipped["idle since before the peer restarted"] == c.want
 		})
 	}
-	if lapseHas(t, nsA, idleB) || lapseHas(t, nsB, idleA) {
-		t.Errorf("a connection idle since before the lapse was taken in")
+	for name, ns := range map[string]netns.NsHandle{"A": nsA, "B": nsB} {
+		for _, e := range []ctnetlink.Entry{idleA, idleB} {
+			if !lapseHas(t, ns, e) {
+				t.Errorf("%s lost connection %v, idle but held by both nodes", name, e.Orig.Src)
+			}
+		}
+	}
+	if lapseHas(t, nsA, ended) {
+		t.Errorf("the connection that ended on A came back")
 	}
 	if st := a.Status(); !st.Ready {
 		t.Errorf("A not ready after conntrackd restarted: %s", st.Why)
@@ -127,6 +150,27 @@ func lapseCreate(t *testing.T, ns netns.NsHandle, es ...ctnetlink.Entry) {
 		if err := s.Create(e); err != nil {
 			t.Fatalf("creating %+v: %v", e, err)
 		}
+	}
+}
+
+func lapseDelete(t *testing.T, ns netns.NsHandle, e ctnetlink.Entry) {
+	t.Helper()
+	s, err := ctnetlink.Open(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var found ctnetlink.Entry
+	if err := s.Dump(unix.AF_INET, func(got ctnetlink.Entry) bool {
+		if got.Orig == e.Orig {
+			found = got
+		}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if deleted, err := s.Delete(unix.AF_INET, found); err != nil || !deleted {
+		t.Fatalf("deleting %v: deleted %v, %v", e.Orig, deleted, err)
 	}
 }
 
