@@ -173,7 +173,7 @@ func TestRestartedNodeGivesWhatItServed(t *testing.T) {
 		return ok
 	})
 	testutil.Eventually(t, "A skipping the idle one", func() bool {
-		return peerStatus(a, addrB).Skipped["idle since before the peer restarted"] == 1
+		return peerStatus(a, addrB).Skipped["idle since before the lapse"] == 1
 	})
 	if _, ok := entries(t, nsA)[idle.Orig]; ok {
 		t.Errorf("A took in a connection idle on B since before its restart")

@@ -10,7 +10,7 @@ const (
 	// EventSyncPeerUp, EventSyncPeerDown: a sync peer was heard again, or not for three heartbeats.
 	EventSyncPeerUp   = "sync_peer_up"
 	EventSyncPeerDown = "sync_peer_down"
-	// EventSyncResync: a full resync from a peer ended.
+	// EventSyncResync: a full resync from a peer ended, or a resync after a lapse.
 	EventSyncResync = "sync_resync"
 	// EventSyncInitial: the node has the peers' flows (or went ahead without, past the timeout).
 	EventSyncInitial = "sync_initial"

@@ -39,7 +39,7 @@ func TestPauseResume(t *testing.T) {
 
 	testutil.Eventually(t, "a taking what b served during the pause, b what a served", func() bool {
 		return a.dp.has(bServed) && b.dp.has(aServed) &&
-			peerStatus(a.r, "127.0.0.9").Skipped[skipBeforeRestart] == 2 && peerStatus(b.r, "127.0.0.8").Skipped[skipBeforeRestart] == 2
+			peerStatus(a.r, "127.0.0.9").Skipped[skipBeforeLapse] == 2 && peerStatus(b.r, "127.0.0.8").Skipped[skipBeforeLapse] == 2
 	})
 	if n := a.dp.count(bIdle) + b.dp.count(aIdle); n != 0 {
 		t.Errorf("%d flows idle since before the pause taken in", n)

@@ -53,9 +53,9 @@ func (w *window) accept(seq uint64) bool {
 	return true
 }
 
-// skipBeforeRestart counts the records of a resync asked since a time (a restarted peer, or a
+// skipBeforeLapse counts the records of a resync asked since a time (a restarted peer, or a
 // pause) that the peer saw no packet of since then (Options.ResyncOnce).
-const skipBeforeRestart = "idle since before the peer restarted"
+const skipBeforeLapse = "idle since before the lapse"
 
 // request is a resync this node asked of a peer.
 type request struct {
@@ -67,6 +67,8 @@ type request struct {
 	// maxIdle, when not zero, is the longest idle time of the records taken in: a resync asked
 	// since a time (peer.askSince) takes only the flows the peer saw a packet of since.
 	maxIdle time.Duration
+	// recent counts the records within maxIdle.
+	recent uint64
 }
 
 // peer is what a node knows of another.

@@ -147,7 +147,7 @@ func (r *Replicator) importFlows(ctx context.Context, p *peer, flows []datapath.
 
 // progress counts the records of the resync ref, if it is the one asked of p, and returns those
 // to take in: all of them, or, of a resync asked since a time (peer.askSince), those the peer saw
-// a packet of since (the others are counted skipped, skipBeforeRestart).
+// a packet of since (the others are counted skipped, skipBeforeLapse).
 func (r *Replicator) progress(p *peer, ref resyncRef, flows []datapath.ReplicatedFlow, now time.Time) []datapath.ReplicatedFlow {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -167,8 +167,9 @@ func (r *Replicator) progress(p *peer, ref resyncRef, flows []datapath.Replicate
 		}
 	}
 	if n := len(flows) - len(recent); n > 0 {
-		p.status.Skipped[skipBeforeRestart] += uint64(n)
+		p.status.Skipped[skipBeforeLapse] += uint64(n)
 	}
+	a.recent += uint64(len(recent))
 	return recent
 }
 
@@ -184,8 +185,12 @@ func (r *Replicator) resyncEnded(p *peer, m *message, now time.Time) {
 	complete := a.received >= m.total || a.attempts >= maxResyncAttempts
 	res := Resync{At: now, Entries: a.received, Total: m.total, Duration: now.Sub(a.started)}
 	p.status.LastResync = res
-	evs := []Event{{Kind: EventResync, Peer: p.addr, Message: fmt.Sprintf(
-		"full resync from %s: %d of %d entries in %s", p.addr, res.Entries, res.Total, res.Duration.Round(time.Millisecond))}}
+	msg := fmt.Sprintf("full resync from %s: %d of %d entries in %s", p.addr, res.Entries, res.Total, res.Duration.Round(time.Millisecond))
+	if a.maxIdle > 0 {
+		msg = fmt.Sprintf("resync from %s after a lapse: %d of %d entries in %s, %d seen in the last %s taken in",
+			p.addr, res.Entries, res.Total, res.Duration.Round(time.Millisecond), a.recent, a.maxIdle.Round(time.Millisecond))
+	}
+	evs := []Event{{Kind: EventResync, Peer: p.addr, Message: msg}}
 	if complete {
 		p.asked = nil
 		p.whole = a.received >= m.total && a.maxIdle == 0

@@ -493,13 +493,13 @@ func TestResyncOnce(t *testing.T) {
 	restarted := start(t, "127.0.0.9", port, bOpts, restartedTable)
 	testutil.Eventually(t, "the restarted b's initial sync from a", func() bool { return synced(restarted.r) && restarted.dp.has(aTable) })
 	testutil.Eventually(t, "a taking the flows the restarted b served since it was last heard", func() bool {
-		return a.dp.has(served) && peerStatus(a.r, "127.0.0.9").Skipped[skipBeforeRestart] == uint64(len(before))
+		return a.dp.has(served) && peerStatus(a.r, "127.0.0.9").Skipped[skipBeforeLapse] == uint64(len(before))
 	})
 	if got := a.dp.count(before); got != 0 {
 		t.Errorf("a took %d flows the restarted b saw no packet of since before its restart", got)
 	}
 	time.Sleep(20 * opts.Heartbeat) // time for a request a should not make again, and its answer
-	if n := peerStatus(a.r, "127.0.0.9").Skipped[skipBeforeRestart]; n != uint64(len(before)) {
+	if n := peerStatus(a.r, "127.0.0.9").Skipped[skipBeforeLapse]; n != uint64(len(before)) {
 		t.Errorf("a asked the restarted b more than once: %d skipped, want %d", n, len(before))
 	}
 	for _, n := range []*node{a, restarted} {

@@ -91,7 +91,7 @@ func TestConntrackdLapse(t *testing.T) {
 		want uint64
 	}{"A": {a, 3}, "B": {b, 2}} {
 		testutil.Eventually(t, name+" skipping the connections idle since before the lapse", func() bool {
-			return c.r.Status().ConntrackResync.Peers[0].Skipped["idle since before the peer restarted"] == c.want
+			return c.r.Status().ConntrackResync.Peers[0].Skipped["idle since before the lapse"] == c.want
 		})
 	}
 	for name, ns := range map[string]netns.NsHandle{"A": nsA, "B": nsB} {
