@@ -49,3 +49,24 @@ func TestPauseResume(t *testing.T) {
 	}
 	must(t, a.r.Resume()) // not paused: nothing
 }
+
+// A node paused before its initial sync is done asks its peer, when it resumes, for the whole
+// table: a resync since the pause would never end the initial sync.
+func TestResumeBeforeInitialSync(t *testing.T) {
+	port := testPort(t)
+	opts := Options{InitialSyncTimeout: time.Hour, ResyncOnce: true, NoRefresh: true, Heartbeat: 20 * time.Millisecond}
+	flows := testFlows(4, false)
+	for i := range flows {
+		flows[i].Idle = time.Hour
+	}
+	aOpts, bOpts := opts, opts
+	aOpts.Peers, bOpts.Peers = peers("127.0.0.9"), peers("127.0.0.8")
+	a := start(t, "127.0.0.8", port, aOpts, nil)
+	a.r.Pause(time.Now())
+	must(t, a.r.Resume())
+	start(t, "127.0.0.9", port, bOpts, flows)
+	testutil.Eventually(t, "a's initial sync from b, its whole table", func() bool { return synced(a.r) && a.dp.has(flows) })
+	if st := a.r.Status(); st.InitialSync.WithoutPeer || st.InitialSync.Peer.String() != "127.0.0.9" {
+		t.Errorf("a's initial sync %+v, want from b", st.InitialSync)
+	}
+}

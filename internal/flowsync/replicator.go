@@ -350,10 +350,11 @@ func (r *Replicator) askResync(p *peer) {
 			attempts = p.asked.attempts + 1
 		}
 		p.asked = &request{ref: resyncRef{r.node.Load(), seq}, started: now, progress: now, attempts: attempts}
-		if !p.askSince.IsZero() {
+		if !p.askSince.IsZero() && r.initial.Done {
 			// The flows it saw a packet of since then, give or take a heartbeat (a peer may
 			// have stopped sending its changes a little before its last datagram) and a
 			// second (the kernel's conntrack tells the time a flow has left in seconds).
+			// A node without its initial sync asks for the whole table.
 			p.asked.maxIdle = now.Sub(p.askSince) + r.opts.Heartbeat + time.Second
 		}
 		p.everAsked = true
