@@ -280,11 +280,13 @@ static __always_inline void flow_announce(const struct flow_key *k, const struct
 #define SELECT_LIMITED    -5 /* the flow is over one of the service's limits */
 
 /* Balances client flow k afresh: picks a backend, claims the reply 5-tuple and records the flow.
- * midflow: the packet is a TCP segment past the SYN (see backend_pick). Returns 0,
- * SELECT_NO_BACKEND, SELECT_REFUSED, SELECT_LIMITED or SELECT_NO_PORT. */
+ * midflow: the packet is a TCP segment past the SYN (see backend_pick). closing: it is a FIN or a
+ * reset (the tail of a connection another node began, when ECMP moved it), so the flow is recorded
+ * closing and never counted open. Returns 0, SELECT_NO_BACKEND, SELECT_REFUSED, SELECT_LIMITED or
+ * SELECT_NO_PORT. */
 static __always_inline int flow_create(const struct flow_key *k, const struct service *svc,
 				       const struct globals *g, struct target *t, __u64 now,
-				       bool midflow)
+				       bool midflow, bool closing)
 {
 	struct flow     f = {.service_id = svc->id, .last_seen = now};
 	struct flow_key rk;
@@ -312,10 +314,14 @@ static __always_inline int flow_create(const struct flow_key *k, const struct se
 			bpf_map_update_elem(&replies, &rk, &r, BPF_ANY);
 		}
 	}
+	if (closing)
+		f.flags = FLOW_CLOSING;
 	bpf_map_update_elem(&flows, k, &f, BPF_ANY);
 	flow_announce(k, &f, now);
-	conns_count(svc->flags, t->id, true);
-	limits_count(svc->flags, svc->id, k, true);
+	if (!closing) {
+		conns_count(svc->flags, t->id, true);
+		limits_count(svc->flags, svc->id, k, true);
+	}
 	t->nat_port = f.nat_port;
 	t->new_flow = 1;
 	return 0;
@@ -363,7 +369,8 @@ static __always_inline int flow_select(const struct packet *p, const struct serv
 	/* No flow: a mid-flow TCP segment (neither a SYN nor a reset) of a connection another node
 	 * or an earlier table began gets a second chance. */
 	return flow_create(k, svc, g, t, now,
-			   !f && k->proto == IPPROTO_TCP && !(p->tcp_flags & (TCP_SYN | TCP_RST)));
+			   !f && k->proto == IPPROTO_TCP && !(p->tcp_flags & (TCP_SYN | TCP_RST)),
+			   k->proto == IPPROTO_TCP && (p->tcp_flags & (TCP_FIN | TCP_RST)));
 }
 
 /* Counts a new flow, and a packet of l3_len bytes when it was handed on (sent), for a service and

@@ -148,6 +148,34 @@ func TestLeastConnectionsFillsTheEmptiest(t *testing.T) {
 	}
 }
 
+// The tail of a connection another node began (ECMP moved it here, or this node came back after
+// it began) is forwarded, but a FIN or a reset recorded as a new flow would count as an open
+// connection until the flow timeout: a drained node would wait for it, lc would steer around it.
+func TestATailIsNotAnOpenConnection(t *testing.T) {
+	r := newRig(t)
+	d := r.datapath(Options{})
+	r.apply(d, planFromYAML(t, threeBackends("    scheduler: lc")))
+	fin := client(1, 41000, false)
+	disconnect(t, d, fin)
+	reset := client(2, 41000, false)
+	destination(t, d, segmentWith(t, reset, vipOf(reset), layers.TCP{RST: true}))
+	zero := map[string]uint64{"10.91.2.11": 0, "10.91.2.12": 0, "10.91.2.13": 0}
+	checkConnections(t, d, zero)
+	sts, err := d.Status(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range sts[0].Backends {
+		if b.ActiveFlows != 0 {
+			t.Errorf("%s: %d active flows after two tails of connections it never saw, want 0", b.Address, b.ActiveFlows)
+		}
+	}
+	// A new connection from the same port is counted as usual.
+	to := connect(t, d, fin)
+	zero[to.String()] = 1
+	checkConnections(t, d, zero)
+}
+
 // connections reads the program's active flow count of each backend of web.
 func connections(t *testing.T, d *Datapath) map[string]uint64 {
 	t.Helper()
