@@ -67,7 +67,8 @@ var (
 )
 
 // fleetConfig is the one config every node runs: BGP to the router over IPv4 and IPv6, the DSR
-// web service and its IPv6 twin, and a fullnat one, each with a health check. DSR flows are idle after 3 s, so that a drained node's flows run out quickly.
+// web service and its IPv6 twin, and a fullnat one, each with a health check. DSR flows are idle
+// after 3 s, so that a drained node's flows run out quickly.
 func fleetConfig(datapath string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `datapath: %s
@@ -530,6 +531,12 @@ func testNodeDrain(t *testing.T, nodes []*daemon) {
 	if r := nodes[0].cli("node", "drain", "--no-wait", "--timeout", "1m"); r.Err != nil {
 		t.Fatalf("node drain: %v\n%s", r.Err, r.Stderr)
 	}
+	undrained := false
+	t.Cleanup(func() { // the next tests need node 1 back, whatever this one found
+		if !undrained {
+			nodes[0].cli("node", "undrain")
+		}
+	})
 	withdrawn := waitNextHops(t, fleetVIP4, 15*time.Second, frontAddrs(false, 2, 3)...)
 	time.Sleep(2 * time.Second)
 	load.finish()
@@ -543,11 +550,20 @@ func testNodeDrain(t *testing.T, nodes []*daemon) {
 		State  string `json:"state"`
 		Reason string `json:"reason"`
 	}
-	waitFor(t, "node 1 drained", 45*time.Second, func() bool {
-		nodes[0].mustJSON(&state, "node", "status")
-		return state.State == "drained"
-	})
+	for waited := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+		if nodes[0].mustJSON(&state, "node", "status"); state.State == "drained" {
+			break
+		}
+		if time.Since(waited) > 45*time.Second {
+			var flows strings.Builder
+			for _, svc := range []string{"web", "web6", "api"} {
+				fmt.Fprintf(&flows, "%s:\n%s", svc, nodes[0].cli("flows", svc).Stdout)
+			}
+			t.Fatalf("node 1 not drained after 45 s (%s):\n%s\nits flows:\n%s", state.Reason, nodes[0].cli("list").Stdout, flows.String())
+		}
+	}
 	t.Logf("node 1 reported drained %v after the drain started: %s", time.Since(start).Round(time.Second), state.Reason)
+	undrained = true
 	if r := nodes[0].cli("node", "undrain"); r.Err != nil {
 		t.Fatalf("node undrain: %v\n%s", r.Err, r.Stderr)
 	}
