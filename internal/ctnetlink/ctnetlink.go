@@ -1,7 +1,8 @@
 // Package ctnetlink reads and writes entries of the kernel's conntrack table over netlink
 // (nfnetlink's ctnetlink subsystem). The netlink library's own conntrack code skips an entry's
 // status and cannot write a translated (NAT) entry, so entries are encoded and decoded here:
-// the tuples, the status, the TCP state, the timeout and the zone.
+// the tuples, the status, the TCP state, the timeout and the zone; the entries Sluice writes
+// track TCP windows liberally, as conntrackd's.
 package ctnetlink
 
 import (
@@ -40,6 +41,16 @@ const (
 	ctaProtoNATMin  = 1
 	ctaProtoNATMax  = 2
 	nestedAttribute = unix.NLA_F_NESTED
+	// CTA_PROTOINFO_TCP_FLAGS_ORIGINAL and _REPLY: a struct nf_ct_tcp_flags (flags, mask).
+	ctaProtoinfoTCPFlagsOriginal = 4
+	ctaProtoinfoTCPFlagsReply    = 5
+)
+
+// TCP tracking flags of a direction (IP_CT_TCP_FLAG_* of linux/netfilter/nf_conntrack_tcp.h).
+const (
+	tcpFlagSACKPerm  = 0x02
+	tcpFlagCloseInit = 0x04
+	tcpFlagBeLiberal = 0x08
 )
 
 // Tuple is one direction of an entry.
@@ -159,16 +170,49 @@ func (s *Socket) Create(e Entry) error {
 		b = append(b, nl.NewRtAttr(ctaZone, nl.BEUint16Attr(e.Zone)).Serialize()...)
 	}
 	if e.Orig.Proto == unix.IPPROTO_TCP {
-		info := nl.NewRtAttr(nl.CTA_PROTOINFO|nestedAttribute, nil)
-		tcp := info.AddRtAttr(nl.CTA_PROTOINFO_TCP|nestedAttribute, nil)
-		tcp.AddRtAttr(nl.CTA_PROTOINFO_TCP_STATE, nl.Uint8Attr(e.TCPState))
-		b = append(b, info.Serialize()...)
+		b = append(b, tcpInfo(e.TCPState).Serialize()...)
 	}
 	err := s.exchange(request(nl.IPCTNL_MSG_CT_NEW, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ACK, family, b), nil)
 	if errors.Is(err, unix.EEXIST) {
 		return ErrExists
 	}
 	return err
+}
+
+// Refresh gives the TCP entry whose original direction is e.Orig e's state and timeout, and
+// tracks its windows liberally from now on, as Create does: the entry's translations stay. It
+// is for an entry whose copy on another node saw packets since this one did, so that its
+// sequence numbers moved past this entry's windows. ErrNotFound: the entry is gone.
+func (s *Socket) Refresh(e Entry) error {
+	b := tupleAttr(nl.CTA_TUPLE_ORIG, e.Orig).Serialize()
+	b = append(b, nl.NewRtAttr(nl.CTA_TIMEOUT, nl.BEUint32Attr(e.Timeout)).Serialize()...)
+	b = append(b, tcpInfo(e.TCPState).Serialize()...)
+	err := s.exchange(request(nl.IPCTNL_MSG_CT_NEW, unix.NLM_F_ACK, Family(e.Orig.Dst.Addr()), b), nil)
+	if errors.Is(err, unix.ENOENT) {
+		return ErrNotFound
+	}
+	return err
+}
+
+// ErrNotFound is what Refresh returns for an entry the table does not have.
+var ErrNotFound = errors.New("the conntrack table has no such entry")
+
+// tcpInfo is the TCP protocol information Sluice writes: the state, and in both directions a
+// liberal window tracking, which picks the windows up from the next packets instead of judging
+// them by a history this node did not see (a copy's sequence numbers are its peer's), as
+// conntrackd and the conntrack tool set it on the entries they write.
+func tcpInfo(state uint8) *nl.RtAttr {
+	flags := uint8(tcpFlagBeLiberal | tcpFlagSACKPerm)
+	if state >= nl.TCP_CONNTRACK_TIME_WAIT {
+		flags |= tcpFlagCloseInit // a new connection may reopen the tuple at once (RFC 1122)
+	}
+	info := nl.NewRtAttr(nl.CTA_PROTOINFO|nestedAttribute, nil)
+	tcp := info.AddRtAttr(nl.CTA_PROTOINFO_TCP|nestedAttribute, nil)
+	tcp.AddRtAttr(nl.CTA_PROTOINFO_TCP_STATE, nl.Uint8Attr(state))
+	for _, dir := range []int{ctaProtoinfoTCPFlagsOriginal, ctaProtoinfoTCPFlagsReply} {
+		tcp.AddRtAttr(dir, []byte{flags, flags}) // struct nf_ct_tcp_flags: the flags, the mask
+	}
+	return info
 }
 
 func tupleAttr(kind int, t Tuple) *nl.RtAttr {

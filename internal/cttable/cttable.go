@@ -1,9 +1,10 @@
 // Package cttable offers the kernel's conntrack table to flowsync as a datapath.FlowReplicator,
 // for the full resync a node asks of its peers when it starts: each peer sends its live table,
-// and the node writes in the entries it does not track itself. conntrackd (internal/conntrackd)
-// replicates the table's live changes; its own full resync (conntrackd -n) answers from a cache
-// that keeps flows that have ended, and writes a peer's established copy over a connection this
-// node is closing, which this replaces.
+// and the node writes in the entries it does not track itself (and refreshes those of its own
+// that a peer served since). conntrackd (internal/conntrackd) replicates the table's live
+// changes; its own full resync (conntrackd -n) answers from a cache that keeps flows that have
+// ended, and writes a peer's established copy over a connection this node is closing, which this
+// replaces.
 //
 // A record carries an entry's tuples, its TCP state and its idle time: the timeout of its state
 // on the sending node less the time it has left. The receiving node gives it the timeout of the
@@ -143,9 +144,15 @@ func (t *Table) ignored(e ctnetlink.Entry) bool {
 	return false
 }
 
-// ImportFlows writes the flows this node does not track into its conntrack table; the others
-// are skipped and counted by reason. The error is the first the kernel answered that is not
-// one of a flow tracked here already.
+// ImportFlows writes the flows this node does not track into its conntrack table, and refreshes
+// those it tracks whose record saw a packet since this node's entry did; the others are skipped
+// and counted by reason. The error is the first the kernel answered that is not one of a flow
+// tracked here already.
+//
+// A record more recent than this node's own entry is a connection the peer served meanwhile
+// (this node restarted or was the backup): its sequence numbers have moved past the windows this
+// entry last saw, and the kernel's window tracking would drop its next packets here. The entry
+// takes the record's state and timeout and tracks its windows liberally (ctnetlink.Refresh).
 func (t *Table) ImportFlows(ctx context.Context, flows []datapath.ReplicatedFlow) (datapath.ImportResult, error) {
 	res := datapath.ImportResult{Skipped: map[string]int{}}
 	s, err := ctnetlink.Open(t.ns)
@@ -162,7 +169,10 @@ func (t *Table) ImportFlows(ctx context.Context, flows []datapath.ReplicatedFlow
 		if reason == "" {
 			switch err := s.Create(e); {
 			case errors.Is(err, ctnetlink.ErrExists):
-				reason = SkipTracked
+				reason, err = t.refresh(s, e, flows[i].Idle)
+				if err != nil {
+					reason, first = SkipRefused, cmp.Or(first, err)
+				}
 			case err != nil:
 				reason, first = SkipRefused, cmp.Or(first, err)
 			}
@@ -177,6 +187,31 @@ func (t *Table) ImportFlows(ctx context.Context, flows []datapath.ReplicatedFlow
 		return res, fmt.Errorf("writing peers' conntrack entries: %w", first)
 	}
 	return res, nil
+}
+
+// refresh refreshes this node's own entry for e, a TCP record idle for idle on its peer, when
+// the record saw a packet at least a second more recently than the entry (both idle times are
+// whole seconds of a timeout left, each at most a second over the truth, so a second apart means
+// the peer's packet was the later one) and both translate the flow alike; "" when it did, else
+// SkipTracked.
+func (t *Table) refresh(s *ctnetlink.Socket, e ctnetlink.Entry, idle time.Duration) (string, error) {
+	if e.Orig.Proto != unix.IPPROTO_TCP {
+		return SkipTracked, nil
+	}
+	own, found, err := s.Get(e.Orig)
+	if err != nil || !found || own.Reply != e.Reply || own.TCPState == 0 {
+		return SkipTracked, err
+	}
+	ownIdle := t.timeouts.of(datapath.ReplicatedFlow{Protocol: config.ProtocolTCP, TCPState: own.TCPState}) - time.Duration(own.Timeout)*time.Second
+	if ownIdle-idle < time.Second {
+		return SkipTracked, nil
+	}
+	if err := s.Refresh(e); errors.Is(err, ctnetlink.ErrNotFound) {
+		return SkipTracked, nil // it ended meanwhile
+	} else if err != nil {
+		return "", err
+	}
+	return "", nil
 }
 
 // entry is the conntrack entry of a peer's record f, or why it is not written.

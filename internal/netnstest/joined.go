@@ -21,6 +21,14 @@ type End struct {
 func Joined(t testing.TB, a, b End) (nsA, nsB netns.NsHandle) {
 	t.Helper()
 	nsA, nsB = New(t), New(t)
+	Link(t, nsA, a, nsB, b)
+	return nsA, nsB
+}
+
+// Link joins two network namespaces by a veth, its end a in nsA and b in nsB, up with their
+// addresses and loopback.
+func Link(t testing.TB, nsA netns.NsHandle, a End, nsB netns.NsHandle, b End) {
+	t.Helper()
 	In(t, nsA, func() {
 		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: a.Name}, PeerName: b.Name}); err != nil {
 			t.Fatal(err)
@@ -35,7 +43,6 @@ func Joined(t testing.TB, a, b End) (nsA, nsB netns.NsHandle) {
 		Up(t, a)
 	})
 	In(t, nsB, func() { Up(t, b) })
-	return nsA, nsB
 }
 
 // Up sets loopback and e up, and gives e its addresses, in the calling thread's namespace.
