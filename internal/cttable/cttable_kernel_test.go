@@ -78,7 +78,8 @@ func create(t *testing.T, ns netns.NsHandle, es ...ctnetlink.Entry) {
 // A node that starts takes in its peer's table: the connections it lacks (IPv4 and IPv6),
 // translated as the peer's (destination and source), and not the one it tracks itself, which it
 // is closing while the peer's copy is still established; nor a handshake, nor an unanswered
-// datagram flow.
+// datagram flow. An entry of its own that the peer's saw a packet since (the peer served the
+// connection meanwhile, and it closed there) takes the peer's state.
 func TestStartingNodeTakesThePeersTable(t *testing.T) {
 	nsA, nsB := netnstest.Joined(t, netnstest.End{Name: "sync-a", Addrs: []netip.Prefix{netip.PrefixFrom(addrA, 24)}},
 		netnstest.End{Name: "sync-b", Addrs: []netip.Prefix{netip.PrefixFrom(addrB, 24)}})
@@ -101,10 +102,15 @@ func TestStartingNodeTakesThePeersTable(t *testing.T) {
 	unanswered := udp
 	unanswered.Orig.Src, unanswered.Reply.Dst = netip.MustParseAddrPort("198.51.100.2:53001"), netip.MustParseAddrPort("198.51.100.2:53001")
 	unanswered.Status = 0
-	create(t, nsB, dnat, fullnat, closingHere, handshake, udp, v6, unanswered)
+	// B served a connection of A's while A was down, and it closed there (TIME_WAIT, 10 s ago);
+	// A's own entry saw its last packet 100 s ago.
+	closedThere := tcpEntry(netip.MustParseAddrPort("198.51.100.1:1006"), netip.AddrPort{}, nl.TCP_CONNTRACK_TIME_WAIT, 110)
+	create(t, nsB, dnat, fullnat, closingHere, handshake, udp, v6, unanswered, closedThere)
 	ownClosing := closingHere
 	ownClosing.TCPState, ownClosing.Timeout = nl.TCP_CONNTRACK_TIME_WAIT, 100
-	create(t, nsA, ownClosing)
+	ownStale := closedThere
+	ownStale.TCPState, ownStale.Timeout = nl.TCP_CONNTRACK_ESTABLISHED, 5*24*3600-100
+	create(t, nsA, ownClosing, ownStale)
 
 	replicator(t, nsB, addrB, addrA)
 	a := replicator(t, nsA, addrA, addrB)
@@ -133,6 +139,10 @@ func TestStartingNodeTakesThePeersTable(t *testing.T) {
 	}
 	if e := got[closingHere.Orig]; e.TCPState != nl.TCP_CONNTRACK_TIME_WAIT || e.Timeout > 100 {
 		t.Errorf("A's own closing connection after the initial sync: state %d, %d s left; want TIME_WAIT (%d), at most 100 s",
+			e.TCPState, e.Timeout, nl.TCP_CONNTRACK_TIME_WAIT)
+	}
+	if e := got[closedThere.Orig]; e.TCPState != nl.TCP_CONNTRACK_TIME_WAIT || e.Timeout > 110 {
+		t.Errorf("A's own connection that closed on B since: state %d, %d s left; want B's TIME_WAIT (%d), at most 110 s",
 			e.TCPState, e.Timeout, nl.TCP_CONNTRACK_TIME_WAIT)
 	}
 	for name, e := range map[string]ctnetlink.Entry{"handshake": handshake, "unanswered datagram flow": unanswered} {
