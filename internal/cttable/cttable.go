@@ -149,10 +149,11 @@ func (t *Table) ignored(e ctnetlink.Entry) bool {
 // and counted by reason. The error is the first the kernel answered that is not one of a flow
 // tracked here already.
 //
-// A record more recent than this node's own entry is a connection the peer served meanwhile
-// (this node restarted or was the backup): its sequence numbers have moved past the windows this
-// entry last saw, and the kernel's window tracking would drop its next packets here. The entry
-// takes the record's state and timeout and tracks its windows liberally (ctnetlink.Refresh).
+// A record more recent than this node's own entry is a connection the peer served while this
+// node was down: one that closed there meanwhile would stay ESTABLISHED here, and its sequence
+// numbers have moved past the windows this entry last saw (which the kernel judges its packets by
+// where window checks are on). The entry takes the record's state and timeout and tracks its
+// windows liberally (ctnetlink.Refresh).
 func (t *Table) ImportFlows(ctx context.Context, flows []datapath.ReplicatedFlow) (datapath.ImportResult, error) {
 	res := datapath.ImportResult{Skipped: map[string]int{}}
 	s, err := ctnetlink.Open(t.ns)
